@@ -1,0 +1,65 @@
+//! The contract checks every backend must pass. Each backend's tests call
+//! [`run_all`] so that a new backend is proven the same way as the old ones.
+
+use crate::{Backend, ErrorKind};
+
+/// Runs every check; panics with a message on the first failure.
+pub fn run_all(b: &dyn Backend) {
+    put_get_roundtrip(b);
+    ranged_reads(b);
+    missing_objects(b);
+    overwrite_and_delete(b);
+    listing(b);
+    invalid_names(b);
+}
+
+fn put_get_roundtrip(b: &dyn Backend) {
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    b.put("conf/rt", &data).expect("put");
+    assert_eq!(b.get("conf/rt").expect("get"), data);
+    assert_eq!(b.size("conf/rt").expect("size"), data.len() as u64);
+    b.put("conf/empty", b"").expect("put empty");
+    assert_eq!(b.get("conf/empty").expect("get empty"), b"");
+}
+
+fn ranged_reads(b: &dyn Backend) {
+    b.put("conf/range", b"0123456789").unwrap();
+    assert_eq!(b.get_range("conf/range", 0, 10).unwrap(), b"0123456789");
+    assert_eq!(b.get_range("conf/range", 3, 4).unwrap(), b"3456");
+    assert_eq!(b.get_range("conf/range", 10, 0).unwrap(), b"");
+    let e = b.get_range("conf/range", 8, 5).expect_err("read past end must fail");
+    assert_eq!(e.kind(), ErrorKind::OutOfRange);
+}
+
+fn missing_objects(b: &dyn Backend) {
+    assert_eq!(b.get("conf/nope").unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(b.get_range("conf/nope", 0, 1).unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(b.size("conf/nope").unwrap_err().kind(), ErrorKind::NotFound);
+}
+
+fn overwrite_and_delete(b: &dyn Backend) {
+    b.put("conf/ow", b"first").unwrap();
+    b.put("conf/ow", b"second!").unwrap();
+    assert_eq!(b.get("conf/ow").unwrap(), b"second!");
+    b.delete("conf/ow").unwrap();
+    assert_eq!(b.get("conf/ow").unwrap_err().kind(), ErrorKind::NotFound);
+    b.delete("conf/ow").expect("deleting a missing object succeeds");
+}
+
+fn listing(b: &dyn Backend) {
+    for n in ["lst/a/1", "lst/a/2", "lst/b/1", "lstx"] {
+        b.put(n, n.as_bytes()).unwrap();
+    }
+    let mut names: Vec<_> = b.list("lst/a/").unwrap().into_iter().map(|o| (o.name, o.size)).collect();
+    names.sort();
+    assert_eq!(names, vec![("lst/a/1".to_string(), 7), ("lst/a/2".to_string(), 7)]);
+    let mut all: Vec<_> = b.list("lst").unwrap().into_iter().map(|o| o.name).collect();
+    all.sort();
+    assert_eq!(all, vec!["lst/a/1", "lst/a/2", "lst/b/1", "lstx"]);
+}
+
+fn invalid_names(b: &dyn Backend) {
+    for n in ["", "/abs", "a//b", "../x", "a/./b", "sp ace"] {
+        assert_eq!(b.put(n, b"x").unwrap_err().kind(), ErrorKind::InvalidName, "name {n:?}");
+    }
+}

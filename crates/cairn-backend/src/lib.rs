@@ -1,0 +1,79 @@
+//! Storage backends for Cairn.
+//!
+//! A backend stores immutable, named objects: packs, the volume config, key
+//! files. The trait is deliberately small — put, ranged get, delete, list —
+//! so that a local directory, an S3 bucket and (through an adapter) a tape can
+//! all sit behind it. Every implementation must satisfy the contract written
+//! on [`Backend`]; the shared checks in [`conformance`] prove it.
+//!
+//! ```
+//! use cairn_backend::{Backend, LocalBackend};
+//! let dir = tempfile::tempdir().unwrap();
+//! let b = LocalBackend::create(dir.path()).unwrap();
+//! b.put("packs/00/abc", b"hello").unwrap();
+//! assert_eq!(b.get_range("packs/00/abc", 1, 3).unwrap(), b"ell");
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+mod local;
+pub mod conformance;
+
+pub use error::{Error, ErrorKind, Result};
+pub use local::LocalBackend;
+
+/// An object store holding immutable named objects.
+///
+/// Contract:
+/// - Names are `/`-separated relative paths of ASCII letters, digits, `-`, `_`
+///   and `.`; no empty component, no `..`.
+/// - `put` is atomic and durable when it returns: a reader sees the whole old
+///   object (or none) or the whole new one, never a prefix, and a crash after
+///   `put` returned does not lose the object.
+/// - `get_range` returns exactly `len` bytes or fails; reading past the end
+///   is an error of kind [`ErrorKind::OutOfRange`], a missing object
+///   [`ErrorKind::NotFound`].
+/// - `delete` of a missing object succeeds (idempotent).
+/// - `list` returns every object whose name starts with `prefix`, with sizes,
+///   in no particular order.
+pub trait Backend: Send + Sync {
+    /// Stores `data` under `name`, replacing any object of that name.
+    fn put(&self, name: &str, data: &[u8]) -> Result<()>;
+    /// Reads `len` bytes of `name` starting at `offset`.
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// Reads the whole object.
+    fn get(&self, name: &str) -> Result<Vec<u8>>;
+    /// The object's size in bytes.
+    fn size(&self, name: &str) -> Result<u64>;
+    /// Removes `name`; succeeds if it does not exist.
+    fn delete(&self, name: &str) -> Result<()>;
+    /// All objects whose names start with `prefix`.
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
+    /// A short description for messages, e.g. `local:/srv/vol/store`.
+    fn describe(&self) -> String;
+}
+
+/// One listed object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The object's name.
+    pub name: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// Checks an object name against the contract on [`Backend`].
+pub fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.split('/').all(|c| {
+            !c.is_empty()
+                && c != "."
+                && c != ".."
+                && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(ErrorKind::InvalidName, format!("invalid object name {name:?}")))
+    }
+}

@@ -1,0 +1,277 @@
+//! The volume's on-disk layout and its config object (format v1).
+//!
+//! ```text
+//! DIR/                    the volume's local home (what `cairn init DIR` made)
+//!   volume.json           local settings: where the backend is
+//!   lock                  flock'd by the process that has the volume open
+//!   meta.sqlite           metadata (SQLite, WAL)
+//!   journal/              write-back journal shards (see journal.rs)
+//!   store/                the default local backend:
+//!     config              the config object (JSON, below)
+//!     packs/xx/<name>     packs (see pack.rs)
+//! ```
+
+use crate::crypto::{self, KdfParams, Keys, WrappedKey};
+use crate::error::{Error, ErrorKind, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use zeroize::Zeroizing;
+
+/// The only format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Name of the config object in the backend.
+pub const CONFIG_OBJECT: &str = "config";
+
+/// Chunker parameters, fixed at `init`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ChunkerParams {
+    pub algorithm: ChunkerAlgorithm,
+    pub min: u32,
+    pub avg: u32,
+    pub max: u32,
+}
+
+/// The chunking algorithm's name as stored (only FastCDC 2020 for now).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ChunkerAlgorithm {
+    #[serde(rename = "fastcdc-2020")]
+    FastCdc2020,
+}
+
+impl Default for ChunkerParams {
+    fn default() -> Self {
+        ChunkerParams { algorithm: ChunkerAlgorithm::FastCdc2020, min: 256 << 10, avg: 1 << 20, max: 4 << 20 }
+    }
+}
+
+impl ChunkerParams {
+    /// Checks the limits FastCDC imposes.
+    pub fn validate(&self) -> Result<()> {
+        let ok = self.min >= 64
+            && self.min % 2 == 0
+            && self.min <= self.avg
+            && self.avg <= self.max
+            && self.max <= 64 << 20
+            && self.min <= 67_108_864;
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "chunker sizes must satisfy 64 <= min <= avg <= max <= 64 MiB with an even min (got {}/{}/{})",
+                self.min, self.avg, self.max
+            )))
+        }
+    }
+}
+
+/// The config object stored in the backend: everything needed to read the
+/// volume's packs, except the passphrase.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VolumeConfig {
+    pub format: String,
+    pub version: u32,
+    pub volume_id: String,
+    pub chunker: ChunkerParams,
+    pub compression: Compression,
+    pub encryption: Encryption,
+    /// Target pack size in bytes.
+    pub pack_target: u64,
+    /// The master secret, wrapped (encrypted volumes) or plain hex.
+    pub key: KeySlot,
+}
+
+/// How blobs are compressed.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Compression {
+    pub algorithm: CompressionAlgorithm,
+    pub level: i32,
+}
+
+/// Compression algorithms.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum CompressionAlgorithm {
+    #[serde(rename = "zstd")]
+    Zstd,
+}
+
+/// Blob encryption.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Encryption {
+    #[serde(rename = "none")]
+    None,
+    #[serde(rename = "aes-256-gcm")]
+    Aes256Gcm,
+}
+
+/// Where the master secret lives.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeySlot {
+    /// Unencrypted volume: the secret keys chunk ids and checksums only.
+    Plain(String),
+    /// Encrypted volume: wrapped by an Argon2id key from the passphrase.
+    Wrapped(WrappedKey),
+}
+
+/// Local settings of one volume directory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LocalSettings {
+    pub format: String,
+    pub version: u32,
+    /// Backend location: `local:PATH` (relative paths are relative to DIR).
+    pub backend: String,
+}
+
+/// Options for `init`.
+#[derive(Clone, Debug, Default)]
+pub struct InitOptions {
+    pub chunker: ChunkerParams,
+    /// Encrypt with a key wrapped by this passphrase.
+    pub passphrase: Option<Zeroizing<Vec<u8>>>,
+    pub kdf: Option<KdfParams>,
+    pub zstd_level: Option<i32>,
+    pub pack_target: Option<u64>,
+}
+
+/// Paths inside a volume directory.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub dir: PathBuf,
+}
+
+impl Layout {
+    pub fn new(dir: &Path) -> Self {
+        Layout { dir: dir.to_path_buf() }
+    }
+    pub fn settings(&self) -> PathBuf {
+        self.dir.join("volume.json")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join("lock")
+    }
+    pub fn meta_db(&self) -> PathBuf {
+        self.dir.join("meta.sqlite")
+    }
+    pub fn journal(&self) -> PathBuf {
+        self.dir.join("journal")
+    }
+    pub fn default_store(&self) -> PathBuf {
+        self.dir.join("store")
+    }
+    /// Resolves the backend location in the settings to a directory.
+    pub fn store_path(&self, s: &LocalSettings) -> Result<PathBuf> {
+        let Some(p) = s.backend.strip_prefix("local:") else {
+            return Err(Error::config(format!("unsupported backend {:?} (this build knows local:PATH)", s.backend)));
+        };
+        let p = Path::new(p);
+        Ok(if p.is_absolute() { p.to_path_buf() } else { self.dir.join(p) })
+    }
+}
+
+impl VolumeConfig {
+    /// A new config with a fresh volume id and master secret; returns the
+    /// secret too so the caller can derive keys without unwrapping.
+    pub fn create(opts: &InitOptions) -> Result<(Self, Zeroizing<[u8; 32]>)> {
+        opts.chunker.validate()?;
+        let volume_id = hex::encode(rand::random::<[u8; 16]>());
+        let master = crypto::random_master();
+        let (encryption, key) = match &opts.passphrase {
+            Some(p) => {
+                if p.is_empty() {
+                    return Err(Error::invalid("the passphrase is empty"));
+                }
+                let w = crypto::wrap_master(&master, p, volume_id.as_bytes(), opts.kdf.unwrap_or_default())?;
+                (Encryption::Aes256Gcm, KeySlot::Wrapped(w))
+            }
+            None => (Encryption::None, KeySlot::Plain(hex::encode(&master[..]))),
+        };
+        let cfg = VolumeConfig {
+            format: "cairn-volume".into(),
+            version: FORMAT_VERSION,
+            volume_id,
+            chunker: opts.chunker,
+            compression: Compression { algorithm: CompressionAlgorithm::Zstd, level: opts.zstd_level.unwrap_or(1) },
+            encryption,
+            pack_target: opts.pack_target.unwrap_or(32 << 20),
+            key,
+        };
+        Ok((cfg, master))
+    }
+
+    /// Parses and checks a stored config object.
+    pub fn parse(bytes: &[u8]) -> Result<Self> {
+        #[derive(Deserialize)]
+        struct Head {
+            format: String,
+            version: u32,
+        }
+        let head: Head = serde_json::from_slice(bytes)
+            .map_err(|e| Error::config(format!("volume config is not valid: {e}")))?;
+        if head.format != "cairn-volume" {
+            return Err(Error::config(format!("not a Cairn volume config (format {:?})", head.format)));
+        }
+        if head.version != FORMAT_VERSION {
+            return Err(Error::config(format!(
+                "volume format version {} is not supported by this cairn (it reads version {FORMAT_VERSION}); use a matching release",
+                head.version
+            )));
+        }
+        let cfg: VolumeConfig = serde_json::from_slice(bytes)
+            .map_err(|e| Error::config(format!("volume config is not valid: {e}")))?;
+        cfg.chunker.validate().map_err(|e| Error::config(format!("volume config: {e}")))?;
+        if cfg.pack_target < (1 << 20) {
+            return Err(Error::config("volume config: pack_target below 1 MiB"));
+        }
+        Ok(cfg)
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("config serialises")
+    }
+
+    /// Whether opening needs a passphrase.
+    pub fn needs_passphrase(&self) -> bool {
+        matches!(self.key, KeySlot::Wrapped(_))
+    }
+
+    /// Derives the working keys, unwrapping with `pass` when encrypted.
+    pub fn keys(&self, pass: Option<&[u8]>) -> Result<Keys> {
+        let master = match &self.key {
+            KeySlot::Plain(h) => {
+                let v = hex::decode(h).map_err(|_| Error::config("volume config: bad key"))?;
+                let mut m = Zeroizing::new([0u8; 32]);
+                if v.len() != 32 {
+                    return Err(Error::config("volume config: bad key length"));
+                }
+                m.copy_from_slice(&v);
+                m
+            }
+            KeySlot::Wrapped(w) => {
+                let Some(p) = pass else {
+                    return Err(Error::new(ErrorKind::Config, "this volume is encrypted: a passphrase is needed"));
+                };
+                crypto::unwrap_master(w, p, self.volume_id.as_bytes())?
+            }
+        };
+        Ok(Keys::derive(&master, self.encryption == Encryption::Aes256Gcm))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_version_is_refused() {
+        let (mut c, _) = VolumeConfig::create(&InitOptions::default()).unwrap();
+        c.version = 99;
+        let e = VolumeConfig::parse(&c.to_bytes()).unwrap_err();
+        assert!(e.message().contains("version 99"), "{e}");
+    }
+
+    #[test]
+    fn garbage_config_is_refused() {
+        assert!(VolumeConfig::parse(b"{not json").is_err());
+        assert!(VolumeConfig::parse(br#"{"format":"x","version":1}"#).is_err());
+    }
+}

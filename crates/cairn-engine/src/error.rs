@@ -1,0 +1,123 @@
+//! The engine's error type: a kind a caller can act on (and map to an errno),
+//! plus a message for people.
+
+use std::fmt;
+
+/// What went wrong, in terms a caller can act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    NotFound,
+    Exists,
+    NotDir,
+    IsDir,
+    NotEmpty,
+    Invalid,
+    NameTooLong,
+    NoAttr,
+    Range,
+    Permission,
+    ReadOnly,
+    TooBig,
+    /// Stored data failed verification or could not be read: never served.
+    Corrupt,
+    /// The backend or local disk failed.
+    Io,
+    /// The volume's configuration or key is wrong (bad passphrase, unknown format).
+    Config,
+    /// The volume is in use by another process.
+    Busy,
+    NotSupported,
+}
+
+/// An engine error.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    msg: String,
+}
+
+/// Engine result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A new error of `kind` with a message.
+    pub fn new(kind: ErrorKind, msg: impl Into<String>) -> Self {
+        Error { kind, msg: msg.into() }
+    }
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+    pub(crate) fn not_found(msg: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, msg)
+    }
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Invalid, msg)
+    }
+    pub(crate) fn corrupt(msg: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Corrupt, msg)
+    }
+    pub(crate) fn io(msg: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Io, msg)
+    }
+    pub(crate) fn config(msg: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Config, msg)
+    }
+    /// Adds context in front of the message.
+    pub fn context(self, what: impl fmt::Display) -> Self {
+        Error { kind: self.kind, msg: format!("{what}: {}", self.msg) }
+    }
+    /// The errno a POSIX caller should see.
+    pub fn errno(&self) -> i32 {
+        match self.kind {
+            ErrorKind::NotFound => libc::ENOENT,
+            ErrorKind::Exists => libc::EEXIST,
+            ErrorKind::NotDir => libc::ENOTDIR,
+            ErrorKind::IsDir => libc::EISDIR,
+            ErrorKind::NotEmpty => libc::ENOTEMPTY,
+            ErrorKind::Invalid => libc::EINVAL,
+            ErrorKind::NameTooLong => libc::ENAMETOOLONG,
+            ErrorKind::NoAttr => libc::ENODATA,
+            ErrorKind::Range => libc::ERANGE,
+            ErrorKind::Permission => libc::EPERM,
+            ErrorKind::ReadOnly => libc::EROFS,
+            ErrorKind::TooBig => libc::EFBIG,
+            ErrorKind::Corrupt | ErrorKind::Io | ErrorKind::Config => libc::EIO,
+            ErrorKind::Busy => libc::EBUSY,
+            ErrorKind::NotSupported => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::io(format!("metadata database: {e}"))
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::io(e.to_string())
+    }
+}
+
+impl From<cairn_backend::Error> for Error {
+    fn from(e: cairn_backend::Error) -> Self {
+        let kind = match e.kind() {
+            cairn_backend::ErrorKind::NotFound => ErrorKind::Corrupt,
+            _ => ErrorKind::Io,
+        };
+        Error::new(kind, e.to_string())
+    }
+}

@@ -1,0 +1,36 @@
+//! The Cairn volume engine.
+//!
+//! Everything below the FUSE adapter: namespace and file-content operations
+//! ([`Volume`]), the write-back journal, content-defined chunking with keyed
+//! BLAKE3 ids and global deduplication, packs of compressed and encrypted
+//! blobs, the SQLite metadata store, and maintenance (fsck, stats, gc).
+//!
+//! ```no_run
+//! use cairn_engine::{init, InitOptions, Volume, OpenOptions, Caller, FileKind, ROOT_INO};
+//! let dir = std::path::Path::new("/tmp/vol");
+//! init(dir, &InitOptions::default()).unwrap();
+//! let vol = Volume::load(dir, OpenOptions::default()).unwrap();
+//! let f = vol.create(ROOT_INO, b"hello", FileKind::File, 0o644, 0, Caller::default()).unwrap();
+//! vol.open(f.ino).unwrap();
+//! vol.write(f.ino, 0, b"hello world").unwrap();
+//! vol.release(f.ino).unwrap();
+//! vol.close().unwrap();
+//! ```
+
+pub mod cache;
+pub mod config;
+pub mod crypto;
+mod error;
+pub mod extent;
+pub mod journal;
+pub mod maintenance;
+pub mod meta;
+pub mod pack;
+mod types;
+mod volume;
+
+pub use config::{ChunkerParams, InitOptions, VolumeConfig};
+pub use crypto::KdfParams;
+pub use error::{Error, ErrorKind, Result};
+pub use types::*;
+pub use volume::{init, read_config, FlushReport, OpenOptions, Volume};

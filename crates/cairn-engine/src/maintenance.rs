@@ -1,0 +1,393 @@
+//! Maintenance on a whole volume: statistics, consistency check, garbage
+//! collection. fsck and gc need the volume opened exclusively (not mounted).
+
+use crate::error::{Error, Result};
+use crate::extent::{decode_page, Source};
+use crate::meta;
+use crate::pack::{self, BlobEntry, PackBuilder};
+use crate::types::{FileKind, ROOT_INO};
+use crate::volume::Volume;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Progress callbacks for long operations (the CLI draws bars).
+pub trait Progress {
+    /// A new phase with `total` steps (0 if unknown).
+    fn phase(&self, name: &str, total: u64);
+    /// `n` more steps done.
+    fn inc(&self, n: u64);
+}
+
+/// Progress that shows nothing.
+pub struct NoProgress;
+impl Progress for NoProgress {
+    fn phase(&self, _: &str, _: u64) {}
+    fn inc(&self, _: u64) {}
+}
+
+/// Volume statistics.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Stats {
+    pub files: u64,
+    pub directories: u64,
+    pub symlinks: u64,
+    /// Sum of regular file sizes.
+    pub logical_bytes: u64,
+    /// Logical bytes that are not holes.
+    pub data_bytes: u64,
+    /// Plaintext bytes of the chunks still referenced.
+    pub unique_bytes: u64,
+    /// Stored (compressed, encrypted) bytes of referenced chunks.
+    pub live_stored_bytes: u64,
+    /// Bytes of all packs in the backend.
+    pub stored_bytes: u64,
+    /// Bytes of packs occupied by unreferenced chunks.
+    pub dead_bytes: u64,
+    pub chunks: u64,
+    pub dead_chunks: u64,
+    pub packs: u64,
+    /// data_bytes / unique_bytes.
+    pub dedup_ratio: f64,
+    /// unique_bytes / live_stored_bytes.
+    pub compression_ratio: f64,
+    /// data_bytes / stored_bytes.
+    pub overall_ratio: f64,
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// Computes the statistics from the committed metadata.
+pub fn stats(vol: &Volume) -> Result<Stats> {
+    vol.meta.read(|c| {
+        let mut s = Stats::default();
+        let mut q = c.prepare("SELECT kind, COUNT(*), COALESCE(SUM(size),0), COALESCE(SUM(data_bytes),0) FROM inodes GROUP BY kind")?;
+        let rows = q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))?;
+        for r in rows {
+            let (k, n, size, data) = r?;
+            match FileKind::from_code(k)? {
+                FileKind::File => {
+                    s.files = n as u64;
+                    s.logical_bytes = size as u64;
+                    s.data_bytes = data as u64;
+                }
+                FileKind::Dir => s.directories = n as u64,
+                FileKind::Symlink => s.symlinks = n as u64,
+                _ => {}
+            }
+        }
+        let (live, dead, ub, lsb): (i64, i64, i64, i64) = c.query_row(
+            "SELECT COALESCE(SUM(refs>0),0), COALESCE(SUM(refs=0),0), COALESCE(SUM(CASE WHEN refs>0 THEN raw_len END),0),
+                    COALESCE(SUM(CASE WHEN refs>0 THEN stored_len END),0) FROM chunks",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )?;
+        s.chunks = live as u64;
+        s.dead_chunks = dead as u64;
+        s.unique_bytes = ub as u64;
+        s.live_stored_bytes = lsb as u64;
+        let (np, sb, db): (i64, i64, i64) =
+            c.query_row("SELECT COUNT(*), COALESCE(SUM(size),0), COALESCE(SUM(dead_bytes),0) FROM packs", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        s.packs = np as u64;
+        s.stored_bytes = sb as u64;
+        s.dead_bytes = db as u64;
+        s.dedup_ratio = ratio(s.data_bytes, s.unique_bytes);
+        s.compression_ratio = ratio(s.unique_bytes, s.live_stored_bytes);
+        s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
+        Ok(s)
+    })
+}
+
+/// What fsck found.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct FsckReport {
+    /// Inconsistencies: something is wrong or lost.
+    pub errors: Vec<String>,
+    /// Leaks that lose nothing (e.g. a pack uploaded just before a crash and
+    /// never committed); `gc` reclaims them.
+    pub warnings: Vec<String>,
+    pub inodes: u64,
+    pub chunks: u64,
+    pub packs: u64,
+    pub blobs_read: u64,
+}
+
+/// Checks the volume: namespace, extents against reference counts, chunks
+/// against packs and their indexes, and with `read_data` every blob.
+pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<FsckReport> {
+    vol.sync()?;
+    let mut rep = FsckReport::default();
+    let (inodes, dentries, pages, chunks, packs) = vol.meta.read(|c| {
+        Ok((meta::all_inodes(c)?, meta::all_dentries(c)?, meta::all_pages(c)?, meta::all_chunks(c)?, meta::all_packs(c)?))
+    })?;
+    rep.inodes = inodes.len() as u64;
+    rep.chunks = chunks.len() as u64;
+    rep.packs = packs.len() as u64;
+    progress.phase("namespace", inodes.len() as u64);
+    // Namespace.
+    let by_ino: HashMap<u64, &meta::InodeRow> = inodes.iter().map(|r| (r.attr.ino, r)).collect();
+    let mut names: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    for (parent, name, ino, kind) in &dentries {
+        let n = String::from_utf8_lossy(name);
+        match by_ino.get(ino) {
+            None => rep.errors.push(format!("entry {n:?} in directory {parent} points to missing inode {ino}")),
+            Some(r) => {
+                if r.attr.kind.code() != *kind {
+                    rep.errors.push(format!("entry {n:?} in directory {parent}: kind differs from inode {ino}"));
+                }
+                if r.attr.kind == FileKind::Dir {
+                    *subdirs.entry(*parent).or_default() += 1;
+                    if r.parent != Some(*parent) {
+                        rep.errors.push(format!("directory {ino} is named in {parent} but records parent {:?}", r.parent));
+                    }
+                }
+            }
+        }
+        if !by_ino.get(parent).is_some_and(|p| p.attr.kind == FileKind::Dir) {
+            rep.errors.push(format!("entry {n:?} lives in {parent}, which is not a directory"));
+        }
+        *names.entry(*ino).or_default() += 1;
+    }
+    for r in &inodes {
+        progress.inc(1);
+        let ino = r.attr.ino;
+        let n = names.get(&ino).copied().unwrap_or(0);
+        if r.attr.kind == FileKind::Dir {
+            let want = 2 + subdirs.get(&ino).copied().unwrap_or(0);
+            if ino != ROOT_INO && n != 1 {
+                rep.errors.push(format!("directory {ino} has {n} names"));
+            }
+            if r.attr.nlink != want {
+                rep.errors.push(format!("directory {ino} has link count {} but {want} expected", r.attr.nlink));
+            }
+        } else if r.attr.nlink != n {
+            rep.errors.push(format!("inode {ino} has link count {} but {n} names", r.attr.nlink));
+        }
+    }
+    // Extents against chunks.
+    progress.phase("extents", pages.len() as u64);
+    let chunk_by_id: HashMap<u64, &meta::ChunkRow> = chunks.iter().map(|c| (c.id, c)).collect();
+    let mut refs: HashMap<u64, i64> = HashMap::new();
+    let mut lens: BTreeMap<u64, (u64, u64)> = BTreeMap::new(); // ino -> (len, data)
+    for (ino, key, data) in &pages {
+        progress.inc(1);
+        let page = match decode_page(*key, data) {
+            Ok(p) => p,
+            Err(e) => {
+                rep.errors.push(format!("inode {ino}: extent page {key}: {e}"));
+                continue;
+            }
+        };
+        let l = lens.entry(*ino).or_default();
+        for e in &page.extents {
+            l.0 += e.len;
+            if let Source::Chunk(id) = e.src {
+                l.1 += e.len;
+                *refs.entry(id).or_default() += 1;
+                match chunk_by_id.get(&id) {
+                    None => rep.errors.push(format!("inode {ino} references missing chunk #{id}")),
+                    Some(c) if e.off + e.len > c.raw_len as u64 => {
+                        rep.errors.push(format!("inode {ino}: extent {}+{} past the end of chunk #{id} ({} bytes)", e.off, e.len, c.raw_len))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    for r in &inodes {
+        if r.attr.kind == FileKind::File {
+            let (len, data) = lens.get(&r.attr.ino).copied().unwrap_or((0, 0));
+            if len != r.attr.size {
+                rep.errors.push(format!("inode {}: size {} but extents cover {len} bytes", r.attr.ino, r.attr.size));
+            }
+            if data != r.data_bytes {
+                rep.errors.push(format!("inode {}: allocation {} but extents hold {data} data bytes", r.attr.ino, r.data_bytes));
+            }
+        } else if lens.contains_key(&r.attr.ino) {
+            rep.errors.push(format!("inode {} is not a file but has extents", r.attr.ino));
+        }
+    }
+    for (id, n) in &refs {
+        if !by_ino.is_empty() && chunk_by_id.get(id).is_some_and(|c| c.refs != *n) {
+            rep.errors.push(format!("chunk #{id}: reference count {} but {n} extents use it", chunk_by_id[id].refs));
+        }
+    }
+    for c in &chunks {
+        if c.refs != 0 && !refs.contains_key(&c.id) {
+            rep.errors.push(format!("chunk #{}: reference count {} but no extent uses it", c.id, c.refs));
+        }
+    }
+    // Chunks against packs.
+    let pack_by_id: HashMap<u64, &meta::PackRow> = packs.iter().map(|p| (p.id, p)).collect();
+    let mut dead: HashMap<u64, u64> = HashMap::new();
+    let mut in_pack: HashMap<u64, Vec<&meta::ChunkRow>> = HashMap::new();
+    for c in &chunks {
+        if !pack_by_id.contains_key(&c.pack) {
+            rep.errors.push(format!("chunk #{} lives in missing pack #{}", c.id, c.pack));
+        }
+        if c.refs == 0 {
+            *dead.entry(c.pack).or_default() += c.stored_len as u64;
+        }
+        in_pack.entry(c.pack).or_default().push(c);
+    }
+    let listed: HashMap<String, u64> = vol.backend.list("packs/")?.into_iter().map(|o| (o.name, o.size)).collect();
+    progress.phase("packs", packs.len() as u64);
+    for p in &packs {
+        progress.inc(1);
+        let d = dead.get(&p.id).copied().unwrap_or(0);
+        if d != p.dead_bytes {
+            rep.errors.push(format!("pack {}: dead bytes recorded {} but {d} found", p.name, p.dead_bytes));
+        }
+        match listed.get(&p.name) {
+            None => {
+                rep.errors.push(format!("pack {} is missing from the backend ({} chunks lost)", p.name, in_pack.get(&p.id).map_or(0, |v| v.len())));
+                continue;
+            }
+            Some(&size) if size != p.size => {
+                rep.errors.push(format!("pack {} has {size} bytes in the backend but {} recorded (truncated?)", p.name, p.size));
+                continue;
+            }
+            _ => {}
+        }
+        match pack::read_index(vol.backend.as_ref(), &vol.keys, &vol.vid, &p.name) {
+            Err(e) => rep.errors.push(format!("pack {}: index unreadable: {e}", p.name)),
+            Ok(entries) => {
+                let idx: HashMap<[u8; 32], &BlobEntry> = entries.iter().map(|e| (e.id, e)).collect();
+                for c in in_pack.get(&p.id).map(|v| v.as_slice()).unwrap_or(&[]) {
+                    match idx.get(&c.hash) {
+                        Some(e) if e.offset == c.offset && e.stored_len == c.stored_len && e.raw_len == c.raw_len && e.flags == c.flags => {}
+                        Some(_) => rep.errors.push(format!("pack {}: index disagrees with the metadata about chunk #{}", p.name, c.id)),
+                        None => rep.errors.push(format!("pack {}: chunk #{} is not in its index", p.name, c.id)),
+                    }
+                }
+            }
+        }
+    }
+    let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).collect();
+    for name in listed.keys() {
+        if !known.contains(name.as_str()) {
+            rep.warnings.push(format!("pack {name} is in the backend but not in the metadata (left by an interrupted flush; gc removes it)"));
+        }
+    }
+    if read_data {
+        let live: Vec<&meta::ChunkRow> = chunks.iter().filter(|c| pack_by_id.get(&c.pack).is_some_and(|p| listed.get(&p.name) == Some(&p.size))).collect();
+        progress.phase("read data", live.len() as u64);
+        for c in live {
+            progress.inc(1);
+            let name = &pack_by_id[&c.pack].name;
+            let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
+            let r = vol.backend.get_range(name, c.offset, c.stored_len as u64).map_err(Error::from).and_then(|b| pack::decode_blob(&vol.keys, &e, b));
+            rep.blobs_read += 1;
+            if let Err(err) = r {
+                rep.errors.push(format!("pack {name}: chunk #{} at offset {} is corrupt: {err}", c.id, c.offset));
+            }
+        }
+    }
+    Ok(rep)
+}
+
+/// What gc did.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct GcReport {
+    pub packs_deleted: u64,
+    pub packs_repacked: u64,
+    pub orphans_deleted: u64,
+    pub chunks_deleted: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+/// Deletes packs with no live chunk, repacks packs whose live share of
+/// bytes is below `repack_below` (0..1), and removes orphan packs.
+pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<GcReport> {
+    vol.check_writable()?;
+    vol.sync()?;
+    let mut rep = GcReport::default();
+    let packs = vol.meta.read(meta::all_packs)?;
+    let listed = vol.backend.list("packs/")?;
+    rep.bytes_before = listed.iter().map(|o| o.size).sum();
+    let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).collect();
+    progress.phase("gc", packs.len() as u64 + listed.len() as u64);
+    for o in &listed {
+        progress.inc(1);
+        if !known.contains(o.name.as_str()) {
+            vol.backend.delete(&o.name)?;
+            rep.orphans_deleted += 1;
+        }
+    }
+    let mut builder: Option<PackBuilder> = None;
+    let mut moved: Vec<(u64, usize, u64)> = Vec::new(); // chunk id, sealed pack index, new offset
+    let mut sealed: Vec<(String, u64, u64)> = Vec::new();
+    let mut emptied: Vec<meta::PackRow> = Vec::new();
+    for p in packs {
+        progress.inc(1);
+        if p.dead_bytes == 0 {
+            continue;
+        }
+        let chunks = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?;
+        let live: Vec<&meta::ChunkRow> = chunks.iter().filter(|c| c.refs > 0).collect();
+        let live_bytes: u64 = live.iter().map(|c| c.stored_len as u64).sum();
+        if !live.is_empty() && (live_bytes as f64) >= repack_below * p.size as f64 {
+            continue;
+        }
+        for c in &live {
+            // Blobs are position-independent: copy them as stored, after
+            // checking them so corruption is never propagated.
+            let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
+            let blob = vol.backend.get_range(&p.name, c.offset, c.stored_len as u64)?;
+            pack::decode_blob(&vol.keys, &e, blob.clone()).map_err(|err| Error::corrupt(format!("pack {}: chunk #{} is corrupt, not repacking it: {err}", p.name, c.id)))?;
+            let b = builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
+            let ne = b.add(c.hash, &blob, c.raw_len, c.flags);
+            moved.push((c.id, sealed.len(), ne.offset));
+            if b.len() as u64 >= vol.cfg.pack_target {
+                sealed.push(upload(vol, builder.take().expect("builder"))?);
+            }
+        }
+        if !live.is_empty() {
+            rep.packs_repacked += 1;
+        }
+        emptied.push(p);
+    }
+    if let Some(b) = builder.take() {
+        if !b.is_empty() {
+            sealed.push(upload(vol, b)?);
+        }
+    }
+    // Point chunks at their new packs and drop the old rows in one
+    // transaction; only then delete the old objects.
+    rep.chunks_deleted = vol.meta.write(|tx| {
+        let mut ids = Vec::new();
+        for (name, size, blobs) in &sealed {
+            ids.push(meta::insert_pack(tx, name, *size, *blobs, 0)?);
+        }
+        for (id, pidx, off) in &moved {
+            meta::relocate_chunk(tx, *id, ids[*pidx], *off)?;
+        }
+        let mut n = 0;
+        for p in &emptied {
+            n += meta::delete_pack(tx, p.id)?;
+        }
+        Ok(n)
+    })?;
+    for p in &emptied {
+        vol.backend.delete(&p.name)?;
+        rep.packs_deleted += 1;
+    }
+    rep.bytes_after = vol.backend.list("packs/")?.iter().map(|o| o.size).sum();
+    Ok(rep)
+}
+
+fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)> {
+    let (bytes, entries) = b.finish(&vol.keys, &vol.vid);
+    let sum = vol.keys.checksum("cairn-pack-name", &bytes);
+    let h = hex::encode(&sum[..16]);
+    let name = format!("packs/{}/{}", &h[..2], h);
+    vol.backend.put(&name, &bytes)?;
+    Ok((name, bytes.len() as u64, entries.len() as u64))
+}

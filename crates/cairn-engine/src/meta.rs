@@ -1,0 +1,532 @@
+//! The metadata store: SQLite in WAL mode (schema v1).
+//!
+//! One writer connection (SQLite has one writer anyway) behind a mutex, and a
+//! pool of reader connections so lookups and getattrs never wait for a
+//! write transaction. All SQL of the engine lives in this module, written as
+//! plain functions over a `Connection`, so a PostgreSQL store can mirror it.
+
+use crate::error::{Error, Result};
+use crate::extent::{decode_page, encode_page, ExtentMap, Page, PageChanges};
+use crate::types::{Attr, FileKind, Ino, Timestamp};
+use parking_lot::Mutex;
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Schema version this build reads and writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS info(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inodes(
+  ino INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind INTEGER NOT NULL, perm INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+  rdev INTEGER NOT NULL DEFAULT 0, nlink INTEGER NOT NULL,
+  size INTEGER NOT NULL DEFAULT 0, data_bytes INTEGER NOT NULL DEFAULT 0,
+  atime INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, btime INTEGER NOT NULL,
+  parent INTEGER, target BLOB, jseq INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS dentries(parent INTEGER NOT NULL, name BLOB NOT NULL, ino INTEGER NOT NULL,
+  kind INTEGER NOT NULL, PRIMARY KEY(parent, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS xattrs(ino INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL,
+  PRIMARY KEY(ino, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS extent_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL, data BLOB NOT NULL,
+  PRIMARY KEY(ino, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS packs(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, size INTEGER NOT NULL,
+  blobs INTEGER NOT NULL, dead_bytes INTEGER NOT NULL DEFAULT 0, dead_since INTEGER, created INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, pack INTEGER NOT NULL,
+  offset INTEGER NOT NULL, stored_len INTEGER NOT NULL, raw_len INTEGER NOT NULL, flags INTEGER NOT NULL,
+  refs INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_pack ON chunks(pack);
+";
+
+/// Where a stored chunk lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkRow {
+    pub id: u64,
+    pub hash: [u8; 32],
+    pub pack: u64,
+    pub offset: u64,
+    pub stored_len: u32,
+    pub raw_len: u32,
+    pub flags: u8,
+    pub refs: i64,
+}
+
+/// A pack row.
+#[derive(Clone, Debug)]
+pub struct PackRow {
+    pub id: u64,
+    pub name: String,
+    pub size: u64,
+    pub blobs: u64,
+    pub dead_bytes: u64,
+}
+
+/// A full inode row.
+#[derive(Clone, Debug)]
+pub struct InodeRow {
+    pub attr: Attr,
+    pub data_bytes: u64,
+    pub parent: Option<Ino>,
+    pub target: Option<Vec<u8>>,
+    pub jseq: u64,
+}
+
+/// The SQLite metadata store.
+pub struct Meta {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+fn open_conn(path: &Path) -> Result<Connection> {
+    let c = Connection::open(path).map_err(|e| Error::io(format!("opening metadata {}: {e}", path.display())))?;
+    c.busy_timeout(std::time::Duration::from_secs(30))?;
+    c.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;")?;
+    Ok(c)
+}
+
+impl Meta {
+    /// Creates a fresh database with the root directory.
+    pub fn create(path: &Path, root: Caller0) -> Result<()> {
+        let c = open_conn(path)?;
+        c.execute_batch(SCHEMA)?;
+        let now = Timestamp::now().0;
+        c.execute("INSERT INTO info(key, value) VALUES('schema', ?1)", [SCHEMA_VERSION])?;
+        c.execute(
+            "INSERT INTO inodes(ino, kind, perm, uid, gid, nlink, atime, mtime, ctime, btime, parent)
+             VALUES(1, ?1, ?2, ?3, ?4, 2, ?5, ?5, ?5, ?5, 1)",
+            params![FileKind::Dir.code(), root.perm, root.uid, root.gid, now],
+        )?;
+        Ok(())
+    }
+
+    /// Opens an existing database, refusing unknown schema versions.
+    pub fn open(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(Error::config(format!("metadata database {} is missing", path.display())));
+        }
+        let w = open_conn(path)?;
+        let v: Option<i64> = w.query_row("SELECT value FROM info WHERE key='schema'", [], |r| r.get(0)).optional()
+            .map_err(|e| Error::config(format!("{} is not a Cairn metadata database: {e}", path.display())))?;
+        match v {
+            Some(SCHEMA_VERSION) => {}
+            Some(v) => return Err(Error::config(format!("metadata schema version {v} is not supported (this build reads {SCHEMA_VERSION})"))),
+            None => return Err(Error::config("metadata database has no schema version")),
+        }
+        Ok(Meta { path: path.to_path_buf(), writer: Mutex::new(w), readers: Mutex::new(Vec::new()) })
+    }
+
+    /// Runs `f` on a reader connection.
+    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = match self.readers.lock().pop() {
+            Some(c) => c,
+            None => open_conn(&self.path)?,
+        };
+        let r = f(&conn);
+        self.readers.lock().push(conn);
+        r
+    }
+
+    /// Runs `f` in one write transaction; commits if it returns Ok.
+    pub fn write<T>(&self, f: impl FnOnce(&Transaction) -> Result<T>) -> Result<T> {
+        let mut w = self.writer.lock();
+        let tx = w.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let r = f(&tx)?;
+        tx.commit()?;
+        Ok(r)
+    }
+
+    /// Makes every committed transaction durable (fsync of the WAL).
+    pub fn sync(&self) -> Result<()> {
+        let wal = PathBuf::from(format!("{}-wal", self.path.display()));
+        match std::fs::File::open(&wal) {
+            Ok(f) => f.sync_data().map_err(|e| Error::io(format!("fsync {}: {e}", wal.display()))),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Folds the WAL back into the database (on clean shutdown).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.writer.lock().execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+        Ok(())
+    }
+}
+
+/// Owner and mode of the root directory at creation.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller0 {
+    pub uid: u32,
+    pub gid: u32,
+    pub perm: u32,
+}
+
+const INODE_COLS: &str = "ino, kind, perm, nlink, uid, gid, rdev, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq";
+
+fn row_to_inode(r: &rusqlite::Row) -> rusqlite::Result<(InodeRow, i64)> {
+    let kind: i64 = r.get(1)?;
+    let data_bytes: i64 = r.get(8)?;
+    let attr = Attr {
+        ino: r.get::<_, i64>(0)? as u64,
+        kind: FileKind::File, // fixed below
+        perm: r.get::<_, i64>(2)? as u32,
+        nlink: r.get::<_, i64>(3)? as u32,
+        uid: r.get::<_, i64>(4)? as u32,
+        gid: r.get::<_, i64>(5)? as u32,
+        rdev: r.get::<_, i64>(6)? as u32,
+        size: r.get::<_, i64>(7)? as u64,
+        blocks: (data_bytes as u64).div_ceil(512),
+        atime: Timestamp(r.get(9)?),
+        mtime: Timestamp(r.get(10)?),
+        ctime: Timestamp(r.get(11)?),
+        btime: Timestamp(r.get(12)?),
+    };
+    Ok((
+        InodeRow {
+            attr,
+            data_bytes: data_bytes as u64,
+            parent: r.get::<_, Option<i64>>(13)?.map(|p| p as u64),
+            target: r.get(14)?,
+            jseq: r.get::<_, i64>(15)? as u64,
+        },
+        kind,
+    ))
+}
+
+/// Reads one inode.
+pub fn get_inode(c: &Connection, ino: Ino) -> Result<Option<InodeRow>> {
+    let mut st = c.prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE ino=?1"))?;
+    let r = st.query_row([ino as i64], row_to_inode).optional()?;
+    match r {
+        None => Ok(None),
+        Some((mut row, kind)) => {
+            row.attr.kind = FileKind::from_code(kind)?;
+            if row.attr.kind == FileKind::Dir {
+                row.attr.size = 4096;
+                row.attr.blocks = 8;
+            }
+            Ok(Some(row))
+        }
+    }
+}
+
+/// A new inode; returns its number.
+pub fn insert_inode(c: &Connection, a: &Attr, parent: Option<Ino>, target: Option<&[u8]>) -> Result<Ino> {
+    let mut st = c.prepare_cached(
+        "INSERT INTO inodes(kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target)
+         VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?;
+    st.execute(params![
+        a.kind.code(), a.perm, a.uid, a.gid, a.rdev, a.nlink, a.size as i64,
+        a.atime.0, a.mtime.0, a.ctime.0, a.btime.0, parent.map(|p| p as i64), target
+    ])?;
+    Ok(c.last_insert_rowid() as u64)
+}
+
+/// Writes back the mutable attributes of an inode.
+pub fn update_attr(c: &Connection, a: &Attr) -> Result<()> {
+    let mut st = c.prepare_cached(
+        "UPDATE inodes SET perm=?2, uid=?3, gid=?4, nlink=?5, atime=?6, mtime=?7, ctime=?8 WHERE ino=?1",
+    )?;
+    st.execute(params![a.ino as i64, a.perm, a.uid, a.gid, a.nlink, a.atime.0, a.mtime.0, a.ctime.0])?;
+    Ok(())
+}
+
+/// Records a flushed file's size, allocation and journal position.
+pub fn update_content(c: &Connection, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()> {
+    let mut st = c.prepare_cached("UPDATE inodes SET size=?2, data_bytes=?3, mtime=?4, ctime=?5, jseq=MAX(jseq, ?6) WHERE ino=?1")?;
+    st.execute(params![ino as i64, size as i64, data_bytes as i64, mtime.0, ctime.0, jseq as i64])?;
+    Ok(())
+}
+
+pub fn set_nlink(c: &Connection, ino: Ino, nlink: u32, ctime: Timestamp) -> Result<()> {
+    c.prepare_cached("UPDATE inodes SET nlink=?2, ctime=?3 WHERE ino=?1")?.execute(params![ino as i64, nlink, ctime.0])?;
+    Ok(())
+}
+
+pub fn set_parent(c: &Connection, ino: Ino, parent: Ino) -> Result<()> {
+    c.prepare_cached("UPDATE inodes SET parent=?2 WHERE ino=?1")?.execute(params![ino as i64, parent as i64])?;
+    Ok(())
+}
+
+/// Touches a directory's mtime and ctime.
+pub fn touch_dir(c: &Connection, ino: Ino, now: Timestamp, nlink_delta: i64) -> Result<()> {
+    c.prepare_cached("UPDATE inodes SET mtime=?2, ctime=?2, nlink=nlink+?3 WHERE ino=?1")?
+        .execute(params![ino as i64, now.0, nlink_delta])?;
+    Ok(())
+}
+
+/// The entry `name` in `parent`: (ino, kind).
+pub fn lookup(c: &Connection, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
+    let mut st = c.prepare_cached("SELECT ino, kind FROM dentries WHERE parent=?1 AND name=?2")?;
+    let r: Option<(i64, i64)> = st.query_row(params![parent as i64, name], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+    match r {
+        None => Ok(None),
+        Some((i, k)) => Ok(Some((i as u64, FileKind::from_code(k)?))),
+    }
+}
+
+pub fn insert_dentry(c: &Connection, parent: Ino, name: &[u8], ino: Ino, kind: FileKind) -> Result<()> {
+    c.prepare_cached("INSERT INTO dentries(parent, name, ino, kind) VALUES(?1, ?2, ?3, ?4)")?
+        .execute(params![parent as i64, name, ino as i64, kind.code()])?;
+    Ok(())
+}
+
+pub fn delete_dentry(c: &Connection, parent: Ino, name: &[u8]) -> Result<()> {
+    c.prepare_cached("DELETE FROM dentries WHERE parent=?1 AND name=?2")?.execute(params![parent as i64, name])?;
+    Ok(())
+}
+
+/// Entries of a directory, sorted by name.
+pub fn list_dir(c: &Connection, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, FileKind)>> {
+    let mut st = c.prepare_cached("SELECT name, ino, kind FROM dentries WHERE parent=?1 ORDER BY name")?;
+    let rows = st.query_map([dir as i64], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
+    let mut out = Vec::new();
+    for r in rows {
+        let (n, i, k) = r?;
+        out.push((n, i as u64, FileKind::from_code(k)?));
+    }
+    Ok(out)
+}
+
+pub fn dir_is_empty(c: &Connection, dir: Ino) -> Result<bool> {
+    let n: Option<i64> = c.prepare_cached("SELECT 1 FROM dentries WHERE parent=?1 LIMIT 1")?
+        .query_row([dir as i64], |r| r.get(0)).optional()?;
+    Ok(n.is_none())
+}
+
+/// Removes an inode row with its xattrs and extent pages. The caller has
+/// already released the chunk references of its extents.
+pub fn delete_inode(c: &Connection, ino: Ino) -> Result<()> {
+    c.prepare_cached("DELETE FROM inodes WHERE ino=?1")?.execute([ino as i64])?;
+    c.prepare_cached("DELETE FROM xattrs WHERE ino=?1")?.execute([ino as i64])?;
+    c.prepare_cached("DELETE FROM extent_pages WHERE ino=?1")?.execute([ino as i64])?;
+    Ok(())
+}
+
+pub fn get_xattr(c: &Connection, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
+    Ok(c.prepare_cached("SELECT value FROM xattrs WHERE ino=?1 AND name=?2")?
+        .query_row(params![ino as i64, name], |r| r.get(0)).optional()?)
+}
+
+pub fn set_xattr(c: &Connection, ino: Ino, name: &[u8], value: &[u8]) -> Result<()> {
+    c.prepare_cached("INSERT OR REPLACE INTO xattrs(ino, name, value) VALUES(?1, ?2, ?3)")?
+        .execute(params![ino as i64, name, value])?;
+    Ok(())
+}
+
+pub fn remove_xattr(c: &Connection, ino: Ino, name: &[u8]) -> Result<bool> {
+    Ok(c.prepare_cached("DELETE FROM xattrs WHERE ino=?1 AND name=?2")?.execute(params![ino as i64, name])? > 0)
+}
+
+pub fn list_xattrs(c: &Connection, ino: Ino) -> Result<Vec<Vec<u8>>> {
+    let mut st = c.prepare_cached("SELECT name FROM xattrs WHERE ino=?1 ORDER BY name")?;
+    let rows = st.query_map([ino as i64], |r| r.get::<_, Vec<u8>>(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Loads a file's extent map.
+pub fn load_extents(c: &Connection, ino: Ino) -> Result<ExtentMap> {
+    let mut st = c.prepare_cached("SELECT key, data FROM extent_pages WHERE ino=?1 ORDER BY key")?;
+    let rows = st.query_map([ino as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+    let mut pages: Vec<Page> = Vec::new();
+    for r in rows {
+        let (k, d) = r?;
+        pages.push(decode_page(k, &d).map_err(|e| e.context(format!("inode {ino}")))?);
+    }
+    Ok(ExtentMap::from_pages(pages))
+}
+
+/// Persists page edits of one file.
+pub fn save_extents(c: &Connection, ino: Ino, ch: &PageChanges) -> Result<()> {
+    let mut del = c.prepare_cached("DELETE FROM extent_pages WHERE ino=?1 AND key=?2")?;
+    for k in &ch.deletes {
+        del.execute(params![ino as i64, k])?;
+    }
+    let mut up = c.prepare_cached("INSERT OR REPLACE INTO extent_pages(ino, key, data) VALUES(?1, ?2, ?3)")?;
+    for p in &ch.upserts {
+        up.execute(params![ino as i64, p.key, encode_page(p)?])?;
+    }
+    Ok(())
+}
+
+fn row_to_chunk(r: &rusqlite::Row) -> rusqlite::Result<ChunkRow> {
+    let h: Vec<u8> = r.get(1)?;
+    let mut hash = [0u8; 32];
+    if h.len() == 32 {
+        hash.copy_from_slice(&h);
+    }
+    Ok(ChunkRow {
+        id: r.get::<_, i64>(0)? as u64,
+        hash,
+        pack: r.get::<_, i64>(2)? as u64,
+        offset: r.get::<_, i64>(3)? as u64,
+        stored_len: r.get::<_, i64>(4)? as u32,
+        raw_len: r.get::<_, i64>(5)? as u32,
+        flags: r.get::<_, i64>(6)? as u8,
+        refs: r.get(7)?,
+    })
+}
+
+const CHUNK_COLS: &str = "id, hash, pack, offset, stored_len, raw_len, flags, refs";
+
+pub fn chunk_by_id(c: &Connection, id: u64) -> Result<Option<ChunkRow>> {
+    Ok(c.prepare_cached(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE id=?1"))?
+        .query_row([id as i64], row_to_chunk).optional()?)
+}
+
+pub fn chunk_by_hash(c: &Connection, hash: &[u8; 32]) -> Result<Option<ChunkRow>> {
+    Ok(c.prepare_cached(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE hash=?1"))?
+        .query_row([&hash[..]], row_to_chunk).optional()?)
+}
+
+pub fn all_chunks(c: &Connection) -> Result<Vec<ChunkRow>> {
+    let mut st = c.prepare(&format!("SELECT {CHUNK_COLS} FROM chunks ORDER BY pack, offset"))?;
+    let rows = st.query_map([], row_to_chunk)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn chunks_in_pack(c: &Connection, pack: u64) -> Result<Vec<ChunkRow>> {
+    let mut st = c.prepare_cached(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE pack=?1 ORDER BY offset"))?;
+    let rows = st.query_map([pack as i64], row_to_chunk)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn insert_chunk(c: &Connection, ch: &ChunkRow) -> Result<()> {
+    c.prepare_cached("INSERT INTO chunks(id, hash, pack, offset, stored_len, raw_len, flags, refs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)")?
+        .execute(params![ch.id as i64, &ch.hash[..], ch.pack as i64, ch.offset as i64, ch.stored_len, ch.raw_len, ch.flags, ch.refs])?;
+    Ok(())
+}
+
+pub fn max_chunk_id(c: &Connection) -> Result<u64> {
+    Ok(c.query_row("SELECT COALESCE(MAX(id), 0) FROM chunks", [], |r| r.get::<_, i64>(0))? as u64)
+}
+
+pub fn max_jseq(c: &Connection) -> Result<u64> {
+    Ok(c.query_row("SELECT COALESCE(MAX(jseq), 0) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64)
+}
+
+/// A new pack. `dead_bytes` counts its blobs that no extent references yet
+/// (new chunks start unreferenced; their first reference revives them).
+pub fn insert_pack(c: &Connection, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
+    let now = Timestamp::now().0;
+    c.prepare_cached("INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created) VALUES(?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN ?5 END, ?5)")?
+        .execute(params![name, size as i64, blobs as i64, dead_bytes as i64, now])?;
+    Ok(c.last_insert_rowid() as u64)
+}
+
+pub fn all_packs(c: &Connection) -> Result<Vec<PackRow>> {
+    let mut st = c.prepare("SELECT id, name, size, blobs, dead_bytes FROM packs ORDER BY id")?;
+    let rows = st.query_map([], |r| {
+        Ok(PackRow {
+            id: r.get::<_, i64>(0)? as u64,
+            name: r.get(1)?,
+            size: r.get::<_, i64>(2)? as u64,
+            blobs: r.get::<_, i64>(3)? as u64,
+            dead_bytes: r.get::<_, i64>(4)? as u64,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn pack_name(c: &Connection, id: u64) -> Result<String> {
+    c.prepare_cached("SELECT name FROM packs WHERE id=?1")?
+        .query_row([id as i64], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| Error::corrupt(format!("pack #{id} is missing from the metadata")))
+}
+
+/// Applies reference-count changes, keeping each pack's dead-byte count
+/// (bytes of chunks nobody references) in step.
+pub fn apply_ref_deltas(c: &Connection, deltas: &HashMap<u64, i64>) -> Result<()> {
+    let mut get = c.prepare_cached("SELECT refs, pack, stored_len FROM chunks WHERE id=?1")?;
+    let mut set = c.prepare_cached("UPDATE chunks SET refs=?2 WHERE id=?1")?;
+    let mut dead = c.prepare_cached(
+        "UPDATE packs SET dead_bytes=dead_bytes+?2,
+           dead_since=CASE WHEN ?2 > 0 AND dead_since IS NULL THEN ?3 WHEN dead_bytes+?2 = 0 THEN NULL ELSE dead_since END
+         WHERE id=?1",
+    )?;
+    let now = Timestamp::now().0;
+    for (&id, &d) in deltas {
+        if d == 0 {
+            continue;
+        }
+        let (refs, pack, stored): (i64, i64, i64) = get
+            .query_row([id as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| Error::corrupt(format!("reference to unknown chunk #{id}")))?;
+        let new = refs + d;
+        if new < 0 {
+            return Err(Error::corrupt(format!("chunk #{id} reference count would go negative ({refs}{d:+})")));
+        }
+        set.execute(params![id as i64, new])?;
+        if refs > 0 && new == 0 {
+            dead.execute(params![pack, stored, now])?;
+        } else if refs == 0 && new > 0 {
+            dead.execute(params![pack, -stored, now])?;
+        }
+    }
+    Ok(())
+}
+
+/// Every inode number.
+pub fn all_inodes(c: &Connection) -> Result<Vec<InodeRow>> {
+    let mut st = c.prepare(&format!("SELECT {INODE_COLS} FROM inodes ORDER BY ino"))?;
+    let rows = st.query_map([], row_to_inode)?;
+    let mut out = Vec::new();
+    for r in rows {
+        let (mut row, k) = r?;
+        row.attr.kind = FileKind::from_code(k)?;
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// Inodes with no names left (orphans of a crash while files were open).
+pub fn orphan_inodes(c: &Connection) -> Result<Vec<Ino>> {
+    let mut st = c.prepare("SELECT ino FROM inodes WHERE nlink=0")?;
+    let rows = st.query_map([], |r| r.get::<_, i64>(0))?;
+    Ok(rows.map(|r| r.map(|i| i as u64)).collect::<rusqlite::Result<_>>()?)
+}
+
+/// Every dentry: (parent, name, ino, kind code).
+pub fn all_dentries(c: &Connection) -> Result<Vec<(Ino, Vec<u8>, Ino, i64)>> {
+    let mut st = c.prepare("SELECT parent, name, ino, kind FROM dentries")?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get::<_, i64>(2)? as u64, r.get(3)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Every extent page: (ino, key, data).
+pub fn all_pages(c: &Connection) -> Result<Vec<(Ino, i64, Vec<u8>)>> {
+    let mut st = c.prepare("SELECT ino, key, data FROM extent_pages ORDER BY ino, key")?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn count_inodes(c: &Connection) -> Result<u64> {
+    Ok(c.query_row("SELECT COUNT(*) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64)
+}
+
+/// Moves a chunk to another pack (repacking).
+pub fn relocate_chunk(c: &Connection, id: u64, pack: u64, offset: u64) -> Result<()> {
+    c.prepare_cached("UPDATE chunks SET pack=?2, offset=?3 WHERE id=?1")?.execute(params![id as i64, pack as i64, offset as i64])?;
+    Ok(())
+}
+
+/// Deletes a pack row and the unreferenced chunks still pointing at it.
+pub fn delete_pack(c: &Connection, pack: u64) -> Result<u64> {
+    let n = c.prepare_cached("DELETE FROM chunks WHERE pack=?1 AND refs=0")?.execute([pack as i64])?;
+    let live: i64 = c.query_row("SELECT COUNT(*) FROM chunks WHERE pack=?1", [pack as i64], |r| r.get(0))?;
+    if live > 0 {
+        return Err(Error::corrupt(format!("pack #{pack} still holds {live} live chunks")));
+    }
+    c.prepare_cached("DELETE FROM packs WHERE id=?1")?.execute([pack as i64])?;
+    Ok(n as u64)
+}
+
+/// Sets a pack's dead-byte count (after repacking).
+pub fn set_dead_bytes(c: &Connection, pack: u64, dead: u64) -> Result<()> {
+    c.prepare_cached("UPDATE packs SET dead_bytes=?2, dead_since=CASE WHEN ?2=0 THEN NULL ELSE dead_since END WHERE id=?1")?
+        .execute(params![pack as i64, dead as i64])?;
+    Ok(())
+}

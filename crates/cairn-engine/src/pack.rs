@@ -1,0 +1,262 @@
+//! Packs: immutable backend objects holding many blobs (format v1).
+//!
+//! ```text
+//! pack    = header blob* index trailer
+//! header  = "CAIRNPK1" (8 bytes) || volume id (16 bytes)
+//! blob    = sealed(payload)              payload = zstd(chunk) or chunk
+//! index   = sealed(entries || count u32)  (encrypted volumes, AAD "cairn-pack-index" || volume id)
+//!         | entries || count u32 || keyed checksum (32 bytes)   (unencrypted volumes)
+//! entry   = chunk id (32) || offset u64 || stored_len u32 || raw_len u32 || flags u8   (49 bytes)
+//! trailer = index length u32 || "CRNIDX01" (8 bytes)
+//! ```
+//! All integers little-endian. A blob's AEAD associated data is its chunk id
+//! and flags, so a blob cannot be passed off as another. The index makes a
+//! pack self-describing: the chunk index can be rebuilt from the backend alone.
+
+use crate::crypto::{ChunkId, Keys, ID_LEN};
+use crate::error::{Error, Result};
+
+pub const PACK_MAGIC: &[u8; 8] = b"CAIRNPK1";
+pub const TRAILER_MAGIC: &[u8; 8] = b"CRNIDX01";
+pub const HEADER_LEN: usize = 24;
+pub const TRAILER_LEN: usize = 12;
+const ENTRY_LEN: usize = ID_LEN + 8 + 4 + 4 + 1;
+/// Blob flag: payload is zstd-compressed.
+pub const FLAG_ZSTD: u8 = 1;
+
+/// One blob's place in a pack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlobEntry {
+    pub id: ChunkId,
+    pub offset: u64,
+    pub stored_len: u32,
+    pub raw_len: u32,
+    pub flags: u8,
+}
+
+/// Associated data binding a blob to its id and flags.
+pub fn blob_aad(id: &ChunkId, flags: u8) -> [u8; ID_LEN + 1] {
+    let mut a = [0u8; ID_LEN + 1];
+    a[..ID_LEN].copy_from_slice(id);
+    a[ID_LEN] = flags;
+    a
+}
+
+/// Encodes one chunk as a blob: compress (keep raw if it does not shrink), seal.
+pub fn encode_blob(keys: &Keys, id: &ChunkId, chunk: &[u8], zstd_level: i32) -> (Vec<u8>, u8) {
+    let (payload, flags) = match zstd::bulk::compress(chunk, zstd_level) {
+        Ok(c) if c.len() < chunk.len() => (c, FLAG_ZSTD),
+        _ => (chunk.to_vec(), 0),
+    };
+    (keys.seal(&blob_aad(id, flags), payload), flags)
+}
+
+/// Decodes a blob back into the chunk and verifies its id. Any mismatch is
+/// an error: corrupt data is never returned.
+pub fn decode_blob(keys: &Keys, e: &BlobEntry, stored: Vec<u8>) -> Result<Vec<u8>> {
+    let payload = keys.open(&blob_aad(&e.id, e.flags), stored)?;
+    let chunk = if e.flags & FLAG_ZSTD != 0 {
+        zstd::bulk::decompress(&payload, e.raw_len as usize)
+            .map_err(|err| Error::corrupt(format!("decompression failed: {err}")))?
+    } else {
+        payload
+    };
+    if chunk.len() != e.raw_len as usize || keys.chunk_id(&chunk) != e.id {
+        return Err(Error::corrupt("chunk content does not match its id"));
+    }
+    Ok(chunk)
+}
+
+/// Builds a pack in memory.
+pub struct PackBuilder {
+    buf: Vec<u8>,
+    entries: Vec<BlobEntry>,
+}
+
+impl PackBuilder {
+    pub fn new(volume_id: &[u8; 16]) -> Self {
+        let mut buf = Vec::with_capacity(1 << 20);
+        buf.extend_from_slice(PACK_MAGIC);
+        buf.extend_from_slice(volume_id);
+        PackBuilder { buf, entries: Vec::new() }
+    }
+    /// Appends an encoded blob; returns its entry.
+    pub fn add(&mut self, id: ChunkId, blob: &[u8], raw_len: u32, flags: u8) -> BlobEntry {
+        let e = BlobEntry { id, offset: self.buf.len() as u64, stored_len: blob.len() as u32, raw_len, flags };
+        self.buf.extend_from_slice(blob);
+        self.entries.push(e.clone());
+        e
+    }
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// Appends index and trailer; returns the bytes and the entries.
+    pub fn finish(mut self, keys: &Keys, volume_id: &[u8; 16]) -> (Vec<u8>, Vec<BlobEntry>) {
+        let index = encode_index(keys, volume_id, &self.entries);
+        self.buf.extend_from_slice(&index);
+        self.buf.extend_from_slice(&(index.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(TRAILER_MAGIC);
+        (self.buf, self.entries)
+    }
+}
+
+fn index_aad(volume_id: &[u8; 16]) -> Vec<u8> {
+    let mut a = b"cairn-pack-index".to_vec();
+    a.extend_from_slice(volume_id);
+    a
+}
+
+fn encode_index(keys: &Keys, volume_id: &[u8; 16], entries: &[BlobEntry]) -> Vec<u8> {
+    let mut plain = Vec::with_capacity(entries.len() * ENTRY_LEN + 4 + 32);
+    for e in entries {
+        plain.extend_from_slice(&e.id);
+        plain.extend_from_slice(&e.offset.to_le_bytes());
+        plain.extend_from_slice(&e.stored_len.to_le_bytes());
+        plain.extend_from_slice(&e.raw_len.to_le_bytes());
+        plain.push(e.flags);
+    }
+    plain.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    if keys.encrypted() {
+        keys.seal(&index_aad(volume_id), plain)
+    } else {
+        let sum = keys.checksum("cairn-pack-index", &plain);
+        plain.extend_from_slice(&sum);
+        plain
+    }
+}
+
+/// Parses a trailer (the last [`TRAILER_LEN`] bytes): the index length.
+pub fn parse_trailer(t: &[u8], pack_size: u64) -> Result<u64> {
+    if t.len() != TRAILER_LEN || &t[4..] != TRAILER_MAGIC {
+        return Err(Error::corrupt("pack trailer missing or damaged (truncated pack?)"));
+    }
+    let n = u32::from_le_bytes(t[..4].try_into().expect("4 bytes")) as u64;
+    if n + (TRAILER_LEN + HEADER_LEN) as u64 > pack_size {
+        return Err(Error::corrupt("pack index length exceeds the pack"));
+    }
+    Ok(n)
+}
+
+/// Decodes and authenticates a pack index; checks every entry lies inside
+/// the blob area.
+pub fn decode_index(keys: &Keys, volume_id: &[u8; 16], index: Vec<u8>, pack_size: u64) -> Result<Vec<BlobEntry>> {
+    let plain = if keys.encrypted() {
+        keys.open(&index_aad(volume_id), index).map_err(|e| e.context("pack index"))?
+    } else {
+        if index.len() < 36 {
+            return Err(Error::corrupt("pack index too short"));
+        }
+        let (body, sum) = index.split_at(index.len() - 32);
+        if keys.checksum("cairn-pack-index", body) != sum {
+            return Err(Error::corrupt("pack index checksum mismatch"));
+        }
+        body.to_vec()
+    };
+    if plain.len() < 4 {
+        return Err(Error::corrupt("pack index too short"));
+    }
+    let (body, cnt) = plain.split_at(plain.len() - 4);
+    let count = u32::from_le_bytes(cnt.try_into().expect("4 bytes")) as usize;
+    if body.len() != count.checked_mul(ENTRY_LEN).ok_or_else(|| Error::corrupt("pack index count"))? {
+        return Err(Error::corrupt("pack index length does not match its entry count"));
+    }
+    let blob_end = pack_size.saturating_sub(TRAILER_LEN as u64);
+    let mut out = Vec::with_capacity(count);
+    for c in body.chunks_exact(ENTRY_LEN) {
+        let mut id = [0u8; ID_LEN];
+        id.copy_from_slice(&c[..ID_LEN]);
+        let e = BlobEntry {
+            id,
+            offset: u64::from_le_bytes(c[32..40].try_into().expect("8")),
+            stored_len: u32::from_le_bytes(c[40..44].try_into().expect("4")),
+            raw_len: u32::from_le_bytes(c[44..48].try_into().expect("4")),
+            flags: c[48],
+        };
+        if e.offset < HEADER_LEN as u64 || e.offset + e.stored_len as u64 > blob_end || e.flags & !FLAG_ZSTD != 0 {
+            return Err(Error::corrupt("pack index entry out of bounds"));
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// Checks a pack header.
+pub fn check_header(h: &[u8], volume_id: &[u8; 16]) -> Result<()> {
+    if h.len() < HEADER_LEN || &h[..8] != PACK_MAGIC {
+        return Err(Error::corrupt("not a Cairn pack (bad magic)"));
+    }
+    if &h[8..24] != volume_id {
+        return Err(Error::corrupt("pack belongs to another volume"));
+    }
+    Ok(())
+}
+
+/// Reads and verifies a whole pack's index through a backend.
+pub fn read_index(
+    backend: &dyn cairn_backend::Backend,
+    keys: &Keys,
+    volume_id: &[u8; 16],
+    name: &str,
+) -> Result<Vec<BlobEntry>> {
+    let size = backend.size(name)?;
+    if size < (HEADER_LEN + TRAILER_LEN) as u64 {
+        return Err(Error::corrupt(format!("pack {name} is truncated ({size} bytes)")));
+    }
+    let ctx = |e: Error| e.context(format!("pack {name}"));
+    check_header(&backend.get_range(name, 0, HEADER_LEN as u64)?, volume_id).map_err(ctx)?;
+    let t = backend.get_range(name, size - TRAILER_LEN as u64, TRAILER_LEN as u64)?;
+    let n = parse_trailer(&t, size).map_err(ctx)?;
+    let idx = backend.get_range(name, size - TRAILER_LEN as u64 - n, n)?;
+    decode_index(keys, volume_id, idx, size).map_err(ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(keys: &Keys, vid: &[u8; 16], chunks: &[Vec<u8>]) -> (Vec<u8>, Vec<BlobEntry>) {
+        let mut b = PackBuilder::new(vid);
+        for c in chunks {
+            let id = keys.chunk_id(c);
+            let (blob, flags) = encode_blob(keys, &id, c, 1);
+            b.add(id, &blob, c.len() as u32, flags);
+        }
+        b.finish(keys, vid)
+    }
+
+    #[test]
+    fn roundtrip_both_modes() {
+        for enc in [false, true] {
+            let keys = Keys::derive(&[3u8; 32], enc);
+            let vid = [9u8; 16];
+            let chunks = vec![vec![0u8; 5000], (0..3000u32).map(|i| (i * 31) as u8).collect(), b"x".to_vec()];
+            let (bytes, entries) = build(&keys, &vid, &chunks);
+            let size = bytes.len() as u64;
+            let n = parse_trailer(&bytes[bytes.len() - TRAILER_LEN..], size).unwrap();
+            let idx = bytes[bytes.len() - TRAILER_LEN - n as usize..bytes.len() - TRAILER_LEN].to_vec();
+            let parsed = decode_index(&keys, &vid, idx, size).unwrap();
+            assert_eq!(parsed, entries);
+            for (e, c) in entries.iter().zip(&chunks) {
+                let stored = bytes[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
+                assert_eq!(&decode_blob(&keys, e, stored).unwrap(), c);
+            }
+            // One flipped byte anywhere in a blob is detected.
+            let e = &entries[1];
+            let mut stored = bytes[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
+            let mid = stored.len() / 2;
+            stored[mid] ^= 0x40;
+            assert!(decode_blob(&keys, e, stored).is_err());
+        }
+    }
+
+    #[test]
+    fn truncated_pack_trailer_is_an_error() {
+        let keys = Keys::derive(&[3u8; 32], false);
+        let (bytes, _) = build(&keys, &[1; 16], &[vec![1u8; 100]]);
+        let cut = &bytes[..bytes.len() - 5];
+        assert!(parse_trailer(&cut[cut.len() - TRAILER_LEN..], cut.len() as u64).is_err());
+    }
+}

@@ -1,0 +1,566 @@
+//! File content: the per-file write-back state and read/write/truncate.
+//!
+//! A file's content is its committed extent map (`base`), cut at
+//! `base_valid` by truncations not yet flushed, with an overlay of journal
+//! pieces on top. Invariant: `base_valid <= base.len()` and
+//! `base_valid <= size`; bytes in `[0, size)` come from the overlay if it
+//! covers them, else from `base` below `base_valid`, else they are zeros.
+
+use super::Volume;
+use crate::error::{Error, ErrorKind, Result};
+use crate::extent::{ExtentMap, JLoc, Source};
+use crate::journal::RecordKind;
+use crate::meta;
+use crate::types::{Attr, FileKind, Ino, Timestamp};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Largest file size (as ext4: 16 TiB).
+pub const MAX_FILE_SIZE: u64 = 16 << 40;
+
+/// Where an overlay piece's bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PieceSrc {
+    /// In the journal, starting here.
+    Data(JLoc),
+    /// Zeros (a punched hole).
+    Zero,
+}
+
+/// A range of bytes written since the last flush.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Piece {
+    pub len: u64,
+    pub src: PieceSrc,
+    pub seq: u64,
+}
+
+impl Piece {
+    fn slice(&self, from: u64, len: u64) -> Piece {
+        let src = match self.src {
+            PieceSrc::Data(l) => PieceSrc::Data(JLoc { offset: l.offset + from, ..l }),
+            PieceSrc::Zero => PieceSrc::Zero,
+        };
+        Piece { len, src, seq: self.seq }
+    }
+}
+
+/// In-memory state of a regular file that is open or has unflushed changes.
+pub(crate) struct FileState {
+    pub ino: Ino,
+    pub inner: Mutex<FileInner>,
+    /// Held while a flush of this file is prepared and committed, and by
+    /// truncation, so that the two never interleave.
+    pub flush_lock: Arc<Mutex<()>>,
+}
+
+pub(crate) struct FileInner {
+    pub base: ExtentMap,
+    pub base_valid: u64,
+    pub size: u64,
+    pub overlay: BTreeMap<u64, Piece>,
+    pub dirty_bytes: u64,
+    /// Seq of this file's newest journal record.
+    pub last_seq: u64,
+    /// Records up to here are in `base`.
+    pub flushed_seq: u64,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    /// Size or times differ from the metadata row.
+    pub meta_dirty: bool,
+    pub open: u32,
+    /// Closed since its last change: flush soon.
+    pub due: bool,
+    pub dirty_since: Option<Instant>,
+    /// Committed non-hole bytes (for `st_blocks`).
+    pub data_bytes: u64,
+    /// Removed from the volume's table; holders must look it up again.
+    pub evicted: bool,
+}
+
+impl FileInner {
+    pub fn is_dirty(&self) -> bool {
+        !self.overlay.is_empty() || self.base_valid < self.base.len() || self.size != self.base.len() || self.meta_dirty
+    }
+
+    /// Puts `piece` at `start`, replacing what the overlay had there.
+    pub fn overlay_insert(&mut self, start: u64, piece: Piece) {
+        let end = start + piece.len;
+        let mut hit: Vec<u64> = Vec::new();
+        if let Some((&s, p)) = self.overlay.range(..start).next_back() {
+            if s + p.len > start {
+                hit.push(s);
+            }
+        }
+        hit.extend(self.overlay.range(start..end).map(|(&s, _)| s));
+        for s in hit {
+            let p = self.overlay.remove(&s).expect("present");
+            self.dirty_bytes -= p.len;
+            if s < start {
+                let head = p.slice(0, start - s);
+                self.dirty_bytes += head.len;
+                self.overlay.insert(s, head);
+            }
+            if s + p.len > end {
+                let tail = p.slice(end - s, s + p.len - end);
+                self.dirty_bytes += tail.len;
+                self.overlay.insert(end, tail);
+            }
+        }
+        self.dirty_bytes += piece.len;
+        self.overlay.insert(start, piece);
+    }
+
+    /// Drops overlay bytes at or beyond `size`.
+    fn overlay_clip(&mut self, size: u64) {
+        let beyond: Vec<u64> = self.overlay.range(size..).map(|(&s, _)| s).collect();
+        for s in beyond {
+            let p = self.overlay.remove(&s).expect("present");
+            self.dirty_bytes -= p.len;
+        }
+        if let Some((&s, p)) = self.overlay.range(..size).next_back() {
+            if s + p.len > size {
+                let p = *p;
+                self.dirty_bytes -= p.len;
+                let head = p.slice(0, size - s);
+                self.dirty_bytes += head.len;
+                self.overlay.insert(s, head);
+            }
+        }
+    }
+
+    fn touch(&mut self, now: Timestamp) {
+        self.mtime = now;
+        self.ctime = now;
+        self.meta_dirty = true;
+        self.due = false;
+        if self.dirty_since.is_none() {
+            self.dirty_since = Some(Instant::now());
+        }
+    }
+}
+
+/// One part of a read.
+enum ReadPart {
+    Zero(u64),
+    Journal { file: Arc<File>, offset: u64, len: u64 },
+    Chunk { id: u64, off: u64, len: u64 },
+}
+
+impl Volume {
+    /// The state of regular file `ino`, loaded from the metadata if needed.
+    pub(crate) fn file_state(&self, ino: Ino) -> Result<Arc<FileState>> {
+        if let Some(st) = self.files.get(&ino) {
+            return Ok(st.clone());
+        }
+        let (row, base) = self.meta.read(|c| {
+            let row = meta::get_inode(c, ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))?;
+            if row.attr.kind != FileKind::File {
+                let kind = if row.attr.kind == FileKind::Dir { ErrorKind::IsDir } else { ErrorKind::Invalid };
+                return Err(Error::new(kind, format!("inode {ino} is not a regular file")));
+            }
+            Ok((row, meta::load_extents(c, ino)?))
+        })?;
+        if base.len() != row.attr.size {
+            return Err(Error::corrupt(format!("inode {ino}: extents cover {} bytes but its size is {}", base.len(), row.attr.size)));
+        }
+        let st = Arc::new(FileState {
+            ino,
+            inner: Mutex::new(FileInner {
+                base_valid: row.attr.size,
+                size: row.attr.size,
+                base,
+                overlay: BTreeMap::new(),
+                dirty_bytes: 0,
+                last_seq: row.jseq,
+                flushed_seq: row.jseq,
+                mtime: row.attr.mtime,
+                ctime: row.attr.ctime,
+                meta_dirty: false,
+                open: 0,
+                due: false,
+                dirty_since: None,
+                data_bytes: row.data_bytes,
+                evicted: false,
+            }),
+            flush_lock: Arc::new(Mutex::new(())),
+        });
+        Ok(self.files.entry(ino).or_insert(st).clone())
+    }
+
+    /// Runs `f` on the file's locked state, retrying if the state was evicted
+    /// between lookup and lock.
+    fn with_file<T>(&self, ino: Ino, mut f: impl FnMut(&FileState, &mut FileInner) -> Result<T>) -> Result<T> {
+        loop {
+            let st = self.file_state(ino)?;
+            let mut g = st.inner.lock();
+            if g.evicted {
+                continue;
+            }
+            return f(&st, &mut g);
+        }
+    }
+
+    /// Merges in-memory size and times into a stored attribute.
+    pub(crate) fn overlay_attr(&self, a: &mut Attr) {
+        if a.kind != FileKind::File {
+            return;
+        }
+        if let Some(st) = self.files.get(&a.ino) {
+            let g = st.inner.lock();
+            a.size = g.size;
+            a.mtime = g.mtime;
+            a.ctime = g.ctime.max(a.ctime);
+            a.blocks = (g.data_bytes + g.dirty_bytes).min(g.size).div_ceil(512);
+        }
+    }
+
+    /// Registers an open handle on a regular file.
+    pub fn open(&self, ino: Ino) -> Result<Attr> {
+        self.with_file(ino, |_, g| {
+            g.open += 1;
+            Ok(())
+        })?;
+        self.getattr(ino)
+    }
+
+    /// Drops an open handle; the last one of an unlinked file frees it.
+    pub fn release(&self, ino: Ino) -> Result<()> {
+        let last = self.with_file(ino, |_, g| {
+            g.open = g.open.saturating_sub(1);
+            if g.open == 0 {
+                g.due = true;
+            }
+            Ok(g.open == 0)
+        })?;
+        if last {
+            let nlink = self.meta.read(|c| meta::get_inode(c, ino))?.map(|r| r.attr.nlink);
+            if nlink == Some(0) {
+                self.free_inode(ino)?;
+            } else {
+                self.signal.poke();
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of open handles (for unlink).
+    pub(crate) fn open_count(&self, ino: Ino) -> u32 {
+        self.files.get(&ino).map(|st| st.inner.lock().open).unwrap_or(0)
+    }
+
+    /// Close-time hint: flush this file soon.
+    pub fn flush_file(&self, ino: Ino) -> Result<()> {
+        if let Some(st) = self.files.get(&ino) {
+            st.inner.lock().due = true;
+        }
+        Ok(())
+    }
+
+    /// Makes the file's acknowledged writes and the namespace durable.
+    pub fn fsync(&self, ino: Ino, _datasync: bool) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        self.journal.sync_for(ino)?;
+        self.meta.sync()
+    }
+
+    fn wait_for_journal_room(&self) {
+        while self.journal.bytes() > self.opts.journal_limit {
+            self.signal.poke();
+            let mut d = self.signal.done.lock();
+            self.signal.done_cv.wait_for(&mut d, std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Writes `data` at `offset`.
+    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<u32> {
+        self.check_writable()?;
+        let end = offset.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE_SIZE);
+        let Some(end) = end else {
+            return Err(Error::new(ErrorKind::TooBig, "write past the largest file size"));
+        };
+        if data.is_empty() {
+            return Ok(0);
+        }
+        self.wait_for_journal_room();
+        let poke = self.with_file(ino, |_, g| {
+            let now = Timestamp::now();
+            let (seq, loc) = self.journal.append(RecordKind::Write, ino, offset, data.len() as u32, data, now)?;
+            g.overlay_insert(offset, Piece { len: data.len() as u64, src: PieceSrc::Data(loc), seq });
+            g.size = g.size.max(end);
+            g.last_seq = seq;
+            g.touch(now);
+            Ok(g.dirty_bytes >= self.opts.flush_bytes)
+        })?;
+        if poke {
+            self.signal.poke();
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Sets the size: cuts the content or extends it with a hole.
+    pub fn truncate(&self, ino: Ino, size: u64) -> Result<()> {
+        self.check_writable()?;
+        if size > MAX_FILE_SIZE {
+            return Err(Error::new(ErrorKind::TooBig, "size past the largest file size"));
+        }
+        loop {
+            let st = self.file_state(ino)?;
+            let _fl = st.flush_lock.lock();
+            let mut g = st.inner.lock();
+            if g.evicted {
+                continue;
+            }
+            let now = Timestamp::now();
+            let (seq, _) = self.journal.append(RecordKind::Truncate, ino, size, 0, &[], now)?;
+            apply_truncate(&mut g, size);
+            g.last_seq = seq;
+            g.touch(now);
+            return Ok(());
+        }
+    }
+
+    /// Replaces `[offset, offset+len)` with a hole (within the current size
+    /// when `keep_size`, else extending it).
+    pub(crate) fn punch(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.check_writable()?;
+        let end = offset.checked_add(len).filter(|e| *e <= MAX_FILE_SIZE).ok_or_else(|| Error::new(ErrorKind::TooBig, "range past the largest file size"))?;
+        self.with_file(ino, |_, g| {
+            let end = if keep_size { end.min(g.size) } else { end };
+            if end <= offset {
+                return Ok(());
+            }
+            let now = Timestamp::now();
+            let (seq, _) = self.journal.append(RecordKind::Punch, ino, offset, (end - offset) as u32, &[], now)?;
+            g.overlay_insert(offset, Piece { len: end - offset, src: PieceSrc::Zero, seq });
+            g.size = g.size.max(end);
+            g.last_seq = seq;
+            g.touch(now);
+            Ok(())
+        })
+    }
+
+    /// `fallocate(2)`: mode 0 extends the size (space is never reserved in a
+    /// deduplicating store), KEEP_SIZE does nothing, PUNCH_HOLE and
+    /// ZERO_RANGE store a hole.
+    pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: i32) -> Result<()> {
+        self.check_writable()?;
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let m = mode & !libc::FALLOC_FL_KEEP_SIZE;
+        let end = offset.checked_add(len).ok_or_else(|| Error::invalid("range overflows"))?;
+        if m == libc::FALLOC_FL_PUNCH_HOLE {
+            if !keep {
+                return Err(Error::new(ErrorKind::NotSupported, "PUNCH_HOLE needs KEEP_SIZE"));
+            }
+            self.punch(ino, offset, len, true)
+        } else if m == libc::FALLOC_FL_ZERO_RANGE {
+            self.punch(ino, offset, len, keep)
+        } else if m == 0 {
+            if keep {
+                return Ok(());
+            }
+            let size = self.with_file(ino, |_, g| Ok(g.size))?;
+            if end > size {
+                self.truncate(ino, end)?;
+            }
+            Ok(())
+        } else {
+            Err(Error::new(ErrorKind::NotSupported, format!("fallocate mode {mode:#x} is not supported")))
+        }
+    }
+
+    /// `lseek` SEEK_DATA / SEEK_HOLE over committed holes and the overlay.
+    pub fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
+        let parts = self.with_file(ino, |_, g| {
+            if offset >= g.size {
+                return Err(Error::new(ErrorKind::Range, "offset at or past end of file"));
+            }
+            Ok((g.size, plan_holes(g, offset)))
+        });
+        let (size, holes) = match parts {
+            Ok(p) => p,
+            Err(e) if e.kind() == ErrorKind::Range => return Err(Error::new(ErrorKind::Range, "ENXIO")),
+            Err(e) => return Err(e),
+        };
+        let mut pos = offset;
+        for (s, len, is_hole) in holes {
+            let e = s + len;
+            if e <= pos {
+                continue;
+            }
+            if whence == libc::SEEK_DATA && !is_hole {
+                return Ok(pos.max(s));
+            }
+            if whence == libc::SEEK_HOLE && is_hole {
+                return Ok(pos.max(s));
+            }
+            pos = pos.max(s);
+        }
+        match whence {
+            libc::SEEK_HOLE => Ok(size),
+            libc::SEEK_DATA => Err(Error::new(ErrorKind::Range, "ENXIO")),
+            _ => Err(Error::invalid("lseek whence must be SEEK_DATA or SEEK_HOLE")),
+        }
+    }
+
+    /// Reads up to `size` bytes at `offset` (short only at end of file).
+    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let (parts, ahead) = self.with_file(ino, |_, g| {
+            let end = offset.saturating_add(size as u64).min(g.size);
+            if offset >= end {
+                return Ok((Vec::new(), Vec::new()));
+            }
+            let mut parts = Vec::new();
+            self.plan_read(g, offset, end, &mut parts)?;
+            // Read-ahead: the chunks just past this read.
+            let ahead_end = (end + 2 * self.cfg.chunker.max as u64).min(g.base_valid);
+            let ahead: Vec<u64> = if end < ahead_end {
+                g.base.range(end, ahead_end).into_iter().filter_map(|(_, e)| match e.src { Source::Chunk(id) => Some(id), _ => None }).collect()
+            } else {
+                Vec::new()
+            };
+            Ok((parts, ahead))
+        })?;
+        if !ahead.is_empty() {
+            self.prefetch(ahead);
+        }
+        let total: u64 = parts.iter().map(|p| match p { ReadPart::Zero(l) => *l, ReadPart::Journal { len, .. } => *len, ReadPart::Chunk { len, .. } => *len }).sum();
+        let mut buf = vec![0u8; total as usize];
+        let mut pos = 0usize;
+        for p in parts {
+            match p {
+                ReadPart::Zero(l) => pos += l as usize,
+                ReadPart::Journal { file, offset, len } => {
+                    file.read_exact_at(&mut buf[pos..pos + len as usize], offset)
+                        .map_err(|e| Error::io(format!("reading the journal: {e}")))?;
+                    pos += len as usize;
+                }
+                ReadPart::Chunk { id, off, len } => {
+                    let c = self.chunk(id)?;
+                    let src = c.get(off as usize..(off + len) as usize).ok_or_else(|| Error::corrupt(format!("extent past the end of chunk #{id}")))?;
+                    buf[pos..pos + len as usize].copy_from_slice(src);
+                    pos += len as usize;
+                }
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Plans the bytes `[start, end)` of the file's current content.
+    fn plan_read(&self, g: &FileInner, start: u64, end: u64, out: &mut Vec<ReadPart>) -> Result<()> {
+        let mut pos = start;
+        let mut pieces: Vec<(u64, Piece)> = Vec::new();
+        if let Some((&s, p)) = g.overlay.range(..start).next_back() {
+            if s + p.len > start {
+                pieces.push((s, *p));
+            }
+        }
+        pieces.extend(g.overlay.range(start..end).map(|(&s, p)| (s, *p)));
+        for (s, p) in pieces {
+            if s > pos {
+                self.plan_base(g, pos, s, out);
+                pos = s;
+            }
+            let from = pos - s;
+            let len = (s + p.len).min(end) - pos;
+            match p.src {
+                PieceSrc::Zero => out.push(ReadPart::Zero(len)),
+                PieceSrc::Data(loc) => out.push(ReadPart::Journal { file: self.journal.file(&loc)?, offset: loc.offset + from, len }),
+            }
+            pos += len;
+        }
+        if pos < end {
+            self.plan_base(g, pos, end, out);
+        }
+        Ok(())
+    }
+
+    fn plan_base(&self, g: &FileInner, start: u64, end: u64, out: &mut Vec<ReadPart>) {
+        let valid_end = end.min(g.base_valid);
+        if start < valid_end {
+            for (_, e) in g.base.range(start, valid_end) {
+                match e.src {
+                    Source::Hole => out.push(ReadPart::Zero(e.len)),
+                    Source::Chunk(id) => out.push(ReadPart::Chunk { id, off: e.off, len: e.len }),
+                    Source::Pending(_) => out.push(ReadPart::Zero(e.len)), // never in a committed map
+                }
+            }
+        }
+        let z = start.max(valid_end);
+        if z < end {
+            out.push(ReadPart::Zero(end - z));
+        }
+    }
+
+    /// Applies a replayed journal record.
+    pub(crate) fn replay_record(&self, r: &crate::journal::Record) -> Result<()> {
+        self.with_file(r.ino, |_, g| {
+            if r.seq <= g.flushed_seq {
+                return Ok(());
+            }
+            match r.kind {
+                RecordKind::Write => {
+                    g.overlay_insert(r.arg, Piece { len: r.len as u64, src: PieceSrc::Data(r.loc), seq: r.seq });
+                    g.size = g.size.max(r.arg + r.len as u64);
+                }
+                RecordKind::Truncate => apply_truncate(g, r.arg),
+                RecordKind::Punch => {
+                    g.overlay_insert(r.arg, Piece { len: r.len as u64, src: PieceSrc::Zero, seq: r.seq });
+                    g.size = g.size.max(r.arg + r.len as u64);
+                }
+            }
+            g.last_seq = r.seq;
+            g.touch(r.time);
+            g.due = true;
+            Ok(())
+        })
+    }
+}
+
+fn apply_truncate(g: &mut FileInner, size: u64) {
+    g.overlay_clip(size);
+    g.base_valid = g.base_valid.min(size);
+    g.size = size;
+}
+
+/// Data/hole runs from `offset` on: (start, len, is_hole).
+fn plan_holes(g: &FileInner, offset: u64) -> Vec<(u64, u64, bool)> {
+    let mut out = Vec::new();
+    // Coarse but exact enough: committed holes below base_valid, overlay
+    // pieces as data (or holes when punched), the rest past base_valid holes.
+    let mut marks: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    for (at, e) in g.base.range(offset, g.base_valid) {
+        marks.insert(at, (e.len, e.src == Source::Hole));
+    }
+    if g.base_valid < g.size {
+        marks.insert(g.base_valid.max(offset), (g.size - g.base_valid.max(offset), true));
+    }
+    for (&s, p) in g.overlay.range(..) {
+        if s + p.len <= offset {
+            continue;
+        }
+        // Overlay wins: split whatever it covers.
+        let (a, b) = (s, s + p.len);
+        let covered: Vec<(u64, (u64, bool))> = marks.range(..b).filter(|(&ms, &(ml, _))| ms + ml > a).map(|(&k, &v)| (k, v)).collect();
+        for (ms, (ml, h)) in covered {
+            marks.remove(&ms);
+            if ms < a {
+                marks.insert(ms, (a - ms, h));
+            }
+            if ms + ml > b {
+                marks.insert(b, (ms + ml - b, h));
+            }
+        }
+        marks.insert(a, (p.len, p.src == PieceSrc::Zero));
+    }
+    for (s, (l, h)) in marks {
+        out.push((s, l, h));
+    }
+    out
+}

@@ -1,0 +1,426 @@
+//! Write-back: turn journal pieces into chunks, packs and committed extents.
+//!
+//! One flush round picks the files that are due (closed, old, or large),
+//! re-chunks only the regions around their changes (VarFS §3.3.2: from the
+//! chunk boundary before the first dirty byte until the chunker falls back
+//! onto an old boundary after the last), deduplicates, packs the new blobs
+//! (blobs of one round share packs: small files from many writes end up
+//! together), uploads the packs, and only then commits every file's new
+//! extents, the chunks and the reference counts in one transaction. The
+//! journal records folded in are then retired.
+
+use super::file::{FileState, PieceSrc};
+use super::Volume;
+use crate::crypto::ChunkId;
+use crate::error::{Error, Result};
+use crate::extent::{Extent, ExtentMap, Source};
+use crate::meta::{self, ChunkRow};
+use crate::pack::{self, BlobEntry, PackBuilder};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Bytes of content chunked per step (bounds memory per flush).
+const WINDOW: u64 = 16 << 20;
+
+/// A file's prepared flush: the new map and what it covers.
+struct Prepared {
+    st: Arc<FileState>,
+    _guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
+    map: ExtentMap,
+    size: u64,
+    seq: u64,
+}
+
+/// A sealed, uploaded pack of this round.
+struct SealedPack {
+    name: String,
+    size: u64,
+    blobs: u64,
+}
+
+/// Chunks and packs produced by one round.
+pub(crate) struct Batch<'a> {
+    vol: &'a Volume,
+    builder: Option<PackBuilder>,
+    sealed: Vec<SealedPack>,
+    new_chunks: Vec<(u64, usize, BlobEntry)>,
+    by_hash: HashMap<ChunkId, u64>,
+    /// Counters for stats and benchmarks.
+    pub chunked_bytes: u64,
+    pub new_bytes: u64,
+}
+
+/// What a round did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FlushReport {
+    pub files: usize,
+    pub chunked_bytes: u64,
+    pub new_chunk_bytes: u64,
+    pub packs: usize,
+}
+
+impl<'a> Batch<'a> {
+    pub(crate) fn new(vol: &'a Volume) -> Self {
+        Batch { vol, builder: None, sealed: Vec::new(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0 }
+    }
+
+    /// Stores chunks (deduplicated); returns their metadata ids in order.
+    pub(crate) fn store(&mut self, chunks: &[&[u8]]) -> Result<Vec<u64>> {
+        let vol = self.vol;
+        let ids: Vec<ChunkId> = chunks.par_iter().map(|c| vol.keys.chunk_id(c)).collect();
+        let mut out = vec![0u64; chunks.len()];
+        let mut todo: Vec<usize> = Vec::new();
+        vol.meta.read(|c| {
+            for (i, h) in ids.iter().enumerate() {
+                if let Some(&id) = self.by_hash.get(h) {
+                    out[i] = id;
+                } else if let Some(row) = meta::chunk_by_hash(c, h)? {
+                    self.by_hash.insert(*h, row.id);
+                    out[i] = row.id;
+                } else {
+                    todo.push(i);
+                }
+            }
+            Ok(())
+        })?;
+        // The same new chunk twice in one step is encoded once.
+        let mut first: HashMap<ChunkId, usize> = HashMap::new();
+        todo.retain(|&i| first.insert(ids[i], i).is_none());
+        let level = vol.cfg.compression.level;
+        let blobs: Vec<(Vec<u8>, u8)> = todo.par_iter().map(|&i| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level)).collect();
+        for (&i, (blob, flags)) in todo.iter().zip(blobs) {
+            let id = vol.next_chunk_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let b = self.builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
+            let e = b.add(ids[i], &blob, chunks[i].len() as u32, flags);
+            self.new_chunks.push((id, self.sealed.len(), e));
+            self.by_hash.insert(ids[i], id);
+            self.new_bytes += chunks[i].len() as u64;
+            if b.len() as u64 >= vol.cfg.pack_target {
+                self.seal()?;
+            }
+        }
+        for (i, h) in ids.iter().enumerate() {
+            if out[i] == 0 {
+                out[i] = self.by_hash[h];
+            }
+        }
+        self.chunked_bytes += chunks.iter().map(|c| c.len() as u64).sum::<u64>();
+        Ok(out)
+    }
+
+    /// Seals the open pack and uploads it (with retries).
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        let Some(b) = self.builder.take() else { return Ok(()) };
+        if b.is_empty() {
+            return Ok(());
+        }
+        let vol = self.vol;
+        let (bytes, entries) = b.finish(&vol.keys, &vol.vid);
+        let sum = vol.keys.checksum("cairn-pack-name", &bytes);
+        let hexname = hex::encode(&sum[..16]);
+        let name = format!("packs/{}/{}", &hexname[..2], hexname);
+        let mut delay = std::time::Duration::from_millis(50);
+        let mut tries = 0;
+        loop {
+            match vol.backend.put(&name, &bytes) {
+                Ok(()) => break,
+                Err(e) if tries < 5 => {
+                    tracing::warn!("uploading {name} failed, retrying: {e}");
+                    std::thread::sleep(delay);
+                    delay *= 2;
+                    tries += 1;
+                }
+                Err(e) => return Err(Error::from(e).context(format!("uploading pack {name}"))),
+            }
+        }
+        self.sealed.push(SealedPack { name, size: bytes.len() as u64, blobs: entries.len() as u64 });
+        Ok(())
+    }
+
+    /// Inserts this round's packs and chunks into a transaction.
+    pub(crate) fn insert_into(&self, tx: &rusqlite::Connection) -> Result<()> {
+        let mut pack_ids = Vec::with_capacity(self.sealed.len());
+        let mut unreferenced = vec![0u64; self.sealed.len()];
+        for (_, pidx, e) in &self.new_chunks {
+            unreferenced[*pidx] += e.stored_len as u64;
+        }
+        for (p, dead) in self.sealed.iter().zip(unreferenced) {
+            pack_ids.push(meta::insert_pack(tx, &p.name, p.size, p.blobs, dead)?);
+        }
+        for (id, pidx, e) in &self.new_chunks {
+            meta::insert_chunk(
+                tx,
+                &ChunkRow { id: *id, hash: e.id, pack: pack_ids[*pidx], offset: e.offset, stored_len: e.stored_len, raw_len: e.raw_len, flags: e.flags, refs: 0 },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Volume {
+    /// One flush round: every due file (or every dirty file if `all`).
+    pub(crate) fn flush_round(&self, all: bool) -> Result<FlushReport> {
+        let _round = self.flush_mutex.lock();
+        let r = self.flush_round_locked(all);
+        *self.signal.done.lock() += 1;
+        self.signal.done_cv.notify_all();
+        r
+    }
+
+    fn flush_round_locked(&self, all: bool) -> Result<FlushReport> {
+        let age = self.opts.flush_age;
+        let flush_bytes = self.opts.flush_bytes;
+        let mut chosen: Vec<Arc<FileState>> = Vec::new();
+        for e in self.files.iter() {
+            let g = e.value().inner.lock();
+            if g.evicted || !g.is_dirty() {
+                continue;
+            }
+            let old = g.dirty_since.is_some_and(|t| t.elapsed() >= age);
+            if all || g.due || old || g.dirty_bytes >= flush_bytes {
+                chosen.push(e.value().clone());
+            }
+        }
+        let mut report = FlushReport::default();
+        if !chosen.is_empty() {
+            let mut batch = Batch::new(self);
+            let mut prepared = Vec::new();
+            for st in chosen {
+                let guard = st.flush_lock.lock_arc();
+                match self.prepare(&st, &mut batch) {
+                    Ok((map, size, seq)) => prepared.push(Prepared { st, _guard: guard, map, size, seq }),
+                    Err(e) => tracing::error!("flushing inode {}: {e} (kept in the journal, will retry)", st.ino),
+                }
+            }
+            batch.seal()?;
+            self.commit(&batch, &mut prepared)?;
+            report = FlushReport { files: prepared.len(), chunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, packs: batch.sealed.len() };
+            for p in prepared {
+                let mut g = p.st.inner.lock();
+                g.base = p.map;
+                g.base_valid = p.size;
+                g.data_bytes = g.base.data_bytes();
+                let seq = p.seq;
+                let keep: Vec<(u64, super::file::Piece)> = g.overlay.iter().filter(|(_, pc)| pc.seq > seq).map(|(&s, pc)| (s, *pc)).collect();
+                g.overlay.clear();
+                g.dirty_bytes = 0;
+                for (s, pc) in keep {
+                    g.dirty_bytes += pc.len;
+                    g.overlay.insert(s, pc);
+                }
+                g.flushed_seq = seq;
+                if g.last_seq == seq {
+                    g.meta_dirty = false;
+                }
+                if !g.is_dirty() {
+                    g.dirty_since = None;
+                } else {
+                    g.dirty_since = Some(Instant::now());
+                }
+            }
+        }
+        // Retire journal segments every committed record lives in, and forget
+        // clean files nobody has open.
+        let mut min_live = self.journal.last_seq() + 1;
+        let mut evict = Vec::new();
+        for e in self.files.iter() {
+            let g = e.value().inner.lock();
+            if g.last_seq > g.flushed_seq {
+                min_live = min_live.min(g.flushed_seq + 1);
+            } else if g.open == 0 && !g.is_dirty() {
+                evict.push(*e.key());
+            }
+        }
+        self.journal.retire(min_live)?;
+        for ino in evict {
+            self.files.remove_if(&ino, |_, st| {
+                let mut g = st.inner.lock();
+                let idle = g.open == 0 && !g.is_dirty() && g.last_seq <= g.flushed_seq;
+                if idle {
+                    g.evicted = true;
+                }
+                idle
+            });
+        }
+        Ok(report)
+    }
+
+    /// Builds a file's new extent map: its committed map with the overlay
+    /// spliced in and the changed regions re-chunked.
+    fn prepare(&self, st: &FileState, batch: &mut Batch) -> Result<(ExtentMap, u64, u64)> {
+        let (mut map, pieces, size, base_valid, seq) = {
+            let g = st.inner.lock();
+            let pieces: Vec<(u64, super::file::Piece)> = g.overlay.iter().map(|(&s, p)| (s, *p)).collect();
+            (g.base.clone(), pieces, g.size, g.base_valid, g.last_seq)
+        };
+        if base_valid < map.len() {
+            map.set_len(base_valid);
+        }
+        map.set_len(size);
+        let mut dirty: Vec<(u64, u64)> = Vec::new();
+        for (s, p) in &pieces {
+            let ext = match p.src {
+                PieceSrc::Zero => Extent::hole(p.len),
+                PieceSrc::Data(loc) => {
+                    match dirty.last_mut() {
+                        Some(last) if last.1 == *s => last.1 = s + p.len,
+                        _ => dirty.push((*s, s + p.len)),
+                    }
+                    Extent { src: Source::Pending(loc), off: 0, len: p.len }
+                }
+            };
+            map.splice(*s, s + p.len, vec![ext]);
+        }
+        // Cluster dirty ranges that would re-chunk the same old chunks.
+        let max = self.cfg.chunker.max as u64;
+        let mut clusters: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in dirty {
+            if let Some(last) = clusters.last_mut() {
+                if a - last.1 < 2 * max && !map.range(last.1, a).iter().any(|(_, e)| e.src == Source::Hole) {
+                    last.1 = b;
+                    continue;
+                }
+            }
+            clusters.push((a, b));
+        }
+        // Right to left, so splices do not move the clusters still to do.
+        for (a, b) in clusters.into_iter().rev() {
+            self.rechunk(&mut map, a, b, batch)?;
+        }
+        debug_assert!(!map.has_pending());
+        Ok((map, size, seq))
+    }
+
+    /// Re-chunks `[a, b)` (new data) together with the old chunk before it
+    /// and as much after it as it takes to fall back onto an old boundary.
+    fn rechunk(&self, map: &mut ExtentMap, a: u64, b: u64, batch: &mut Batch) -> Result<()> {
+        let p = self.cfg.chunker;
+        let max = p.max as u64;
+        let left = match map.range(a.saturating_sub(max), a).last() {
+            Some((at, e)) if matches!(e.src, Source::Chunk(_)) => *at,
+            _ => a,
+        };
+        let limit = (b + 2 * max).min(map.len());
+        let mut hard_end = limit;
+        let mut boundaries = vec![b];
+        for (at, e) in map.range(b, limit) {
+            if e.src == Source::Hole {
+                hard_end = at;
+                break;
+            }
+            boundaries.push(at + e.len);
+        }
+        let soft = hard_end == b + 2 * max && hard_end < map.len();
+        let mut new_exts: Vec<Extent> = Vec::new();
+        let window = WINDOW.max(4 * max);
+        let mut pos = left;
+        while pos < hard_end {
+            let win_end = (pos + window).min(hard_end);
+            let buf = self.read_map(map, pos, win_end)?;
+            let cuts: Vec<(usize, usize)> = fastcdc::v2020::FastCDC::new(&buf, p.min as usize, p.avg as usize, p.max as usize).map(|c| (c.offset, c.length)).collect();
+            let last_window = win_end == hard_end;
+            let take = if !last_window {
+                // Keep the last chunk: it was cut by the window, not by content.
+                cuts.len().saturating_sub(1).max(1)
+            } else if !soft {
+                cuts.len()
+            } else {
+                // Stop at the first cut that lands on an old boundary at or
+                // after the dirty range; otherwise at the first old boundary.
+                let hit = cuts.iter().position(|&(o, l)| {
+                    let e = pos + (o + l) as u64;
+                    e >= b && boundaries.binary_search(&e).is_ok()
+                });
+                match hit {
+                    Some(i) => i + 1,
+                    None => {
+                        let e = *boundaries.iter().find(|&&x| x > pos).unwrap_or(&hard_end);
+                        let n = cuts.iter().take_while(|&&(o, l)| pos + ((o + l) as u64) < e).count();
+                        let from = cuts.get(..n).map_or(0, |c| c.iter().map(|&(_, l)| l).sum::<usize>());
+                        let mut slices: Vec<&[u8]> = cuts[..n].iter().map(|&(o, l)| &buf[o..o + l]).collect();
+                        slices.push(&buf[from..(e - pos) as usize]);
+                        let ids = batch.store(&slices)?;
+                        for (id, s) in ids.into_iter().zip(&slices) {
+                            new_exts.push(Extent::chunk(id, 0, s.len() as u64));
+                        }
+                        pos = e;
+                        break;
+                    }
+                }
+            };
+            let slices: Vec<&[u8]> = cuts[..take].iter().map(|&(o, l)| &buf[o..o + l]).collect();
+            let ids = batch.store(&slices)?;
+            let mut adv = 0u64;
+            for (id, s) in ids.into_iter().zip(&slices) {
+                new_exts.push(Extent::chunk(id, 0, s.len() as u64));
+                adv += s.len() as u64;
+            }
+            pos += adv;
+            if last_window && soft {
+                break;
+            }
+        }
+        map.splice(left, pos, new_exts);
+        Ok(())
+    }
+
+    /// The content of `[start, end)` of a map under construction.
+    fn read_map(&self, map: &ExtentMap, start: u64, end: u64) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; (end - start) as usize];
+        for (at, e) in map.range(start, end) {
+            let dst = &mut buf[(at - start) as usize..(at - start + e.len) as usize];
+            match e.src {
+                Source::Hole => {}
+                Source::Chunk(id) => {
+                    let c = self.chunk(id)?;
+                    dst.copy_from_slice(c.get(e.off as usize..(e.off + e.len) as usize).ok_or_else(|| Error::corrupt(format!("extent past the end of chunk #{id}")))?);
+                }
+                Source::Pending(loc) => {
+                    self.journal.file(&loc)?.read_exact_at(dst, loc.offset + e.off).map_err(|err| Error::io(format!("reading the journal: {err}")))?;
+                }
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Commits a round: packs, chunks, every file's pages, sizes and
+    /// reference counts, in one transaction.
+    fn commit(&self, batch: &Batch, prepared: &mut [Prepared]) -> Result<()> {
+        self.meta.write(|tx| {
+            batch.insert_into(tx)?;
+            let mut deltas: HashMap<u64, i64> = HashMap::new();
+            for p in prepared.iter_mut() {
+                if meta::get_inode(tx, p.st.ino)?.is_none() {
+                    continue; // deleted meanwhile: its new chunks stay unreferenced
+                }
+                let ch = p.map.take_changes();
+                meta::save_extents(tx, p.st.ino, &ch)?;
+                for (id, d) in ch.ref_deltas {
+                    *deltas.entry(id).or_default() += d;
+                }
+                let (mtime, ctime) = {
+                    let g = p.st.inner.lock();
+                    (g.mtime, g.ctime)
+                };
+                meta::update_content(tx, p.st.ino, p.size, p.map.data_bytes(), mtime, ctime, p.seq)?;
+            }
+            meta::apply_ref_deltas(tx, &deltas)
+        })
+    }
+
+    /// Replays journal records newer than each inode's committed position.
+    pub(crate) fn replay(&self, records: Vec<crate::journal::Record>) -> Result<usize> {
+        let mut n = 0;
+        for r in &records {
+            match self.replay_record(r) {
+                Ok(()) => n += 1,
+                Err(e) if matches!(e.kind(), crate::error::ErrorKind::NotFound | crate::error::ErrorKind::IsDir | crate::error::ErrorKind::Invalid) => {}
+                Err(e) => return Err(e.context("replaying the journal")),
+            }
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,403 @@
+//! The volume engine: namespace and file content operations over the
+//! metadata store, the journal, the packer and the backend. No FUSE types
+//! here; the whole engine runs in-process in tests.
+
+mod file;
+mod flush;
+mod namespace;
+
+pub(crate) use file::FileState;
+pub use flush::FlushReport;
+
+use crate::cache::ChunkCache;
+use crate::config::{InitOptions, Layout, LocalSettings, VolumeConfig, CONFIG_OBJECT, FORMAT_VERSION};
+use crate::crypto::Keys;
+use crate::error::{Error, ErrorKind, Result};
+use crate::journal::Journal;
+use crate::meta::{self, Caller0, Meta};
+use crate::pack::{self, BlobEntry};
+use crate::types::{Ino, StatFs};
+use cairn_backend::{Backend, LocalBackend};
+use dashmap::DashMap;
+use parking_lot::{Condvar, Mutex};
+use std::fs::{self, File};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use zeroize::Zeroizing;
+
+/// Options for opening a volume.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// Passphrase of an encrypted volume.
+    pub passphrase: Option<Zeroizing<Vec<u8>>>,
+    /// Open without the exclusive lock, without replaying the journal and
+    /// without writing anything (for `stats` beside a running mount).
+    pub read_only: bool,
+    /// Bytes of decoded chunks kept in memory.
+    pub cache_bytes: usize,
+    /// Flush a file once this many bytes of it are dirty.
+    pub flush_bytes: u64,
+    /// Flush dirty data older than this.
+    pub flush_age: Duration,
+    /// Block writers while the journal holds more than this.
+    pub journal_limit: u64,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            passphrase: None,
+            read_only: false,
+            cache_bytes: 256 << 20,
+            flush_bytes: 64 << 20,
+            flush_age: Duration::from_secs(5),
+            journal_limit: 2 << 30,
+        }
+    }
+}
+
+/// Wakes the background flusher.
+pub(crate) struct FlushSignal {
+    state: Mutex<(bool, bool)>, // (poked, stopping)
+    cv: Condvar,
+    /// Bumped after every finished flush round; writers blocked on the
+    /// journal limit wait for it.
+    done: Mutex<u64>,
+    done_cv: Condvar,
+}
+
+impl FlushSignal {
+    pub(crate) fn poke(&self) {
+        let mut s = self.state.lock();
+        s.0 = true;
+        self.cv.notify_one();
+    }
+}
+
+/// An open Cairn volume.
+pub struct Volume {
+    pub(crate) layout: Layout,
+    pub(crate) cfg: VolumeConfig,
+    pub(crate) vid: [u8; 16],
+    pub(crate) keys: Keys,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) meta: Meta,
+    pub(crate) journal: Journal,
+    pub(crate) files: DashMap<Ino, Arc<FileState>>,
+    pub(crate) cache: ChunkCache,
+    pack_names: DashMap<u64, Arc<str>>,
+    prefetching: DashMap<u64, ()>,
+    pub(crate) next_chunk_id: AtomicU64,
+    pub(crate) flush_mutex: Mutex<()>,
+    pub(crate) signal: Arc<FlushSignal>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) opts: OpenOptions,
+    closed: AtomicBool,
+    self_ref: OnceLock<Weak<Volume>>,
+    _lock: Option<File>,
+}
+
+/// Creates a new volume in `dir` (which must be missing or empty).
+pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
+    if dir.exists() {
+        let mut rd = fs::read_dir(dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
+        if rd.next().is_some() {
+            return Err(Error::new(ErrorKind::Exists, format!("{} is not empty; a volume needs a new or empty directory", dir.display())));
+        }
+    }
+    fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
+    let layout = Layout::new(dir);
+    let (cfg, _master) = VolumeConfig::create(opts)?;
+    let backend = LocalBackend::create(&layout.default_store())?;
+    backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
+    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: "local:store".into() };
+    fs::write(layout.settings(), serde_json::to_vec_pretty(&settings).expect("settings serialise"))?;
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    Meta::create(&layout.meta_db(), Caller0 { uid, gid, perm: 0o755 })?;
+    fs::create_dir_all(layout.journal())?;
+    Ok(cfg)
+}
+
+/// Reads a volume directory's settings and config without opening it.
+pub fn read_config(dir: &Path) -> Result<(Layout, LocalSettings, Arc<dyn Backend>, VolumeConfig)> {
+    let layout = Layout::new(dir);
+    let raw = fs::read(layout.settings()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::config(format!("{} is not a Cairn volume (no volume.json; create one with `cairn init`)", dir.display())),
+        _ => Error::io(format!("{}: {e}", layout.settings().display())),
+    })?;
+    let settings: LocalSettings = serde_json::from_slice(&raw)
+        .map_err(|e| Error::config(format!("{} is damaged: {e}", layout.settings().display())))?;
+    if settings.version != FORMAT_VERSION {
+        return Err(Error::config(format!("volume settings version {} is not supported (this build reads {FORMAT_VERSION})", settings.version)));
+    }
+    let store = layout.store_path(&settings)?;
+    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::open(&store)?);
+    let cfg_bytes = backend.get(CONFIG_OBJECT).map_err(|e| Error::config(format!("reading the volume config from {}: {e}", backend.describe())))?;
+    let cfg = VolumeConfig::parse(&cfg_bytes)?;
+    Ok((layout, settings, backend, cfg))
+}
+
+fn take_lock(layout: &Layout) -> Result<File> {
+    let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(layout.lock())?;
+    // SAFETY: flock on an fd we own.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        return Err(Error::new(
+            ErrorKind::Busy,
+            format!("volume {} is in use by another cairn process (is it mounted?)", layout.dir.display()),
+        ));
+    }
+    Ok(f)
+}
+
+impl Volume {
+    /// Opens the volume in `dir`, replays the journal, and starts the
+    /// background flusher.
+    pub fn load(dir: &Path, opts: OpenOptions) -> Result<Arc<Volume>> {
+        let (layout, _settings, backend, cfg) = read_config(dir)?;
+        let lock = if opts.read_only { None } else { Some(take_lock(&layout)?) };
+        let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
+        let mut vid = [0u8; 16];
+        hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
+        let meta = Meta::open(&layout.meta_db())?;
+        let (journal, records) = if opts.read_only {
+            // Look without touching: no journal at all.
+            (Journal::disabled(), Vec::new())
+        } else {
+            Journal::open(&layout.journal())?
+        };
+        let max_chunk = meta.read(meta::max_chunk_id)?;
+        journal.bump_seq(meta.read(meta::max_jseq)?);
+        let signal = Arc::new(FlushSignal {
+            state: Mutex::new((false, false)),
+            cv: Condvar::new(),
+            done: Mutex::new(0),
+            done_cv: Condvar::new(),
+        });
+        let vol = Arc::new(Volume {
+            layout,
+            cfg,
+            vid,
+            keys,
+            backend,
+            meta,
+            journal,
+            files: DashMap::new(),
+            cache: ChunkCache::new(opts.cache_bytes),
+            pack_names: DashMap::new(),
+            prefetching: DashMap::new(),
+            next_chunk_id: AtomicU64::new(max_chunk + 1),
+            flush_mutex: Mutex::new(()),
+            signal,
+            flusher: Mutex::new(None),
+            opts,
+            closed: AtomicBool::new(false),
+            self_ref: OnceLock::new(),
+            _lock: lock,
+        });
+        let _ = vol.self_ref.set(Arc::downgrade(&vol));
+        if !vol.opts.read_only {
+            let replayed = vol.replay(records)?;
+            vol.remove_orphans()?;
+            if replayed > 0 {
+                tracing::info!(records = replayed, "replayed the write-back journal");
+                vol.sync()?;
+            }
+            vol.start_flusher();
+        }
+        Ok(vol)
+    }
+
+    /// Whether this handle refuses changes.
+    pub fn is_read_only(&self) -> bool {
+        self.opts.read_only
+    }
+
+    /// The volume's config.
+    pub fn config(&self) -> &VolumeConfig {
+        &self.cfg
+    }
+
+    /// The backend holding the packs.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.opts.read_only {
+            return Err(Error::new(ErrorKind::ReadOnly, "volume is open read-only"));
+        }
+        Ok(())
+    }
+
+    fn start_flusher(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let sig = self.signal.clone();
+        let h = std::thread::Builder::new()
+            .name("cairn-flusher".into())
+            .spawn(move || loop {
+                {
+                    let mut s = sig.state.lock();
+                    if !s.0 && !s.1 {
+                        sig.cv.wait_for(&mut s, Duration::from_millis(500));
+                    }
+                    if s.1 {
+                        return;
+                    }
+                    s.0 = false;
+                }
+                let Some(vol) = weak.upgrade() else { return };
+                if let Err(e) = vol.flush_round(false) {
+                    tracing::error!("background flush failed (will retry): {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+            .expect("spawning the flusher thread");
+        *self.flusher.lock() = Some(h);
+    }
+
+    /// Flushes every dirty file to the backend and makes the metadata durable.
+    pub fn sync(&self) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        self.flush_round(true)?;
+        self.meta.sync()
+    }
+
+    /// Flushes every dirty file now and reports what that took (tests and
+    /// benchmarks use it to count re-chunked and new bytes).
+    pub fn flush_now(&self) -> Result<FlushReport> {
+        self.check_writable()?;
+        let r = self.flush_round(true)?;
+        self.meta.sync()?;
+        Ok(r)
+    }
+
+    /// Stops background work and drops the handle without flushing or
+    /// syncing anything, as `kill -9` would: for crash tests.
+    #[doc(hidden)]
+    pub fn simulate_crash(self: Arc<Self>) {
+        self.closed.store(true, Ordering::SeqCst);
+        {
+            let mut s = self.signal.state.lock();
+            s.1 = true;
+            self.signal.cv.notify_all();
+        }
+        if let Some(h) = self.flusher.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    /// Syncs and stops background work. Call once, at unmount.
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let r = self.sync();
+        {
+            let mut s = self.signal.state.lock();
+            s.1 = true;
+            self.signal.cv.notify_all();
+        }
+        if let Some(h) = self.flusher.lock().take() {
+            // The last handle may be dropped on the flusher thread itself.
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        if !self.opts.read_only {
+            self.meta.checkpoint()?;
+        }
+        r
+    }
+
+    /// File system totals: space from the local disk under the volume.
+    pub fn statfs(&self) -> Result<StatFs> {
+        let path = std::ffi::CString::new(self.layout.dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::invalid("volume path contains NUL"))?;
+        // SAFETY: statvfs writes into the zeroed struct we pass.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(path.as_ptr(), &mut s) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        let files = self.meta.read(meta::count_inodes)?;
+        let bs = s.f_frsize as u64;
+        Ok(StatFs {
+            block_size: 4096,
+            blocks: s.f_blocks * bs / 4096,
+            blocks_free: s.f_bfree * bs / 4096,
+            blocks_avail: s.f_bavail * bs / 4096,
+            files: files + s.f_ffree,
+            files_free: s.f_ffree,
+            name_max: crate::types::NAME_MAX as u32,
+        })
+    }
+
+    fn pack_name(&self, pack: u64) -> Result<Arc<str>> {
+        if let Some(n) = self.pack_names.get(&pack) {
+            return Ok(n.clone());
+        }
+        let n: Arc<str> = self.meta.read(|c| meta::pack_name(c, pack))?.into();
+        self.pack_names.insert(pack, n.clone());
+        Ok(n)
+    }
+
+    /// A chunk's plaintext: from the cache, or fetched, decrypted,
+    /// decompressed and verified. Corruption is an error naming the pack.
+    pub(crate) fn chunk(&self, id: u64) -> Result<Arc<Vec<u8>>> {
+        if let Some(c) = self.cache.get(id) {
+            return Ok(c);
+        }
+        let row = self
+            .meta
+            .read(|c| meta::chunk_by_id(c, id))?
+            .ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
+        let name = self.pack_name(row.pack)?;
+        let entry = BlobEntry { id: row.hash, offset: row.offset, stored_len: row.stored_len, raw_len: row.raw_len, flags: row.flags };
+        let data = self
+            .backend
+            .get_range(&name, row.offset, row.stored_len as u64)
+            .map_err(Error::from)
+            .and_then(|stored| pack::decode_blob(&self.keys, &entry, stored))
+            .map_err(|e| {
+                let e = Error::corrupt(format!("chunk #{id} in pack {name}: {e}"));
+                tracing::warn!("{e}");
+                e
+            })?;
+        let data = Arc::new(data);
+        self.cache.insert(id, data.clone());
+        Ok(data)
+    }
+
+    /// Starts fetching chunks in the background so a sequential reader
+    /// finds them decoded.
+    pub(crate) fn prefetch(&self, ids: Vec<u64>) {
+        let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
+        for id in ids {
+            if self.cache.contains(id) || self.prefetching.insert(id, ()).is_some() {
+                continue;
+            }
+            let me = me.clone();
+            rayon::spawn(move || {
+                let _ = me.chunk(id);
+                me.prefetching.remove(&id);
+            });
+        }
+    }
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::SeqCst) {
+            if let Err(e) = self.close() {
+                tracing::error!("closing the volume: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,504 @@
+//! Namespace operations: lookup, create, link, unlink, rename, attributes,
+//! extended attributes. Each change is one metadata transaction.
+
+use super::Volume;
+use crate::error::{Error, ErrorKind, Result};
+use crate::meta::{self, InodeRow};
+use crate::types::*;
+use rusqlite::Connection;
+use std::collections::HashMap;
+
+/// Largest extended attribute value (as Linux: 64 KiB).
+const XATTR_MAX: usize = 64 << 10;
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::invalid(format!("invalid file name {:?}", String::from_utf8_lossy(name))));
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::new(ErrorKind::NameTooLong, "file name longer than 255 bytes"));
+    }
+    Ok(())
+}
+
+fn inode(c: &Connection, ino: Ino) -> Result<InodeRow> {
+    meta::get_inode(c, ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))
+}
+
+fn dir(c: &Connection, ino: Ino) -> Result<InodeRow> {
+    let r = inode(c, ino)?;
+    if r.attr.kind != FileKind::Dir {
+        return Err(Error::new(ErrorKind::NotDir, format!("inode {ino} is not a directory")));
+    }
+    if r.attr.nlink == 0 {
+        return Err(Error::not_found("directory was removed"));
+    }
+    Ok(r)
+}
+
+impl Volume {
+    /// Looks `name` up in directory `parent`.
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
+        if name.len() > NAME_MAX {
+            return Err(Error::new(ErrorKind::NameTooLong, "file name longer than 255 bytes"));
+        }
+        let mut a = self.meta.read(|c| {
+            dir(c, parent)?;
+            let (ino, _) = meta::lookup(c, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            Ok(inode(c, ino)?.attr)
+        })?;
+        self.overlay_attr(&mut a);
+        Ok(a)
+    }
+
+    /// The attributes of `ino`.
+    pub fn getattr(&self, ino: Ino) -> Result<Attr> {
+        let mut a = self.meta.read(|c| Ok(inode(c, ino)?.attr))?;
+        self.overlay_attr(&mut a);
+        Ok(a)
+    }
+
+    /// Changes attributes; a size change truncates or extends.
+    pub fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        self.check_writable()?;
+        if let Some(size) = set.size {
+            let kind = self.meta.read(|c| Ok(inode(c, ino)?.attr.kind))?;
+            match kind {
+                FileKind::File => self.truncate(ino, size)?,
+                FileKind::Dir => return Err(Error::new(ErrorKind::IsDir, "cannot set the size of a directory")),
+                _ => return Err(Error::invalid("cannot set the size of a special file")),
+            }
+        }
+        let now = Timestamp::now();
+        let resolve = |t: SetTime| match t {
+            SetTime::Now => now,
+            SetTime::At(t) => t,
+        };
+        let touches = set.perm.is_some() || set.uid.is_some() || set.gid.is_some() || set.atime.is_some() || set.mtime.is_some() || set.ctime.is_some();
+        if touches {
+            let a = self.meta.write(|tx| {
+                let mut a = inode(tx, ino)?.attr;
+                if let Some(p) = set.perm {
+                    a.perm = p & 0o7777;
+                }
+                if let Some(u) = set.uid {
+                    a.uid = u;
+                }
+                if let Some(g) = set.gid {
+                    a.gid = g;
+                }
+                if let Some(t) = set.atime {
+                    a.atime = resolve(t);
+                }
+                if let Some(t) = set.mtime {
+                    a.mtime = resolve(t);
+                }
+                a.ctime = set.ctime.unwrap_or(now);
+                meta::update_attr(tx, &a)?;
+                Ok(a)
+            })?;
+            // An open file's in-memory times win over the row; keep them in step.
+            if a.kind == FileKind::File {
+                if let Some(st) = self.files.get(&ino) {
+                    let mut g = st.inner.lock();
+                    if set.mtime.is_some() {
+                        g.mtime = a.mtime;
+                    }
+                    g.ctime = a.ctime;
+                    g.meta_dirty = true;
+                    if g.dirty_since.is_none() {
+                        g.dirty_since = Some(std::time::Instant::now());
+                    }
+                }
+            }
+        }
+        self.getattr(ino)
+    }
+
+    fn new_inode(&self, parent: Ino, name: &[u8], kind: FileKind, perm: u32, rdev: u32, target: Option<&[u8]>, caller: Caller) -> Result<Attr> {
+        self.check_writable()?;
+        check_name(name)?;
+        let now = Timestamp::now();
+        self.meta.write(|tx| {
+            let p = dir(tx, parent)?;
+            if meta::lookup(tx, parent, name)?.is_some() {
+                return Err(Error::new(ErrorKind::Exists, "name exists"));
+            }
+            let mut perm = perm & 0o7777;
+            let mut gid = caller.gid;
+            // BSD group semantics under a setgid directory, as ext4 does.
+            if p.attr.perm & 0o2000 != 0 {
+                gid = p.attr.gid;
+                if kind == FileKind::Dir {
+                    perm |= 0o2000;
+                }
+            }
+            let mut a = Attr {
+                ino: 0,
+                kind,
+                perm,
+                nlink: if kind == FileKind::Dir { 2 } else { 1 },
+                uid: caller.uid,
+                gid,
+                rdev,
+                size: target.map_or(0, |t| t.len() as u64),
+                blocks: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                btime: now,
+            };
+            let dparent = (kind == FileKind::Dir).then_some(parent);
+            a.ino = meta::insert_inode(tx, &a, dparent, target)?;
+            meta::insert_dentry(tx, parent, name, a.ino, kind)?;
+            meta::touch_dir(tx, parent, now, if kind == FileKind::Dir { 1 } else { 0 })?;
+            if kind == FileKind::Dir {
+                a.size = 4096;
+                a.blocks = 8;
+            }
+            Ok(a)
+        })
+    }
+
+    /// Creates a regular file or a special file (fifo, socket, device).
+    pub fn create(&self, parent: Ino, name: &[u8], kind: FileKind, perm: u32, rdev: u32, caller: Caller) -> Result<Attr> {
+        if matches!(kind, FileKind::Dir | FileKind::Symlink) {
+            return Err(Error::invalid("use mkdir or symlink"));
+        }
+        self.new_inode(parent, name, kind, perm, rdev, None, caller)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, caller: Caller) -> Result<Attr> {
+        self.new_inode(parent, name, FileKind::Dir, perm, 0, None, caller)
+    }
+
+    /// Creates a symbolic link.
+    pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], caller: Caller) -> Result<Attr> {
+        if target.is_empty() || target.len() > 4095 {
+            return Err(Error::invalid("symlink target must be 1 to 4095 bytes"));
+        }
+        self.new_inode(parent, name, FileKind::Symlink, 0o777, 0, Some(target), caller)
+    }
+
+    /// The target of a symbolic link.
+    pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.meta.read(|c| {
+            let r = inode(c, ino)?;
+            if r.attr.kind != FileKind::Symlink {
+                return Err(Error::invalid("not a symbolic link"));
+            }
+            r.target.ok_or_else(|| Error::corrupt(format!("symlink {ino} has no target")))
+        })
+    }
+
+    /// Adds a hard link to `ino`.
+    pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        self.check_writable()?;
+        check_name(newname)?;
+        let now = Timestamp::now();
+        self.meta.write(|tx| {
+            let mut a = inode(tx, ino)?.attr;
+            if a.kind == FileKind::Dir {
+                return Err(Error::new(ErrorKind::Permission, "hard links to directories are not allowed"));
+            }
+            if a.nlink == 0 {
+                return Err(Error::not_found("file was removed"));
+            }
+            dir(tx, newparent)?;
+            if meta::lookup(tx, newparent, newname)?.is_some() {
+                return Err(Error::new(ErrorKind::Exists, "name exists"));
+            }
+            if a.nlink >= 65_000 {
+                return Err(Error::new(ErrorKind::Range, "too many links"));
+            }
+            meta::insert_dentry(tx, newparent, newname, ino, a.kind)?;
+            a.nlink += 1;
+            a.ctime = now;
+            meta::set_nlink(tx, ino, a.nlink, now)?;
+            meta::touch_dir(tx, newparent, now, 0)?;
+            Ok(())
+        })?;
+        self.getattr(ino)
+    }
+
+    /// Removes a non-directory name; frees the inode when no name and no
+    /// open handle remain.
+    pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        let now = Timestamp::now();
+        let (ino, nlink) = self.meta.write(|tx| {
+            dir(tx, parent)?;
+            let (ino, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            if kind == FileKind::Dir {
+                return Err(Error::new(ErrorKind::IsDir, "is a directory (use rmdir)"));
+            }
+            let a = inode(tx, ino)?.attr;
+            meta::delete_dentry(tx, parent, name)?;
+            let n = a.nlink.saturating_sub(1);
+            meta::set_nlink(tx, ino, n, now)?;
+            meta::touch_dir(tx, parent, now, 0)?;
+            Ok((ino, n))
+        })?;
+        if nlink == 0 && self.open_count(ino) == 0 {
+            self.free_inode(ino)?;
+        }
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        let now = Timestamp::now();
+        self.meta.write(|tx| {
+            dir(tx, parent)?;
+            let (ino, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            if kind != FileKind::Dir {
+                return Err(Error::new(ErrorKind::NotDir, "not a directory"));
+            }
+            if !meta::dir_is_empty(tx, ino)? {
+                return Err(Error::new(ErrorKind::NotEmpty, "directory not empty"));
+            }
+            meta::delete_dentry(tx, parent, name)?;
+            meta::delete_inode(tx, ino)?;
+            meta::touch_dir(tx, parent, now, -1)
+        })
+    }
+
+    /// Renames, with RENAME_NOREPLACE and RENAME_EXCHANGE.
+    pub fn rename(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> Result<()> {
+        self.check_writable()?;
+        check_name(newname)?;
+        if flags.exchange && flags.noreplace {
+            return Err(Error::invalid("RENAME_EXCHANGE and RENAME_NOREPLACE exclude each other"));
+        }
+        let now = Timestamp::now();
+        let freed = self.meta.write(|tx| {
+            dir(tx, parent)?;
+            dir(tx, newparent)?;
+            let (sino, skind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            let dst = meta::lookup(tx, newparent, newname)?;
+            if flags.exchange {
+                let (dino, dkind) = dst.ok_or_else(|| Error::not_found("exchange target does not exist"))?;
+                if sino == dino {
+                    return Ok(None);
+                }
+                if skind == FileKind::Dir {
+                    check_not_ancestor(tx, sino, newparent)?;
+                }
+                if dkind == FileKind::Dir {
+                    check_not_ancestor(tx, dino, parent)?;
+                }
+                meta::delete_dentry(tx, parent, name)?;
+                meta::delete_dentry(tx, newparent, newname)?;
+                meta::insert_dentry(tx, parent, name, dino, dkind)?;
+                meta::insert_dentry(tx, newparent, newname, sino, skind)?;
+                if parent != newparent {
+                    let sd = (skind == FileKind::Dir) as i64;
+                    let dd = (dkind == FileKind::Dir) as i64;
+                    if skind == FileKind::Dir {
+                        meta::set_parent(tx, sino, newparent)?;
+                    }
+                    if dkind == FileKind::Dir {
+                        meta::set_parent(tx, dino, parent)?;
+                    }
+                    meta::touch_dir(tx, parent, now, dd - sd)?;
+                    meta::touch_dir(tx, newparent, now, sd - dd)?;
+                } else {
+                    meta::touch_dir(tx, parent, now, 0)?;
+                }
+                for i in [sino, dino] {
+                    let mut a = inode(tx, i)?.attr;
+                    a.ctime = now;
+                    meta::update_attr(tx, &a)?;
+                }
+                return Ok(None);
+            }
+            let mut freed = None;
+            if let Some((dino, dkind)) = dst {
+                if dino == sino {
+                    return Ok(None); // two names of one inode: POSIX says do nothing
+                }
+                if flags.noreplace {
+                    return Err(Error::new(ErrorKind::Exists, "target exists"));
+                }
+                match (skind == FileKind::Dir, dkind == FileKind::Dir) {
+                    (true, false) => return Err(Error::new(ErrorKind::NotDir, "cannot replace a non-directory with a directory")),
+                    (false, true) => return Err(Error::new(ErrorKind::IsDir, "cannot replace a directory with a non-directory")),
+                    _ => {}
+                }
+                if skind == FileKind::Dir {
+                    check_not_ancestor(tx, sino, newparent)?;
+                }
+                meta::delete_dentry(tx, newparent, newname)?;
+                if dkind == FileKind::Dir {
+                    if !meta::dir_is_empty(tx, dino)? {
+                        return Err(Error::new(ErrorKind::NotEmpty, "target directory not empty"));
+                    }
+                    meta::delete_inode(tx, dino)?;
+                    meta::touch_dir(tx, newparent, now, -1)?;
+                } else {
+                    let a = inode(tx, dino)?.attr;
+                    let n = a.nlink.saturating_sub(1);
+                    meta::set_nlink(tx, dino, n, now)?;
+                    if n == 0 {
+                        freed = Some(dino);
+                    }
+                }
+            } else if skind == FileKind::Dir {
+                check_not_ancestor(tx, sino, newparent)?;
+            }
+            meta::delete_dentry(tx, parent, name)?;
+            meta::insert_dentry(tx, newparent, newname, sino, skind)?;
+            let isdir = (skind == FileKind::Dir) as i64;
+            if parent != newparent {
+                if skind == FileKind::Dir {
+                    meta::set_parent(tx, sino, newparent)?;
+                }
+                meta::touch_dir(tx, parent, now, -isdir)?;
+                meta::touch_dir(tx, newparent, now, isdir)?;
+            } else {
+                meta::touch_dir(tx, parent, now, 0)?;
+            }
+            let mut a = inode(tx, sino)?.attr;
+            a.ctime = now;
+            meta::update_attr(tx, &a)?;
+            Ok(freed)
+        })?;
+        if let Some(ino) = freed {
+            if self.open_count(ino) == 0 {
+                self.free_inode(ino)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The entries of a directory, sorted, without `.` and `..`.
+    pub fn readdir(&self, d: Ino) -> Result<Vec<DirEntry>> {
+        self.meta.read(|c| {
+            dir(c, d)?;
+            Ok(meta::list_dir(c, d)?.into_iter().map(|(name, ino, kind)| DirEntry { name, ino, kind }).collect())
+        })
+    }
+
+    /// The parent of a directory (the root is its own parent).
+    pub fn parent_of(&self, d: Ino) -> Result<Ino> {
+        self.meta.read(|c| Ok(dir(c, d)?.parent.unwrap_or(ROOT_INO)))
+    }
+
+    /// Sets an extended attribute.
+    pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> Result<()> {
+        self.check_writable()?;
+        check_xattr_name(name)?;
+        if value.len() > XATTR_MAX {
+            return Err(Error::new(ErrorKind::TooBig, "extended attribute value larger than 64 KiB"));
+        }
+        let now = Timestamp::now();
+        self.meta.write(|tx| {
+            let mut a = inode(tx, ino)?.attr;
+            let exists = meta::get_xattr(tx, ino, name)?.is_some();
+            if flags.create && exists {
+                return Err(Error::new(ErrorKind::Exists, "attribute exists"));
+            }
+            if flags.replace && !exists {
+                return Err(Error::new(ErrorKind::NoAttr, "no such attribute"));
+            }
+            meta::set_xattr(tx, ino, name, value)?;
+            a.ctime = now;
+            meta::update_attr(tx, &a)
+        })
+    }
+
+    /// Reads an extended attribute.
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        check_xattr_name(name)?;
+        self.meta.read(|c| {
+            inode(c, ino)?;
+            meta::get_xattr(c, ino, name)?.ok_or_else(|| Error::new(ErrorKind::NoAttr, "no such attribute"))
+        })
+    }
+
+    /// Names of the extended attributes.
+    pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        self.meta.read(|c| {
+            inode(c, ino)?;
+            meta::list_xattrs(c, ino)
+        })
+    }
+
+    /// Removes an extended attribute.
+    pub fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        check_xattr_name(name)?;
+        let now = Timestamp::now();
+        self.meta.write(|tx| {
+            let mut a = inode(tx, ino)?.attr;
+            if !meta::remove_xattr(tx, ino, name)? {
+                return Err(Error::new(ErrorKind::NoAttr, "no such attribute"));
+            }
+            a.ctime = now;
+            meta::update_attr(tx, &a)
+        })
+    }
+
+    /// Frees an inode with no names and no open handles: its extents'
+    /// chunk references are released and its rows deleted.
+    pub(crate) fn free_inode(&self, ino: Ino) -> Result<()> {
+        if let Some((_, st)) = self.files.remove(&ino) {
+            let _fl = st.flush_lock.lock();
+            let mut g = st.inner.lock();
+            g.evicted = true;
+            g.overlay.clear();
+            g.dirty_bytes = 0;
+        }
+        self.meta.write(|tx| {
+            let Some(row) = meta::get_inode(tx, ino)? else { return Ok(()) };
+            if row.attr.nlink > 0 {
+                return Ok(());
+            }
+            let map = meta::load_extents(tx, ino)?;
+            let mut deltas: HashMap<u64, i64> = HashMap::new();
+            for id in map.chunk_refs() {
+                *deltas.entry(id).or_default() -= 1;
+            }
+            meta::apply_ref_deltas(tx, &deltas)?;
+            meta::delete_inode(tx, ino)
+        })
+    }
+
+    /// Frees inodes left without names by a crash while they were open.
+    pub(crate) fn remove_orphans(&self) -> Result<()> {
+        for ino in self.meta.read(meta::orphan_inodes)? {
+            self.free_inode(ino)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_xattr_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(Error::new(ErrorKind::Range, "attribute name must be 1 to 255 bytes"));
+    }
+    // ACLs would have to be enforced to be honest; refuse them like a file
+    // system mounted without ACL support.
+    if name.starts_with(b"system.") {
+        return Err(Error::new(ErrorKind::NotSupported, "system.* attributes (ACLs) are not supported"));
+    }
+    Ok(())
+}
+
+/// Fails if `dir` is `target` or one of its ancestors (moving a directory
+/// into its own subtree).
+fn check_not_ancestor(c: &Connection, dir: Ino, target: Ino) -> Result<()> {
+    let mut cur = target;
+    for _ in 0..100_000 {
+        if cur == dir {
+            return Err(Error::invalid("cannot move a directory into itself"));
+        }
+        if cur == ROOT_INO {
+            return Ok(());
+        }
+        cur = inode(c, cur)?.parent.unwrap_or(ROOT_INO);
+    }
+    Err(Error::corrupt("directory parent chain does not reach the root"))
+}

@@ -1,0 +1,324 @@
+//! Behaviour of the engine: persistence, dedup, sparse files, crash
+//! recovery, corruption, namespace rules, gc.
+
+use crate::common::*;
+use cairn_engine::maintenance::{self, NoProgress};
+use cairn_engine::*;
+
+#[test]
+fn content_survives_reopen_byte_for_byte() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let small = b"hello, cairn".to_vec();
+    let big = random_bytes(1, 3 << 20);
+    let (a, b) = {
+        let v = open(d.path());
+        let a = mkfile(&v, ROOT_INO, "small", &small);
+        let dir = v.mkdir(ROOT_INO, b"sub", 0o755, root()).unwrap();
+        let b = mkfile(&v, dir.ino, "big", &big);
+        v.close().unwrap();
+        (a, b)
+    };
+    let v = open(d.path());
+    assert_eq!(read_all(&v, a), small);
+    assert_eq!(read_all(&v, b), big);
+    let sub = v.lookup(ROOT_INO, b"sub").unwrap();
+    assert_eq!(v.lookup(sub.ino, b"big").unwrap().size, big.len() as u64);
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
+#[test]
+fn same_data_twice_is_stored_once() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let data = random_bytes(7, 16 << 20);
+    mkfile(&v, ROOT_INO, "one", &data);
+    v.sync().unwrap();
+    let before = stored_pack_bytes(d.path());
+    mkfile(&v, ROOT_INO, "two", &data);
+    v.sync().unwrap();
+    let after = stored_pack_bytes(d.path());
+    assert!(before >= 16 << 20, "first copy stored {before} bytes");
+    assert!((after - before) as f64 <= 0.02 * before as f64, "second copy grew storage from {before} to {after}");
+    let s = maintenance::stats(&v).unwrap();
+    assert!(s.dedup_ratio > 1.95, "{s:?}");
+}
+
+#[test]
+fn small_overwrite_rechunks_only_nearby_chunks() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let mut data = random_bytes(3, 8 << 20);
+    let ino = mkfile(&v, ROOT_INO, "f", &data);
+    v.flush_now().unwrap();
+    v.open(ino).unwrap();
+    v.write(ino, 4 << 20, b"XYZ").unwrap();
+    data[(4 << 20)..(4 << 20) + 3].copy_from_slice(b"XYZ");
+    let r = v.flush_now().unwrap();
+    // Left neighbour, the changed chunk, and at most a couple to resync.
+    assert!(r.chunked_bytes <= 4 * 64 << 10, "re-chunked {} bytes", r.chunked_bytes);
+    assert!(r.new_chunk_bytes <= 3 * 64 << 10, "stored {} new bytes", r.new_chunk_bytes);
+    v.release(ino).unwrap();
+    assert_eq!(read_all(&v, ino), data);
+}
+
+#[test]
+fn insert_by_rewriting_the_tail_uploads_only_changed_chunks() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let data = random_bytes(5, 4 << 20);
+    let ino = mkfile(&v, ROOT_INO, "f", &data);
+    v.flush_now().unwrap();
+    // A legacy program inserts one byte at 1 MiB by rewriting the tail.
+    let mut new = data[..1 << 20].to_vec();
+    new.push(b'!');
+    new.extend_from_slice(&data[1 << 20..]);
+    v.open(ino).unwrap();
+    for (i, piece) in new[1 << 20..].chunks(128 << 10).enumerate() {
+        v.write(ino, (1 << 20) + (i as u64) * (128 << 10), piece).unwrap();
+    }
+    let r = v.flush_now().unwrap();
+    assert!(r.new_chunk_bytes <= 3 * 64 << 10, "stored {} new bytes for a 1-byte insert", r.new_chunk_bytes);
+    v.release(ino).unwrap();
+    assert_eq!(read_all(&v, ino), new);
+}
+
+#[test]
+fn sparse_file_holes_take_no_space() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let a = v.create(ROOT_INO, b"sparse", FileKind::File, 0o644, 0, root()).unwrap();
+    v.open(a.ino).unwrap();
+    v.setattr(a.ino, &SetAttr { size: Some(5 << 30), ..Default::default() }).unwrap();
+    v.write(a.ino, (5 << 30) - 5, b"tail!").unwrap();
+    v.write(a.ino, 1 << 30, b"middle").unwrap();
+    v.release(a.ino).unwrap();
+    v.sync().unwrap();
+    let attr = v.getattr(a.ino).unwrap();
+    assert_eq!(attr.size, 5 << 30);
+    assert!(attr.blocks * 512 < 1 << 20, "{} blocks allocated", attr.blocks);
+    assert!(stored_pack_bytes(d.path()) < 1 << 20);
+    assert_eq!(v.read(a.ino, (5 << 30) - 5, 10).unwrap(), b"tail!");
+    assert_eq!(v.read(a.ino, 1 << 30, 6).unwrap(), b"middle");
+    assert_eq!(v.read(a.ino, 2 << 30, 4).unwrap(), vec![0u8; 4]);
+    assert_eq!(v.lseek(a.ino, 0, libc::SEEK_DATA).unwrap(), 1 << 30);
+    assert_eq!(v.lseek(a.ino, 1 << 30, libc::SEEK_HOLE).unwrap(), (1 << 30) + 6);
+}
+
+#[test]
+fn fsynced_writes_survive_a_crash() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let data = random_bytes(11, 2 << 20);
+    let ino = {
+        let v = open(d.path());
+        let a = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap();
+        v.open(a.ino).unwrap();
+        v.write(a.ino, 0, &data).unwrap();
+        v.setattr(a.ino, &SetAttr { size: Some(1 << 20), ..Default::default() }).unwrap();
+        v.write(a.ino, 1 << 20, &data[1 << 20..]).unwrap();
+        v.fsync(a.ino, false).unwrap();
+        v.simulate_crash();
+        a.ino
+    };
+    let v = open(d.path());
+    assert_eq!(read_all(&v, ino), data);
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
+#[test]
+fn a_flipped_byte_gives_an_error_naming_the_pack_and_spares_other_files() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let (victim, other) = {
+        let v = open(d.path());
+        let victim = mkfile(&v, ROOT_INO, "victim", &random_bytes(1, 200 << 10));
+        v.sync().unwrap();
+        let other = mkfile(&v, ROOT_INO, "other", &random_bytes(2, 200 << 10));
+        v.close().unwrap();
+        (victim, other)
+    };
+    // The first pack holds only the victim's chunks.
+    let mut packs: Vec<_> = walkdir(&d.path().join("store/packs"));
+    packs.sort_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap());
+    let p = &packs[0];
+    let mut bytes = std::fs::read(p).unwrap();
+    bytes[100] ^= 0x01;
+    std::fs::write(p, bytes).unwrap();
+    let name = p.file_name().unwrap().to_str().unwrap().to_string();
+    let v = open(d.path());
+    let err = v.read(victim, 0, 1 << 20).unwrap_err();
+    assert_eq!(err.errno(), libc::EIO);
+    assert!(err.message().contains(&name), "{err}");
+    assert_eq!(read_all(&v, other), random_bytes(2, 200 << 10));
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.iter().any(|e| e.contains(&name)), "{:?}", rep.errors);
+}
+
+fn walkdir(p: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(p).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walkdir(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+#[test]
+fn truncated_pack_is_reported() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let ino = {
+        let v = open(d.path());
+        let i = mkfile(&v, ROOT_INO, "f", &random_bytes(9, 100 << 10));
+        v.close().unwrap();
+        i
+    };
+    let p = &walkdir(&d.path().join("store/packs"))[0];
+    let len = std::fs::metadata(p).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(len.min(40)).unwrap();
+    let v = open(d.path());
+    assert_eq!(v.read(ino, 0, 4096).unwrap_err().errno(), libc::EIO);
+    let rep = maintenance::fsck(&v, false, &NoProgress).unwrap();
+    assert!(rep.errors.iter().any(|e| e.contains("truncated")), "{:?}", rep.errors);
+}
+
+#[test]
+fn unlinked_open_file_stays_readable_until_released() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let data = random_bytes(4, 300 << 10);
+    let ino = mkfile(&v, ROOT_INO, "f", &data);
+    v.sync().unwrap();
+    v.open(ino).unwrap();
+    v.unlink(ROOT_INO, b"f").unwrap();
+    assert_eq!(v.lookup(ROOT_INO, b"f").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(read_all(&v, ino), data);
+    v.release(ino).unwrap();
+    assert_eq!(v.getattr(ino).unwrap_err().errno(), libc::ENOENT);
+    let s = maintenance::stats(&v).unwrap();
+    assert_eq!(s.chunks, 0, "{s:?}");
+}
+
+#[test]
+fn delete_everything_and_gc_returns_backend_to_near_zero() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    for i in 0..20 {
+        mkfile(&v, ROOT_INO, &format!("f{i}"), &random_bytes(i, 100 << 10));
+    }
+    // A file that keeps a little live data in a mostly-dead pack.
+    mkfile(&v, ROOT_INO, "keep", b"some bytes to keep");
+    v.sync().unwrap();
+    assert!(stored_pack_bytes(d.path()) > 3 << 19);
+    for i in 0..20 {
+        v.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    let rep = maintenance::gc(&v, 0.5, &NoProgress).unwrap();
+    assert!(rep.packs_deleted > 0);
+    assert!(stored_pack_bytes(d.path()) < 64 << 10, "{} bytes left", stored_pack_bytes(d.path()));
+    let keep = v.lookup(ROOT_INO, b"keep").unwrap();
+    assert_eq!(read_all(&v, keep.ino), b"some bytes to keep");
+    let f = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(f.errors.is_empty() && f.warnings.is_empty(), "{f:?}");
+}
+
+#[test]
+fn rename_rules() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let a = mkfile(&v, ROOT_INO, "a", b"A");
+    let b = mkfile(&v, ROOT_INO, "b", b"B");
+    let dir = v.mkdir(ROOT_INO, b"d", 0o755, root()).unwrap();
+    let sub = v.mkdir(dir.ino, b"sub", 0o755, root()).unwrap();
+    let no = RenameFlags { noreplace: true, ..Default::default() };
+    assert_eq!(v.rename(ROOT_INO, b"a", ROOT_INO, b"b", no).unwrap_err().errno(), libc::EEXIST);
+    let ex = RenameFlags { exchange: true, ..Default::default() };
+    v.rename(ROOT_INO, b"a", ROOT_INO, b"b", ex).unwrap();
+    assert_eq!(v.lookup(ROOT_INO, b"a").unwrap().ino, b);
+    assert_eq!(v.lookup(ROOT_INO, b"b").unwrap().ino, a);
+    assert_eq!(v.rename(ROOT_INO, b"d", sub.ino, b"x", Default::default()).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(v.rename(ROOT_INO, b"a", ROOT_INO, b"d", Default::default()).unwrap_err().errno(), libc::EISDIR);
+    assert_eq!(v.rename(ROOT_INO, b"d", ROOT_INO, b"a", Default::default()).unwrap_err().errno(), libc::ENOTDIR);
+    // Plain rename over a file frees the old one.
+    v.rename(ROOT_INO, b"a", ROOT_INO, b"b", Default::default()).unwrap();
+    assert_eq!(v.getattr(a).unwrap_err().errno(), libc::ENOENT);
+    // Moving a directory fixes link counts.
+    v.rename(dir.ino, b"sub", ROOT_INO, b"sub2", Default::default()).unwrap();
+    assert_eq!(v.getattr(dir.ino).unwrap().nlink, 2);
+    assert_eq!(v.getattr(ROOT_INO).unwrap().nlink, 4);
+    assert_eq!(v.parent_of(sub.ino).unwrap(), ROOT_INO);
+    v.rmdir(ROOT_INO, b"d").unwrap();
+    assert_eq!(v.rmdir(ROOT_INO, b"sub2").map_err(|e| e.errno()), Ok(()));
+    let rep = maintenance::fsck(&v, false, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
+#[test]
+fn hard_links_and_xattrs() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let a = mkfile(&v, ROOT_INO, "a", b"data");
+    v.link(a, ROOT_INO, b"a2").unwrap();
+    assert_eq!(v.getattr(a).unwrap().nlink, 2);
+    v.unlink(ROOT_INO, b"a").unwrap();
+    assert_eq!(read_all(&v, v.lookup(ROOT_INO, b"a2").unwrap().ino), b"data");
+    v.setxattr(a, b"user.k", b"v", XattrFlags::default()).unwrap();
+    assert_eq!(v.setxattr(a, b"user.k", b"w", XattrFlags { create: true, ..Default::default() }).unwrap_err().errno(), libc::EEXIST);
+    assert_eq!(v.setxattr(a, b"user.z", b"w", XattrFlags { replace: true, ..Default::default() }).unwrap_err().errno(), libc::ENODATA);
+    assert_eq!(v.getxattr(a, b"user.k").unwrap(), b"v");
+    assert_eq!(v.listxattr(a).unwrap(), vec![b"user.k".to_vec()]);
+    v.removexattr(a, b"user.k").unwrap();
+    assert_eq!(v.getxattr(a, b"user.k").unwrap_err().errno(), libc::ENODATA);
+    assert_eq!(v.mkdir(ROOT_INO, &[b'x'; 256], 0o755, root()).unwrap_err().errno(), libc::ENAMETOOLONG);
+    assert_eq!(v.create(ROOT_INO, b"a2", FileKind::File, 0o644, 0, root()).unwrap_err().errno(), libc::EEXIST);
+}
+
+#[test]
+fn encrypted_volume_needs_the_right_passphrase() {
+    let d = tempfile::tempdir().unwrap();
+    let pass = zeroize::Zeroizing::new(b"correct horse".to_vec());
+    init(d.path(), &InitOptions { passphrase: Some(pass.clone()), kdf: Some(KdfParams { m_kib: 1024, t: 1, p: 1 }), chunker: small_chunks(), ..Default::default() }).unwrap();
+    {
+        let v = Volume::load(d.path(), OpenOptions { passphrase: Some(pass.clone()), ..Default::default() }).unwrap();
+        mkfile(&v, ROOT_INO, "secret", b"attack at dawn");
+        v.close().unwrap();
+    }
+    // Plaintext appears nowhere in the store.
+    for p in walkdir(&d.path().join("store/packs")) {
+        let b = std::fs::read(p).unwrap();
+        assert!(!b.windows(6).any(|w| w == b"attack"));
+    }
+    let e = Volume::load(d.path(), OpenOptions { passphrase: Some(zeroize::Zeroizing::new(b"wrong".to_vec())), ..Default::default() }).err().unwrap();
+    assert!(e.message().contains("wrong passphrase"), "{e}");
+    let e = Volume::load(d.path(), OpenOptions::default()).err().unwrap();
+    assert!(e.message().contains("passphrase"), "{e}");
+    let v = Volume::load(d.path(), OpenOptions { passphrase: Some(pass), ..Default::default() }).unwrap();
+    let ino = v.lookup(ROOT_INO, b"secret").unwrap().ino;
+    assert_eq!(read_all(&v, ino), b"attack at dawn");
+}
+
+#[test]
+fn second_open_is_refused_while_in_use() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let _v = open(d.path());
+    let e = Volume::load(d.path(), OpenOptions::default()).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Busy);
+    // Read-only looks are allowed beside it.
+    let ro = Volume::load(d.path(), OpenOptions { read_only: true, ..Default::default() }).unwrap();
+    assert!(maintenance::stats(&ro).is_ok());
+}

@@ -1,0 +1,6 @@
+//! Engine integration tests: the whole stack below FUSE, in process, on a
+//! real local backend in a temporary directory.
+
+mod cases;
+mod common;
+mod model;
