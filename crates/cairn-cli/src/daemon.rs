@@ -1,0 +1,137 @@
+//! Running a mount in the background, and unmounting with a wait.
+//!
+//! The parent forks before any thread exists; the child opens the volume and
+//! mounts, then reports "ok" (or the error) through a pipe, so `cairn mount`
+//! exits 0 only once the mount is really there.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Forks; the child runs `work(ready)` detached from the terminal.
+pub fn run_in_background(work: impl FnOnce(&mut dyn FnMut()) -> Result<()>) -> Result<i32> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two fds into the array.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("creating a pipe");
+    }
+    // SAFETY: the fds were just created and are owned here.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no other thread exists yet in this process.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("fork");
+    }
+    if pid > 0 {
+        drop(wr);
+        let mut msg = String::new();
+        std::fs::File::from(rd).read_to_string(&mut msg).ok();
+        if msg == "ok" {
+            return Ok(0);
+        }
+        let msg = msg.strip_prefix("error: ").unwrap_or(&msg).trim().to_string();
+        if msg.is_empty() {
+            bail!("the mount process exited before mounting (see the log file)");
+        }
+        bail!("{msg}");
+    }
+    drop(rd);
+    // Child: new session, stdio to /dev/null.
+    // SAFETY: plain syscalls on our own process.
+    unsafe {
+        libc::setsid();
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+    let mut pipe = Some(std::fs::File::from(wr));
+    let mut ready = || {
+        if let Some(mut p) = pipe.take() {
+            let _ = p.write_all(b"ok");
+        }
+    };
+    let r = work(&mut ready);
+    let code = match r {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            if let Some(mut p) = pipe.take() {
+                let _ = write!(p, "error: {e:#}");
+            }
+            1
+        }
+    };
+    drop(pipe);
+    std::process::exit(code);
+}
+
+/// The volume directory behind a Cairn mount, from /proc/self/mountinfo.
+fn volume_of(mountpoint: &Path) -> Result<Option<PathBuf>> {
+    let mp = std::fs::canonicalize(mountpoint).with_context(|| format!("mountpoint {}", mountpoint.display()))?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else { continue };
+        if f.get(4).map(|m| unescape(m)) != Some(mp.to_string_lossy().into_owned()) {
+            continue;
+        }
+        let source = f.get(sep + 2).map(|s| unescape(s)).unwrap_or_default();
+        return Ok(source.strip_prefix("cairn:").map(PathBuf::from));
+    }
+    Ok(None)
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push(((b[i + 1] - b'0') << 6) | ((b[i + 2] - b'0') << 3) | (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Unmounts, then waits until the daemon has flushed and released the volume.
+pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> Result<()> {
+    let vol = volume_of(mountpoint)?;
+    if vol.is_none() && !is_mountpoint(mountpoint) {
+        bail!("{} is not mounted", mountpoint.display());
+    }
+    cairn_fuse::unmount(mountpoint).map_err(|e| anyhow!("unmounting {}: {e}", mountpoint.display()))?;
+    let Some(dir) = vol else { return Ok(()) };
+    let lock = dir.join("lock");
+    let start = Instant::now();
+    loop {
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&lock);
+        let Ok(f) = f else { return Ok(()) };
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on an fd we own; released when f drops.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            bail!("unmounted, but the daemon is still flushing {} after {}s (see {}/cairn.log)", dir.display(), timeout.as_secs(), dir.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_mountpoint(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(a), Some(parent)) = (std::fs::metadata(p), p.parent()) else { return false };
+    std::fs::metadata(if parent.as_os_str().is_empty() { Path::new(".") } else { parent }).map(|b| b.dev() != a.dev()).unwrap_or(false)
+}

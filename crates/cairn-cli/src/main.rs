@@ -1,0 +1,306 @@
+//! `cairn`: create, mount, check and maintain Cairn volumes.
+
+mod daemon;
+mod passphrase;
+mod progress;
+mod size;
+
+use anyhow::{bail, Context, Result};
+use cairn_engine::maintenance;
+use cairn_engine::{ChunkerParams, InitOptions, OpenOptions, Volume};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Cairn: a deduplicating, compressing, encrypting file system in user space.
+///
+/// A volume lives in a directory (DIR): its metadata, its write-back journal
+/// and, with the default local backend, its packs under DIR/store. Mount it
+/// with `cairn mount DIR MOUNTPOINT` and use it like any file system.
+#[derive(Parser)]
+#[command(name = "cairn", version, about, long_about, propagate_version = true)]
+struct Cli {
+    /// More log output (repeat for more); also RUST_LOG=cairn_engine=debug.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct PassArgs {
+    /// Read the passphrase of an encrypted volume from this file (first line).
+    /// Otherwise CAIRN_PASSPHRASE, otherwise a prompt on the terminal.
+    #[arg(long, value_name = "FILE")]
+    passphrase_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a new volume in DIR (a new or empty directory).
+    Init {
+        dir: PathBuf,
+        /// Encrypt data and metadata indexes with AES-256-GCM under a key
+        /// wrapped by your passphrase (Argon2id).
+        #[arg(long)]
+        encrypt: bool,
+        #[command(flatten)]
+        pass: PassArgs,
+        /// Smallest chunk (e.g. 256K).
+        #[arg(long, default_value = "256K", value_parser = size::parse)]
+        chunk_min: u64,
+        /// Average chunk size.
+        #[arg(long, default_value = "1M", value_parser = size::parse)]
+        chunk_avg: u64,
+        /// Largest chunk.
+        #[arg(long, default_value = "4M", value_parser = size::parse)]
+        chunk_max: u64,
+        /// Target size of the pack objects written to the backend.
+        #[arg(long, default_value = "32M", value_parser = size::parse)]
+        pack_size: u64,
+        /// zstd level for chunk compression (1 is fast; 19 is small).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(-7..=22))]
+        zstd_level: i32,
+    },
+    /// Mount the volume in DIR at MOUNTPOINT (in the background unless -f).
+    Mount {
+        dir: PathBuf,
+        mountpoint: PathBuf,
+        /// Stay in the foreground and log to the terminal.
+        #[arg(short, long)]
+        foreground: bool,
+        /// Mount read-only.
+        #[arg(long)]
+        read_only: bool,
+        /// Threads serving FUSE requests.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Memory for decoded chunks.
+        #[arg(long, default_value = "256M", value_parser = size::parse)]
+        cache_size: u64,
+        /// Where a background mount logs (default DIR/cairn.log).
+        #[arg(long, value_name = "FILE")]
+        log_file: Option<PathBuf>,
+        /// Let only the mounting user in (default: everyone, with kernel
+        /// permission checks).
+        #[arg(long)]
+        private: bool,
+        #[command(flatten)]
+        pass: PassArgs,
+    },
+    /// Unmount a Cairn mount and wait until its data is safely flushed.
+    Umount {
+        mountpoint: PathBuf,
+        /// Give up waiting for the flush after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Check a volume's consistency (it must not be mounted).
+    Fsck {
+        dir: PathBuf,
+        /// Also read, decrypt and verify every stored chunk.
+        #[arg(long)]
+        read_data: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        pass: PassArgs,
+    },
+    /// Show space use: logical and stored bytes, dedup and compression.
+    Stats {
+        dir: PathBuf,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        pass: PassArgs,
+    },
+    /// Free packs without live chunks and repack mostly-dead ones (the
+    /// volume must not be mounted).
+    Gc {
+        dir: PathBuf,
+        /// Repack packs whose live share of bytes is below this fraction.
+        #[arg(long, default_value_t = 0.5)]
+        repack_below: f64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        pass: PassArgs,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cairn: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn init_logging(verbose: u8, file: Option<&Path>) -> Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn,cairn_engine=info,cairn_fuse=info",
+        1 => "info,cairn_engine=debug,cairn_fuse=debug",
+        _ => "debug",
+    };
+    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let b = tracing_subscriber::fmt().with_env_filter(filter);
+    match file {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new().create(true).append(true).open(p).with_context(|| format!("opening log file {}", p.display()))?;
+            b.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init();
+        }
+        None => b.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}
+
+fn open_volume(dir: &Path, pass: &PassArgs, read_only: bool, cache: Option<u64>) -> Result<Arc<Volume>> {
+    let (_, _, _, cfg) = cairn_engine::read_config(dir)?;
+    let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
+    let mut opts = OpenOptions { passphrase, read_only, ..Default::default() };
+    if let Some(c) = cache {
+        opts.cache_bytes = c as usize;
+    }
+    Ok(Volume::load(dir, opts)?)
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    match cli.cmd {
+        Cmd::Init { dir, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level } => {
+            init_logging(cli.verbose, None)?;
+            let chunker = ChunkerParams {
+                min: u32::try_from(chunk_min).context("--chunk-min too large")?,
+                avg: u32::try_from(chunk_avg).context("--chunk-avg too large")?,
+                max: u32::try_from(chunk_max).context("--chunk-max too large")?,
+                ..Default::default()
+            };
+            if pack_size < 1 << 20 {
+                bail!("--pack-size must be at least 1M");
+            }
+            let passphrase = if encrypt { Some(passphrase::get(pass.passphrase_file.as_deref(), true)?) } else { None };
+            let cfg = cairn_engine::init(&dir, &InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size) })?;
+            println!(
+                "created volume {} in {} ({}, chunks {}/{}/{} bytes)",
+                cfg.volume_id,
+                dir.display(),
+                if encrypt { "encrypted with AES-256-GCM" } else { "not encrypted" },
+                chunker.min,
+                chunker.avg,
+                chunker.max
+            );
+            Ok(0)
+        }
+        Cmd::Mount { dir, mountpoint, foreground, read_only, threads, cache_size, log_file, private, pass } => {
+            // Ask for the passphrase before going to the background.
+            let (_, _, _, cfg) = cairn_engine::read_config(&dir)?;
+            let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
+            let dir = std::fs::canonicalize(&dir).with_context(|| format!("volume {}", dir.display()))?;
+            let cfg = cairn_fuse::MountConfig {
+                mountpoint: mountpoint.clone(),
+                read_only,
+                allow_other: !private,
+                threads: threads.max(1),
+                fsname: format!("cairn:{}", dir.display()),
+            };
+            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size as usize, ..Default::default() };
+            if foreground {
+                init_logging(cli.verbose, log_file.as_deref())?;
+                let vol = Volume::load(&dir, opts)?;
+                cairn_fuse::mount(vol, &cfg, || eprintln!("cairn: mounted {} at {}", dir.display(), mountpoint.display()))?;
+                Ok(0)
+            } else {
+                let log = log_file.unwrap_or_else(|| dir.join("cairn.log"));
+                daemon::run_in_background(|ready| {
+                    init_logging(cli.verbose, Some(&log))?;
+                    let vol = Volume::load(&dir, opts)?;
+                    cairn_fuse::mount(vol, &cfg, ready)?;
+                    Ok(())
+                })
+            }
+        }
+        Cmd::Umount { mountpoint, timeout } => {
+            init_logging(cli.verbose, None)?;
+            daemon::unmount_and_wait(&mountpoint, std::time::Duration::from_secs(timeout))?;
+            Ok(0)
+        }
+        Cmd::Fsck { dir, read_data, json, pass } => {
+            init_logging(cli.verbose, None)?;
+            let vol = open_volume(&dir, &pass, false, None)?;
+            let bars = progress::Bars::new(!json);
+            let rep = maintenance::fsck(&vol, read_data, &bars)?;
+            bars.finish();
+            vol.close()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rep)?);
+            } else {
+                for w in &rep.warnings {
+                    println!("warning: {w}");
+                }
+                for e in &rep.errors {
+                    println!("error: {e}");
+                }
+                println!(
+                    "checked {} inodes, {} chunks, {} packs{}: {} errors, {} warnings",
+                    rep.inodes,
+                    rep.chunks,
+                    rep.packs,
+                    if read_data { format!(", read {} blobs", rep.blobs_read) } else { String::new() },
+                    rep.errors.len(),
+                    rep.warnings.len()
+                );
+            }
+            Ok(if rep.errors.is_empty() { 0 } else { 1 })
+        }
+        Cmd::Stats { dir, json, pass } => {
+            init_logging(cli.verbose, None)?;
+            let vol = open_volume(&dir, &pass, true, None)?;
+            let s = maintenance::stats(&vol)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                let h = size::human;
+                println!("files              {:>14}   directories {}   symlinks {}", s.files, s.directories, s.symlinks);
+                println!("logical size       {:>14}   ({} in holes)", h(s.logical_bytes), h(s.logical_bytes - s.data_bytes.min(s.logical_bytes)));
+                println!("unique data        {:>14}   in {} chunks", h(s.unique_bytes), s.chunks);
+                println!("stored             {:>14}   in {} packs ({} dead in {} unreferenced chunks)", h(s.stored_bytes), s.packs, h(s.dead_bytes), s.dead_chunks);
+                println!("dedup ratio        {:>14.2}x", s.dedup_ratio);
+                println!("compression ratio  {:>14.2}x", s.compression_ratio);
+                println!("overall            {:>14.2}x", s.overall_ratio);
+            }
+            Ok(0)
+        }
+        Cmd::Gc { dir, repack_below, json, pass } => {
+            init_logging(cli.verbose, None)?;
+            if !(0.0..=1.0).contains(&repack_below) {
+                bail!("--repack-below must be between 0 and 1");
+            }
+            let vol = open_volume(&dir, &pass, false, None)?;
+            let bars = progress::Bars::new(!json);
+            let rep = maintenance::gc(&vol, repack_below, &bars)?;
+            bars.finish();
+            vol.close()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rep)?);
+            } else {
+                println!(
+                    "deleted {} packs ({} repacked), {} orphan packs, {} dead chunks; backend {} -> {}",
+                    rep.packs_deleted,
+                    rep.packs_repacked,
+                    rep.orphans_deleted,
+                    rep.chunks_deleted,
+                    size::human(rep.bytes_before),
+                    size::human(rep.bytes_after)
+                );
+            }
+            Ok(0)
+        }
+    }
+}
