@@ -288,15 +288,48 @@ impl Journal {
     }
 }
 
+/// Positioned reads from a file or a byte slice.
+trait ReadAt {
+    fn len(&self) -> std::io::Result<u64>;
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()>;
+}
+
+impl ReadAt for File {
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+        self.read_exact_at(buf, pos)
+    }
+}
+
+impl ReadAt for [u8] {
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(<[u8]>::len(self) as u64)
+    }
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+        let p = pos as usize;
+        let src = self.get(p..p + buf.len()).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+/// Parses a segment held in memory (for fuzzing and tools): the intact
+/// records and the intact length.
+pub fn scan_bytes(data: &[u8]) -> Result<(Vec<Record>, u64)> {
+    scan_segment(data, 0, 0)
+}
+
 /// Reads a segment's intact records; returns them and the intact length.
-fn scan_segment(f: &File, shard: u16, seg: u32) -> Result<(Vec<Record>, u64)> {
-    let size = f.metadata()?.len();
+fn scan_segment<R: ReadAt + ?Sized>(f: &R, shard: u16, seg: u32) -> Result<(Vec<Record>, u64)> {
+    let size = f.len()?;
     let mut out = Vec::new();
     let mut pos = 0u64;
     let mut h = [0u8; HEADER];
     let mut data = Vec::new();
     while pos + HEADER as u64 <= size {
-        f.read_exact_at(&mut h, pos)?;
+        f.read_at(&mut h, pos)?;
         if u32::from_le_bytes(h[0..4].try_into().expect("4")) != MAGIC {
             break;
         }
@@ -312,7 +345,7 @@ fn scan_segment(f: &File, shard: u16, seg: u32) -> Result<(Vec<Record>, u64)> {
             break;
         }
         data.resize(dlen as usize, 0);
-        f.read_exact_at(&mut data, pos + HEADER as u64)?;
+        f.read_at(&mut data, pos + HEADER as u64)?;
         let mut crc = crc32fast::Hasher::new();
         crc.update(&h[..44]);
         crc.update(&data);

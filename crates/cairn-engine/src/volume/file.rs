@@ -239,10 +239,10 @@ impl Volume {
         })?;
         if last {
             let nlink = self.meta.read(|c| meta::get_inode(c, ino))?.map(|r| r.attr.nlink);
+            // Otherwise the flusher picks the file up on its next round, together
+            // with every other file closed meanwhile, so small files share packs.
             if nlink == Some(0) {
                 self.free_inode(ino)?;
-            } else {
-                self.signal.poke();
             }
         }
         Ok(())

@@ -1,0 +1,805 @@
+//! `CairnFs`: the `fuser::Filesystem` implementation.
+//!
+//! Every handler has one shape: take the arguments apart, call the engine,
+//! convert at the edge (`crate::convert`), reply. Engine errors become errnos
+//! through [`errno`], which also logs them.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use cairn_engine::{Caller, DirEntry, ErrorKind, Ino, SetAttr, Timestamp, Volume};
+use dashmap::DashMap;
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+use tracing::{debug, error, info, warn};
+
+use crate::convert::{
+    dir_snapshot, dir_window, file_attr, file_type, is_dot, new_perm, next_offset, node_kind,
+    placeholder_attr, rename_flags, set_time, xattr_answer, xattr_flags, xattr_list, XattrAnswer,
+    TTL,
+};
+
+/// Inode numbers are never reused by the engine, so generation 0 is enough.
+const GENERATION: Generation = Generation(0);
+
+/// Largest write the kernel may send in one request (and, through
+/// `max_pages`, the largest read).
+const MAX_WRITE: u32 = 1 << 20;
+
+/// Background requests (readahead, async direct I/O) the kernel may keep in
+/// flight, and the level at which it considers the queue congested (3/4).
+const MAX_BACKGROUND: u16 = 64;
+const CONGESTION_THRESHOLD: u16 = 48;
+
+/// Capabilities requested when the kernel offers them.
+///
+/// - `PARALLEL_DIROPS`: lookups and readdirs in one directory run concurrently
+///   (the engine is thread-safe); without it the kernel serialises them.
+/// - `DO_READDIRPLUS` + `READDIRPLUS_AUTO`: `ls -l` gets names and attributes
+///   in one round trip; the kernel falls back to plain readdir when the
+///   attributes are not being used.
+/// - `CACHE_SYMLINKS`: symlink targets never change, let the page cache keep them.
+/// - `ASYNC_DIO`: a large O_DIRECT request is sent as parallel requests.
+///
+/// Deliberately not requested:
+/// - `WRITEBACK_CACHE`: not for now (the engine buffers writes itself, and
+///   the kernel would then own mtime and size, which complicates several mounts
+///   of one volume).
+/// - `SPLICE_READ/WRITE/MOVE`: these only tell the kernel the daemon may
+///   splice /dev/fuse; fuser 0.18 always uses read/writev, so they would change
+///   nothing.
+/// - `POSIX_LOCKS` and `FLOCK_LOCKS`: see the note on locking in the crate
+///   docs; leaving them out is what makes the kernel do locking itself.
+/// - `ATOMIC_O_TRUNC`: O_TRUNC then arrives as a `setattr(size = 0)`, which
+///   the engine already handles as a truncate.
+/// - `AUTO_INVAL_DATA`: no `FOPEN_KEEP_CACHE` is set, so every open already
+///   drops cached pages (close-to-open); auto-invalidation would add re-reads
+///   on every mtime change for little gain.
+/// - `HANDLE_KILLPRIV(_V2)`: the kernel clears setuid/setgid itself (it sends
+///   the mode change in a `setattr`). The price, measured: without V2 the
+///   kernel does not set SB_NOSEC and asks `getxattr("security.capability")`
+///   before every write(2), one extra round trip per write. V2 would remove
+///   it, but then the daemon must kill the bits on truncate/chown when told
+///   by `FATTR_KILL_SUIDGID`, which fuser 0.18's `setattr` does not pass on.
+fn wanted_capabilities() -> InitFlags {
+    InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO
+        | InitFlags::FUSE_CACHE_SYMLINKS
+        | InitFlags::FUSE_ASYNC_DIO
+}
+
+/// An open directory: the listing taken at opendir (or at the last rewind).
+struct DirHandle {
+    listing: Arc<Vec<DirEntry>>,
+    /// Whether a readdir has been answered from `listing`: a later readdir at
+    /// offset 0 is a `rewinddir`, which must see a fresh listing (POSIX).
+    served: bool,
+}
+
+/// The FUSE file system: a thin adapter from kernel requests to a [`Volume`].
+///
+/// All state lives in the engine except the open-directory listings, kept in
+/// a sharded map so concurrent `readdir`s on different handles do not contend.
+pub struct CairnFs {
+    vol: Arc<Volume>,
+    dirs: DashMap<u64, DirHandle>,
+    next_fh: AtomicU64,
+    /// Set by `init`: `destroy` closes the volume only if the session really
+    /// started, so a failed mount leaves the caller's volume untouched.
+    initialized: bool,
+}
+
+impl CairnFs {
+    /// Wraps a volume. Nothing happens until the session calls `init`.
+    pub fn new(vol: Arc<Volume>) -> Self {
+        CairnFs {
+            vol,
+            dirs: DashMap::new(),
+            next_fh: AtomicU64::new(1),
+            initialized: false,
+        }
+    }
+
+    /// The volume this file system serves.
+    pub fn volume(&self) -> &Arc<Volume> {
+        &self.vol
+    }
+
+    fn new_fh(&self) -> FileHandle {
+        FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A directory listing with `.` and `..`, as served to readdir.
+    fn take_listing(&self, dir: Ino) -> Result<Arc<Vec<DirEntry>>, Errno> {
+        let entries = self
+            .vol
+            .readdir(dir)
+            .map_err(|e| errno("readdir", dir, &e))?;
+        let parent = self
+            .vol
+            .parent_of(dir)
+            .map_err(|e| errno("readdir", dir, &e))?;
+        Ok(Arc::new(dir_snapshot(dir, parent, entries)))
+    }
+
+    /// The listing a readdir at `offset` on handle `fh` reads from. The shard
+    /// lock is never held across an engine call.
+    fn listing(&self, dir: Ino, fh: FileHandle, offset: u64) -> Result<Arc<Vec<DirEntry>>, Errno> {
+        let cached = self.dirs.get_mut(&fh.0).map(|mut h| {
+            let rewind = offset == 0 && h.served;
+            h.served = true;
+            (rewind, h.listing.clone())
+        });
+        match cached {
+            Some((false, listing)) => Ok(listing),
+            Some((true, _)) => {
+                let fresh = self.take_listing(dir)?;
+                if let Some(mut h) = self.dirs.get_mut(&fh.0) {
+                    h.listing = fresh.clone();
+                }
+                Ok(fresh)
+            }
+            // A handle we never issued: answer statelessly.
+            None => self.take_listing(dir),
+        }
+    }
+}
+
+/// The errno an engine error maps to. I/O errors (unreadable or corrupt packs,
+/// a failing backend, a broken metadata store) are logged at warn with the
+/// engine's message, which names the pack; the expected ones (ENOENT, EEXIST,
+/// ...) only at debug.
+fn errno(op: &'static str, ino: Ino, e: &cairn_engine::Error) -> Errno {
+    let code = e.errno();
+    if code == libc::EIO {
+        warn!(op, ino, "I/O error: {}", e.message());
+    } else {
+        debug!(op, ino, errno = code, "{}", e.message());
+    }
+    Errno::from_i32(code)
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn bytes(name: &OsStr) -> &[u8] {
+    name.as_bytes()
+}
+
+/// Locking: no getlk/setlk/flock handlers, and (the part that matters)
+/// neither `FUSE_POSIX_LOCKS` nor `FUSE_FLOCK_LOCKS` is requested at init.
+/// The kernel then sets `fc->no_lock` / `fc->no_flock` and serves fcntl and
+/// flock locks locally (`posix_lock_file`, `locks_lock_file_wait` in
+/// fs/fuse/file.c): correct for a single mount. Had the flags been requested,
+/// an ENOSYS from setlk would reach the application as an error instead.
+/// Locks are therefore not shared between several mounts of one volume.
+impl Filesystem for CairnFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        // As large as the kernel allows (it offers its own maximum).
+        if let Err(max) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(max);
+        }
+        if let Err(nearest) = config.set_max_background(MAX_BACKGROUND) {
+            let _ = config.set_max_background(nearest);
+        }
+        if let Err(nearest) = config.set_congestion_threshold(CONGESTION_THRESHOLD) {
+            let _ = config.set_congestion_threshold(nearest);
+        }
+        let offered = config.capabilities();
+        let wanted = wanted_capabilities();
+        let missing = wanted & !offered;
+        if !missing.is_empty() {
+            debug!("kernel does not offer {missing:?}");
+        }
+        // Only offered bits are requested, so this cannot fail.
+        let _ = config.add_capabilities(wanted & offered);
+        self.initialized = true;
+        info!(abi = %config.kernel_abi(), "FUSE session initialised");
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.dirs.clear();
+        if !self.initialized {
+            return;
+        }
+        self.initialized = false;
+        info!("unmounted: flushing and closing the volume");
+        if let Err(e) = self.vol.close() {
+            error!("closing the volume at unmount failed: {}", e.message());
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.vol.lookup(parent.0, bytes(name)) {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            // A negative entry (node id 0): the kernel caches the miss for TTL,
+            // so repeated probes of missing names (PATH, shared libraries,
+            // build tools) stay in the kernel. Creating the name through this
+            // mount replaces the negative dentry at once.
+            Err(e) if e.errno() == libc::ENOENT => reply.entry(
+                &TTL,
+                &placeholder_attr(0, cairn_engine::FileKind::File),
+                GENERATION,
+            ),
+            Err(e) => reply.error(errno("lookup", parent.0, &e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
+        // The engine keeps no kernel lookup counts: inodes live by link count
+        // and open handles (open/release), so there is nothing to drop.
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.vol.getattr(ino.0) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(e) => reply.error(errno("getattr", ino.0, &e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(Timestamp::from_system),
+        };
+        match self.vol.setattr(ino.0, &set) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(e) => reply.error(errno("setattr", ino.0, &e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.vol.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno("readlink", ino.0, &e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let kind = match node_kind(mode) {
+            Ok(k) => k,
+            Err(e) => return reply.error(e),
+        };
+        let perm = new_perm(mode, umask);
+        match self
+            .vol
+            .create(parent.0, bytes(name), kind, perm, rdev, caller(req))
+        {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Err(e) => reply.error(errno("mknod", parent.0, &e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let perm = new_perm(mode, umask);
+        match self.vol.mkdir(parent.0, bytes(name), perm, caller(req)) {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Err(e) => reply.error(errno("mkdir", parent.0, &e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.vol.unlink(parent.0, bytes(name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("unlink", parent.0, &e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.vol.rmdir(parent.0, bytes(name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("rmdir", parent.0, &e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let target = target.as_os_str().as_bytes();
+        match self
+            .vol
+            .symlink(parent.0, bytes(link_name), target, caller(req))
+        {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Err(e) => reply.error(errno("symlink", parent.0, &e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let flags = match rename_flags(flags.bits()) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self
+            .vol
+            .rename(parent.0, bytes(name), newparent.0, bytes(newname), flags)
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("rename", parent.0, &e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        match self.vol.link(ino.0, newparent.0, bytes(newname)) {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Err(e) => reply.error(errno("link", ino.0, &e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // O_TRUNC arrives separately as setattr(size = 0); access modes were
+        // checked by the kernel (default_permissions, ro mount).
+        match self.vol.open(ino.0) {
+            Ok(_) => reply.opened(self.new_fh(), FopenFlags::empty()),
+            Err(e) => reply.error(errno("open", ino.0, &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.vol.read(ino.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno("read", ino.0, &e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.vol.write(ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno("write", ino.0, &e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Every close(2) of a descriptor: schedule write-back (cheap). Lock
+        // cleanup is the kernel's, since locking is local.
+        match self.vol.flush_file(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("flush", ino.0, &e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if flush {
+            if let Err(e) = self.vol.flush_file(ino.0) {
+                // The handle must still be dropped; the error is logged.
+                let _ = errno("release(flush)", ino.0, &e);
+            }
+        }
+        match self.vol.release(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("release", ino.0, &e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.vol.fsync(ino.0, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("fsync", ino.0, &e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.take_listing(ino.0) {
+            Ok(listing) => {
+                let fh = self.new_fh();
+                self.dirs.insert(
+                    fh.0,
+                    DirHandle {
+                        listing,
+                        served: false,
+                    },
+                );
+                reply.opened(fh, FopenFlags::empty());
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let listing = match self.listing(ino.0, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        for pos in dir_window(listing.len(), offset) {
+            let e = &listing[pos];
+            let name = OsStr::from_bytes(&e.name);
+            if reply.add(INodeNo(e.ino), next_offset(pos), file_type(e.kind), name) {
+                break; // buffer full: the kernel comes back from this offset
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let listing = match self.listing(ino.0, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let mut added = 0usize;
+        for pos in dir_window(listing.len(), offset) {
+            let e = &listing[pos];
+            let attr = if is_dot(&e.name) {
+                placeholder_attr(e.ino, e.kind)
+            } else {
+                match self.vol.getattr(e.ino) {
+                    Ok(a) => file_attr(&a),
+                    // Removed since the listing was taken: leave it out.
+                    Err(err) if err.errno() == libc::ENOENT => continue,
+                    Err(err) if added == 0 => {
+                        return reply.error(errno("readdirplus", e.ino, &err))
+                    }
+                    // Send what we have; the next call resumes here and reports it.
+                    Err(_) => break,
+                }
+            };
+            let name = OsStr::from_bytes(&e.name);
+            if reply.add(attr.ino, next_offset(pos), name, &TTL, &attr, GENERATION) {
+                break;
+            }
+            added += 1;
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // fsync(dirfd) after creating or renaming entries is how careful
+        // programs make a name durable. `Volume::fsync` on the directory makes
+        // the namespace durable (a metadata sync); `Volume::sync` would flush
+        // and upload every dirty file of the volume, far too heavy for this.
+        match self.vol.fsync(ino.0, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("fsyncdir", ino.0, &e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.vol.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_avail,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(errno("statfs", 0, &e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if position != 0 {
+            // Resource-fork offsets exist on macOS only.
+            return reply.error(Errno::EINVAL);
+        }
+        let flags = match xattr_flags(flags) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self.vol.setxattr(ino.0, bytes(name), value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("setxattr", ino.0, &e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let value = match self.vol.getxattr(ino.0, bytes(name)) {
+            Ok(v) => v,
+            Err(e) => return reply.error(errno("getxattr", ino.0, &e)),
+        };
+        match xattr_answer(size, &value) {
+            XattrAnswer::Size(n) => reply.size(n),
+            XattrAnswer::Data(d) => reply.data(d),
+            XattrAnswer::Error(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let list = match self.vol.listxattr(ino.0) {
+            Ok(names) => xattr_list(&names),
+            Err(e) => return reply.error(errno("listxattr", ino.0, &e)),
+        };
+        match xattr_answer(size, &list) {
+            XattrAnswer::Size(n) => reply.size(n),
+            XattrAnswer::Data(d) => reply.data(d),
+            XattrAnswer::Error(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.vol.removexattr(ino.0, bytes(name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("removexattr", ino.0, &e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks modes itself and does
+        // not normally send ACCESS; if it does, the inode just has to exist.
+        match self.vol.getattr(ino.0) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno("access", ino.0, &e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let kind = match node_kind(mode) {
+            Ok(k) => k,
+            Err(e) => return reply.error(e),
+        };
+        let perm = new_perm(mode, umask);
+        let attr = match self
+            .vol
+            .create(parent.0, bytes(name), kind, perm, 0, caller(req))
+        {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno("create", parent.0, &e)),
+        };
+        match self.vol.open(attr.ino) {
+            Ok(_) => reply.created(
+                &TTL,
+                &file_attr(&attr),
+                GENERATION,
+                self.new_fh(),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno("create(open)", attr.ino, &e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.vol.fallocate(ino.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("fallocate", ino.0, &e)),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // No ioctls yet. ENOTTY is what isatty(3) expects (stdio and Python
+        // ask it of every file they open), and unlike the ENOSYS default it
+        // is not logged as a missing feature.
+        debug!(cmd, "ioctl not supported");
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // Until the engine offers a range clone: ENOSYS makes the kernel stop
+        // asking (fc->no_copy_file_range) and copy through the page cache.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel answers SEEK_SET/CUR/END itself and only forwards these two.
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return reply.error(Errno::EINVAL);
+        }
+        let Ok(offset) = u64::try_from(offset) else {
+            // As ext4 and XFS: a negative offset has no data or hole after it.
+            return reply.error(Errno::ENXIO);
+        };
+        match self.vol.lseek(ino.0, offset, whence) {
+            Ok(pos) => match i64::try_from(pos) {
+                Ok(pos) => reply.offset(pos),
+                Err(_) => reply.error(Errno::EOVERFLOW),
+            },
+            // The engine has no ENXIO kind: it reports "no data (or hole) at
+            // or after this offset" as a range error.
+            Err(e) if e.kind() == ErrorKind::Range => reply.error(Errno::ENXIO),
+            Err(e) => reply.error(errno("lseek", ino.0, &e)),
+        }
+    }
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Build Cairn and mount a volume on the default local backend.
+#   scripts/run.sh [VOLUME_DIR] [MOUNTPOINT]     (defaults: ./cairn-volume ./mnt)
+# Creates the volume on first use. Unmount with: target/release/cairn umount MOUNTPOINT
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VOL=${1:-./cairn-volume}
+MNT=${2:-./mnt}
+if ! command -v fusermount3 >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq fuse3; else sudo apt-get install -y fuse3; fi
+fi
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
+cargo build --release -p cairn-cli
+CAIRN=target/release/cairn
+[ -e "$VOL/volume.json" ] || "$CAIRN" init "$VOL"
+mkdir -p "$MNT"
+"$CAIRN" mount "$VOL" "$MNT"
+echo "Cairn volume $VOL is mounted at $MNT"
+echo "  space use:  $CAIRN stats $VOL"
+echo "  unmount:    $CAIRN umount $MNT"
