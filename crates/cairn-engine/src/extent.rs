@@ -18,6 +18,10 @@ use std::sync::Arc;
 /// Most extents a page holds.
 pub const PAGE_MAX: usize = 512;
 const KEY_STEP: i64 = 1 << 32;
+/// Largest offset-plus-length an extent may have inside its chunk.
+const MAX_CHUNK_SPAN: u64 = 64 << 20;
+/// Largest byte count a page may describe (the largest file).
+const MAX_FILE_SPAN: u64 = 16 << 40;
 
 /// Where a journal record's data lies (shard, segment, byte offset).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -436,6 +440,7 @@ pub fn encode_page(p: &Page) -> Result<Vec<u8>> {
 pub fn decode_page(key: i64, b: &[u8]) -> Result<Page> {
     let mut pos = 0;
     let mut ex = Vec::new();
+    let mut total = 0u64;
     while pos < b.len() {
         let e = match get_varint(b, &mut pos)? {
             0 => Extent::hole(get_varint(b, &mut pos)?),
@@ -449,6 +454,11 @@ pub fn decode_page(key: i64, b: &[u8]) -> Result<Page> {
         if e.len == 0 {
             return Err(Error::corrupt("extent page: empty extent"));
         }
+        // A chunk is at most 64 MiB; a file at most 16 TiB.
+        if e.src != Source::Hole && e.off.checked_add(e.len).map_or(true, |end| end > MAX_CHUNK_SPAN) {
+            return Err(Error::corrupt("extent page: extent past any chunk's end"));
+        }
+        total = total.checked_add(e.len).filter(|t| *t <= MAX_FILE_SPAN).ok_or_else(|| Error::corrupt("extent page: length overflows"))?;
         ex.push(e);
     }
     Ok(Page::new(key, ex))
