@@ -19,6 +19,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Dirty bytes above which `fsync` flushes into packs instead of syncing the journal.
+const FSYNC_FLUSH_BYTES: u64 = 16 << 20;
+
 /// Largest file size (as ext4: 16 TiB).
 pub const MAX_FILE_SIZE: u64 = 16 << 40;
 
@@ -262,11 +265,28 @@ impl Volume {
     }
 
     /// Makes the file's acknowledged writes and the namespace durable.
+    ///
+    /// A little dirty data is made durable where it is, in the journal (one
+    /// fdatasync). A lot is flushed into packs instead: that writes it to
+    /// disk once, not once in the journal and again in a pack.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> Result<()> {
         if self.opts.read_only {
             return Ok(());
         }
-        self.journal.sync_for(ino)?;
+        let unflushed = |v: &Self| v.files.get(&ino).map(|st| {
+            let g = st.inner.lock();
+            (g.dirty_bytes, g.last_seq > g.flushed_seq)
+        });
+        if let Some((dirty, _)) = unflushed(self) {
+            if dirty >= FSYNC_FLUSH_BYTES {
+                self.flush_round_of(true, Some(ino))?;
+            }
+        }
+        // Records the flush did not fold in (or all of them, for small
+        // amounts) are made durable in the journal.
+        if unflushed(self).is_some_and(|(_, pending)| pending) {
+            self.journal.sync_for(ino)?;
+        }
         self.meta.sync()
     }
 

@@ -163,18 +163,26 @@ impl<'a> Batch<'a> {
 impl Volume {
     /// One flush round: every due file (or every dirty file if `all`).
     pub(crate) fn flush_round(&self, all: bool) -> Result<FlushReport> {
+        self.flush_round_of(all, None)
+    }
+
+    /// A flush round limited to one file (or, with `None`, the due files).
+    pub(crate) fn flush_round_of(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
         let _round = self.flush_mutex.lock();
-        let r = self.flush_round_locked(all);
+        let r = self.flush_round_locked(all, only);
         *self.signal.done.lock() += 1;
         self.signal.done_cv.notify_all();
         r
     }
 
-    fn flush_round_locked(&self, all: bool) -> Result<FlushReport> {
+    fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
         let age = self.opts.flush_age;
         let flush_bytes = self.opts.flush_bytes;
         let mut chosen: Vec<Arc<FileState>> = Vec::new();
         for e in self.files.iter() {
+            if only.is_some_and(|i| i != *e.key()) {
+                continue;
+            }
             let g = e.value().inner.lock();
             if g.evicted || !g.is_dirty() {
                 continue;
