@@ -43,7 +43,7 @@ pub(crate) struct Piece {
 }
 
 impl Piece {
-    fn slice(&self, from: u64, len: u64) -> Piece {
+    pub(crate) fn slice(&self, from: u64, len: u64) -> Piece {
         let src = match self.src {
             PieceSrc::Data(l) => PieceSrc::Data(JLoc { offset: l.offset + from, ..l }),
             PieceSrc::Zero => PieceSrc::Zero,

@@ -30,8 +30,21 @@ struct Prepared {
     st: Arc<FileState>,
     _guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
     map: ExtentMap,
+    /// Committed size: the file's size, or where a held-back tail starts.
+    size: u64,
+    /// The newest record folded into the snapshot.
+    seq: u64,
+    /// Records up to here are in the committed map (below `seq` when a
+    /// tail is held back: the records covering it must replay after a crash).
+    committed_seq: u64,
+}
+
+/// A file's prepared content.
+struct Plan {
+    map: ExtentMap,
     size: u64,
     seq: u64,
+    committed_seq: u64,
 }
 
 /// A sealed, uploaded pack of this round.
@@ -198,8 +211,8 @@ impl Volume {
             let mut prepared = Vec::new();
             for st in chosen {
                 let guard = st.flush_lock.lock_arc();
-                match self.prepare(&st, &mut batch) {
-                    Ok((map, size, seq)) => prepared.push(Prepared { st, _guard: guard, map, size, seq }),
+                match self.prepare(&st, &mut batch, !all) {
+                    Ok(Plan { map, size, seq, committed_seq }) => prepared.push(Prepared { st, _guard: guard, map, size, seq, committed_seq }),
                     Err(e) => tracing::error!("flushing inode {}: {e} (kept in the journal, will retry)", st.ino),
                 }
             }
@@ -212,15 +225,36 @@ impl Volume {
                 g.base_valid = p.size;
                 g.data_bytes = g.base.data_bytes();
                 let seq = p.seq;
-                let keep: Vec<(u64, super::file::Piece)> = g.overlay.iter().filter(|(_, pc)| pc.seq > seq).map(|(&s, pc)| (s, *pc)).collect();
+                let keep: Vec<(u64, super::file::Piece)> = g
+                    .overlay
+                    .iter()
+                    .filter(|(&s0, pc)| pc.seq > seq || (p.committed_seq < seq && s0 + pc.len > p.size))
+                    .map(|(&s0, pc)| (s0, *pc))
+                    .collect();
                 g.overlay.clear();
                 g.dirty_bytes = 0;
-                for (s, pc) in keep {
+                for (s0, pc) in keep {
                     g.dirty_bytes += pc.len;
-                    g.overlay.insert(s, pc);
+                    g.overlay.insert(s0, pc);
                 }
-                g.flushed_seq = seq;
-                if g.last_seq == seq {
+                // A held-back tail stays in the overlay (clipped to where the
+                // committed map ends) until a later flush.
+                if p.committed_seq < seq {
+                    let held: Vec<(u64, super::file::Piece)> = g
+                        .overlay
+                        .range(..)
+                        .filter(|(&s0, pc)| pc.seq <= seq && s0 + pc.len > p.size)
+                        .map(|(&s0, pc)| (s0, *pc))
+                        .collect();
+                    for (s0, pc) in held {
+                        let _ = g.overlay.remove(&s0);
+                        g.dirty_bytes -= pc.len;
+                        let from = p.size.saturating_sub(s0);
+                        g.overlay_insert(s0 + from, pc.slice(from, pc.len - from));
+                    }
+                }
+                g.flushed_seq = p.committed_seq;
+                if g.last_seq == seq && p.committed_seq == seq {
                     g.meta_dirty = false;
                 }
                 if !g.is_dirty() {
@@ -258,12 +292,17 @@ impl Volume {
 
     /// Builds a file's new extent map: its committed map with the overlay
     /// spliced in and the changed regions re-chunked.
-    fn prepare(&self, st: &FileState, batch: &mut Batch) -> Result<(ExtentMap, u64, u64)> {
-        let (mut map, pieces, size, base_valid, seq) = {
+    ///
+    /// With `hold_tail`, a file still open for writing keeps the chunk that
+    /// runs to its end out of this flush: that chunk was cut by the flush, not
+    /// by content, so storing it would waste a chunk and misalign dedup.
+    fn prepare(&self, st: &FileState, batch: &mut Batch, hold_tail: bool) -> Result<Plan> {
+        let (mut map, pieces, size, base_valid, seq, writing) = {
             let g = st.inner.lock();
             let pieces: Vec<(u64, super::file::Piece)> = g.overlay.iter().map(|(&s, p)| (s, *p)).collect();
-            (g.base.clone(), pieces, g.size, g.base_valid, g.last_seq)
+            (g.base.clone(), pieces, g.size, g.base_valid, g.last_seq, g.open > 0 && !g.due)
         };
+        let hold_tail = hold_tail && writing;
         if base_valid < map.len() {
             map.set_len(base_valid);
         }
@@ -294,17 +333,33 @@ impl Volume {
             }
             clusters.push((a, b));
         }
+        let n_clusters = clusters.len();
         // Right to left, so splices do not move the clusters still to do.
-        for (a, b) in clusters.into_iter().rev() {
-            self.rechunk(&mut map, a, b, batch)?;
+        let mut committed = size;
+        let mut committed_seq = seq;
+        for (i, (a, b)) in clusters.into_iter().enumerate().rev() {
+            let last = i + 1 == n_clusters;
+            let held = self.rechunk(&mut map, a, b, batch, hold_tail && last && b == size)?;
+            if let Some(t) = held {
+                // Commit up to `t`; the pieces covering the tail replay after a
+                // crash, so the committed journal position stays below them.
+                committed = t;
+                map.set_len(t);
+                let first_held = pieces.iter().filter(|(s0, p)| s0 + p.len > t).map(|(_, p)| p.seq).min().unwrap_or(seq + 1);
+                committed_seq = first_held - 1;
+            }
         }
         debug_assert!(!map.has_pending());
-        Ok((map, size, seq))
+        Ok(Plan { map, size: committed, seq, committed_seq })
     }
 
     /// Re-chunks `[a, b)` (new data) together with the old chunk before it
     /// and as much after it as it takes to fall back onto an old boundary.
-    fn rechunk(&self, map: &mut ExtentMap, a: u64, b: u64, batch: &mut Batch) -> Result<()> {
+    ///
+    /// With `hold_tail` (the cluster runs to the end of a file still being
+    /// written), the final chunk is not stored and its start is returned: the
+    /// caller commits only up to there.
+    fn rechunk(&self, map: &mut ExtentMap, a: u64, b: u64, batch: &mut Batch, hold_tail: bool) -> Result<Option<u64>> {
         let p = self.cfg.chunker;
         let max = p.max as u64;
         let left = match map.range(a.saturating_sub(max), a).last() {
@@ -330,7 +385,14 @@ impl Volume {
             let buf = self.read_map(map, pos, win_end)?;
             let cuts: Vec<(usize, usize)> = fastcdc::v2020::FastCDC::new(&buf, p.min as usize, p.avg as usize, p.max as usize).map(|c| (c.offset, c.length)).collect();
             let last_window = win_end == hard_end;
-            let take = if !last_window {
+            let hold_here = last_window && !soft && hold_tail && hard_end == map.len() && cuts.len() > 1 && {
+                // Only new data can be held: it must all still be in the journal.
+                let t = pos + cuts[cuts.len() - 1].0 as u64;
+                map.range(t, hard_end).iter().all(|(_, e)| matches!(e.src, Source::Pending(_)))
+            };
+            let take = if hold_here {
+                cuts.len() - 1
+            } else if !last_window {
                 // Keep the last chunk: it was cut by the window, not by content.
                 cuts.len().saturating_sub(1).max(1)
             } else if !soft {
@@ -367,12 +429,17 @@ impl Volume {
                 adv += s.len() as u64;
             }
             pos += adv;
+            if hold_here {
+                // Leave [pos, end) pending; the caller cuts the map there.
+                map.splice(left, pos, new_exts);
+                return Ok(Some(pos));
+            }
             if last_window && soft {
                 break;
             }
         }
         map.splice(left, pos, new_exts);
-        Ok(())
+        Ok(None)
     }
 
     /// The content of `[start, end)` of a map under construction.
@@ -413,7 +480,7 @@ impl Volume {
                     let g = p.st.inner.lock();
                     (g.mtime, g.ctime)
                 };
-                meta::update_content(tx, p.st.ino, p.size, p.map.data_bytes(), mtime, ctime, p.seq)?;
+                meta::update_content(tx, p.st.ino, p.size, p.map.data_bytes(), mtime, ctime, p.committed_seq)?;
             }
             meta::apply_ref_deltas(tx, &deltas)
         })

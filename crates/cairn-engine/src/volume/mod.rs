@@ -279,6 +279,14 @@ impl Volume {
         Ok(r)
     }
 
+    /// One background flush round now (files due, old or large), as the
+    /// flusher thread would run it: for tests.
+    #[doc(hidden)]
+    pub fn flush_due(&self) -> Result<FlushReport> {
+        self.check_writable()?;
+        self.flush_round(false)
+    }
+
     /// Stops background work and drops the handle without flushing or
     /// syncing anything, as `kill -9` would: for crash tests.
     #[doc(hidden)]

@@ -322,3 +322,29 @@ fn second_open_is_refused_while_in_use() {
     let ro = Volume::load(d.path(), OpenOptions { read_only: true, ..Default::default() }).unwrap();
     assert!(maintenance::stats(&ro).is_ok());
 }
+
+#[test]
+fn streaming_writer_with_many_background_flushes_leaves_no_dead_chunks() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = Volume::load(d.path(), OpenOptions { flush_bytes: 256 << 10, ..Default::default() }).unwrap();
+    let data = random_bytes(21, 6 << 20);
+    let a = v.create(ROOT_INO, b"stream", FileKind::File, 0o644, 0, root()).unwrap();
+    v.open(a.ino).unwrap();
+    for (i, piece) in data.chunks(128 << 10).enumerate() {
+        v.write(a.ino, (i as u64) * (128 << 10), piece).unwrap();
+        // Size-triggered rounds (the flusher thread may run some itself).
+        v.flush_due().unwrap();
+    }
+    // Most of the file is committed while it is still open for writing...
+    let committed = maintenance::stats(&v).unwrap().data_bytes;
+    assert!(committed >= 5 << 20, "only {committed} bytes committed while writing");
+    assert_eq!(read_all(&v, a.ino), data);
+    v.release(a.ino).unwrap();
+    v.flush_now().unwrap();
+    let s = maintenance::stats(&v).unwrap();
+    assert_eq!(s.dead_chunks, 0, "{s:?}");
+    assert_eq!(read_all(&v, a.ino), data);
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}

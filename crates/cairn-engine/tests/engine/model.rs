@@ -11,6 +11,7 @@ enum Op {
     Truncate(u64),
     Punch { off: u64, len: u64 },
     Flush,
+    BackgroundFlush,
     Reopen,
     FsyncAndCrash,
 }
@@ -21,18 +22,25 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u64..500_000).prop_map(Op::Truncate),
         1 => (0u64..400_000, 1u64..100_000).prop_map(|(off, len)| Op::Punch { off, len }),
         2 => Just(Op::Flush),
+        3 => Just(Op::BackgroundFlush),
         1 => Just(Op::Reopen),
         1 => Just(Op::FsyncAndCrash),
     ]
 }
 
+/// Flushes a file after 64 KiB of dirty data, so background rounds take
+/// the size-triggered path (which holds back the tail of open files).
+fn open_eager(dir: &std::path::Path) -> std::sync::Arc<Volume> {
+    Volume::load(dir, OpenOptions { flush_bytes: 64 << 10, flush_age: std::time::Duration::from_secs(3600), ..Default::default() }).unwrap()
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
     fn file_matches_model(ops in prop::collection::vec(op(), 1..25)) {
         let d = tempfile::tempdir().unwrap();
         init_small(d.path());
-        let mut v = open(d.path());
+        let mut v = open_eager(d.path());
         let ino = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap().ino;
         v.open(ino).unwrap();
         let mut model: Vec<u8> = Vec::new();
@@ -54,17 +62,18 @@ proptest! {
                     if (off as usize) < end { model[off as usize..end].fill(0); }
                 }
                 Op::Flush => { v.flush_now().unwrap(); }
+                Op::BackgroundFlush => { v.flush_due().unwrap(); }
                 Op::Reopen => {
                     v.release(ino).unwrap();
                     v.close().unwrap();
                     drop(v);
-                    v = open(d.path());
+                    v = open_eager(d.path());
                     v.open(ino).unwrap();
                 }
                 Op::FsyncAndCrash => {
                     v.fsync(ino, false).unwrap();
                     v.simulate_crash();
-                    v = open(d.path());
+                    v = open_eager(d.path());
                     v.open(ino).unwrap();
                 }
             }
