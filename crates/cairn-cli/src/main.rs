@@ -211,9 +211,14 @@ fn run(cli: Cli) -> Result<i32> {
                 fsname: format!("cairn:{}", dir.display()),
             };
             let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size as usize, ..Default::default() };
+            // The control socket answers what POSIX cannot ask (stats, sync).
+            let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
+                Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)
+            };
             if foreground {
                 init_logging(cli.verbose, log_file.as_deref())?;
                 let vol = Volume::load(&dir, opts)?;
+                let _control = serve(&vol)?;
                 cairn_fuse::mount(vol, &cfg, || eprintln!("cairn: mounted {} at {}", dir.display(), mountpoint.display()))?;
                 Ok(0)
             } else {
@@ -221,6 +226,7 @@ fn run(cli: Cli) -> Result<i32> {
                 daemon::run_in_background(|ready| {
                     init_logging(cli.verbose, Some(&log))?;
                     let vol = Volume::load(&dir, opts)?;
+                    let _control = serve(&vol)?;
                     cairn_fuse::mount(vol, &cfg, ready)?;
                     Ok(())
                 })
@@ -261,8 +267,12 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Stats { dir, json, pass } => {
             init_logging(cli.verbose, None)?;
-            let vol = open_volume(&dir, &pass, true, None)?;
-            let s = maintenance::stats(&vol)?;
+            // A mounted volume answers through its control socket.
+            let sock = cairn_engine::control::socket_path(&dir);
+            let s: maintenance::Stats = match cairn_engine::control::call(&sock, &cairn_engine::control::Request::Stats)? {
+                Some(v) => serde_json::from_value(v).context("reading stats from the mount")?,
+                None => maintenance::stats(&*open_volume(&dir, &pass, true, None)?)?,
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {

@@ -19,6 +19,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod control;
 pub mod crypto;
 mod error;
 pub mod extent;

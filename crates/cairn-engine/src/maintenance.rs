@@ -7,7 +7,7 @@ use crate::meta;
 use crate::pack::{self, BlobEntry, PackBuilder};
 use crate::types::{FileKind, ROOT_INO};
 use crate::volume::Volume;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Progress callbacks for long operations (the CLI draws bars).
@@ -26,7 +26,7 @@ impl Progress for NoProgress {
 }
 
 /// Volume statistics.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Stats {
     pub files: u64,
     pub directories: u64,

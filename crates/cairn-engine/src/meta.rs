@@ -1,9 +1,14 @@
 //! The metadata store: SQLite in WAL mode (schema v1).
 //!
-//! One writer connection (SQLite has one writer anyway) behind a mutex, and a
-//! pool of reader connections so lookups and getattrs never wait for a
-//! write transaction. All SQL of the engine lives in this module, written as
-//! plain functions over a `Connection`, so a PostgreSQL store can mirror it.
+//! A read-write open uses one connection in exclusive locking mode behind a
+//! mutex: the volume lock already guarantees no other process touches the
+//! database, and exclusive mode drops the per-transaction file and
+//! shared-memory locks (11 fcntl calls per create+unlink with a reader pool)
+//! and keeps one page cache valid (3 preads per operation fewer). Statements
+//! are microseconds; flush commits are split so no transaction is long.
+//! A read-only open (`stats` on an unmounted volume) uses normal locking.
+//! All SQL of the engine lives in this module, written as plain functions
+//! over a `Connection`, so a PostgreSQL store can mirror it.
 
 use crate::error::{Error, Result};
 use crate::extent::{decode_page, encode_page, ExtentMap, Page, PageChanges};
@@ -19,7 +24,7 @@ pub const SCHEMA_VERSION: i64 = 1;
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS info(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS inodes(
-  ino INTEGER PRIMARY KEY AUTOINCREMENT,
+  ino INTEGER PRIMARY KEY,
   kind INTEGER NOT NULL, perm INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
   rdev INTEGER NOT NULL DEFAULT 0, nlink INTEGER NOT NULL,
   size INTEGER NOT NULL DEFAULT 0, data_bytes INTEGER NOT NULL DEFAULT 0,
@@ -75,14 +80,19 @@ pub struct InodeRow {
 /// The SQLite metadata store.
 pub struct Meta {
     path: PathBuf,
-    writer: Mutex<Connection>,
-    readers: Mutex<Vec<Connection>>,
+    conn: Mutex<Connection>,
 }
 
 fn open_conn(path: &Path) -> Result<Connection> {
     let c = Connection::open(path).map_err(|e| Error::io(format!("opening metadata {}: {e}", path.display())))?;
     c.busy_timeout(std::time::Duration::from_secs(30))?;
-    c.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;")?;
+    // WAL without fsync at commit (fsync(2) and flushes sync the WAL
+    // explicitly); checkpoint rarely, since a checkpoint rewrites pages;
+    // read through mmap to save read(2) calls.
+    c.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;
+         PRAGMA wal_autocheckpoint=16384; PRAGMA mmap_size=268435456;",
+    )?;
     Ok(c)
 }
 
@@ -102,11 +112,15 @@ impl Meta {
     }
 
     /// Opens an existing database, refusing unknown schema versions.
-    pub fn open(path: &Path) -> Result<Self> {
+    /// `exclusive`: this process is the only user (it holds the volume lock).
+    pub fn open(path: &Path, exclusive: bool) -> Result<Self> {
         if !path.exists() {
             return Err(Error::config(format!("metadata database {} is missing", path.display())));
         }
         let w = open_conn(path)?;
+        if exclusive {
+            w.execute_batch("PRAGMA locking_mode=EXCLUSIVE;")?;
+        }
         let v: Option<i64> = w.query_row("SELECT value FROM info WHERE key='schema'", [], |r| r.get(0)).optional()
             .map_err(|e| Error::config(format!("{} is not a Cairn metadata database: {e}", path.display())))?;
         match v {
@@ -114,23 +128,17 @@ impl Meta {
             Some(v) => return Err(Error::config(format!("metadata schema version {v} is not supported (this build reads {SCHEMA_VERSION})"))),
             None => return Err(Error::config("metadata database has no schema version")),
         }
-        Ok(Meta { path: path.to_path_buf(), writer: Mutex::new(w), readers: Mutex::new(Vec::new()) })
+        Ok(Meta { path: path.to_path_buf(), conn: Mutex::new(w) })
     }
 
-    /// Runs `f` on a reader connection.
+    /// Runs reads; `f` sees one consistent state.
     pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = match self.readers.lock().pop() {
-            Some(c) => c,
-            None => open_conn(&self.path)?,
-        };
-        let r = f(&conn);
-        self.readers.lock().push(conn);
-        r
+        f(&self.conn.lock())
     }
 
     /// Runs `f` in one write transaction; commits if it returns Ok.
     pub fn write<T>(&self, f: impl FnOnce(&Transaction) -> Result<T>) -> Result<T> {
-        let mut w = self.writer.lock();
+        let mut w = self.conn.lock();
         let tx = w.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let r = f(&tx)?;
         tx.commit()?;
@@ -148,7 +156,7 @@ impl Meta {
 
     /// Folds the WAL back into the database (on clean shutdown).
     pub fn checkpoint(&self) -> Result<()> {
-        self.writer.lock().execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+        self.conn.lock().execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
         Ok(())
     }
 }
@@ -210,17 +218,23 @@ pub fn get_inode(c: &Connection, ino: Ino) -> Result<Option<InodeRow>> {
     }
 }
 
-/// A new inode; returns its number.
-pub fn insert_inode(c: &Connection, a: &Attr, parent: Option<Ino>, target: Option<&[u8]>) -> Result<Ino> {
+/// A new inode numbered `a.ino`. `jseq` is the journal position at its
+/// creation: no older record can be about it, even if its number was used
+/// by an inode deleted before a crash.
+pub fn insert_inode(c: &Connection, a: &Attr, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64) -> Result<()> {
     let mut st = c.prepare_cached(
-        "INSERT INTO inodes(kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target)
-         VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13)",
+        "INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq)
+         VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?;
     st.execute(params![
-        a.kind.code(), a.perm, a.uid, a.gid, a.rdev, a.nlink, a.size as i64,
-        a.atime.0, a.mtime.0, a.ctime.0, a.btime.0, parent.map(|p| p as i64), target
+        a.ino as i64, a.kind.code(), a.perm, a.uid, a.gid, a.rdev, a.nlink, a.size as i64,
+        a.atime.0, a.mtime.0, a.ctime.0, a.btime.0, parent.map(|p| p as i64), target, jseq as i64
     ])?;
-    Ok(c.last_insert_rowid() as u64)
+    Ok(())
+}
+
+pub fn max_ino(c: &Connection) -> Result<u64> {
+    Ok(c.query_row("SELECT COALESCE(MAX(ino), 1) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64)
 }
 
 /// Writes back the mutable attributes of an inode.

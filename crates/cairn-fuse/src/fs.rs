@@ -457,12 +457,12 @@ impl Filesystem for CairnFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every close(2) of a descriptor: schedule write-back (cheap). Lock
-        // cleanup is the kernel's, since locking is local.
-        match self.vol.flush_file(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("flush", ino.0, &e)),
-        }
+        // Nothing to do at close(2): writes are already journaled, write-back
+        // is scheduled at release, and locks are the kernel's. ENOSYS makes
+        // the kernel stop sending FLUSH altogether, which saves one round
+        // trip on every close (a quarter of the cost of creating a file).
+        let _ = ino;
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(

@@ -83,6 +83,8 @@ pub(crate) struct FileInner {
     pub data_bytes: u64,
     /// Removed from the volume's table; holders must look it up again.
     pub evicted: bool,
+    /// Its last name went while it was open: free it at the last release.
+    pub unlinked: bool,
 }
 
 impl FileInner {
@@ -147,6 +149,33 @@ impl FileInner {
     }
 }
 
+impl FileState {
+    fn new(ino: Ino, base: ExtentMap, a: &Attr, data_bytes: u64, jseq: u64, unlinked: bool) -> Arc<Self> {
+        Arc::new(FileState {
+            ino,
+            inner: Mutex::new(FileInner {
+                base_valid: a.size,
+                size: a.size,
+                base,
+                overlay: BTreeMap::new(),
+                dirty_bytes: 0,
+                last_seq: jseq,
+                flushed_seq: jseq,
+                mtime: a.mtime,
+                ctime: a.ctime,
+                meta_dirty: false,
+                open: 0,
+                due: false,
+                dirty_since: None,
+                data_bytes,
+                evicted: false,
+                unlinked,
+            }),
+            flush_lock: Arc::new(Mutex::new(())),
+        })
+    }
+}
+
 /// One part of a read.
 enum ReadPart {
     Zero(u64),
@@ -171,28 +200,13 @@ impl Volume {
         if base.len() != row.attr.size {
             return Err(Error::corrupt(format!("inode {ino}: extents cover {} bytes but its size is {}", base.len(), row.attr.size)));
         }
-        let st = Arc::new(FileState {
-            ino,
-            inner: Mutex::new(FileInner {
-                base_valid: row.attr.size,
-                size: row.attr.size,
-                base,
-                overlay: BTreeMap::new(),
-                dirty_bytes: 0,
-                last_seq: row.jseq,
-                flushed_seq: row.jseq,
-                mtime: row.attr.mtime,
-                ctime: row.attr.ctime,
-                meta_dirty: false,
-                open: 0,
-                due: false,
-                dirty_since: None,
-                data_bytes: row.data_bytes,
-                evicted: false,
-            }),
-            flush_lock: Arc::new(Mutex::new(())),
-        });
+        let st = FileState::new(ino, base, &row.attr, row.data_bytes, row.jseq, row.attr.nlink == 0);
         Ok(self.files.entry(ino).or_insert(st).clone())
+    }
+
+    /// Registers the state of a file just created (saves a metadata read at open).
+    pub(crate) fn adopt_new_file(&self, a: &Attr) {
+        self.files.entry(a.ino).or_insert_with(|| FileState::new(a.ino, ExtentMap::new(), a, 0, 0, false));
     }
 
     /// Runs `f` on the file's locked state, retrying if the state was evicted
@@ -223,12 +237,11 @@ impl Volume {
     }
 
     /// Registers an open handle on a regular file.
-    pub fn open(&self, ino: Ino) -> Result<Attr> {
+    pub fn open(&self, ino: Ino) -> Result<()> {
         self.with_file(ino, |_, g| {
             g.open += 1;
             Ok(())
-        })?;
-        self.getattr(ino)
+        })
     }
 
     /// Drops an open handle; the last one of an unlinked file frees it.
@@ -251,9 +264,21 @@ impl Volume {
         Ok(())
     }
 
-    /// Number of open handles (for unlink).
-    pub(crate) fn open_count(&self, ino: Ino) -> u32 {
-        self.files.get(&ino).map(|st| st.inner.lock().open).unwrap_or(0)
+    /// Called when a file lost its last name: frees it now, or marks it to
+    /// be freed at its last release.
+    pub(crate) fn last_name_gone(&self, ino: Ino) -> Result<()> {
+        let open = match self.files.get(&ino) {
+            Some(st) => {
+                let mut g = st.inner.lock();
+                g.unlinked = true;
+                g.open
+            }
+            None => 0,
+        };
+        if open == 0 {
+            self.free_inode(ino)?;
+        }
+        Ok(())
     }
 
     /// Close-time hint: flush this file soon.

@@ -34,8 +34,9 @@ use zeroize::Zeroizing;
 pub struct OpenOptions {
     /// Passphrase of an encrypted volume.
     pub passphrase: Option<Zeroizing<Vec<u8>>>,
-    /// Open without the exclusive lock, without replaying the journal and
-    /// without writing anything (for `stats` beside a running mount).
+    /// Open with a shared lock, without replaying the journal and without
+    /// writing anything (for `stats` of an unmounted volume; a mount answers
+    /// such questions through its control socket).
     pub read_only: bool,
     /// Bytes of decoded chunks kept in memory.
     pub cache_bytes: usize,
@@ -92,6 +93,8 @@ pub struct Volume {
     pack_names: DashMap<u64, Arc<str>>,
     prefetching: DashMap<u64, ()>,
     pub(crate) next_chunk_id: AtomicU64,
+    /// Next inode number (numbers may be reused after a crash; see meta::insert_inode).
+    pub(crate) next_ino: AtomicU64,
     pub(crate) flush_mutex: Mutex<()>,
     pub(crate) signal: Arc<FlushSignal>,
     flusher: Mutex<Option<JoinHandle<()>>>,
@@ -142,10 +145,13 @@ pub fn read_config(dir: &Path) -> Result<(Layout, LocalSettings, Arc<dyn Backend
     Ok((layout, settings, backend, cfg))
 }
 
-fn take_lock(layout: &Layout) -> Result<File> {
+/// Takes the volume lock: exclusive for read-write opens, shared for
+/// read-only looks (which then keep any writer out while they read).
+fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
     let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(layout.lock())?;
+    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
     // SAFETY: flock on an fd we own.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let r = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
     if r != 0 {
         return Err(Error::new(
             ErrorKind::Busy,
@@ -160,11 +166,11 @@ impl Volume {
     /// background flusher.
     pub fn load(dir: &Path, opts: OpenOptions) -> Result<Arc<Volume>> {
         let (layout, _settings, backend, cfg) = read_config(dir)?;
-        let lock = if opts.read_only { None } else { Some(take_lock(&layout)?) };
+        let lock = Some(take_lock(&layout, !opts.read_only)?);
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
         let mut vid = [0u8; 16];
         hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
-        let meta = Meta::open(&layout.meta_db())?;
+        let meta = Meta::open(&layout.meta_db(), !opts.read_only)?;
         let (journal, records) = if opts.read_only {
             // Look without touching: no journal at all.
             (Journal::disabled(), Vec::new())
@@ -172,6 +178,7 @@ impl Volume {
             Journal::open(&layout.journal())?
         };
         let max_chunk = meta.read(meta::max_chunk_id)?;
+        let max_ino = meta.read(meta::max_ino)?;
         journal.bump_seq(meta.read(meta::max_jseq)?);
         let signal = Arc::new(FlushSignal {
             state: Mutex::new((false, false)),
@@ -192,6 +199,7 @@ impl Volume {
             pack_names: DashMap::new(),
             prefetching: DashMap::new(),
             next_chunk_id: AtomicU64::new(max_chunk + 1),
+            next_ino: AtomicU64::new(max_ino + 1),
             flush_mutex: Mutex::new(()),
             signal,
             flusher: Mutex::new(None),

@@ -149,7 +149,8 @@ impl Volume {
                 btime: now,
             };
             let dparent = (kind == FileKind::Dir).then_some(parent);
-            a.ino = meta::insert_inode(tx, &a, dparent, target)?;
+            a.ino = self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            meta::insert_inode(tx, &a, dparent, target, self.journal.last_seq())?;
             meta::insert_dentry(tx, parent, name, a.ino, kind)?;
             meta::touch_dir(tx, parent, now, if kind == FileKind::Dir { 1 } else { 0 })?;
             if kind == FileKind::Dir {
@@ -165,7 +166,11 @@ impl Volume {
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
             return Err(Error::invalid("use mkdir or symlink"));
         }
-        self.new_inode(parent, name, kind, perm, rdev, None, caller)
+        let a = self.new_inode(parent, name, kind, perm, rdev, None, caller)?;
+        if kind == FileKind::File {
+            self.adopt_new_file(&a);
+        }
+        Ok(a)
     }
 
     /// Creates a directory.
@@ -240,8 +245,8 @@ impl Volume {
             meta::touch_dir(tx, parent, now, 0)?;
             Ok((ino, n))
         })?;
-        if nlink == 0 && self.open_count(ino) == 0 {
-            self.free_inode(ino)?;
+        if nlink == 0 {
+            self.last_name_gone(ino)?;
         }
         Ok(())
     }
@@ -366,9 +371,7 @@ impl Volume {
             Ok(freed)
         })?;
         if let Some(ino) = freed {
-            if self.open_count(ino) == 0 {
-                self.free_inode(ino)?;
-            }
+            self.last_name_gone(ino)?;
         }
         Ok(())
     }

@@ -315,12 +315,19 @@ fn encrypted_volume_needs_the_right_passphrase() {
 fn second_open_is_refused_while_in_use() {
     let d = tempfile::tempdir().unwrap();
     init_small(d.path());
-    let _v = open(d.path());
+    let v = open(d.path());
     let e = Volume::load(d.path(), OpenOptions::default()).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Busy);
-    // Read-only looks are allowed beside it.
+    // Even a read-only look is refused at once (the mount answers those).
+    let e = Volume::load(d.path(), OpenOptions { read_only: true, ..Default::default() }).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Busy);
+    v.close().unwrap();
+    drop(v);
+    // Read-only looks share; a writer waits for them.
     let ro = Volume::load(d.path(), OpenOptions { read_only: true, ..Default::default() }).unwrap();
-    assert!(maintenance::stats(&ro).is_ok());
+    let ro2 = Volume::load(d.path(), OpenOptions { read_only: true, ..Default::default() }).unwrap();
+    assert!(maintenance::stats(&ro).is_ok() && maintenance::stats(&ro2).is_ok());
+    assert_eq!(Volume::load(d.path(), OpenOptions::default()).err().unwrap().kind(), ErrorKind::Busy);
 }
 
 #[test]
@@ -347,4 +354,30 @@ fn streaming_writer_with_many_background_flushes_leaves_no_dead_chunks() {
     assert_eq!(read_all(&v, a.ino), data);
     let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
     assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
+/// In-process metadata rate, without FUSE: `cargo test --release -- --ignored --nocapture create_rate`.
+#[test]
+#[ignore]
+fn create_rate() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let dir = v.mkdir(ROOT_INO, b"many", 0o755, root()).unwrap().ino;
+    let n = 20_000;
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        let name = format!("f{i}");
+        assert!(v.lookup(dir, name.as_bytes()).is_err());
+        let a = v.create(dir, name.as_bytes(), FileKind::File, 0o644, 0, root()).unwrap();
+        v.open(a.ino).unwrap();
+        v.release(a.ino).unwrap();
+    }
+    let c = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        v.unlink(dir, format!("f{i}").as_bytes()).unwrap();
+    }
+    let u = t.elapsed().as_secs_f64();
+    eprintln!("engine: create {:.0}/s unlink {:.0}/s", n as f64 / c, n as f64 / u);
 }

@@ -1,0 +1,163 @@
+//! The control channel into a running mount: a Unix socket `DIR/control.sock`
+//! (mode 0600) speaking one JSON request line, one JSON reply line.
+//!
+//! ```text
+//! -> {"op":"stats"}            <- {"ok":true,"result":{...Stats...}}   (after a sync)
+//! -> {"op":"sync"}             <- {"ok":true,"result":null}
+//!                              <- {"ok":false,"error":"message"}
+//! ```
+//! It carries what POSIX has no call for; later issues add operations
+//! (clone, insert/delete, snapshots) to the same channel.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::maintenance;
+use crate::volume::Volume;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// A request on the control channel.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Volume statistics of the committed state.
+    Stats,
+    /// Flush everything to the backend.
+    Sync,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Reply {
+    ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// The socket path of a volume directory.
+pub fn socket_path(dir: &Path) -> PathBuf {
+    dir.join("control.sock")
+}
+
+/// A running control server; stops and removes its socket when dropped.
+pub struct Server {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Starts serving `vol` on `path` (replacing a stale socket).
+pub fn serve(vol: &Arc<Volume>, path: &Path) -> Result<Server> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|e| Error::io(format!("control socket {}: {e}", path.display())))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let weak: Weak<Volume> = Arc::downgrade(vol);
+    let stop2 = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("cairn-control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let Some(vol) = weak.upgrade() else { return };
+                // One request at a time is plenty for administration.
+                if let Err(e) = handle(&vol, conn) {
+                    tracing::warn!("control request failed: {e}");
+                }
+            }
+        })
+        .map_err(|e| Error::io(format!("spawning the control thread: {e}")))?;
+    Ok(Server { path: path.to_path_buf(), stop, thread: Some(thread) })
+}
+
+fn handle(vol: &Volume, conn: UnixStream) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut line = String::new();
+    BufReader::new(&conn).take(1 << 20).read_line(&mut line)?;
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Err(e) => Reply { ok: false, result: None, error: Some(format!("bad request: {e}")) },
+        Ok(req) => match execute(vol, req) {
+            Ok(v) => Reply { ok: true, result: Some(v), error: None },
+            Err(e) => Reply { ok: false, result: None, error: Some(e.to_string()) },
+        },
+    };
+    let mut out = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    (&conn).write_all(&out)
+}
+
+fn execute(vol: &Volume, req: Request) -> Result<serde_json::Value> {
+    match req {
+        Request::Stats => {
+            // Report what was written, not only what happened to be flushed.
+            vol.sync()?;
+            Ok(serde_json::to_value(maintenance::stats(vol)?).expect("stats serialise"))
+        }
+        Request::Sync => {
+            vol.sync()?;
+            Ok(serde_json::Value::Null)
+        }
+    }
+}
+
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = UnixStream::connect(&self.path); // wake the accept loop
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Sends one request to a running mount. `Ok(None)` if nothing listens.
+pub fn call(path: &Path, req: &Request) -> Result<Option<serde_json::Value>> {
+    let conn = match UnixStream::connect(path) {
+        Ok(c) => c,
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => return Ok(None),
+        Err(e) => return Err(Error::io(format!("control socket {}: {e}", path.display()))),
+    };
+    conn.set_read_timeout(Some(Duration::from_secs(600)))?;
+    let mut msg = serde_json::to_vec(req).expect("request serialises");
+    msg.push(b'\n');
+    (&conn).write_all(&msg)?;
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line)?;
+    let reply: Reply = serde_json::from_str(&line).map_err(|e| Error::io(format!("bad reply from the mount: {e}")))?;
+    if reply.ok {
+        Ok(Some(reply.result.unwrap_or(serde_json::Value::Null)))
+    } else {
+        Err(Error::new(ErrorKind::Io, reply.error.unwrap_or_else(|| "request failed".into())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_over_the_socket() {
+        let d = tempfile::tempdir().unwrap();
+        crate::init(d.path(), &Default::default()).unwrap();
+        let vol = Volume::load(d.path(), Default::default()).unwrap();
+        let sock = socket_path(d.path());
+        let server = serve(&vol, &sock).unwrap();
+        let v = call(&sock, &Request::Stats).unwrap().unwrap();
+        assert_eq!(v["directories"], 1);
+        assert!(call(&sock, &Request::Sync).unwrap().is_some());
+        drop(server);
+        assert!(!sock.exists());
+        assert!(call(&sock, &Request::Stats).unwrap().is_none());
+    }
+}
