@@ -80,7 +80,21 @@ pub(crate) fn placeholder_attr(ino: Ino, kind: FileKind) -> FileAttr {
 pub(crate) fn set_time(t: TimeOrNow) -> SetTime {
     match t {
         TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(st) => SetTime::At(Timestamp::from_system(st)),
+        TimeOrNow::SpecificTime(st) => SetTime::At(kernel_time(st)),
+    }
+}
+
+/// Undoes fuser 0.18's decoding of a kernel time before 1970: it builds
+/// `EPOCH - (|secs| s + nsecs ns)` from the kernel's `(secs < 0, nsecs)`,
+/// whereas the time is `secs s + nsecs ns` (its own TODO in `time.rs`).
+fn kernel_time(st: SystemTime) -> Timestamp {
+    match SystemTime::UNIX_EPOCH.duration_since(st) {
+        Ok(d) if d.subsec_nanos() != 0 => {
+            let secs = -(d.as_secs() as i128);
+            let ns = secs * 1_000_000_000 + d.subsec_nanos() as i128;
+            Timestamp(ns.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+        }
+        _ => Timestamp::from_system(st),
     }
 }
 
@@ -206,6 +220,23 @@ pub(crate) fn is_dot(name: &[u8]) -> bool {
 }
 
 #[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn kernel_times_before_1970_keep_their_fraction() {
+        // The kernel sends (-1 s, 250000000 ns) = -0.75 s; fuser hands us EPOCH - 1.25 s.
+        let from_fuser = SystemTime::UNIX_EPOCH - Duration::new(1, 250_000_000);
+        assert_eq!(kernel_time(from_fuser), Timestamp(-750_000_000));
+        let from_fuser = SystemTime::UNIX_EPOCH - Duration::new(1_234_567_890, 123_456_789);
+        assert_eq!(kernel_time(from_fuser), Timestamp(-1_234_567_890 * 1_000_000_000 + 123_456_789));
+        // Whole seconds and later times pass through.
+        assert_eq!(kernel_time(SystemTime::UNIX_EPOCH - Duration::new(5, 0)), Timestamp(-5_000_000_000));
+        assert_eq!(kernel_time(SystemTime::UNIX_EPOCH + Duration::new(5, 7)), Timestamp(5_000_000_007));
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -295,10 +326,12 @@ mod tests {
             set_time(TimeOrNow::SpecificTime(t.to_system())),
             SetTime::At(t)
         );
-        let neg = Timestamp(-42_000_000_001);
+        // -42.000000001 s reaches fuser as (secs -43, nsecs 999999999), which
+        // it decodes as EPOCH - 43.999999999 s.
+        let from_fuser = std::time::UNIX_EPOCH - Duration::new(43, 999_999_999);
         assert_eq!(
-            set_time(TimeOrNow::SpecificTime(neg.to_system())),
-            SetTime::At(neg)
+            set_time(TimeOrNow::SpecificTime(from_fuser)),
+            SetTime::At(Timestamp(-42_000_000_001))
         );
     }
 

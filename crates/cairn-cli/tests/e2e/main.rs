@@ -1,0 +1,19 @@
+//! End-to-end tests of Cairn through real FUSE mounts of the `cairn` binary.
+//!
+//! Every test makes its own volume and mountpoint under `target/tmp/e2e`
+//! (local disk), holds the global [`common::serial`] lock for its whole run
+//! (mounts do not overlap) and unmounts through a drop guard, so a failing
+//! assertion leaves no mount or daemon behind. Needs root, /dev/fuse,
+//! fusermount3, python3, setpriv; rsync is used when present.
+//!
+//! Set `CAIRN_E2E_KEEP=1` to keep the temp dirs of a run for inspection.
+
+mod common;
+
+mod corruption;
+mod crash;
+mod dedup;
+mod errors;
+mod permissions;
+mod posix;
+mod roundtrip;

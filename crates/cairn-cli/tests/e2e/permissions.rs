@@ -1,0 +1,142 @@
+//! 5. Kernel permission checks through the mount, as an unprivileged user
+//! (`nobody`, uid/gid 65534, via setpriv), with exact errno values.
+
+use crate::common::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+const NOBODY: (u32, u32) = (65534, 65534);
+
+/// Each check prints "NAME RESULT" with RESULT = OK or the errno name.
+const SCRIPT: &str = r#"
+import errno, os, sys
+mnt = sys.argv[2]
+P = lambda *a: os.path.join(mnt, *a)
+def t(name, f):
+    try:
+        f()
+        print(name, "OK")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, str(e.errno)))
+def write_own():
+    with open(P("sticky", "mine"), "wb") as f:
+        f.write(b"written by nobody\n")
+def create_delete_own():
+    fd = os.open(P("sticky", "mine2"), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+    os.close(fd)
+    os.unlink(P("sticky", "mine2"))
+t("whoami", lambda: None if os.getuid() == 65534 and os.getgid() == 65534 and os.getgroups() == [] else os.abort())
+t("create_in_root_dir", lambda: os.close(os.open(P("rootdir", "new"), os.O_CREAT | os.O_WRONLY, 0o644)))
+t("mkdir_in_root_dir", lambda: os.mkdir(P("rootdir", "newdir")))
+t("symlink_in_root_dir", lambda: os.symlink("x", P("rootdir", "newlink")))
+t("unlink_in_root_dir", lambda: os.unlink(P("rootdir", "public")))
+t("rename_in_root_dir", lambda: os.rename(P("rootdir", "public"), P("rootdir", "moved")))
+t("read_0644", lambda: open(P("rootdir", "public"), "rb").read())
+t("write_0644", lambda: open(P("rootdir", "public"), "r+b").close())
+t("truncate_0644", lambda: os.truncate(P("rootdir", "public"), 0))
+t("read_0600", lambda: open(P("secret"), "rb").read())
+t("list_0700_dir", lambda: os.listdir(P("private")))
+t("stat_in_0700_dir", lambda: os.stat(P("private", "inner")))
+t("chmod_root_file", lambda: os.chmod(P("rootdir", "public"), 0o666))
+t("chown_root_file", lambda: os.chown(P("rootdir", "public"), 65534, 65534))
+t("chgrp_root_file", lambda: os.chown(P("rootdir", "public"), -1, 65534))
+t("utime_explicit_root_file", lambda: os.utime(P("rootdir", "public"), (1, 1)))
+t("utime_now_root_file", lambda: os.utime(P("rootdir", "public"), None))
+t("setxattr_root_file", lambda: os.setxattr(P("rootdir", "public"), "user.x", b"1"))
+t("sticky_unlink_root_file", lambda: os.unlink(P("sticky", "rootfile")))
+t("sticky_rename_root_file", lambda: os.rename(P("sticky", "rootfile"), P("sticky", "stolen")))
+t("sticky_write_own", write_own)
+t("sticky_create_delete_own", create_delete_own)
+t("chmod_own", lambda: os.chmod(P("sticky", "mine"), 0o640))
+t("utime_explicit_own", lambda: os.utime(P("sticky", "mine"), (1000000000, 1000000000)))
+t("chown_own_to_root", lambda: os.chown(P("sticky", "mine"), 0, 0))
+"#;
+
+#[test]
+fn unprivileged_user_gets_exact_errnos() {
+    let _serial = serial();
+    let env = Env::new("perms");
+    let m = env.mount();
+    let mnt = m.path();
+    fs::set_permissions(mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    let mk = |rel: &str, mode: u32, content: Option<&[u8]>| {
+        let p = mnt.join(rel);
+        match content {
+            Some(c) => fs::write(&p, c).unwrap(),
+            None => fs::create_dir(&p).unwrap(),
+        }
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    mk("rootdir", 0o755, None);
+    mk("rootdir/public", 0o644, Some(b"public root data\n"));
+    mk("secret", 0o600, Some(b"root only\n"));
+    mk("private", 0o700, None);
+    mk("private/inner", 0o644, Some(b"x"));
+    mk("sticky", 0o1777, None);
+    mk("sticky/rootfile", 0o666, Some(b"root's file in a sticky dir\n"));
+    let public_before = fs::metadata(mnt.join("rootdir/public")).unwrap();
+
+    let out = python(SCRIPT, &[mnt.as_os_str()], Some(NOBODY));
+    assert!(out.ok(), "{out}");
+    let got: BTreeMap<&str, &str> = out.stdout.lines().filter_map(|l| l.split_once(' ')).collect();
+    let want: &[(&str, &str)] = &[
+        ("whoami", "OK"),
+        ("create_in_root_dir", "EACCES"),
+        ("mkdir_in_root_dir", "EACCES"),
+        ("symlink_in_root_dir", "EACCES"),
+        ("unlink_in_root_dir", "EACCES"),
+        ("rename_in_root_dir", "EACCES"),
+        ("read_0644", "OK"),
+        ("write_0644", "EACCES"),
+        ("truncate_0644", "EACCES"),
+        ("read_0600", "EACCES"),
+        ("list_0700_dir", "EACCES"),
+        ("stat_in_0700_dir", "EACCES"),
+        ("chmod_root_file", "EPERM"),
+        ("chown_root_file", "EPERM"),
+        ("chgrp_root_file", "EPERM"),
+        ("utime_explicit_root_file", "EPERM"),
+        ("utime_now_root_file", "EACCES"),
+        ("setxattr_root_file", "EACCES"),
+        // Linux: may_delete() -> check_sticky() fails with EPERM.
+        ("sticky_unlink_root_file", "EPERM"),
+        ("sticky_rename_root_file", "EPERM"),
+        ("sticky_write_own", "OK"),
+        ("sticky_create_delete_own", "OK"),
+        ("chmod_own", "OK"),
+        ("utime_explicit_own", "OK"),
+        ("chown_own_to_root", "EPERM"),
+    ];
+    let wrong: Vec<String> = want
+        .iter()
+        .filter(|(k, v)| got.get(k) != Some(v))
+        .map(|(k, v)| format!("{k}: expected {v}, got {}", got.get(k).unwrap_or(&"(nothing)")))
+        .collect();
+    assert!(wrong.is_empty(), "as nobody:\n{}\n{out}", wrong.join("\n"));
+
+    // Root sees what nobody did, and nothing nobody was refused.
+    assert_eq!(fs::read(mnt.join("sticky/mine")).unwrap(), b"written by nobody\n");
+    let mine = fs::metadata(mnt.join("sticky/mine")).unwrap();
+    assert_eq!(
+        (mine.uid(), mine.gid(), mine.mode() & 0o7777, mine.mtime()),
+        (65534, 65534, 0o640, 1_000_000_000)
+    );
+    assert!(!mnt.join("sticky/mine2").exists());
+    assert_eq!(fs::read(mnt.join("sticky/rootfile")).unwrap(), b"root's file in a sticky dir\n");
+    for gone in ["rootdir/new", "rootdir/newdir", "rootdir/newlink", "rootdir/moved", "sticky/stolen"] {
+        assert!(fs::symlink_metadata(mnt.join(gone)).is_err(), "{gone} exists");
+    }
+    let public = fs::metadata(mnt.join("rootdir/public")).unwrap();
+    assert_eq!(fs::read(mnt.join("rootdir/public")).unwrap(), b"public root data\n");
+    assert_eq!(
+        (public.mode(), public.uid(), public.gid(), public.mtime(), public.mtime_nsec()),
+        (public_before.mode(), 0, 0, public_before.mtime(), public_before.mtime_nsec())
+    );
+    // The user's file persists with its owner.
+    m.umount();
+    let m = env.mount();
+    let mine = fs::metadata(m.join("sticky/mine")).unwrap();
+    assert_eq!((mine.uid(), mine.gid(), mine.len()), (65534, 65534, 18));
+    m.umount();
+}
