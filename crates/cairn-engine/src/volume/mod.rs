@@ -91,6 +91,9 @@ pub struct Volume {
     pub(crate) files: DashMap<Ino, Arc<FileState>>,
     pub(crate) cache: ChunkCache,
     pack_names: DashMap<u64, Arc<str>>,
+    /// Where chunks live. Locations change only in gc, which runs with the
+    /// volume closed, so reads of data never need the metadata lock twice.
+    chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
     prefetching: DashMap<u64, ()>,
     pub(crate) next_chunk_id: AtomicU64,
     /// Next inode number (numbers may be reused after a crash; see meta::insert_inode).
@@ -197,6 +200,7 @@ impl Volume {
             files: DashMap::new(),
             cache: ChunkCache::new(opts.cache_bytes),
             pack_names: DashMap::new(),
+            chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
             next_chunk_id: AtomicU64::new(max_chunk + 1),
             next_ino: AtomicU64::new(max_ino + 1),
@@ -370,15 +374,10 @@ impl Volume {
         if let Some(c) = self.cache.get(id) {
             return Ok(c);
         }
-        let row = self
-            .meta
-            .read(|c| meta::chunk_by_id(c, id))?
-            .ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
-        let name = self.pack_name(row.pack)?;
-        let entry = BlobEntry { id: row.hash, offset: row.offset, stored_len: row.stored_len, raw_len: row.raw_len, flags: row.flags };
+        let (name, entry) = self.chunk_location(id)?;
         let data = self
             .backend
-            .get_range(&name, row.offset, row.stored_len as u64)
+            .get_range(&name, entry.offset, entry.stored_len as u64)
             .map_err(Error::from)
             .and_then(|stored| pack::decode_blob(&self.keys, &entry, stored))
             .map_err(|e| {
@@ -389,6 +388,24 @@ impl Volume {
         let data = Arc::new(data);
         self.cache.insert(id, data.clone());
         Ok(data)
+    }
+
+    fn chunk_location(&self, id: u64) -> Result<(Arc<str>, BlobEntry)> {
+        if let Some(l) = self.chunk_locs.get(&id) {
+            return Ok(l.clone());
+        }
+        let row = self
+            .meta
+            .read(|c| meta::chunk_by_id(c, id))?
+            .ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
+        let name = self.pack_name(row.pack)?;
+        let entry = BlobEntry { id: row.hash, offset: row.offset, stored_len: row.stored_len, raw_len: row.raw_len, flags: row.flags };
+        // About 100 bytes an entry: start over past a million rather than grow.
+        if self.chunk_locs.len() > 1 << 20 {
+            self.chunk_locs.clear();
+        }
+        self.chunk_locs.insert(id, (name.clone(), entry.clone()));
+        Ok((name, entry))
     }
 
     /// Starts fetching chunks in the background so a sequential reader
