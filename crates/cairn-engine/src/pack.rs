@@ -44,11 +44,26 @@ pub fn blob_aad(id: &ChunkId, flags: u8) -> [u8; ID_LEN + 1] {
 
 /// Encodes one chunk as a blob: compress (keep raw if it does not shrink), seal.
 pub fn encode_blob(keys: &Keys, id: &ChunkId, chunk: &[u8], zstd_level: i32) -> (Vec<u8>, u8) {
-    let (payload, flags) = match zstd::bulk::compress(chunk, zstd_level) {
-        Ok(c) if c.len() < chunk.len() => (c, FLAG_ZSTD),
-        _ => (chunk.to_vec(), 0),
-    };
-    (keys.seal(&blob_aad(id, flags), payload), flags)
+    let compressed = if worth_compressing(chunk, zstd_level) { zstd::bulk::compress(chunk, zstd_level).ok() } else { None };
+    match compressed {
+        Some(c) if c.len() < chunk.len() => (keys.seal(&blob_aad(id, FLAG_ZSTD), c), FLAG_ZSTD),
+        _ => (keys.seal_slice(&blob_aad(id, 0), chunk), 0),
+    }
+}
+
+/// Whether a chunk is worth a full compression pass: three 16 KiB samples
+/// (start, middle, end) are tried first. Already-compressed or encrypted
+/// data (no sample shrinks by 3%) skips the pass that would be thrown away.
+fn worth_compressing(chunk: &[u8], level: i32) -> bool {
+    const SAMPLE: usize = 16 << 10;
+    if chunk.len() < 8 * SAMPLE {
+        return true;
+    }
+    let starts = [0, chunk.len() / 2 - SAMPLE / 2, chunk.len() - SAMPLE];
+    starts.iter().any(|&s| {
+        let part = &chunk[s..s + SAMPLE];
+        zstd::bulk::compress(part, level).is_ok_and(|c| c.len() < SAMPLE * 97 / 100)
+    })
 }
 
 /// Decodes a blob back into the chunk and verifies its id. Any mismatch is
@@ -250,6 +265,28 @@ mod tests {
             stored[mid] ^= 0x40;
             assert!(decode_blob(&keys, e, stored).is_err());
         }
+    }
+
+    #[test]
+    fn compressible_tails_are_still_compressed() {
+        let keys = Keys::derive(&[3u8; 32], false);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut chunk: Vec<u8> = (0..512 << 10)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let random = chunk.clone();
+        chunk.extend(std::iter::repeat(b'a').take(512 << 10));
+        let id = keys.chunk_id(&chunk);
+        let (blob, flags) = encode_blob(&keys, &id, &chunk, 1);
+        assert_eq!(flags, FLAG_ZSTD);
+        assert!(blob.len() < 700 << 10);
+        let (blob, flags) = encode_blob(&keys, &keys.chunk_id(&random), &random, 1);
+        assert_eq!((flags, blob.len()), (0, random.len()));
     }
 
     #[test]

@@ -232,7 +232,7 @@ impl Volume {
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.check_writable()?;
         let now = Timestamp::now();
-        let (ino, nlink) = self.meta.write(|tx| {
+        let (ino, nlink, freed) = self.meta.write(|tx| {
             dir(tx, parent)?;
             let (ino, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             if kind == FileKind::Dir {
@@ -241,11 +241,18 @@ impl Volume {
             let a = inode(tx, ino)?.attr;
             meta::delete_dentry(tx, parent, name)?;
             let n = a.nlink.saturating_sub(1);
-            meta::set_nlink(tx, ino, n, now)?;
             meta::touch_dir(tx, parent, now, 0)?;
-            Ok((ino, n))
+            // The common case, a file nobody has open or dirty: free it in
+            // this same transaction.
+            if n == 0 && !self.files.contains_key(&ino) {
+                release_all_extents(tx, ino)?;
+                meta::delete_inode(tx, ino)?;
+                return Ok((ino, n, true));
+            }
+            meta::set_nlink(tx, ino, n, now)?;
+            Ok((ino, n, false))
         })?;
-        if nlink == 0 {
+        if nlink == 0 && !freed {
             self.last_name_gone(ino)?;
         }
         Ok(())
@@ -459,12 +466,7 @@ impl Volume {
             if row.attr.nlink > 0 {
                 return Ok(());
             }
-            let map = meta::load_extents(tx, ino)?;
-            let mut deltas: HashMap<u64, i64> = HashMap::new();
-            for id in map.chunk_refs() {
-                *deltas.entry(id).or_default() -= 1;
-            }
-            meta::apply_ref_deltas(tx, &deltas)?;
+            release_all_extents(tx, ino)?;
             meta::delete_inode(tx, ino)
         })
     }
@@ -476,6 +478,16 @@ impl Volume {
         }
         Ok(())
     }
+}
+
+/// Drops the chunk references of every extent of `ino`.
+fn release_all_extents(tx: &Connection, ino: Ino) -> Result<()> {
+    let map = meta::load_extents(tx, ino)?;
+    let mut deltas: HashMap<u64, i64> = HashMap::new();
+    for id in map.chunk_refs() {
+        *deltas.entry(id).or_default() -= 1;
+    }
+    meta::apply_ref_deltas(tx, &deltas)
 }
 
 fn check_xattr_name(name: &[u8]) -> Result<()> {
