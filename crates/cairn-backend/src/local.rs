@@ -3,7 +3,6 @@
 use crate::{validate_name, Backend, Error, ErrorKind, ObjectInfo, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Objects as files below a root directory. Writes are staged in `tmp/`,
@@ -78,8 +77,15 @@ impl Backend for LocalBackend {
                 format!("object {name}: range {offset}+{len} past its end ({size} bytes): truncated?"),
             ));
         }
-        let mut buf = vec![0u8; len as usize];
-        f.read_exact_at(&mut buf, offset).map_err(|e| Error::from_io(&format!("reading object {name}"), e))?;
+        // Read into spare capacity: no zero-filling of a buffer about to be overwritten.
+        let mut buf = Vec::with_capacity(len as usize);
+        let mut f = f;
+        f.seek(SeekFrom::Start(offset))
+            .and_then(|_| (&mut f).take(len).read_to_end(&mut buf))
+            .map_err(|e| Error::from_io(&format!("reading object {name}"), e))?;
+        if buf.len() as u64 != len {
+            return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: short read ({} of {len} bytes)", buf.len())));
+        }
         Ok(buf)
     }
 

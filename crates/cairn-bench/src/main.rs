@@ -87,29 +87,49 @@ fn chunk_all<'a>(buf: &'a [u8], p: &ChunkerParams) -> Vec<&'a [u8]> {
 }
 
 /// The engine's flush on one new file (`Volume::rechunk` with nothing old to
-/// fall back on, then `Batch::store` without the metadata look-ups): per
-/// window, chunk on this thread, then ids and blobs with rayon. A window's
+/// fall back on, then `Batch::store` without the metadata look-ups): windows
+/// are pipelined as in the engine — while rayon computes one window's ids
+/// and blobs, this thread cuts the next window (`rayon::join`). A window's
 /// last chunk was cut by the window, not by content, so it is chunked again
 /// at the start of the next window. Returns the bytes of blobs produced.
 /// Wall time spent in each phase of [`pipeline_engine`]: chunking, ids,
-/// blobs.
+/// blobs (chunking overlaps the other two, so they can sum past the total).
 #[derive(Default)]
 struct PhaseTimes([f64; 3]);
 
 fn pipeline_engine(keys: &Keys, buf: &[u8], p: &ChunkerParams, level: i32, times: &mut PhaseTimes) -> usize {
     let window = ENGINE_WINDOW.max(4 * p.max as usize);
-    let mut pos = 0;
-    let mut stored = 0;
-    while pos < buf.len() {
-        let win_end = (pos + window).min(buf.len());
+    let cut = |pos: usize, times: &mut f64| -> Vec<&[u8]> {
         let t = Instant::now();
-        let chunks = chunk_all(&buf[pos..win_end], p);
-        times.0[0] += t.elapsed().as_secs_f64();
-        let take = if win_end < buf.len() { chunks.len().saturating_sub(1).max(1) } else { chunks.len() };
-        let chunks = &chunks[..take];
-        stored += encode_window(keys, chunks, level, times);
-        pos += chunks.iter().map(|c| c.len()).sum::<usize>();
+        let win_end = (pos + window).min(buf.len());
+        let mut chunks = chunk_all(&buf[pos..win_end], p);
+        if win_end < buf.len() {
+            let keep = chunks.len().saturating_sub(1).max(1);
+            chunks.truncate(keep);
+        }
+        *times += t.elapsed().as_secs_f64();
+        chunks
+    };
+    let mut stored = 0;
+    let mut pos = 0;
+    let mut chunk_time = 0.0;
+    let mut cur = if buf.is_empty() { None } else { Some(cut(0, &mut chunk_time)) };
+    while let Some(chunks) = cur.take() {
+        let next_pos = pos + chunks.iter().map(|c| c.len()).sum::<usize>();
+        let mut t_next = 0.0;
+        let mut enc_times = PhaseTimes::default();
+        let (n, next) = rayon::join(
+            || encode_window(keys, &chunks, level, &mut enc_times),
+            || if next_pos < buf.len() { Some(cut(next_pos, &mut t_next)) } else { None },
+        );
+        stored += n;
+        chunk_time += t_next;
+        times.0[1] += enc_times.0[1];
+        times.0[2] += enc_times.0[2];
+        pos = next_pos;
+        cur = next;
     }
+    times.0[0] += chunk_time;
     stored
 }
 

@@ -90,7 +90,11 @@ pub struct PackBuilder {
 
 impl PackBuilder {
     pub fn new(volume_id: &[u8; 16]) -> Self {
-        let mut buf = Vec::with_capacity(1 << 20);
+        Self::with_capacity(volume_id, 1 << 20)
+    }
+    /// A builder whose buffer will not need to grow below `cap` bytes.
+    pub fn with_capacity(volume_id: &[u8; 16], cap: usize) -> Self {
+        let mut buf = Vec::with_capacity(cap);
         buf.extend_from_slice(PACK_MAGIC);
         buf.extend_from_slice(volume_id);
         PackBuilder { buf, entries: Vec::new() }

@@ -476,21 +476,21 @@ impl Volume {
             self.prefetch(ahead);
         }
         let total: u64 = parts.iter().map(|p| match p { ReadPart::Zero(l) => *l, ReadPart::Journal { len, .. } => *len, ReadPart::Chunk { len, .. } => *len }).sum();
-        let mut buf = vec![0u8; total as usize];
-        let mut pos = 0usize;
+        // Parts are in order: append them (only holes and journal bytes are
+        // zero-filled first, not the whole buffer).
+        let mut buf = Vec::with_capacity(total as usize);
         for p in parts {
             match p {
-                ReadPart::Zero(l) => pos += l as usize,
+                ReadPart::Zero(l) => buf.resize(buf.len() + l as usize, 0),
                 ReadPart::Journal { file, offset, len } => {
-                    file.read_exact_at(&mut buf[pos..pos + len as usize], offset)
-                        .map_err(|e| Error::io(format!("reading the journal: {e}")))?;
-                    pos += len as usize;
+                    let at = buf.len();
+                    buf.resize(at + len as usize, 0);
+                    file.read_exact_at(&mut buf[at..], offset).map_err(|e| Error::io(format!("reading the journal: {e}")))?;
                 }
                 ReadPart::Chunk { id, off, len } => {
                     let c = self.chunk(id)?;
                     let src = c.get(off as usize..(off + len) as usize).ok_or_else(|| Error::corrupt(format!("extent past the end of chunk #{id}")))?;
-                    buf[pos..pos + len as usize].copy_from_slice(src);
-                    pos += len as usize;
+                    buf.extend_from_slice(src);
                 }
             }
         }

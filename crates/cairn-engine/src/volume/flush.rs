@@ -59,6 +59,8 @@ pub(crate) struct Batch<'a> {
     vol: &'a Volume,
     builder: Option<PackBuilder>,
     sealed: Vec<SealedPack>,
+    /// Pack uploads under way on their own threads (at most two).
+    uploads: std::collections::VecDeque<std::thread::JoinHandle<Result<()>>>,
     new_chunks: Vec<(u64, usize, BlobEntry)>,
     by_hash: HashMap<ChunkId, u64>,
     /// Counters for stats and benchmarks.
@@ -77,7 +79,7 @@ pub struct FlushReport {
 
 impl<'a> Batch<'a> {
     pub(crate) fn new(vol: &'a Volume) -> Self {
-        Batch { vol, builder: None, sealed: Vec::new(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0 }
+        Batch { vol, builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0 }
     }
 
     /// Stores chunks (deduplicated); returns their metadata ids in order.
@@ -106,7 +108,7 @@ impl<'a> Batch<'a> {
         let blobs: Vec<(Vec<u8>, u8)> = todo.par_iter().map(|&i| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level)).collect();
         for (&i, (blob, flags)) in todo.iter().zip(blobs) {
             let id = vol.next_chunk_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let b = self.builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
+            let b = self.builder.get_or_insert_with(|| PackBuilder::with_capacity(&vol.vid, vol.cfg.pack_target as usize + (8 << 20)));
             let e = b.add(ids[i], &blob, chunks[i].len() as u32, flags);
             self.new_chunks.push((id, self.sealed.len(), e));
             self.by_hash.insert(ids[i], id);
@@ -124,7 +126,8 @@ impl<'a> Batch<'a> {
         Ok(out)
     }
 
-    /// Seals the open pack and uploads it (with retries).
+    /// Seals the open pack and starts uploading it (with retries) on its own
+    /// thread, so the flush goes on chunking meanwhile.
     pub(crate) fn seal(&mut self) -> Result<()> {
         let Some(b) = self.builder.take() else { return Ok(()) };
         if b.is_empty() {
@@ -135,22 +138,28 @@ impl<'a> Batch<'a> {
         let sum = vol.keys.checksum("cairn-pack-name", &bytes);
         let hexname = hex::encode(&sum[..16]);
         let name = format!("packs/{}/{}", &hexname[..2], hexname);
-        let mut delay = std::time::Duration::from_millis(50);
-        let mut tries = 0;
-        loop {
-            match vol.backend.put(&name, &bytes) {
-                Ok(()) => break,
-                Err(e) if tries < 5 => {
-                    tracing::warn!("uploading {name} failed, retrying: {e}");
-                    std::thread::sleep(delay);
-                    delay *= 2;
-                    tries += 1;
-                }
-                Err(e) => return Err(Error::from(e).context(format!("uploading pack {name}"))),
+        self.sealed.push(SealedPack { name: name.clone(), size: bytes.len() as u64, blobs: entries.len() as u64 });
+        while self.uploads.len() >= 2 {
+            join_upload(self.uploads.pop_front().expect("non-empty"))?;
+        }
+        let backend = vol.backend.clone();
+        let h = std::thread::Builder::new()
+            .name("cairn-upload".into())
+            .spawn(move || upload_with_retries(backend.as_ref(), &name, &bytes))
+            .map_err(|e| Error::io(format!("spawning an upload thread: {e}")))?;
+        self.uploads.push_back(h);
+        Ok(())
+    }
+
+    /// Waits for every upload; the packs are durable when this returns Ok.
+    pub(crate) fn finish_uploads(&mut self) -> Result<()> {
+        let mut first_err = None;
+        while let Some(h) = self.uploads.pop_front() {
+            if let Err(e) = join_upload(h) {
+                first_err.get_or_insert(e);
             }
         }
-        self.sealed.push(SealedPack { name, size: bytes.len() as u64, blobs: entries.len() as u64 });
-        Ok(())
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Inserts this round's packs and chunks into a transaction.
@@ -170,6 +179,34 @@ impl<'a> Batch<'a> {
             )?;
         }
         Ok(())
+    }
+}
+
+fn join_upload(h: std::thread::JoinHandle<Result<()>>) -> Result<()> {
+    h.join().map_err(|_| Error::io("a pack upload thread panicked"))?
+}
+
+fn upload_with_retries(backend: &dyn cairn_backend::Backend, name: &str, bytes: &[u8]) -> Result<()> {
+    let mut delay = std::time::Duration::from_millis(50);
+    for attempt in 0.. {
+        match backend.put(name, bytes) {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < 5 => {
+                tracing::warn!("uploading {name} failed, retrying: {e}");
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            Err(e) => return Err(Error::from(e).context(format!("uploading pack {name}"))),
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+impl<'a> Drop for Batch<'a> {
+    fn drop(&mut self) {
+        // A failed round still waits for its uploads (their packs are orphans
+        // that gc removes), so no thread outlives the batch.
+        let _ = self.finish_uploads();
     }
 }
 
@@ -217,6 +254,7 @@ impl Volume {
                 }
             }
             batch.seal()?;
+            batch.finish_uploads()?;
             self.commit(&batch, &mut prepared)?;
             report = FlushReport { files: prepared.len(), chunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, packs: batch.sealed.len() };
             for p in prepared {
@@ -359,6 +397,10 @@ impl Volume {
     /// With `hold_tail` (the cluster runs to the end of a file still being
     /// written), the final chunk is not stored and its start is returned: the
     /// caller commits only up to there.
+    ///
+    /// Windows are pipelined: while one window's chunks are hashed,
+    /// compressed and sealed on the rayon pool, the flush thread reads and
+    /// cuts the next window (chunking is sequential and the costliest stage).
     fn rechunk(&self, map: &mut ExtentMap, a: u64, b: u64, batch: &mut Batch, hold_tail: bool) -> Result<Option<u64>> {
         let p = self.cfg.chunker;
         let max = p.max as u64;
@@ -377,26 +419,27 @@ impl Volume {
             boundaries.push(at + e.len);
         }
         let soft = hard_end == b + 2 * max && hard_end < map.len();
-        let mut new_exts: Vec<Extent> = Vec::new();
         let window = WINDOW.max(4 * max);
+        let m: &ExtentMap = map;
+        let mut new_exts: Vec<Extent> = Vec::new();
+        let mut held = None;
         let mut pos = left;
-        while pos < hard_end {
-            let win_end = (pos + window).min(hard_end);
-            let buf = self.read_map(map, pos, win_end)?;
-            let cuts: Vec<(usize, usize)> = fastcdc::v2020::FastCDC::new(&buf, p.min as usize, p.avg as usize, p.max as usize).map(|c| (c.offset, c.length)).collect();
-            let last_window = win_end == hard_end;
-            let hold_here = last_window && !soft && hold_tail && hard_end == map.len() && cuts.len() > 1 && {
+        let mut cur = if pos < hard_end { Some(self.cut_window(m, pos, (pos + window).min(hard_end))?) } else { None };
+        while let Some((buf, cuts)) = cur.take() {
+            let last_window = pos + buf.len() as u64 == hard_end;
+            let span = |r: std::ops::Range<usize>| -> Vec<&[u8]> { cuts[r].iter().map(|&(o, l)| &buf[o..o + l]).collect() };
+            let hold_here = last_window && !soft && hold_tail && hard_end == m.len() && cuts.len() > 1 && {
                 // Only new data can be held: it must all still be in the journal.
                 let t = pos + cuts[cuts.len() - 1].0 as u64;
-                map.range(t, hard_end).iter().all(|(_, e)| matches!(e.src, Source::Pending(_)))
+                m.range(t, hard_end).iter().all(|(_, e)| matches!(e.src, Source::Pending(_)))
             };
-            let take = if hold_here {
-                cuts.len() - 1
+            let slices: Vec<&[u8]> = if hold_here {
+                span(0..cuts.len() - 1)
             } else if !last_window {
                 // Keep the last chunk: it was cut by the window, not by content.
-                cuts.len().saturating_sub(1).max(1)
+                span(0..cuts.len().saturating_sub(1).max(1))
             } else if !soft {
-                cuts.len()
+                span(0..cuts.len())
             } else {
                 // Stop at the first cut that lands on an old boundary at or
                 // after the dirty range; otherwise at the first old boundary.
@@ -405,41 +448,42 @@ impl Volume {
                     e >= b && boundaries.binary_search(&e).is_ok()
                 });
                 match hit {
-                    Some(i) => i + 1,
+                    Some(i) => span(0..i + 1),
                     None => {
                         let e = *boundaries.iter().find(|&&x| x > pos).unwrap_or(&hard_end);
                         let n = cuts.iter().take_while(|&&(o, l)| pos + ((o + l) as u64) < e).count();
-                        let from = cuts.get(..n).map_or(0, |c| c.iter().map(|&(_, l)| l).sum::<usize>());
-                        let mut slices: Vec<&[u8]> = cuts[..n].iter().map(|&(o, l)| &buf[o..o + l]).collect();
-                        slices.push(&buf[from..(e - pos) as usize]);
-                        let ids = batch.store(&slices)?;
-                        for (id, s) in ids.into_iter().zip(&slices) {
-                            new_exts.push(Extent::chunk(id, 0, s.len() as u64));
-                        }
-                        pos = e;
-                        break;
+                        let from: usize = cuts[..n].iter().map(|&(_, l)| l).sum();
+                        let mut v = span(0..n);
+                        v.push(&buf[from..(e - pos) as usize]);
+                        v
                     }
                 }
             };
-            let slices: Vec<&[u8]> = cuts[..take].iter().map(|&(o, l)| &buf[o..o + l]).collect();
-            let ids = batch.store(&slices)?;
-            let mut adv = 0u64;
-            for (id, s) in ids.into_iter().zip(&slices) {
+            let next_pos = pos + slices.iter().map(|s| s.len() as u64).sum::<u64>();
+            let more = !last_window;
+            let (ids, next) = rayon::join(
+                || batch.store(&slices),
+                || if more { self.cut_window(m, next_pos, (next_pos + window).min(hard_end)).map(Some) } else { Ok(None) },
+            );
+            for (id, s) in ids?.into_iter().zip(&slices) {
                 new_exts.push(Extent::chunk(id, 0, s.len() as u64));
-                adv += s.len() as u64;
             }
-            pos += adv;
+            pos = next_pos;
             if hold_here {
-                // Leave [pos, end) pending; the caller cuts the map there.
-                map.splice(left, pos, new_exts);
-                return Ok(Some(pos));
+                held = Some(pos);
             }
-            if last_window && soft {
-                break;
-            }
+            cur = next?;
         }
         map.splice(left, pos, new_exts);
-        Ok(None)
+        Ok(held)
+    }
+
+    /// Reads `[start, end)` of a map under construction and cuts it.
+    fn cut_window(&self, map: &ExtentMap, start: u64, end: u64) -> Result<(Vec<u8>, Vec<(usize, usize)>)> {
+        let p = self.cfg.chunker;
+        let buf = self.read_map(map, start, end)?;
+        let cuts = fastcdc::v2020::FastCDC::new(&buf, p.min as usize, p.avg as usize, p.max as usize).map(|c| (c.offset, c.length)).collect();
+        Ok((buf, cuts))
     }
 
     /// The content of `[start, end)` of a map under construction.
