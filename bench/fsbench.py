@@ -145,7 +145,7 @@ def report(a):
         b(f"{ing['mib']} MiB of incompressible pseudo-random data in memory, {ing['chunks']} chunks "
           f"(mean {ing['mean_chunk_bytes'] / MiB:.2f} MiB), {ing['runs']} runs, rayon on {ing['rayon_threads']} threads. "
           "Each stage alone, then the whole pipeline as the engine's flush runs it "
-          "(per 16 MiB window: FastCDC on one thread, then `chunk_id` and `encode_blob` with rayon).")
+          "(16 MiB windows, pipelined: while rayon computes one window's `chunk_id` and `encode_blob`, the next window is cut with FastCDC).")
         b("")
         body.extend(code_block(cmds_for(rows, "ingest")))
         b("")
