@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use cairn_engine::{Caller, DirEntry, ErrorKind, Ino, SetAttr, Timestamp, Volume};
+use cairn_engine::{Attr, Caller, DirEntry, ErrorKind, Ino, SetAttr, Timestamp, Volume};
 use dashmap::DashMap;
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
@@ -114,6 +114,16 @@ impl CairnFs {
     /// The volume this file system serves.
     pub fn volume(&self) -> &Arc<Volume> {
         &self.vol
+    }
+
+    /// Creates a file or special node from a kernel mode and umask (mknod
+    /// and create share this).
+    #[allow(clippy::too_many_arguments)]
+    fn make_node(&self, op: &'static str, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32) -> Result<Attr, Errno> {
+        let kind = node_kind(mode)?;
+        self.vol
+            .create(parent.0, bytes(name), kind, new_perm(mode, umask), rdev, caller(req))
+            .map_err(|e| errno(op, parent.0, &e))
     }
 
     fn new_fh(&self) -> FileHandle {
@@ -306,17 +316,9 @@ impl Filesystem for CairnFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let kind = match node_kind(mode) {
-            Ok(k) => k,
-            Err(e) => return reply.error(e),
-        };
-        let perm = new_perm(mode, umask);
-        match self
-            .vol
-            .create(parent.0, bytes(name), kind, perm, rdev, caller(req))
-        {
+        match self.make_node("mknod", req, parent, name, mode, umask, rdev) {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
-            Err(e) => reply.error(errno("mknod", parent.0, &e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -698,17 +700,9 @@ impl Filesystem for CairnFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let kind = match node_kind(mode) {
-            Ok(k) => k,
-            Err(e) => return reply.error(e),
-        };
-        let perm = new_perm(mode, umask);
-        let attr = match self
-            .vol
-            .create(parent.0, bytes(name), kind, perm, 0, caller(req))
-        {
+        let attr = match self.make_node("create", req, parent, name, mode, umask, 0) {
             Ok(a) => a,
-            Err(e) => return reply.error(errno("create", parent.0, &e)),
+            Err(e) => return reply.error(e),
         };
         match self.vol.open(attr.ino) {
             Ok(_) => reply.created(
