@@ -71,7 +71,7 @@ impl Backend for LocalBackend {
         let path = self.path(name)?;
         let f = File::open(&path).map_err(|e| Error::from_io(&format!("object {name}"), e))?;
         let size = f.metadata().map_err(|e| Error::from_io(name, e))?.len();
-        if offset.checked_add(len).map_or(true, |end| end > size) {
+        if offset.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::new(
                 ErrorKind::OutOfRange,
                 format!("object {name}: range {offset}+{len} past its end ({size} bytes): truncated?"),

@@ -48,7 +48,7 @@ impl ChunkerParams {
     /// Checks the limits FastCDC imposes.
     pub fn validate(&self) -> Result<()> {
         let ok = self.min >= 64
-            && self.min % 2 == 0
+            && self.min.is_multiple_of(2)
             && self.min <= self.avg
             && self.avg <= self.max
             && self.max <= 64 << 20

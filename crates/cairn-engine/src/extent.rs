@@ -455,7 +455,7 @@ pub fn decode_page(key: i64, b: &[u8]) -> Result<Page> {
             return Err(Error::corrupt("extent page: empty extent"));
         }
         // A chunk is at most 64 MiB; a file at most 16 TiB.
-        if e.src != Source::Hole && e.off.checked_add(e.len).map_or(true, |end| end > MAX_CHUNK_SPAN) {
+        if e.src != Source::Hole && e.off.checked_add(e.len).is_none_or(|end| end > MAX_CHUNK_SPAN) {
             return Err(Error::corrupt("extent page: extent past any chunk's end"));
         }
         total = total.checked_add(e.len).filter(|t| *t <= MAX_FILE_SPAN).ok_or_else(|| Error::corrupt("extent page: length overflows"))?;

@@ -194,7 +194,7 @@ pub fn decode_index(keys: &Keys, volume_id: &[u8; 16], index: Vec<u8>, pack_size
             raw_len: u32::from_le_bytes(c[44..48].try_into().expect("4")),
             flags: c[48],
         };
-        if e.offset < HEADER_LEN as u64 || e.offset.checked_add(e.stored_len as u64).map_or(true, |end| end > blob_end) || e.flags & !FLAG_ZSTD != 0 {
+        if e.offset < HEADER_LEN as u64 || e.offset.checked_add(e.stored_len as u64).is_none_or(|end| end > blob_end) || e.flags & !FLAG_ZSTD != 0 {
             return Err(Error::corrupt("pack index entry out of bounds"));
         }
         out.push(e);

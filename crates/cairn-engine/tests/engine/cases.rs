@@ -59,8 +59,8 @@ fn small_overwrite_rechunks_only_nearby_chunks() {
     data[(4 << 20)..(4 << 20) + 3].copy_from_slice(b"XYZ");
     let r = v.flush_now().unwrap();
     // Left neighbour, the changed chunk, and at most a couple to resync.
-    assert!(r.chunked_bytes <= 4 * 64 << 10, "re-chunked {} bytes", r.chunked_bytes);
-    assert!(r.new_chunk_bytes <= 3 * 64 << 10, "stored {} new bytes", r.new_chunk_bytes);
+    assert!(r.chunked_bytes <= 4 * (64 << 10), "re-chunked {} bytes", r.chunked_bytes);
+    assert!(r.new_chunk_bytes <= 3 * (64 << 10), "stored {} new bytes", r.new_chunk_bytes);
     v.release(ino).unwrap();
     assert_eq!(read_all(&v, ino), data);
 }
@@ -82,7 +82,7 @@ fn insert_by_rewriting_the_tail_uploads_only_changed_chunks() {
         v.write(ino, (1 << 20) + (i as u64) * (128 << 10), piece).unwrap();
     }
     let r = v.flush_now().unwrap();
-    assert!(r.new_chunk_bytes <= 3 * 64 << 10, "stored {} new bytes for a 1-byte insert", r.new_chunk_bytes);
+    assert!(r.new_chunk_bytes <= 3 * (64 << 10), "stored {} new bytes for a 1-byte insert", r.new_chunk_bytes);
     v.release(ino).unwrap();
     assert_eq!(read_all(&v, ino), new);
 }
