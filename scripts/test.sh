@@ -21,8 +21,13 @@ fi
 start=$(date +%s)
 # Release build: the end-to-end tests move hundreds of MiB through the mount.
 cargo build --release --workspace
-cargo test --release --workspace 2>&1 | tee /tmp/cairn-test.log
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --release --workspace 2>&1 | tee "$log"
 if [ $FUZZ = 1 ]; then
   scripts/fuzz.sh 20
 fi
 echo "test.sh: all tests passed in $(( $(date +%s) - start ))s"
+# One closing line over every cargo test target (the last target's own
+# summary is a doc-test run that may well count zero).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
