@@ -7,6 +7,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -73,42 +74,19 @@ pub fn run_in_background(work: impl FnOnce(&mut dyn FnMut()) -> Result<()>) -> R
     std::process::exit(code);
 }
 
-/// The volume directory behind a Cairn mount, from /proc/self/mountinfo.
-fn volume_of(mountpoint: &Path) -> Result<Option<PathBuf>> {
+/// The volume directory behind a Cairn mount (`None` for another mount),
+/// and whether anything is mounted there at all.
+fn volume_of(mountpoint: &Path) -> Result<(bool, Option<PathBuf>)> {
     let mp = std::fs::canonicalize(mountpoint).with_context(|| format!("mountpoint {}", mountpoint.display()))?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    for line in info.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else { continue };
-        if f.get(4).map(|m| unescape(m)) != Some(mp.to_string_lossy().into_owned()) {
-            continue;
-        }
-        let source = f.get(sep + 2).map(|s| unescape(s)).unwrap_or_default();
-        return Ok(source.strip_prefix("cairn:").map(PathBuf::from));
-    }
-    Ok(None)
-}
-
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push(((b[i + 1] - b'0') << 6) | ((b[i + 2] - b'0') << 3) | (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let Some(m) = cairn_fuse::mount_at(&mp).context("reading /proc/self/mountinfo")? else { return Ok((false, None)) };
+    let dir = m.source.as_encoded_bytes().strip_prefix(b"cairn:").map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d)));
+    Ok((true, dir))
 }
 
 /// Unmounts, then waits until the daemon has flushed and released the volume.
 pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> Result<()> {
-    let vol = volume_of(mountpoint)?;
-    if vol.is_none() && !is_mountpoint(mountpoint) {
+    let (mounted, vol) = volume_of(mountpoint)?;
+    if !mounted {
         bail!("{} is not mounted", mountpoint.display());
     }
     cairn_fuse::unmount(mountpoint).map_err(|e| anyhow!("unmounting {}: {e}", mountpoint.display()))?;
@@ -128,10 +106,4 @@ pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn is_mountpoint(p: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(a), Some(parent)) = (std::fs::metadata(p), p.parent()) else { return false };
-    std::fs::metadata(if parent.as_os_str().is_empty() { Path::new(".") } else { parent }).map(|b| b.dev() != a.dev()).unwrap_or(false)
 }

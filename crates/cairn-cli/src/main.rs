@@ -172,6 +172,17 @@ fn open_volume(dir: &Path, pass: &PassArgs, read_only: bool, cache: Option<u64>)
     Ok(Volume::load(dir, opts)?)
 }
 
+/// Opens the volume exclusively, runs a maintenance task with progress bars
+/// (none for JSON output), and closes the volume cleanly.
+fn maintain<T>(dir: &Path, pass: &PassArgs, json: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
+    let vol = open_volume(dir, pass, false, None)?;
+    let bars = progress::Bars::new(!json);
+    let r = task(&vol, &bars);
+    bars.finish();
+    vol.close()?;
+    Ok(r?)
+}
+
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
         Cmd::Init { dir, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level } => {
@@ -239,11 +250,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Fsck { dir, read_data, json, pass } => {
             init_logging(cli.verbose, None)?;
-            let vol = open_volume(&dir, &pass, false, None)?;
-            let bars = progress::Bars::new(!json);
-            let rep = maintenance::fsck(&vol, read_data, &bars)?;
-            bars.finish();
-            vol.close()?;
+            let rep = maintain(&dir, &pass, json, |vol, bars| maintenance::fsck(vol, read_data, bars))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {
@@ -292,11 +299,7 @@ fn run(cli: Cli) -> Result<i32> {
             if !(0.0..=1.0).contains(&repack_below) {
                 bail!("--repack-below must be between 0 and 1");
             }
-            let vol = open_volume(&dir, &pass, false, None)?;
-            let bars = progress::Bars::new(!json);
-            let rep = maintenance::gc(&vol, repack_below, &bars)?;
-            bars.finish();
-            vol.close()?;
+            let rep = maintain(&dir, &pass, json, |vol, bars| maintenance::gc(vol, repack_below, bars))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {

@@ -355,6 +355,22 @@ struct MountEntry {
     dev: (u64, u64),
     mount_point: PathBuf,
     fstype: String,
+    source: OsString,
+}
+
+/// What the mount table says about one mount point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountInfo {
+    /// File system type, e.g. `fuse.cairn`.
+    pub fstype: String,
+    /// Mount source; a Cairn mount's is `cairn:VOLUME_DIR`.
+    pub source: OsString,
+}
+
+/// The topmost mount at exactly `path` (absolute, canonical), read from
+/// /proc/self/mountinfo without touching the path (works on dead FUSE mounts).
+pub fn mount_at(path: &Path) -> io::Result<Option<MountInfo>> {
+    Ok(mount_entry(path)?.map(|e| MountInfo { fstype: e.fstype, source: e.source }))
 }
 
 /// Undoes the octal escapes (`\040` for space, ...) of /proc mount tables.
@@ -393,10 +409,12 @@ fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             let mount_point = PathBuf::from(OsString::from_vec(unescape(fields.get(4)?)));
             let sep = fields.iter().skip(6).position(|f| *f == "-")? + 6;
             let fstype = String::from_utf8_lossy(&unescape(fields.get(sep + 1)?)).into_owned();
+            let source = OsString::from_vec(unescape(fields.get(sep + 2)?));
             Some(MountEntry {
                 dev,
                 mount_point,
                 fstype,
+                source,
             })
         })
         .collect()

@@ -345,28 +345,11 @@ pub fn force_unmount(mnt: &Path) {
     }
 }
 
-fn unescape_mountinfo(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push(((b[i + 1] - b'0') << 6) | ((b[i + 2] - b'0') << 3) | (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
-}
 
 /// Whether `mnt` (an absolute, canonical path) is a mount point now. Works
 /// on dead FUSE mounts too (no stat of the path itself).
 pub fn is_mounted(mnt: &Path) -> bool {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .any(|l| l.split(' ').nth(4).map(unescape_mountinfo).as_deref() == Some(mnt.as_os_str().as_bytes()))
+    matches!(cairn_fuse::mount_at(mnt), Ok(Some(_)))
 }
 
 fn cmdline(pid: i32) -> Option<Vec<OsString>> {
