@@ -799,9 +799,11 @@ mod tests {
             MountEntry {
                 dev: (253, 1),
                 mount_point: PathBuf::from("/"),
-                fstype: "ext4".into()
+                fstype: "ext4".into(),
+                source: "/dev/vda1".into(),
             }
         );
+        assert_eq!(m[2].source, "cairn");
         assert_eq!(m[2].mount_point, PathBuf::from("/mnt/my vol"));
         assert_eq!(m[2].fstype, "fuse.cairn");
         assert_eq!(m[2].dev, (0, 52));
