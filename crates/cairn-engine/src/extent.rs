@@ -5,11 +5,17 @@
 //! Because an extent can point into any part of any chunk, clone, insert,
 //! delete and archive operations are edits of this list, never of data.
 //!
-//! The list is cut into pages of at most [`PAGE_MAX`] extents. Each page is
-//! one metadata row `(ino, key, nbytes, data)`; keys are sparse and ordered,
-//! so a splice rewrites only the pages it touches and never renumbers later
-//! extents: positional lookup is a binary search over page start offsets
-//! (O(log n)), and a splice costs O(PAGE_MAX + n/PAGE_MAX).
+//! The list is cut into pages of at most [`PAGE_MAX`] extents. A page is an
+//! immutable, reference-counted metadata row `(id, refs, data)`; a file links
+//! its pages under sparse, ordered keys `(ino, key) -> id`. A splice replaces
+//! only the pages it touches and never renumbers later extents: positional
+//! lookup is a binary search over page start offsets (O(log n)), and a splice
+//! costs O(PAGE_MAX + n/PAGE_MAX).
+//!
+//! Pages are shared copy-on-write between clones and snapshots: a clone
+//! links the same page ids (O(pages), no chunk reference changes), and an
+//! edit never updates a stored page in place but writes a new one. A chunk's
+//! reference count counts the extents of distinct stored pages that use it.
 
 use crate::error::{Error, Result};
 use std::collections::{BTreeSet, HashMap};
@@ -40,6 +46,9 @@ pub enum Source {
     Chunk(u64),
     /// Bytes still in the journal (never persisted in a page).
     Pending(JLoc),
+    /// Bytes of a caller's buffer, at `off` within it, while an edit is
+    /// being re-chunked (never persisted in a page).
+    Mem,
 }
 
 /// `len` bytes of `src` starting at `off` within it.
@@ -68,18 +77,20 @@ impl Extent {
     }
 }
 
-/// One stored page.
+/// One page of a file: its key in the file and its stored id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Page {
     pub key: i64,
+    /// Id of the stored page row; 0 until the page is first stored.
+    pub id: u64,
     pub extents: Vec<Extent>,
     pub len: u64,
 }
 
 impl Page {
-    fn new(key: i64, extents: Vec<Extent>) -> Self {
+    pub fn new(key: i64, extents: Vec<Extent>) -> Self {
         let len = extents.iter().map(|e| e.len).sum();
-        Page { key, extents, len }
+        Page { key, id: 0, extents, len }
     }
 }
 
@@ -90,19 +101,28 @@ pub struct ExtentMap {
     /// `starts[i]` is the file offset where page `i` begins.
     starts: Vec<u64>,
     len: u64,
+    /// Keys whose link changed since the last `take_changes`.
     changed: BTreeSet<i64>,
+    /// Keys unlinked since then.
     removed: BTreeSet<i64>,
-    /// Change in extents referencing each chunk since the last `take_changes`.
-    ref_delta: HashMap<u64, i64>,
+    /// Stored pages this map stopped linking.
+    dropped: Vec<Arc<Page>>,
+    /// Stored pages this map started linking (a clone's shared pages).
+    gained: Vec<u64>,
 }
 
-/// Pages to write and keys to delete after edits.
+/// What to persist after edits of one file's map.
 #[derive(Debug, Default)]
 pub struct PageChanges {
+    /// Pages to link at their keys: new pages (id 0) are stored first.
     pub upserts: Vec<Arc<Page>>,
+    /// Keys to unlink.
     pub deletes: Vec<i64>,
-    /// Per chunk: extents gained minus extents lost (reference counts).
-    pub ref_deltas: HashMap<u64, i64>,
+    /// Stored pages that lose one link (freed, with their chunk references,
+    /// when the last goes).
+    pub dropped: Vec<Arc<Page>>,
+    /// Stored pages that gain one link.
+    pub gained: Vec<u64>,
 }
 
 impl ExtentMap {
@@ -265,19 +285,12 @@ impl ExtentMap {
         }
     }
 
-    fn count_refs(&mut self, extents: &[Extent], sign: i64) {
-        for e in extents {
-            if let Source::Chunk(id) = e.src {
-                *self.ref_delta.entry(id).or_default() += sign;
-            }
-        }
-    }
-
     /// Replaces pages `[a, b)` with pages built from `extents`.
     fn rebuild(&mut self, a: usize, b: usize, extents: Vec<Extent>) {
-        for i in a..b {
-            let p = self.pages[i].clone();
-            self.count_refs(&p.extents, -1);
+        for p in &self.pages[a..b] {
+            if p.id != 0 {
+                self.dropped.push(p.clone());
+            }
         }
         let mut merged: Vec<Extent> = Vec::with_capacity(extents.len());
         for e in extents {
@@ -299,18 +312,22 @@ impl ExtentMap {
         let keys = match fresh_keys(&old_keys, groups.len(), lo, hi) {
             Some(k) => k,
             None => {
-                // No room between neighbours: renumber every page.
-                let mut all: Vec<Vec<Extent>> = self.pages[..a].iter().map(|p| p.extents.clone()).collect();
-                let ng = groups.len();
-                all.extend(groups);
-                all.extend(self.pages[b..].iter().map(|p| p.extents.clone()));
+                // No room between neighbours: renumber every page (stored
+                // pages keep their ids; only their links move).
+                let mut all: Vec<Page> = self.pages[..a].iter().map(|p| (**p).clone()).collect();
+                all.extend(groups.into_iter().map(|ex| Page::new(0, ex)));
+                all.extend(self.pages[b..].iter().map(|p| (**p).clone()));
                 for p in &self.pages {
                     self.removed.insert(p.key);
                 }
-                for ex in &all[a..a + ng] {
-                    self.count_refs(ex, 1);
-                }
-                self.pages = all.into_iter().enumerate().map(|(i, ex)| Arc::new(Page::new(i as i64 * KEY_STEP, ex))).collect();
+                self.pages = all
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, mut p)| {
+                        p.key = i as i64 * KEY_STEP;
+                        Arc::new(p)
+                    })
+                    .collect();
                 self.changed = self.pages.iter().map(|p| p.key).collect();
                 self.recompute_starts();
                 return;
@@ -323,8 +340,6 @@ impl ExtentMap {
         }
         let new_pages: Vec<Arc<Page>> = groups.into_iter().zip(&keys).map(|(ex, k)| Arc::new(Page::new(*k, ex))).collect();
         for p in &new_pages {
-            let ex = p.extents.clone();
-            self.count_refs(&ex, 1);
             self.changed.insert(p.key);
             self.removed.remove(&p.key);
         }
@@ -337,23 +352,46 @@ impl ExtentMap {
         let changed = std::mem::take(&mut self.changed);
         let removed = std::mem::take(&mut self.removed);
         let live: BTreeSet<i64> = self.pages.iter().map(|p| p.key).collect();
-        let mut ref_deltas = std::mem::take(&mut self.ref_delta);
-        ref_deltas.retain(|_, d| *d != 0);
         PageChanges {
             upserts: self.pages.iter().filter(|p| changed.contains(&p.key)).cloned().collect(),
             deletes: removed.into_iter().filter(|k| !live.contains(k)).collect(),
-            ref_deltas,
+            dropped: std::mem::take(&mut self.dropped),
+            gained: std::mem::take(&mut self.gained),
         }
     }
 
-    /// Marks every page as new (a copy written under another inode): all are
-    /// written and every chunk reference counts once more.
-    pub fn mark_all_new(&mut self) {
-        self.changed = self.pages.iter().map(|p| p.key).collect();
-        let pages = self.pages.clone();
-        for p in &pages {
-            self.count_refs(&p.extents, 1);
+    /// Whether edits await `take_changes`.
+    pub fn has_changes(&self) -> bool {
+        !self.changed.is_empty() || !self.removed.is_empty() || !self.dropped.is_empty() || !self.gained.is_empty()
+    }
+
+    /// Records the ids the store gave to new pages (by key), after a commit.
+    pub fn assign_ids(&mut self, ids: &[(i64, u64)]) {
+        if ids.is_empty() {
+            return;
         }
+        let by_key: HashMap<i64, u64> = ids.iter().copied().collect();
+        for p in self.pages.iter_mut() {
+            if p.id == 0 {
+                if let Some(&id) = by_key.get(&p.key) {
+                    Arc::make_mut(p).id = id;
+                }
+            }
+        }
+    }
+
+    /// A copy of this (fully stored) map for another file: the same pages,
+    /// each linked once more, with no chunk reference changing.
+    pub fn share(&self) -> ExtentMap {
+        let mut m = ExtentMap { pages: self.pages.clone(), starts: self.starts.clone(), len: self.len, ..Default::default() };
+        m.changed = m.pages.iter().map(|p| p.key).collect();
+        m.gained = m.pages.iter().filter(|p| p.id != 0).map(|p| p.id).collect();
+        m
+    }
+
+    /// Whether every page has been stored (none waits for an id).
+    pub fn all_stored(&self) -> bool {
+        self.pages.iter().all(|p| p.id != 0)
     }
 
     /// Every chunk id referenced, once per extent.
@@ -430,7 +468,7 @@ pub fn encode_page(p: &Page) -> Result<Vec<u8>> {
                 put_varint(&mut out, e.off);
                 put_varint(&mut out, e.len);
             }
-            Source::Pending(_) => return Err(Error::invalid("internal: journal extent reached a stored page")),
+            Source::Pending(_) | Source::Mem => return Err(Error::invalid("internal: unstored extent reached a stored page")),
         }
     }
     Ok(out)
@@ -474,7 +512,7 @@ mod tests {
         match src {
             Source::Hole => 0,
             Source::Chunk(id) => (id.wrapping_mul(131).wrapping_add(off.wrapping_mul(7)) % 251) as u8 + 1,
-            Source::Pending(_) => unreachable!(),
+            Source::Pending(_) | Source::Mem => unreachable!(),
         }
     }
 
@@ -509,17 +547,84 @@ mod tests {
         ]
     }
 
+    /// A page store as the metadata keeps it: page rows with link counts,
+    /// and per-file links from keys to page ids.
+    #[derive(Default)]
+    struct Store {
+        pages: std::collections::HashMap<u64, (i64, Vec<u8>)>,
+        links: std::collections::HashMap<u32, std::collections::BTreeMap<i64, u64>>,
+        next: u64,
+    }
+
+    impl Store {
+        fn persist(&mut self, file: u32, m: &mut ExtentMap) {
+            let ch = m.take_changes();
+            for id in &ch.gained {
+                self.pages.get_mut(id).expect("gained page exists").0 += 1;
+            }
+            let mut ids = Vec::new();
+            for p in &ch.upserts {
+                let id = if p.id == 0 {
+                    self.next += 1;
+                    self.pages.insert(self.next, (1, encode_page(p).unwrap()));
+                    ids.push((p.key, self.next));
+                    self.next
+                } else {
+                    p.id
+                };
+                self.links.entry(file).or_default().insert(p.key, id);
+            }
+            for k in &ch.deletes {
+                self.links.entry(file).or_default().remove(k);
+            }
+            for p in &ch.dropped {
+                let e = self.pages.get_mut(&p.id).expect("dropped page exists");
+                e.0 -= 1;
+                if e.0 == 0 {
+                    self.pages.remove(&p.id);
+                }
+            }
+            m.assign_ids(&ids);
+        }
+
+        fn load(&self, file: u32) -> ExtentMap {
+            let links = self.links.get(&file).cloned().unwrap_or_default();
+            ExtentMap::from_pages(links.iter().map(|(k, id)| {
+                let mut p = decode_page(*k, &self.pages[id].1).unwrap();
+                p.id = *id;
+                p
+            }).collect())
+        }
+
+        /// Every page's link count equals its links; no page is unlinked.
+        fn check(&self) -> Result<(), TestCaseError> {
+            let mut n: std::collections::HashMap<u64, i64> = Default::default();
+            for l in self.links.values() {
+                for id in l.values() {
+                    *n.entry(*id).or_default() += 1;
+                }
+            }
+            for (id, (refs, _)) in &self.pages {
+                prop_assert_eq!(*refs, n.get(id).copied().unwrap_or(0), "page {} link count", id);
+            }
+            prop_assert_eq!(n.len(), self.pages.len());
+            Ok(())
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
-        /// Every splice and resize agrees with a plain byte vector, pages
-        /// persist and reload to the same content, and page keys stay ordered.
+        /// Every splice and resize agrees with a plain byte vector; pages
+        /// persist and reload to the same content; a clone taken midway keeps
+        /// its content while the original is edited; page link counts stay
+        /// exact, so shared pages are never freed while a file links them.
         #[test]
-        fn splices_match_a_byte_model(ops in prop::collection::vec(op_strategy(), 1..60)) {
+        fn splices_match_a_byte_model(ops in prop::collection::vec(op_strategy(), 1..60), clone_at in 0usize..60) {
             let mut m = ExtentMap::new();
             let mut model: Vec<u8> = Vec::new();
-            let mut stored: std::collections::BTreeMap<i64, Vec<u8>> = Default::default();
-            let mut refs: std::collections::HashMap<u64, i64> = Default::default();
-            for op in ops {
+            let mut store = Store::default();
+            let mut clone: Option<(ExtentMap, Vec<u8>)> = None;
+            for (i, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Splice { a, b, new } => {
                         let len = model.len() as u64;
@@ -538,16 +643,19 @@ mod tests {
                 }
                 prop_assert_eq!(m.len(), model.len() as u64);
                 prop_assert_eq!(materialize(&m), model.clone());
-                let ch = m.take_changes();
-                for (id, d) in &ch.ref_deltas { *refs.entry(*id).or_insert(0i64) += d; }
-                let mut recount: std::collections::HashMap<u64, i64> = Default::default();
-                for id in m.chunk_refs() { *recount.entry(id).or_default() += 1; }
-                refs.retain(|_, v| *v != 0);
-                prop_assert_eq!(&refs, &recount);
-                for k in ch.deletes { stored.remove(&k); }
-                for p in ch.upserts { stored.insert(p.key, encode_page(&p).unwrap()); }
-                let reloaded = ExtentMap::from_pages(stored.iter().map(|(k, b)| decode_page(*k, b).unwrap()).collect());
-                prop_assert_eq!(materialize(&reloaded), model.clone());
+                store.persist(1, &mut m);
+                prop_assert!(m.all_stored());
+                if i == clone_at {
+                    let mut c = m.share();
+                    store.persist(2, &mut c);
+                    clone = Some((c, model.clone()));
+                }
+                store.check()?;
+                prop_assert_eq!(materialize(&store.load(1)), model.clone());
+                if let Some((c, cm)) = &clone {
+                    prop_assert_eq!(&materialize(c), cm);
+                    prop_assert_eq!(&materialize(&store.load(2)), cm);
+                }
             }
         }
     }

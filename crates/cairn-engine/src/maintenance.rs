@@ -122,8 +122,8 @@ pub struct FsckReport {
 pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<FsckReport> {
     vol.sync()?;
     let mut rep = FsckReport::default();
-    let (inodes, dentries, pages, chunks, packs) = vol.meta.read(|c| {
-        Ok((meta::all_inodes(c)?, meta::all_dentries(c)?, meta::all_pages(c)?, meta::all_chunks(c)?, meta::all_packs(c)?))
+    let (inodes, dentries, pages, links, chunks, packs) = vol.meta.read(|c| {
+        Ok((meta::all_inodes(c)?, meta::all_dentries(c)?, meta::all_pages(c)?, meta::all_page_links(c)?, meta::all_chunks(c)?, meta::all_packs(c)?))
     })?;
     rep.inodes = inodes.len() as u64;
     rep.chunks = chunks.len() as u64;
@@ -170,34 +170,58 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
             rep.errors.push(format!("inode {ino} has link count {} but {n} names", r.attr.nlink));
         }
     }
-    // Extents against chunks.
+    // Pages against chunks: each stored page counts once per extent,
+    // however many files link it.
     progress.phase("extents", pages.len() as u64);
     let chunk_by_id: HashMap<u64, &meta::ChunkRow> = chunks.iter().map(|c| (c.id, c)).collect();
     let mut refs: HashMap<u64, i64> = HashMap::new();
-    let mut lens: BTreeMap<u64, (u64, u64)> = BTreeMap::new(); // ino -> (len, data)
-    for (ino, key, data) in &pages {
+    let mut page_lens: HashMap<u64, (u64, u64)> = HashMap::new(); // page -> (len, data)
+    let mut page_refs: HashMap<u64, i64> = HashMap::new();
+    for (id, prefs, data) in &pages {
         progress.inc(1);
-        let page = match decode_page(*key, data) {
+        page_refs.insert(*id, *prefs);
+        let page = match decode_page(0, data) {
             Ok(p) => p,
             Err(e) => {
-                rep.errors.push(format!("inode {ino}: extent page {key}: {e}"));
+                rep.errors.push(format!("extent page #{id}: {e}"));
                 continue;
             }
         };
-        let l = lens.entry(*ino).or_default();
+        let l = page_lens.entry(*id).or_default();
         for e in &page.extents {
             l.0 += e.len;
-            if let Source::Chunk(id) = e.src {
+            if let Source::Chunk(cid) = e.src {
                 l.1 += e.len;
-                *refs.entry(id).or_default() += 1;
-                match chunk_by_id.get(&id) {
-                    None => rep.errors.push(format!("inode {ino} references missing chunk #{id}")),
+                *refs.entry(cid).or_default() += 1;
+                match chunk_by_id.get(&cid) {
+                    None => rep.errors.push(format!("extent page #{id} references missing chunk #{cid}")),
                     Some(c) if e.off + e.len > c.raw_len as u64 => {
-                        rep.errors.push(format!("inode {ino}: extent {}+{} past the end of chunk #{id} ({} bytes)", e.off, e.len, c.raw_len))
+                        rep.errors.push(format!("extent page #{id}: extent {}+{} past the end of chunk #{cid} ({} bytes)", e.off, e.len, c.raw_len))
                     }
                     _ => {}
                 }
             }
+        }
+    }
+    // Links against pages and files.
+    let mut lens: BTreeMap<u64, (u64, u64)> = BTreeMap::new(); // ino -> (len, data)
+    let mut links_of: HashMap<u64, i64> = HashMap::new();
+    for (ino, key, page) in &links {
+        *links_of.entry(*page).or_default() += 1;
+        match page_lens.get(page) {
+            Some((len, data)) => {
+                let l = lens.entry(*ino).or_default();
+                l.0 += len;
+                l.1 += data;
+            }
+            None if !page_refs.contains_key(page) => rep.errors.push(format!("inode {ino}: key {key} links missing page #{page}")),
+            None => {}
+        }
+    }
+    for (id, n) in &page_refs {
+        let linked = links_of.get(id).copied().unwrap_or(0);
+        if linked != *n {
+            rep.errors.push(format!("extent page #{id}: link count {n} but {linked} files link it"));
         }
     }
     for r in &inodes {

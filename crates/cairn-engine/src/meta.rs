@@ -1,4 +1,4 @@
-//! The metadata store: SQLite in WAL mode (schema v1).
+//! The metadata store: SQLite in WAL mode (schema v2).
 //!
 //! A read-write open uses one connection in exclusive locking mode behind a
 //! mutex: the volume lock already guarantees no other process touches the
@@ -19,7 +19,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Inode flag: the inode belongs to a snapshot (or is the `.snapshots`
+/// directory) and refuses every change with EROFS.
+pub const FLAG_READ_ONLY: i64 = 1;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS info(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -29,12 +33,13 @@ CREATE TABLE IF NOT EXISTS inodes(
   rdev INTEGER NOT NULL DEFAULT 0, nlink INTEGER NOT NULL,
   size INTEGER NOT NULL DEFAULT 0, data_bytes INTEGER NOT NULL DEFAULT 0,
   atime INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, btime INTEGER NOT NULL,
-  parent INTEGER, target BLOB, jseq INTEGER NOT NULL DEFAULT 0);
+  parent INTEGER, target BLOB, jseq INTEGER NOT NULL DEFAULT 0, flags INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS dentries(parent INTEGER NOT NULL, name BLOB NOT NULL, ino INTEGER NOT NULL,
   kind INTEGER NOT NULL, PRIMARY KEY(parent, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS xattrs(ino INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL,
   PRIMARY KEY(ino, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS extent_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL, data BLOB NOT NULL,
+CREATE TABLE IF NOT EXISTS pages(id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS file_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL, page INTEGER NOT NULL,
   PRIMARY KEY(ino, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS packs(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, size INTEGER NOT NULL,
   blobs INTEGER NOT NULL, dead_bytes INTEGER NOT NULL DEFAULT 0, dead_since INTEGER, created INTEGER NOT NULL);
@@ -75,6 +80,14 @@ pub struct InodeRow {
     pub parent: Option<Ino>,
     pub target: Option<Vec<u8>>,
     pub jseq: u64,
+    /// `FLAG_*` bits.
+    pub flags: i64,
+}
+
+impl InodeRow {
+    pub fn read_only(&self) -> bool {
+        self.flags & FLAG_READ_ONLY != 0
+    }
 }
 
 /// The SQLite metadata store.
@@ -125,6 +138,8 @@ impl Meta {
             .map_err(|e| Error::config(format!("{} is not a Cairn metadata database: {e}", path.display())))?;
         match v {
             Some(SCHEMA_VERSION) => {}
+            Some(1) if exclusive => migrate_v1(&w)?,
+            Some(1) => return Err(Error::config("metadata schema version 1 must be upgraded: open the volume read-write once (mount or fsck)")),
             Some(v) => return Err(Error::config(format!("metadata schema version {v} is not supported (this build reads {SCHEMA_VERSION})"))),
             None => return Err(Error::config("metadata database has no schema version")),
         }
@@ -161,6 +176,25 @@ impl Meta {
     }
 }
 
+/// Schema v1 -> v2: extent pages become shared, reference-counted rows
+/// linked from files (clones and snapshots share them).
+fn migrate_v1(c: &Connection) -> Result<()> {
+    c.execute_batch(
+        "BEGIN IMMEDIATE;
+         CREATE TABLE pages(id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
+         CREATE TABLE file_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL, page INTEGER NOT NULL, PRIMARY KEY(ino, key)) WITHOUT ROWID;
+         INSERT INTO pages(id, refs, data) SELECT ROW_NUMBER() OVER (ORDER BY ino, key), 1, data FROM extent_pages;
+         INSERT INTO file_pages(ino, key, page) SELECT ino, key, ROW_NUMBER() OVER (ORDER BY ino, key) FROM extent_pages;
+         DROP TABLE extent_pages;
+         ALTER TABLE inodes ADD COLUMN flags INTEGER NOT NULL DEFAULT 0;
+         UPDATE info SET value=2 WHERE key='schema';
+         COMMIT;",
+    )
+    .map_err(|e| Error::config(format!("upgrading the metadata from schema 1 to 2: {e}")))?;
+    tracing::info!("metadata upgraded from schema 1 to 2 (shared extent pages)");
+    Ok(())
+}
+
 /// Owner and mode of the root directory at creation.
 #[derive(Clone, Copy, Debug)]
 pub struct Caller0 {
@@ -169,7 +203,7 @@ pub struct Caller0 {
     pub perm: u32,
 }
 
-const INODE_COLS: &str = "ino, kind, perm, nlink, uid, gid, rdev, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq";
+const INODE_COLS: &str = "ino, kind, perm, nlink, uid, gid, rdev, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags";
 
 fn row_to_inode(r: &rusqlite::Row) -> rusqlite::Result<(InodeRow, i64)> {
     let kind: i64 = r.get(1)?;
@@ -196,6 +230,7 @@ fn row_to_inode(r: &rusqlite::Row) -> rusqlite::Result<(InodeRow, i64)> {
             parent: r.get::<_, Option<i64>>(13)?.map(|p| p as u64),
             target: r.get(14)?,
             jseq: r.get::<_, i64>(15)? as u64,
+            flags: r.get(16)?,
         },
         kind,
     ))
@@ -222,13 +257,18 @@ pub fn get_inode(c: &Connection, ino: Ino) -> Result<Option<InodeRow>> {
 /// creation: no older record can be about it, even if its number was used
 /// by an inode deleted before a crash.
 pub fn insert_inode(c: &Connection, a: &Attr, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64) -> Result<()> {
+    insert_inode_full(c, a, 0, parent, target, jseq, 0)
+}
+
+/// A new inode with its allocation and flags given (clones, snapshots).
+pub fn insert_inode_full(c: &Connection, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64, flags: i64) -> Result<()> {
     let mut st = c.prepare_cached(
-        "INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq)
-         VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        "INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags)
+         VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?;
     st.execute(params![
-        a.ino as i64, a.kind.code(), a.perm, a.uid, a.gid, a.rdev, a.nlink, a.size as i64,
-        a.atime.0, a.mtime.0, a.ctime.0, a.btime.0, parent.map(|p| p as i64), target, jseq as i64
+        a.ino as i64, a.kind.code(), a.perm, a.uid, a.gid, a.rdev, a.nlink, a.size as i64, data_bytes as i64,
+        a.atime.0, a.mtime.0, a.ctime.0, a.btime.0, parent.map(|p| p as i64), target, jseq as i64, flags
     ])?;
     Ok(())
 }
@@ -309,12 +349,12 @@ pub fn dir_is_empty(c: &Connection, dir: Ino) -> Result<bool> {
     Ok(n.is_none())
 }
 
-/// Removes an inode row with its xattrs and extent pages. The caller has
-/// already released the chunk references of its extents.
+/// Removes an inode row with its xattrs and page links. The caller has
+/// already released its pages (`release_pages`).
 pub fn delete_inode(c: &Connection, ino: Ino) -> Result<()> {
     c.prepare_cached("DELETE FROM inodes WHERE ino=?1")?.execute([ino as i64])?;
     c.prepare_cached("DELETE FROM xattrs WHERE ino=?1")?.execute([ino as i64])?;
-    c.prepare_cached("DELETE FROM extent_pages WHERE ino=?1")?.execute([ino as i64])?;
+    c.prepare_cached("DELETE FROM file_pages WHERE ino=?1")?.execute([ino as i64])?;
     Ok(())
 }
 
@@ -341,26 +381,137 @@ pub fn list_xattrs(c: &Connection, ino: Ino) -> Result<Vec<Vec<u8>>> {
 
 /// Loads a file's extent map.
 pub fn load_extents(c: &Connection, ino: Ino) -> Result<ExtentMap> {
-    let mut st = c.prepare_cached("SELECT key, data FROM extent_pages WHERE ino=?1 ORDER BY key")?;
-    let rows = st.query_map([ino as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+    let mut st = c.prepare_cached("SELECT f.key, p.id, p.data FROM file_pages f JOIN pages p ON p.id=f.page WHERE f.ino=?1 ORDER BY f.key")?;
+    let rows = st.query_map([ino as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)))?;
     let mut pages: Vec<Page> = Vec::new();
     for r in rows {
-        let (k, d) = r?;
-        pages.push(decode_page(k, &d).map_err(|e| e.context(format!("inode {ino}")))?);
+        let (k, id, d) = r?;
+        let mut p = decode_page(k, &d).map_err(|e| e.context(format!("inode {ino}, page #{id}")))?;
+        p.id = id as u64;
+        pages.push(p);
+    }
+    let n: i64 = c.prepare_cached("SELECT COUNT(*) FROM file_pages WHERE ino=?1")?.query_row([ino as i64], |r| r.get(0))?;
+    if n as usize != pages.len() {
+        return Err(Error::corrupt(format!("inode {ino} links {} pages that do not exist", n as usize - pages.len())));
     }
     Ok(ExtentMap::from_pages(pages))
 }
 
-/// Persists page edits of one file.
-pub fn save_extents(c: &Connection, ino: Ino, ch: &PageChanges) -> Result<()> {
-    let mut del = c.prepare_cached("DELETE FROM extent_pages WHERE ino=?1 AND key=?2")?;
+/// Adds each chunk reference of `extents` times `sign` to `deltas`.
+fn count_chunk_refs(extents: &[crate::extent::Extent], sign: i64, deltas: &mut HashMap<u64, i64>) {
+    for e in extents {
+        if let crate::extent::Source::Chunk(id) = e.src {
+            *deltas.entry(id).or_default() += sign;
+        }
+    }
+}
+
+/// Persists the page edits of one file. New pages are stored (their chunk
+/// references counted into `deltas`); pages that lose their last link are
+/// freed (their chunk references released). Returns the ids of the new
+/// pages by key, for `ExtentMap::assign_ids`.
+pub fn save_extents(c: &Connection, ino: Ino, ch: &PageChanges, deltas: &mut HashMap<u64, i64>) -> Result<Vec<(i64, u64)>> {
+    let mut link = c.prepare_cached("UPDATE pages SET refs=refs+1 WHERE id=?1")?;
+    for id in &ch.gained {
+        if link.execute([*id as i64])? != 1 {
+            return Err(Error::corrupt(format!("inode {ino}: shared page #{id} is missing")));
+        }
+    }
+    let mut ins = c.prepare_cached("INSERT INTO pages(refs, data) VALUES(1, ?1)")?;
+    let mut put = c.prepare_cached("INSERT OR REPLACE INTO file_pages(ino, key, page) VALUES(?1, ?2, ?3)")?;
+    let mut ids = Vec::new();
+    for p in &ch.upserts {
+        let id = if p.id == 0 {
+            ins.execute([encode_page(p)?])?;
+            let id = c.last_insert_rowid() as u64;
+            count_chunk_refs(&p.extents, 1, deltas);
+            ids.push((p.key, id));
+            id
+        } else {
+            p.id
+        };
+        put.execute(params![ino as i64, p.key, id as i64])?;
+    }
+    let mut del = c.prepare_cached("DELETE FROM file_pages WHERE ino=?1 AND key=?2")?;
     for k in &ch.deletes {
         del.execute(params![ino as i64, k])?;
     }
-    let mut up = c.prepare_cached("INSERT OR REPLACE INTO extent_pages(ino, key, data) VALUES(?1, ?2, ?3)")?;
-    for p in &ch.upserts {
-        up.execute(params![ino as i64, p.key, encode_page(p)?])?;
+    for p in &ch.dropped {
+        unlink_page(c, p.id, Some(&p.extents), deltas)?;
     }
+    Ok(ids)
+}
+
+/// Drops one link of a stored page; frees it, releasing its chunk
+/// references, when it was the last. `extents`: the page's content if the
+/// caller has it (saves decoding it again).
+fn unlink_page(c: &Connection, id: u64, extents: Option<&[crate::extent::Extent]>, deltas: &mut HashMap<u64, i64>) -> Result<()> {
+    let refs: i64 = c
+        .prepare_cached("UPDATE pages SET refs=refs-1 WHERE id=?1 RETURNING refs")?
+        .query_row([id as i64], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| Error::corrupt(format!("page #{id} is missing")))?;
+    if refs < 0 {
+        return Err(Error::corrupt(format!("page #{id}: link count went negative")));
+    }
+    if refs == 0 {
+        match extents {
+            Some(ex) => count_chunk_refs(ex, -1, deltas),
+            None => {
+                let data: Vec<u8> = c.prepare_cached("SELECT data FROM pages WHERE id=?1")?.query_row([id as i64], |r| r.get(0))?;
+                count_chunk_refs(&decode_page(0, &data)?.extents, -1, deltas);
+            }
+        }
+        c.prepare_cached("DELETE FROM pages WHERE id=?1")?.execute([id as i64])?;
+    }
+    Ok(())
+}
+
+/// Unlinks every page of `ino` (freeing those no other file links) and
+/// applies the resulting chunk reference changes.
+pub fn release_pages(c: &Connection, ino: Ino) -> Result<()> {
+    let ids: Vec<i64> = {
+        let mut st = c.prepare_cached("SELECT page FROM file_pages WHERE ino=?1")?;
+        let rows = st.query_map([ino as i64], |r| r.get(0))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    let mut deltas = HashMap::new();
+    for id in ids {
+        unlink_page(c, id as u64, None, &mut deltas)?;
+    }
+    c.prepare_cached("DELETE FROM file_pages WHERE ino=?1")?.execute([ino as i64])?;
+    apply_ref_deltas(c, &deltas)
+}
+
+/// Links every page of `src` into `dst` as well (which must have none):
+/// the O(pages) heart of a whole-file clone. No chunk reference changes.
+pub fn share_pages(c: &Connection, src: Ino, dst: Ino) -> Result<()> {
+    c.prepare_cached("UPDATE pages SET refs=refs+1 WHERE id IN (SELECT page FROM file_pages WHERE ino=?1)")?.execute([src as i64])?;
+    c.prepare_cached("INSERT INTO file_pages(ino, key, page) SELECT ?2, key, page FROM file_pages WHERE ino=?1")?
+        .execute(params![src as i64, dst as i64])?;
+    Ok(())
+}
+
+/// Copies every xattr of `src` to `dst`.
+pub fn copy_xattrs(c: &Connection, src: Ino, dst: Ino) -> Result<()> {
+    c.prepare_cached("INSERT INTO xattrs(ino, name, value) SELECT ?2, name, value FROM xattrs WHERE ino=?1")?
+        .execute(params![src as i64, dst as i64])?;
+    Ok(())
+}
+
+/// Sets an inode's flags.
+pub fn set_flags(c: &Connection, ino: Ino, flags: i64) -> Result<()> {
+    c.prepare_cached("UPDATE inodes SET flags=?2 WHERE ino=?1")?.execute(params![ino as i64, flags])?;
+    Ok(())
+}
+
+/// A value of the `info` table.
+pub fn get_info(c: &Connection, key: &str) -> Result<Option<i64>> {
+    Ok(c.prepare_cached("SELECT value FROM info WHERE key=?1")?.query_row([key], |r| r.get(0)).optional()?)
+}
+
+pub fn set_info(c: &Connection, key: &str, value: i64) -> Result<()> {
+    c.prepare_cached("INSERT OR REPLACE INTO info(key, value) VALUES(?1, ?2)")?.execute(params![key, value])?;
     Ok(())
 }
 
@@ -510,10 +661,17 @@ pub fn all_dentries(c: &Connection) -> Result<Vec<(Ino, Vec<u8>, Ino, i64)>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// Every extent page: (ino, key, data).
-pub fn all_pages(c: &Connection) -> Result<Vec<(Ino, i64, Vec<u8>)>> {
-    let mut st = c.prepare("SELECT ino, key, data FROM extent_pages ORDER BY ino, key")?;
+/// Every stored page: (id, refs, data).
+pub fn all_pages(c: &Connection) -> Result<Vec<(u64, i64, Vec<u8>)>> {
+    let mut st = c.prepare("SELECT id, refs, data FROM pages ORDER BY id")?;
     let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Every page link: (ino, key, page id).
+pub fn all_page_links(c: &Connection) -> Result<Vec<(Ino, i64, u64)>> {
+    let mut st = c.prepare("SELECT ino, key, page FROM file_pages ORDER BY ino, key")?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

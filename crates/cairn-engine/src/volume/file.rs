@@ -85,6 +85,8 @@ pub(crate) struct FileInner {
     pub evicted: bool,
     /// Its last name went while it was open: free it at the last release.
     pub unlinked: bool,
+    /// Part of a snapshot: every change fails with EROFS.
+    pub read_only: bool,
 }
 
 impl FileInner {
@@ -138,6 +140,13 @@ impl FileInner {
         }
     }
 
+    fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::new(ErrorKind::ReadOnly, "snapshots are read-only"));
+        }
+        Ok(())
+    }
+
     fn touch(&mut self, now: Timestamp) {
         self.mtime = now;
         self.ctime = now;
@@ -150,7 +159,7 @@ impl FileInner {
 }
 
 impl FileState {
-    fn new(ino: Ino, base: ExtentMap, a: &Attr, data_bytes: u64, jseq: u64, unlinked: bool) -> Arc<Self> {
+    fn new(ino: Ino, base: ExtentMap, a: &Attr, data_bytes: u64, jseq: u64, unlinked: bool, read_only: bool) -> Arc<Self> {
         Arc::new(FileState {
             ino,
             inner: Mutex::new(FileInner {
@@ -170,6 +179,7 @@ impl FileState {
                 data_bytes,
                 evicted: false,
                 unlinked,
+                read_only,
             }),
             flush_lock: Arc::new(Mutex::new(())),
         })
@@ -200,13 +210,13 @@ impl Volume {
         if base.len() != row.attr.size {
             return Err(Error::corrupt(format!("inode {ino}: extents cover {} bytes but its size is {}", base.len(), row.attr.size)));
         }
-        let st = FileState::new(ino, base, &row.attr, row.data_bytes, row.jseq, row.attr.nlink == 0);
+        let st = FileState::new(ino, base, &row.attr, row.data_bytes, row.jseq, row.attr.nlink == 0, row.read_only());
         Ok(self.files.entry(ino).or_insert(st).clone())
     }
 
     /// Registers the state of a file just created (saves a metadata read at open).
     pub(crate) fn adopt_new_file(&self, a: &Attr) {
-        self.files.entry(a.ino).or_insert_with(|| FileState::new(a.ino, ExtentMap::new(), a, 0, 0, false));
+        self.files.entry(a.ino).or_insert_with(|| FileState::new(a.ino, ExtentMap::new(), a, 0, 0, false, false));
     }
 
     /// Runs `f` on the file's locked state, retrying if the state was evicted
@@ -335,6 +345,7 @@ impl Volume {
         }
         self.wait_for_journal_room();
         let poke = self.with_file(ino, |_, g| {
+            g.check_writable()?;
             let now = Timestamp::now();
             let (seq, loc) = self.journal.append(RecordKind::Write, ino, offset, data.len() as u32, data, now)?;
             g.overlay_insert(offset, Piece { len: data.len() as u64, src: PieceSrc::Data(loc), seq });
@@ -362,6 +373,7 @@ impl Volume {
             if g.evicted {
                 continue;
             }
+            g.check_writable()?;
             let now = Timestamp::now();
             let (seq, _) = self.journal.append(RecordKind::Truncate, ino, size, 0, &[], now)?;
             apply_truncate(&mut g, size);
@@ -377,6 +389,7 @@ impl Volume {
         self.check_writable()?;
         let end = offset.checked_add(len).filter(|e| *e <= MAX_FILE_SIZE).ok_or_else(|| Error::new(ErrorKind::TooBig, "range past the largest file size"))?;
         self.with_file(ino, |_, g| {
+            g.check_writable()?;
             let end = if keep_size { end.min(g.size) } else { end };
             if end <= offset {
                 return Ok(());
@@ -533,7 +546,7 @@ impl Volume {
                 match e.src {
                     Source::Hole => out.push(ReadPart::Zero(e.len)),
                     Source::Chunk(id) => out.push(ReadPart::Chunk { id, off: e.off, len: e.len }),
-                    Source::Pending(_) => out.push(ReadPart::Zero(e.len)), // never in a committed map
+                    Source::Pending(_) | Source::Mem => out.push(ReadPart::Zero(e.len)), // never in a committed map
                 }
             }
         }

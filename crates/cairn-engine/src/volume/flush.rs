@@ -377,7 +377,7 @@ impl Volume {
         let mut committed_seq = seq;
         for (i, (a, b)) in clusters.into_iter().enumerate().rev() {
             let last = i + 1 == n_clusters;
-            let held = self.rechunk(&mut map, a, b, batch, hold_tail && last && b == size)?;
+            let held = self.rechunk(&mut map, a, b, batch, hold_tail && last && b == size, &[])?;
             if let Some(t) = held {
                 // Commit up to `t`; the pieces covering the tail replay after a
                 // crash, so the committed journal position stays below them.
@@ -401,7 +401,9 @@ impl Volume {
     /// Windows are pipelined: while one window's chunks are hashed,
     /// compressed and sealed on the rayon pool, the flush thread reads and
     /// cuts the next window (chunking is sequential and the costliest stage).
-    fn rechunk(&self, map: &mut ExtentMap, a: u64, b: u64, batch: &mut Batch, hold_tail: bool) -> Result<Option<u64>> {
+    ///
+    /// `mem` holds the bytes of `Source::Mem` extents (an edit's new data).
+    pub(crate) fn rechunk(&self, map: &mut ExtentMap, a: u64, b: u64, batch: &mut Batch, hold_tail: bool, mem: &[u8]) -> Result<Option<u64>> {
         let p = self.cfg.chunker;
         let max = p.max as u64;
         let left = match map.range(a.saturating_sub(max), a).last() {
@@ -424,7 +426,7 @@ impl Volume {
         let mut new_exts: Vec<Extent> = Vec::new();
         let mut held = None;
         let mut pos = left;
-        let mut cur = if pos < hard_end { Some(self.cut_window(m, pos, (pos + window).min(hard_end))?) } else { None };
+        let mut cur = if pos < hard_end { Some(self.cut_window(m, pos, (pos + window).min(hard_end), mem)?) } else { None };
         while let Some((buf, cuts)) = cur.take() {
             let last_window = pos + buf.len() as u64 == hard_end;
             let span = |r: std::ops::Range<usize>| -> Vec<&[u8]> { cuts[r].iter().map(|&(o, l)| &buf[o..o + l]).collect() };
@@ -463,7 +465,7 @@ impl Volume {
             let more = !last_window;
             let (ids, next) = rayon::join(
                 || batch.store(&slices),
-                || if more { self.cut_window(m, next_pos, (next_pos + window).min(hard_end)).map(Some) } else { Ok(None) },
+                || if more { self.cut_window(m, next_pos, (next_pos + window).min(hard_end), mem).map(Some) } else { Ok(None) },
             );
             for (id, s) in ids?.into_iter().zip(&slices) {
                 new_exts.push(Extent::chunk(id, 0, s.len() as u64));
@@ -479,15 +481,15 @@ impl Volume {
     }
 
     /// Reads `[start, end)` of a map under construction and cuts it.
-    fn cut_window(&self, map: &ExtentMap, start: u64, end: u64) -> Result<(Vec<u8>, Vec<(usize, usize)>)> {
+    fn cut_window(&self, map: &ExtentMap, start: u64, end: u64, mem: &[u8]) -> Result<(Vec<u8>, Vec<(usize, usize)>)> {
         let p = self.cfg.chunker;
-        let buf = self.read_map(map, start, end)?;
+        let buf = self.read_map(map, start, end, mem)?;
         let cuts = fastcdc::v2020::FastCDC::new(&buf, p.min as usize, p.avg as usize, p.max as usize).map(|c| (c.offset, c.length)).collect();
         Ok((buf, cuts))
     }
 
     /// The content of `[start, end)` of a map under construction.
-    fn read_map(&self, map: &ExtentMap, start: u64, end: u64) -> Result<Vec<u8>> {
+    fn read_map(&self, map: &ExtentMap, start: u64, end: u64, mem: &[u8]) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; (end - start) as usize];
         for (at, e) in map.range(start, end) {
             let dst = &mut buf[(at - start) as usize..(at - start + e.len) as usize];
@@ -500,6 +502,7 @@ impl Volume {
                 Source::Pending(loc) => {
                     self.journal.file(&loc)?.read_exact_at(dst, loc.offset + e.off).map_err(|err| Error::io(format!("reading the journal: {err}")))?;
                 }
+                Source::Mem => dst.copy_from_slice(&mem[e.off as usize..(e.off + e.len) as usize]),
             }
         }
         Ok(buf)
@@ -516,10 +519,8 @@ impl Volume {
                     continue; // deleted meanwhile: its new chunks stay unreferenced
                 }
                 let ch = p.map.take_changes();
-                meta::save_extents(tx, p.st.ino, &ch)?;
-                for (id, d) in ch.ref_deltas {
-                    *deltas.entry(id).or_default() += d;
-                }
+                let ids = meta::save_extents(tx, p.st.ino, &ch, &mut deltas)?;
+                p.map.assign_ids(&ids);
                 let (mtime, ctime) = {
                     let g = p.st.inner.lock();
                     (g.mtime, g.ctime)

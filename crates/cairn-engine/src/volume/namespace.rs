@@ -6,7 +6,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::meta::{self, InodeRow};
 use crate::types::*;
 use rusqlite::Connection;
-use std::collections::HashMap;
 
 /// Largest extended attribute value (as Linux: 64 KiB).
 const XATTR_MAX: usize = 64 << 10;
@@ -36,6 +35,28 @@ fn dir(c: &Connection, ino: Ino) -> Result<InodeRow> {
     Ok(r)
 }
 
+/// Fails with EROFS for a snapshot's inode.
+pub(crate) fn check_not_snapshot(r: &InodeRow) -> Result<()> {
+    if r.read_only() {
+        return Err(Error::new(ErrorKind::ReadOnly, "snapshots are read-only"));
+    }
+    Ok(())
+}
+
+/// A directory whose entries may change.
+fn wdir(c: &Connection, ino: Ino) -> Result<InodeRow> {
+    let r = dir(c, ino)?;
+    check_not_snapshot(&r)?;
+    Ok(r)
+}
+
+/// An inode that may change.
+fn winode(c: &Connection, ino: Ino) -> Result<InodeRow> {
+    let r = inode(c, ino)?;
+    check_not_snapshot(&r)?;
+    Ok(r)
+}
+
 impl Volume {
     /// Looks `name` up in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
@@ -61,8 +82,8 @@ impl Volume {
     /// Changes attributes; a size change truncates or extends.
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         self.check_writable()?;
+        let kind = self.meta.read(|c| Ok(winode(c, ino)?.attr.kind))?;
         if let Some(size) = set.size {
-            let kind = self.meta.read(|c| Ok(inode(c, ino)?.attr.kind))?;
             match kind {
                 FileKind::File => self.truncate(ino, size)?,
                 FileKind::Dir => return Err(Error::new(ErrorKind::IsDir, "cannot set the size of a directory")),
@@ -120,7 +141,7 @@ impl Volume {
         check_name(name)?;
         let now = Timestamp::now();
         self.meta.write(|tx| {
-            let p = dir(tx, parent)?;
+            let p = wdir(tx, parent)?;
             if meta::lookup(tx, parent, name)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, "name exists"));
             }
@@ -203,14 +224,14 @@ impl Volume {
         check_name(newname)?;
         let now = Timestamp::now();
         self.meta.write(|tx| {
-            let mut a = inode(tx, ino)?.attr;
+            let mut a = winode(tx, ino)?.attr;
             if a.kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::Permission, "hard links to directories are not allowed"));
             }
             if a.nlink == 0 {
                 return Err(Error::not_found("file was removed"));
             }
-            dir(tx, newparent)?;
+            wdir(tx, newparent)?;
             if meta::lookup(tx, newparent, newname)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, "name exists"));
             }
@@ -233,7 +254,7 @@ impl Volume {
         self.check_writable()?;
         let now = Timestamp::now();
         let (ino, nlink, freed) = self.meta.write(|tx| {
-            dir(tx, parent)?;
+            wdir(tx, parent)?;
             let (ino, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             if kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::IsDir, "is a directory (use rmdir)"));
@@ -245,7 +266,7 @@ impl Volume {
             // The common case, a file nobody has open or dirty: free it in
             // this same transaction.
             if n == 0 && !self.files.contains_key(&ino) {
-                release_all_extents(tx, ino)?;
+                meta::release_pages(tx, ino)?;
                 meta::delete_inode(tx, ino)?;
                 return Ok((ino, n, true));
             }
@@ -263,11 +284,12 @@ impl Volume {
         self.check_writable()?;
         let now = Timestamp::now();
         self.meta.write(|tx| {
-            dir(tx, parent)?;
+            wdir(tx, parent)?;
             let (ino, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             if kind != FileKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, "not a directory"));
             }
+            winode(tx, ino)?;
             if !meta::dir_is_empty(tx, ino)? {
                 return Err(Error::new(ErrorKind::NotEmpty, "directory not empty"));
             }
@@ -286,10 +308,14 @@ impl Volume {
         }
         let now = Timestamp::now();
         let freed = self.meta.write(|tx| {
-            dir(tx, parent)?;
-            dir(tx, newparent)?;
+            wdir(tx, parent)?;
+            wdir(tx, newparent)?;
             let (sino, skind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            winode(tx, sino)?;
             let dst = meta::lookup(tx, newparent, newname)?;
+            if let Some((dino, _)) = dst {
+                winode(tx, dino)?;
+            }
             if flags.exchange {
                 let (dino, dkind) = dst.ok_or_else(|| Error::not_found("exchange target does not exist"))?;
                 if sino == dino {
@@ -405,7 +431,7 @@ impl Volume {
         }
         let now = Timestamp::now();
         self.meta.write(|tx| {
-            let mut a = inode(tx, ino)?.attr;
+            let mut a = winode(tx, ino)?.attr;
             let exists = meta::get_xattr(tx, ino, name)?.is_some();
             if flags.create && exists {
                 return Err(Error::new(ErrorKind::Exists, "attribute exists"));
@@ -442,7 +468,7 @@ impl Volume {
         check_xattr_name(name)?;
         let now = Timestamp::now();
         self.meta.write(|tx| {
-            let mut a = inode(tx, ino)?.attr;
+            let mut a = winode(tx, ino)?.attr;
             if !meta::remove_xattr(tx, ino, name)? {
                 return Err(Error::new(ErrorKind::NoAttr, "no such attribute"));
             }
@@ -466,7 +492,7 @@ impl Volume {
             if row.attr.nlink > 0 {
                 return Ok(());
             }
-            release_all_extents(tx, ino)?;
+            meta::release_pages(tx, ino)?;
             meta::delete_inode(tx, ino)
         })
     }
@@ -478,16 +504,6 @@ impl Volume {
         }
         Ok(())
     }
-}
-
-/// Drops the chunk references of every extent of `ino`.
-fn release_all_extents(tx: &Connection, ino: Ino) -> Result<()> {
-    let map = meta::load_extents(tx, ino)?;
-    let mut deltas: HashMap<u64, i64> = HashMap::new();
-    for id in map.chunk_refs() {
-        *deltas.entry(id).or_default() -= 1;
-    }
-    meta::apply_ref_deltas(tx, &deltas)
 }
 
 fn check_xattr_name(name: &[u8]) -> Result<()> {
