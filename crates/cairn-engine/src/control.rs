@@ -4,14 +4,22 @@
 //! ```text
 //! -> {"op":"stats"}            <- {"ok":true,"result":{...Stats...}}   (after a sync)
 //! -> {"op":"sync"}             <- {"ok":true,"result":null}
-//!                              <- {"ok":false,"error":"message"}
+//! -> {"op":"clone","src":[..bytes..],"dst":[..bytes..]}   paths from the volume root
+//!                              <- {"ok":true,"result":{"ino":N}}
+//! -> {"op":"snapshot_create","name":"NAME"}  <- {"ok":true,"result":{SnapshotInfo}}
+//! -> {"op":"snapshot_list"}    <- {"ok":true,"result":[{SnapshotInfo}...]}
+//! -> {"op":"snapshot_delete","name":"NAME"}  <- {"ok":true,"result":null}
+//!                              <- {"ok":false,"error":"message","errno":N}
 //! ```
-//! It carries what POSIX has no call for; later issues add operations
-//! (clone, insert/delete, snapshots) to the same channel.
+//! It carries what POSIX has no call for. Content edits of one open file
+//! (`rpwrite`) go through an ioctl on the file instead (see `cairn-fuse`),
+//! which any user with the file open for writing may use; this socket is
+//! the administrator's (mode 0600).
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::maintenance;
-use crate::volume::Volume;
+use crate::types::Caller;
+use crate::volume::{CloneOptions, Volume};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -29,6 +37,12 @@ pub enum Request {
     Stats,
     /// Flush everything to the backend.
     Sync,
+    /// Copy a file or tree sharing its data: `src` and `dst` are paths from
+    /// the volume root (`dst` must not exist).
+    Clone { src: Vec<u8>, dst: Vec<u8> },
+    SnapshotCreate { name: String },
+    SnapshotList,
+    SnapshotDelete { name: String },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -38,6 +52,9 @@ struct Reply {
     result: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The error's kind as an errno, so a client can exit like the call would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    errno: Option<i32>,
 }
 
 /// The socket path of a volume directory.
@@ -83,11 +100,12 @@ fn handle(vol: &Volume, conn: UnixStream) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut line = String::new();
     BufReader::new(&conn).take(1 << 20).read_line(&mut line)?;
+    let caller = peer_caller(&conn);
     let reply = match serde_json::from_str::<Request>(&line) {
-        Err(e) => Reply { ok: false, result: None, error: Some(format!("bad request: {e}")) },
-        Ok(req) => match execute(vol, req) {
-            Ok(v) => Reply { ok: true, result: Some(v), error: None },
-            Err(e) => Reply { ok: false, result: None, error: Some(e.to_string()) },
+        Err(e) => Reply { ok: false, result: None, error: Some(format!("bad request: {e}")), errno: Some(libc::EINVAL) },
+        Ok(req) => match execute(vol, req, caller) {
+            Ok(v) => Reply { ok: true, result: Some(v), error: None, errno: None },
+            Err(e) => Reply { ok: false, result: None, error: Some(e.to_string()), errno: Some(e.errno()) },
         },
     };
     let mut out = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
@@ -95,8 +113,33 @@ fn handle(vol: &Volume, conn: UnixStream) -> std::io::Result<()> {
     (&conn).write_all(&out)
 }
 
-fn execute(vol: &Volume, req: Request) -> Result<serde_json::Value> {
+/// The connecting process's user and group (SO_PEERCRED).
+fn peer_caller(conn: &UnixStream) -> Caller {
+    use std::os::unix::io::AsRawFd;
+    let mut cred = libc::ucred { pid: 0, uid: u32::MAX, gid: u32::MAX };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket, and `cred`/`len` describe a writable ucred.
+    let rc = unsafe { libc::getsockopt(conn.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, &mut cred as *mut _ as *mut libc::c_void, &mut len) };
+    if rc != 0 {
+        return Caller { uid: u32::MAX, gid: u32::MAX };
+    }
+    Caller { uid: cred.uid, gid: cred.gid }
+}
+
+fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
     match req {
+        Request::Clone { src, dst } => {
+            let src = vol.resolve(&src)?;
+            let (parent, name) = vol.resolve_parent(&dst)?;
+            let a = vol.clone_tree(src, parent, &name, CloneOptions { caller })?;
+            Ok(serde_json::json!({ "ino": a.ino }))
+        }
+        Request::SnapshotCreate { name } => Ok(serde_json::to_value(vol.snapshot_create(&name)?).expect("serialises")),
+        Request::SnapshotList => Ok(serde_json::to_value(vol.snapshot_list()?).expect("serialises")),
+        Request::SnapshotDelete { name } => {
+            vol.snapshot_delete(&name)?;
+            Ok(serde_json::Value::Null)
+        }
         Request::Stats => {
             // Report what was written, not only what happened to be flushed.
             vol.sync()?;
@@ -138,7 +181,8 @@ pub fn call(path: &Path, req: &Request) -> Result<Option<serde_json::Value>> {
     if reply.ok {
         Ok(Some(reply.result.unwrap_or(serde_json::Value::Null)))
     } else {
-        Err(Error::new(ErrorKind::Io, reply.error.unwrap_or_else(|| "request failed".into())))
+        let kind = reply.errno.map_or(ErrorKind::Io, ErrorKind::from_errno);
+        Err(Error::new(kind, reply.error.unwrap_or_else(|| "request failed".into())))
     }
 }
 

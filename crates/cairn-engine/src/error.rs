@@ -92,6 +92,29 @@ impl Error {
     }
 }
 
+impl ErrorKind {
+    /// The kind an errno stands for (the reverse of `Error::errno`).
+    pub fn from_errno(e: i32) -> Self {
+        match e {
+            libc::ENOENT => ErrorKind::NotFound,
+            libc::EEXIST => ErrorKind::Exists,
+            libc::ENOTDIR => ErrorKind::NotDir,
+            libc::EISDIR => ErrorKind::IsDir,
+            libc::ENOTEMPTY => ErrorKind::NotEmpty,
+            libc::EINVAL => ErrorKind::Invalid,
+            libc::ENAMETOOLONG => ErrorKind::NameTooLong,
+            libc::ENODATA => ErrorKind::NoAttr,
+            libc::ERANGE => ErrorKind::Range,
+            libc::EPERM | libc::EACCES => ErrorKind::Permission,
+            libc::EROFS => ErrorKind::ReadOnly,
+            libc::EFBIG => ErrorKind::TooBig,
+            libc::EBUSY => ErrorKind::Busy,
+            libc::EOPNOTSUPP => ErrorKind::NotSupported,
+            _ => ErrorKind::Io,
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.msg)

@@ -389,6 +389,27 @@ impl ExtentMap {
         m
     }
 
+    /// Makes this map a copy of `src` (fully stored) sharing its pages:
+    /// this map's own pages are dropped, `src`'s linked once more.
+    pub fn replace_with_share(&mut self, src: &ExtentMap) {
+        for p in std::mem::take(&mut self.pages) {
+            self.removed.insert(p.key);
+            if p.id != 0 {
+                self.dropped.push(p);
+            }
+        }
+        self.pages = src.pages.clone();
+        self.starts = src.starts.clone();
+        self.len = src.len;
+        for p in &self.pages {
+            self.changed.insert(p.key);
+            self.removed.remove(&p.key);
+            if p.id != 0 {
+                self.gained.push(p.id);
+            }
+        }
+    }
+
     /// Whether every page has been stored (none waits for an id).
     pub fn all_stored(&self) -> bool {
         self.pages.iter().all(|p| p.id != 0)

@@ -66,6 +66,8 @@ pub(crate) struct Batch<'a> {
     /// Counters for stats and benchmarks.
     pub chunked_bytes: u64,
     pub new_bytes: u64,
+    /// Chunks stored (new or deduplicated).
+    pub chunks_stored: u64,
 }
 
 /// What a round did.
@@ -79,7 +81,7 @@ pub struct FlushReport {
 
 impl<'a> Batch<'a> {
     pub(crate) fn new(vol: &'a Volume) -> Self {
-        Batch { vol, builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0 }
+        Batch { vol, builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0, chunks_stored: 0 }
     }
 
     /// Stores chunks (deduplicated); returns their metadata ids in order.
@@ -123,6 +125,7 @@ impl<'a> Batch<'a> {
             }
         }
         self.chunked_bytes += chunks.iter().map(|c| c.len() as u64).sum::<u64>();
+        self.chunks_stored += chunks.len() as u64;
         Ok(out)
     }
 

@@ -4,7 +4,11 @@
 
 mod file;
 mod flush;
+mod edit;
 mod namespace;
+mod tree;
+pub use edit::{EditReport, NewBytes};
+pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
 pub(crate) use file::FileState;
 pub use flush::FlushReport;
@@ -79,6 +83,16 @@ impl FlushSignal {
     }
 }
 
+/// What the kernel may cache about a mounted volume. Changes made outside a
+/// kernel request (through the control socket) are reported here so the
+/// FUSE adapter can drop stale pages, attributes and names.
+pub trait KernelCache: Send + Sync {
+    /// Content or attributes of `ino` changed.
+    fn inode_changed(&self, ino: Ino);
+    /// The entry `name` of directory `parent` appeared, went or changed.
+    fn entry_changed(&self, parent: Ino, name: &[u8]);
+}
+
 /// An open Cairn volume.
 pub struct Volume {
     pub(crate) layout: Layout,
@@ -104,6 +118,8 @@ pub struct Volume {
     pub(crate) opts: OpenOptions,
     closed: AtomicBool,
     self_ref: OnceLock<Weak<Volume>>,
+    /// The FUSE adapter's hook for dropping kernel caches.
+    kernel: OnceLock<Arc<dyn KernelCache>>,
     _lock: Option<File>,
 }
 
@@ -210,6 +226,7 @@ impl Volume {
             opts,
             closed: AtomicBool::new(false),
             self_ref: OnceLock::new(),
+            kernel: OnceLock::new(),
             _lock: lock,
         });
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
@@ -238,6 +255,23 @@ impl Volume {
     /// The backend holding the packs.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// Installs the kernel cache hook (once, by the FUSE adapter).
+    pub fn set_kernel_cache(&self, k: Arc<dyn KernelCache>) {
+        let _ = self.kernel.set(k);
+    }
+
+    pub(crate) fn kernel_inode_changed(&self, ino: Ino) {
+        if let Some(k) = self.kernel.get() {
+            k.inode_changed(ino);
+        }
+    }
+
+    pub(crate) fn kernel_entry_changed(&self, parent: Ino, name: &[u8]) {
+        if let Some(k) = self.kernel.get() {
+            k.entry_changed(parent, name);
+        }
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {

@@ -58,6 +58,37 @@ fn winode(c: &Connection, ino: Ino) -> Result<InodeRow> {
 }
 
 impl Volume {
+    /// The inode at `path` (components separated by `/`, from the root; no
+    /// symbolic links followed).
+    pub fn resolve(&self, path: &[u8]) -> Result<Ino> {
+        let mut cur = ROOT_INO;
+        for comp in path.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
+            if comp == b".." {
+                cur = self.parent_of(cur)?;
+                continue;
+            }
+            cur = self.lookup(cur, comp)?.ino;
+        }
+        Ok(cur)
+    }
+
+    /// The directory holding `path` and the last component's name.
+    pub fn resolve_parent(&self, path: &[u8]) -> Result<(Ino, Vec<u8>)> {
+        let trimmed: &[u8] = {
+            let mut p = path;
+            while p.len() > 1 && p.ends_with(b"/") {
+                p = &p[..p.len() - 1];
+            }
+            p
+        };
+        let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => (&b""[..], trimmed),
+        };
+        check_name(name)?;
+        Ok((self.resolve(dir)?, name.to_vec()))
+    }
+
     /// Looks `name` up in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
         if name.len() > NAME_MAX {

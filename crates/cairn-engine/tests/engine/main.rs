@@ -3,4 +3,5 @@
 
 mod cases;
 mod common;
+mod edits;
 mod model;

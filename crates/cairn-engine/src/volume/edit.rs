@@ -1,0 +1,215 @@
+//! Metadata-only content edits: range clones (`copy_file_range`) and
+//! replace/insert/delete in the middle of a file (VarFS's `rpwrite`).
+//!
+//! Every edit works on a file whose content is all committed (its journal
+//! overlay flushed first), holds the flush round lock and the files' locks
+//! for its duration, and commits the new extent map in one transaction.
+//! An edit rewrites only the extent pages it touches; a clone shares whole
+//! pages when it copies a whole file. Data is read only where new bytes meet
+//! old ones: the chunks at the two edges of a replace are re-chunked so that
+//! the result is cut as if written from scratch (and keeps deduplicating).
+
+use super::file::{FileInner, FileState, MAX_FILE_SIZE};
+use super::flush::Batch;
+use super::Volume;
+use crate::error::{Error, ErrorKind, Result};
+use crate::extent::{Extent, ExtentMap, Source};
+use crate::meta;
+use crate::types::{Ino, Timestamp};
+use parking_lot::MutexGuard;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Flush attempts before an edit gives up on a file that keeps failing to flush.
+const CLEAN_ATTEMPTS: usize = 8;
+
+/// The bytes that replace a range.
+#[derive(Clone, Copy, Debug)]
+pub enum NewBytes<'a> {
+    /// From memory (re-chunked with the edges).
+    Data(&'a [u8]),
+    /// Zero-copy: `len` bytes of file `ino` from `offset` (its extents are
+    /// spliced in; only the two junctions are re-chunked).
+    Range { ino: Ino, offset: u64, len: u64 },
+}
+
+/// What an edit did, for callers and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EditReport {
+    /// The file's size afterwards.
+    pub size: u64,
+    /// Bytes read back and cut again at the edges.
+    pub rechunked_bytes: u64,
+    /// Bytes of chunks that were new to the volume.
+    pub new_chunk_bytes: u64,
+    /// Chunks the re-chunking produced (new or deduplicated).
+    pub chunks_written: u64,
+}
+
+/// Files locked for an edit, in inode order (never twice).
+struct Locked<'a> {
+    _round: MutexGuard<'a, ()>,
+    states: Vec<Arc<FileState>>,
+}
+
+impl Volume {
+    /// Flushes `inos` until their content is all committed, then locks them
+    /// against flush rounds; the caller locks their `inner`s.
+    fn lock_clean(&self, inos: &[Ino]) -> Result<Locked<'_>> {
+        let mut inos = inos.to_vec();
+        inos.sort_unstable();
+        inos.dedup();
+        for _ in 0..CLEAN_ATTEMPTS {
+            for &ino in &inos {
+                let st = self.file_state(ino)?;
+                if st.inner.lock().is_dirty() {
+                    self.flush_round_of(true, Some(ino))?;
+                }
+            }
+            let round = self.flush_mutex.lock();
+            let states: Vec<Arc<FileState>> = inos.iter().map(|&i| self.file_state(i)).collect::<Result<_>>()?;
+            let clean = states.iter().all(|st| {
+                let g = st.inner.lock();
+                !g.evicted && !g.is_dirty()
+            });
+            if clean {
+                return Ok(Locked { _round: round, states });
+            }
+        }
+        Err(Error::new(ErrorKind::Busy, "the file's pending writes could not be flushed; see the log"))
+    }
+
+    /// `copy_file_range`: makes `[dst_off, dst_off + n)` of `dst` share the
+    /// extents of `[src_off, src_off + n)` of `src`, where `n` is `len` cut at
+    /// the end of `src`. No data is read or written; a whole-file copy shares
+    /// the source's extent pages. Returns `n`.
+    pub fn clone_range(&self, src: Ino, src_off: u64, dst: Ino, dst_off: u64, len: u64) -> Result<u64> {
+        self.check_writable()?;
+        if len == 0 {
+            return Ok(0);
+        }
+        let locked = self.lock_clean(&[src, dst])?;
+        let st_src = locked.states.iter().find(|s| s.ino == src).expect("locked").clone();
+        let st_dst = locked.states.iter().find(|s| s.ino == dst).expect("locked").clone();
+        let (src_map, src_size) = {
+            let g = st_src.inner.lock();
+            (g.base.clone(), g.size)
+        };
+        let mut d = st_dst.inner.lock();
+        check_edit(&d)?;
+        if src_off >= src_size {
+            return Ok(0);
+        }
+        let n = len.min(src_size - src_off);
+        let dst_end = dst_off.checked_add(n).filter(|e| *e <= MAX_FILE_SIZE).ok_or_else(|| Error::new(ErrorKind::TooBig, "copy past the largest file size"))?;
+        if src == dst && src_off < dst_end && dst_off < src_off + n {
+            return Err(Error::invalid("source and destination ranges overlap"));
+        }
+        let mut map = d.base.clone();
+        if src_off == 0 && n == src_size && dst_off == 0 && d.size <= n && src_map.all_stored() {
+            map.replace_with_share(&src_map);
+        } else {
+            if dst_off > map.len() {
+                map.set_len(dst_off);
+            }
+            let cut_end = dst_end.min(map.len());
+            let exts: Vec<Extent> = src_map.range(src_off, src_off + n).into_iter().map(|(_, e)| e).collect();
+            map.splice(dst_off, cut_end, exts);
+        }
+        self.commit_edit(&st_dst, &mut d, map, None)?;
+        Ok(n)
+    }
+
+    /// `rpwrite`: replaces the `mbyte` bytes at `offset` (cut at the end of
+    /// the file) with `new`: an insert when `mbyte` is 0, a delete when `new`
+    /// is empty. `offset` may be the file's size (an append) but not past it.
+    pub fn replace(&self, ino: Ino, offset: u64, mbyte: u64, new: NewBytes<'_>) -> Result<EditReport> {
+        self.check_writable()?;
+        let inos: Vec<Ino> = match new {
+            NewBytes::Data(_) => vec![ino],
+            NewBytes::Range { ino: src, .. } => vec![ino, src],
+        };
+        let locked = self.lock_clean(&inos)?;
+        let st = locked.states.iter().find(|s| s.ino == ino).expect("locked").clone();
+        // The source's extents, read before the target is locked (it may be
+        // the same file).
+        let (new_exts, mem, n): (Vec<Extent>, &[u8], u64) = match new {
+            NewBytes::Data(b) => (vec![Extent { src: Source::Mem, off: 0, len: b.len() as u64 }], b, b.len() as u64),
+            NewBytes::Range { ino: src, offset: so, len } => {
+                let s = locked.states.iter().find(|s| s.ino == src).expect("locked");
+                let g = s.inner.lock();
+                let n = len.min(g.size.saturating_sub(so));
+                (g.base.range(so, so + n).into_iter().map(|(_, e)| e).collect(), &[][..], n)
+            }
+        };
+        let mut g = st.inner.lock();
+        check_edit(&g)?;
+        if offset > g.size {
+            return Err(Error::invalid(format!("offset {offset} is past the end of the file ({} bytes)", g.size)));
+        }
+        let mbyte = mbyte.min(g.size - offset);
+        let new_size = (g.size - mbyte).checked_add(n).filter(|s| *s <= MAX_FILE_SIZE).ok_or_else(|| Error::new(ErrorKind::TooBig, "the result would pass the largest file size"))?;
+        let mut map = g.base.clone();
+        map.splice(offset, offset + mbyte, new_exts);
+        let mut batch = Batch::new(self);
+        match new {
+            NewBytes::Data(_) => {
+                self.rechunk(&mut map, offset, offset + n, &mut batch, false, mem)?;
+            }
+            NewBytes::Range { .. } => {
+                // A re-chunk reads only committed chunks, so two junctions
+                // whose windows could meet are re-chunked as one range.
+                // Apart, the right one goes first: re-chunking never changes
+                // lengths, so the left junction stays where it is.
+                let max = self.cfg.chunker.max as u64;
+                if n <= 4 * max {
+                    self.rechunk(&mut map, offset, offset + n, &mut batch, false, &[])?;
+                } else {
+                    self.rechunk(&mut map, offset + n, offset + n, &mut batch, false, &[])?;
+                    self.rechunk(&mut map, offset, offset, &mut batch, false, &[])?;
+                }
+            }
+        }
+        debug_assert_eq!(map.len(), new_size);
+        batch.seal()?;
+        batch.finish_uploads()?;
+        let report = EditReport { size: new_size, rechunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, chunks_written: batch.chunks_stored };
+        self.commit_edit(&st, &mut g, map, Some(&batch))?;
+        Ok(report)
+    }
+
+    /// Commits a file's new map (and the chunks of `batch`), then installs it.
+    fn commit_edit(&self, st: &FileState, g: &mut FileInner, mut map: ExtentMap, batch: Option<&Batch>) -> Result<()> {
+        let now = Timestamp::now();
+        let ino = st.ino;
+        let data_bytes = map.data_bytes();
+        let size = map.len();
+        let jseq = g.last_seq;
+        self.meta.write(|tx| {
+            if let Some(b) = batch {
+                b.insert_into(tx)?;
+            }
+            let mut deltas: HashMap<u64, i64> = HashMap::new();
+            let ch = map.take_changes();
+            let ids = meta::save_extents(tx, ino, &ch, &mut deltas)?;
+            map.assign_ids(&ids);
+            meta::apply_ref_deltas(tx, &deltas)?;
+            meta::update_content(tx, ino, size, data_bytes, now, now, jseq)
+        })?;
+        g.base = map;
+        g.base_valid = size;
+        g.size = size;
+        g.data_bytes = data_bytes;
+        g.mtime = now;
+        g.ctime = now;
+        Ok(())
+    }
+}
+
+/// Edits need a writable, regular, live file.
+fn check_edit(g: &FileInner) -> Result<()> {
+    if g.read_only {
+        return Err(Error::new(ErrorKind::ReadOnly, "snapshots are read-only"));
+    }
+    Ok(())
+}
