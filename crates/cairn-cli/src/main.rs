@@ -1,6 +1,7 @@
 //! `cairn`: create, mount, check and maintain Cairn volumes.
 
 mod daemon;
+mod edit;
 mod passphrase;
 mod progress;
 mod size;
@@ -128,6 +129,77 @@ enum Cmd {
         json: bool,
         #[command(flatten)]
         pass: PassArgs,
+    },
+    /// Insert bytes into FILE at OFFSET, moving the rest of the file along
+    /// (no rewrite: only the chunks at the edges are re-chunked).
+    ///
+    /// FILE must be inside a Cairn mount and writable by you. The bytes come
+    /// from --from SRC (shared, not copied, when SRC is in the same mount)
+    /// or standard input.
+    Insert {
+        file: PathBuf,
+        #[arg(value_parser = size::parse)]
+        offset: u64,
+        /// Where the new bytes come from ('-' for standard input).
+        #[arg(long, value_name = "SRC")]
+        from: Option<PathBuf>,
+    },
+    /// Delete LEN bytes of FILE at OFFSET, moving the rest of the file back.
+    Delete {
+        file: PathBuf,
+        #[arg(value_parser = size::parse)]
+        offset: u64,
+        #[arg(value_parser = size::parse)]
+        len: u64,
+    },
+    /// Replace LEN bytes of FILE at OFFSET with new bytes of any length.
+    Replace {
+        file: PathBuf,
+        #[arg(value_parser = size::parse)]
+        offset: u64,
+        #[arg(value_parser = size::parse)]
+        len: u64,
+        /// Where the new bytes come from ('-' for standard input).
+        #[arg(long, value_name = "SRC")]
+        from: Option<PathBuf>,
+    },
+    /// Copy a file or a whole tree inside a mounted volume without copying
+    /// data: the copy shares the source's chunks until either is changed.
+    ///
+    /// Modes, owners, times, xattrs, symlinks and hard links inside the tree
+    /// are kept. DST must not exist. (Plain `cp` of a file inside a Cairn
+    /// mount is a clone too: it uses copy_file_range.)
+    Clone { src: PathBuf, dst: PathBuf },
+    /// Read-only point-in-time copies of a whole mounted volume, visible as
+    /// MOUNTPOINT/.snapshots/NAME; they cost metadata only.
+    Snapshot {
+        #[command(subcommand)]
+        op: SnapshotCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapshotCmd {
+    /// Take a snapshot named NAME.
+    Create {
+        name: String,
+        /// Any path inside the mount (default: the current directory).
+        #[arg(long, short = 'm', default_value = ".")]
+        mount: PathBuf,
+    },
+    /// List snapshots with their creation times.
+    List {
+        #[arg(long, short = 'm', default_value = ".")]
+        mount: PathBuf,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete snapshot NAME (its space returns at the next `cairn gc`).
+    Delete {
+        name: String,
+        #[arg(long, short = 'm', default_value = ".")]
+        mount: PathBuf,
     },
 }
 
@@ -291,6 +363,35 @@ fn run(cli: Cli) -> Result<i32> {
                 println!("dedup ratio        {:>14.2}x", s.dedup_ratio);
                 println!("compression ratio  {:>14.2}x", s.compression_ratio);
                 println!("overall            {:>14.2}x", s.overall_ratio);
+            }
+            Ok(0)
+        }
+        Cmd::Insert { file, offset, from } => {
+            init_logging(cli.verbose, None)?;
+            edit::replace(&file, offset, 0, Some(edit::Source::from_arg(from)?))?;
+            Ok(0)
+        }
+        Cmd::Delete { file, offset, len } => {
+            init_logging(cli.verbose, None)?;
+            edit::replace(&file, offset, len, None)?;
+            Ok(0)
+        }
+        Cmd::Replace { file, offset, len, from } => {
+            init_logging(cli.verbose, None)?;
+            edit::replace(&file, offset, len, Some(edit::Source::from_arg(from)?))?;
+            Ok(0)
+        }
+        Cmd::Clone { src, dst } => {
+            init_logging(cli.verbose, None)?;
+            edit::clone(&src, &dst)?;
+            Ok(0)
+        }
+        Cmd::Snapshot { op } => {
+            init_logging(cli.verbose, None)?;
+            match op {
+                SnapshotCmd::Create { name, mount } => edit::snapshot_create(&mount, &name)?,
+                SnapshotCmd::List { mount, json } => edit::snapshot_list(&mount, json)?,
+                SnapshotCmd::Delete { name, mount } => edit::snapshot_delete(&mount, &name)?,
             }
             Ok(0)
         }

@@ -126,8 +126,63 @@ impl CairnFs {
             .map_err(|e| errno(op, parent.0, &e))
     }
 
-    fn new_fh(&self) -> FileHandle {
-        FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed))
+    /// A new file handle; the low bit records whether it may write (the
+    /// kernel checks open modes, but ioctls carry only the handle).
+    fn new_fh(&self, writable: bool) -> FileHandle {
+        FileHandle((self.next_fh.fetch_add(1, Ordering::Relaxed) << 1) | writable as u64)
+    }
+
+    /// Answers the Cairn ioctls (`cairn_client::ioctl`).
+    fn cairn_ioctl(&self, req: &Request, ino: Ino, fh: FileHandle, cmd: u32, in_data: &[u8]) -> Result<Vec<u8>, Errno> {
+        use cairn::ioctl;
+        match cmd {
+            ioctl::IOC_PROBE => {
+                let p = ioctl::Probe { magic: ioctl::PROBE_MAGIC, version: ioctl::PROTOCOL_VERSION, inline_max: ioctl::INLINE_MAX as u32 };
+                Ok(p.bytes().to_vec())
+            }
+            ioctl::IOC_RPWRITE => {
+                let mut r = ioctl::Rpwrite::from_bytes(in_data).ok_or(Errno::EINVAL)?;
+                if fh.0 & 1 == 0 {
+                    return Err(Errno::EBADF);
+                }
+                let rep = if r.flags & ioctl::RP_FROM_INODE != 0 {
+                    self.check_readable(req, r.src_ino)?;
+                    self.vol.replace(ino, r.offset, r.mbyte, cairn_engine::NewBytes::Range { ino: r.src_ino, offset: r.src_offset, len: r.nbyte })
+                } else {
+                    let n = usize::try_from(r.nbyte).ok().filter(|n| *n <= ioctl::INLINE_MAX).ok_or(Errno::EINVAL)?;
+                    self.vol.replace(ino, r.offset, r.mbyte, cairn_engine::NewBytes::Data(&r.data[..n]))
+                }
+                .map_err(|e| errno("rpwrite", ino, &e))?;
+                r.new_size = rep.size;
+                r.rechunked = rep.rechunked_bytes;
+                r.new_bytes = rep.new_chunk_bytes;
+                // The kernel caches pages and the size of this file; the
+                // ioctl changed both behind its back.
+                self.vol.notify_changed(ino);
+                Ok(r.header_bytes().to_vec())
+            }
+            _ => Err(Errno::ENOTTY),
+        }
+    }
+
+    /// The caller may read inode `ino` (the kernel checked nothing for it).
+    fn check_readable(&self, req: &Request, ino: Ino) -> Result<(), Errno> {
+        let a = self.vol.getattr(ino).map_err(|e| errno("rpwrite source", ino, &e))?;
+        let uid = req.uid();
+        if uid == 0 {
+            return Ok(());
+        }
+        let bits = if uid == a.uid {
+            a.perm >> 6
+        } else if req.gid() == a.gid {
+            a.perm >> 3
+        } else {
+            a.perm
+        };
+        if bits & 4 == 0 {
+            return Err(Errno::EACCES);
+        }
+        Ok(())
     }
 
     /// A directory listing with `.` and `..`, as served to readdir.
@@ -185,6 +240,11 @@ fn caller(req: &Request) -> Caller {
         uid: req.uid(),
         gid: req.gid(),
     }
+}
+
+/// Whether open flags allow writing.
+fn writable(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY
 }
 
 fn bytes(name: &OsStr) -> &[u8] {
@@ -407,11 +467,11 @@ impl Filesystem for CairnFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         // O_TRUNC arrives separately as setattr(size = 0); access modes were
         // checked by the kernel (default_permissions, ro mount).
         match self.vol.open(ino.0) {
-            Ok(_) => reply.opened(self.new_fh(), FopenFlags::empty()),
+            Ok(_) => reply.opened(self.new_fh(writable(flags.0)), FopenFlags::empty()),
             Err(e) => reply.error(errno("open", ino.0, &e)),
         }
     }
@@ -506,7 +566,7 @@ impl Filesystem for CairnFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.take_listing(ino.0) {
             Ok(listing) => {
-                let fh = self.new_fh();
+                let fh = self.new_fh(false);
                 self.dirs.insert(
                     fh.0,
                     DirHandle {
@@ -697,7 +757,7 @@ impl Filesystem for CairnFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let attr = match self.make_node("create", req, parent, name, mode, umask, 0) {
@@ -709,7 +769,7 @@ impl Filesystem for CairnFs {
                 &TTL,
                 &file_attr(&attr),
                 GENERATION,
-                self.new_fh(),
+                self.new_fh(writable(flags)),
                 FopenFlags::empty(),
             ),
             Err(e) => reply.error(errno("create(open)", attr.ino, &e)),
@@ -734,38 +794,48 @@ impl Filesystem for CairnFs {
 
     fn ioctl(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
+        in_data: &[u8],
+        out_size: u32,
         reply: ReplyIoctl,
     ) {
-        // No ioctls yet. ENOTTY is what isatty(3) expects (stdio and Python
-        // ask it of every file they open), and unlike the ENOSYS default it
-        // is not logged as a missing feature.
-        debug!(cmd, "ioctl not supported");
-        reply.error(Errno::ENOTTY);
+        // Anything but Cairn's own answers ENOTTY, which is also what
+        // isatty(3) expects (stdio and Python ask it of every file they open).
+        match self.cairn_ioctl(req, ino.0, fh, cmd, in_data) {
+            Ok(out) if out.len() <= out_size as usize => reply.ioctl(0, &out),
+            Ok(_) => reply.error(Errno::EINVAL),
+            Err(e) => {
+                debug!(cmd, "ioctl refused: {e:?}");
+                reply.error(e)
+            }
+        }
     }
 
     fn copy_file_range(
         &self,
         _req: &Request,
-        _ino_in: INodeNo,
+        ino_in: INodeNo,
         _fh_in: FileHandle,
-        _offset_in: u64,
-        _ino_out: INodeNo,
+        offset_in: u64,
+        ino_out: INodeNo,
         _fh_out: FileHandle,
-        _offset_out: u64,
-        _len: u64,
+        offset_out: u64,
+        len: u64,
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        // Until the engine offers a range clone: ENOSYS makes the kernel stop
-        // asking (fc->no_copy_file_range) and copy through the page cache.
-        reply.error(Errno::ENOSYS);
+        // A clone: the destination range shares the source's extents. The
+        // reply counts in 32 bits, so one call moves at most 4 GiB - 4 KiB;
+        // callers loop. The kernel drops its cached pages of the target.
+        let len = len.min(u32::MAX as u64 & !4095);
+        match self.vol.clone_range(ino_in.0, offset_in, ino_out.0, offset_out, len) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno("copy_file_range", ino_out.0, &e)),
+        }
     }
 
     fn lseek(

@@ -45,4 +45,4 @@ mod fs;
 mod mount;
 
 pub use fs::CairnFs;
-pub use mount::{mount, mount_at, unmount, MountConfig, MountInfo};
+pub use mount::{mount, mount_at, mount_containing, unmount, MountConfig, MountInfo};

@@ -97,7 +97,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     // Unprivileged users go through fuser and fusermount3.
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;
-    let fs = CairnFs::new(vol);
+    let fs = CairnFs::new(vol.clone());
     let (session, conn) = if as_root {
         let fd = mount_direct(&mountpoint, cfg, read_only)?;
         // Known from the mount table without touching the mount, which
@@ -146,6 +146,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     if let (Some(w), Some(id)) = (&watch, conn) {
         w.conn.store(id, Ordering::Relaxed);
     }
+    vol.set_kernel_cache(Arc::new(KernelNotifier(session.notifier())));
     let bg = match session.spawn() {
         Ok(bg) => bg,
         Err(e) => {
@@ -371,6 +372,17 @@ pub struct MountInfo {
 /// /proc/self/mountinfo without touching the path (works on dead FUSE mounts).
 pub fn mount_at(path: &Path) -> io::Result<Option<MountInfo>> {
     Ok(mount_entry(path)?.map(|e| MountInfo { fstype: e.fstype, source: e.source }))
+}
+
+/// The innermost mount holding `path` (absolute, canonical): its mount
+/// point and what the table says of it.
+pub fn mount_containing(path: &Path) -> io::Result<Option<(PathBuf, MountInfo)>> {
+    let text = fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(parse_mountinfo(&text)
+        .into_iter()
+        .filter(|e| path.starts_with(&e.mount_point))
+        .max_by_key(|e| e.mount_point.components().count())
+        .map(|e| (e.mount_point, MountInfo { fstype: e.fstype, source: e.source })))
 }
 
 /// Undoes the octal escapes (`\040` for space, ...) of /proc mount tables.
@@ -892,5 +904,30 @@ mod tests {
             e.to_string().contains("not mounted") || e.to_string().contains("not a FUSE"),
             "{e}"
         );
+    }
+}
+
+/// Drops what the kernel caches when the engine changes files outside a
+/// kernel request (control-socket clones and snapshots, rpwrite ioctls).
+struct KernelNotifier(fuser::Notifier);
+
+impl cairn_engine::KernelCache for KernelNotifier {
+    fn inode_changed(&self, ino: cairn_engine::Ino) {
+        // Offset 0, length 0: the attributes and every cached page.
+        if let Err(e) = self.0.inval_inode(fuser::INodeNo(ino), 0, 0) {
+            // ENOENT: the kernel holds nothing for it, which is fine.
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                debug!("invalidating inode {ino}: {e}");
+            }
+        }
+    }
+
+    fn entry_changed(&self, parent: cairn_engine::Ino, name: &[u8]) {
+        use std::os::unix::ffi::OsStrExt;
+        if let Err(e) = self.0.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::from_bytes(name)) {
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                debug!("invalidating entry {}: {e}", String::from_utf8_lossy(name));
+            }
+        }
     }
 }

@@ -262,6 +262,11 @@ impl Volume {
         let _ = self.kernel.set(k);
     }
 
+    /// Tells the kernel that `ino` changed outside its requests (an ioctl).
+    pub fn notify_changed(&self, ino: Ino) {
+        self.kernel_inode_changed(ino);
+    }
+
     pub(crate) fn kernel_inode_changed(&self, ino: Ino) {
         if let Some(k) = self.kernel.get() {
             k.inode_changed(ino);

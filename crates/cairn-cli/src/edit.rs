@@ -1,0 +1,260 @@
+//! Verbs that work on files inside a mounted volume: insert, delete and
+//! replace bytes (through the rpwrite ioctl), clone and snapshots (through
+//! the mount's control socket).
+
+use anyhow::{anyhow, bail, Context, Result};
+use cairn_engine::control::{self, Request};
+use std::fs::{File, OpenOptions};
+use std::io::{IsTerminal, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Where new bytes come from.
+pub enum Source {
+    Stdin,
+    File(PathBuf),
+}
+
+impl Source {
+    pub fn from_arg(arg: Option<PathBuf>) -> Result<Source> {
+        match arg {
+            Some(p) if p.as_os_str() == "-" => Ok(Source::Stdin),
+            Some(p) => Ok(Source::File(p)),
+            None if std::io::stdin().is_terminal() => bail!("nothing to write: give --from FILE, or pipe the bytes in (--from -)"),
+            None => Ok(Source::Stdin),
+        }
+    }
+}
+
+fn open_target(file: &Path) -> Result<File> {
+    let f = OpenOptions::new().read(true).write(true).open(file).with_context(|| format!("opening {}", file.display()))?;
+    if f.metadata()?.is_dir() {
+        bail!("{} is a directory", file.display());
+    }
+    if !cairn::is_cairn(f.as_fd()) {
+        bail!("{} is not inside a Cairn mount", file.display());
+    }
+    Ok(f)
+}
+
+fn explain(e: std::io::Error, file: &Path, offset: u64) -> anyhow::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::EINVAL) => format!("offset {offset} is past the end of the file"),
+        Some(libc::EROFS) => "the file is in a read-only snapshot".to_string(),
+        Some(libc::EBADF) => "the file is not open for writing".to_string(),
+        Some(libc::EFBIG) => "the result would be larger than the largest file (16 TiB)".to_string(),
+        _ => e.to_string(),
+    };
+    anyhow!("{}: {why}", file.display())
+}
+
+/// `cairn insert|replace|delete`: replaces `mbyte` bytes at `offset` of
+/// `file` with the bytes of `src` (none for a delete).
+pub fn replace(file: &Path, offset: u64, mbyte: u64, src: Option<Source>) -> Result<()> {
+    let target = open_target(file)?;
+    let outcome = match src {
+        None => cairn::rpwrite(target.as_fd(), &[], offset, mbyte).map_err(|e| explain(e, file, offset))?,
+        Some(Source::File(p)) => {
+            let f = File::open(&p).with_context(|| format!("opening {}", p.display()))?;
+            let m = f.metadata()?;
+            if m.is_dir() {
+                bail!("{} is a directory", p.display());
+            }
+            if m.dev() == target.metadata()?.dev() {
+                // Same mount: share the source's chunks, copy nothing.
+                cairn::rpsplice(target.as_fd(), offset, mbyte, f.as_fd(), 0, m.len()).map_err(|e| explain(e, file, offset))?
+            } else {
+                from_stream(&target, file, offset, mbyte, f, Some(m.len()))?
+            }
+        }
+        Some(Source::Stdin) => from_stream(&target, file, offset, mbyte, std::io::stdin().lock(), None)?,
+    };
+    if std::io::stderr().is_terminal() {
+        eprintln!(
+            "{}: now {} bytes (re-chunked {}, stored {} new)",
+            file.display(),
+            outcome.new_size,
+            crate::size::human(outcome.rechunked),
+            crate::size::human(outcome.new_bytes)
+        );
+    }
+    Ok(())
+}
+
+/// New bytes from a stream: small ones go inline; larger ones are written
+/// to a scratch file beside the target first (stored once, deduplicated)
+/// and spliced in from there.
+fn from_stream(target: &File, file: &Path, offset: u64, mbyte: u64, mut r: impl Read, len: Option<u64>) -> Result<cairn::Outcome> {
+    let mut head = Vec::with_capacity(cairn::ioctl::INLINE_MAX + 1);
+    (&mut r).take(cairn::ioctl::INLINE_MAX as u64 + 1).read_to_end(&mut head)?;
+    if head.len() <= cairn::ioctl::INLINE_MAX {
+        return cairn::rpwrite(target.as_fd(), &head, offset, mbyte).map_err(|e| explain(e, file, offset));
+    }
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let scratch = Scratch::create(dir)?;
+    let bar = len.filter(|_| std::io::stderr().is_terminal()).map(|l| {
+        let b = indicatif::ProgressBar::new(l);
+        b.set_style(indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:40}] {bytes}/{total_bytes} {eta}").expect("template").progress_chars("=> "));
+        b.set_prefix("staging");
+        b
+    });
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, &scratch.file);
+    w.write_all(&head)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = head.len() as u64;
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        w.write_all(&buf[..n])?;
+        total += n as u64;
+        if let Some(b) = &bar {
+            b.set_position(total);
+        }
+    }
+    w.flush()?;
+    drop(w);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    cairn::rpsplice(target.as_fd(), offset, mbyte, scratch.file.as_fd(), 0, total).map_err(|e| explain(e, file, offset))
+}
+
+/// A scratch file in the mount, removed when dropped.
+struct Scratch {
+    path: PathBuf,
+    file: File,
+}
+
+impl Scratch {
+    fn create(dir: &Path) -> Result<Scratch> {
+        for n in 0..1000 {
+            let path = dir.join(format!(".cairn-insert.{}.{n}", std::process::id()));
+            match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+                Ok(file) => return Ok(Scratch { path, file }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("creating a scratch file in {}", dir.display())),
+            }
+        }
+        bail!("no free scratch file name in {}", dir.display())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A path inside a Cairn mount: the mount's control socket and the path
+/// from the volume root. The last component is not followed.
+struct InMount {
+    socket: PathBuf,
+    mountpoint: PathBuf,
+    rel: Vec<u8>,
+}
+
+fn locate(path: &Path) -> Result<InMount> {
+    let abs = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir()?.join(path) };
+    let name = abs.file_name().map(|n| n.to_owned());
+    let parent = abs.parent().unwrap_or(Path::new("/"));
+    let parent = std::fs::canonicalize(parent).with_context(|| format!("{}", parent.display()))?;
+    let full = match &name {
+        Some(n) if n != ".." && n != "." => parent.join(n),
+        _ => std::fs::canonicalize(&abs)?,
+    };
+    let (mountpoint, info) = cairn_fuse::mount_containing(&full)?.ok_or_else(|| anyhow!("{} is in no mount", path.display()))?;
+    let dir = info.source.as_bytes().strip_prefix(b"cairn:").filter(|_| info.fstype.ends_with("cairn")).ok_or_else(|| anyhow!("{} is not inside a Cairn mount", path.display()))?;
+    let socket = control::socket_path(Path::new(std::ffi::OsStr::from_bytes(dir)));
+    let rel = full.strip_prefix(&mountpoint).expect("inside").as_os_str().as_bytes().to_vec();
+    Ok(InMount { socket, mountpoint, rel })
+}
+
+fn ask(m: &InMount, req: &Request) -> Result<serde_json::Value> {
+    match control::call(&m.socket, req) {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => bail!("the mount at {} does not answer on {} (is its daemon running?)", m.mountpoint.display(), m.socket.display()),
+        Err(e) if e.to_string().contains("Permission denied") => {
+            bail!("{}: permission denied (clone and snapshots go through the mount's control socket, open to the user who mounted it)", m.socket.display())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `cairn clone SRC DST`.
+pub fn clone(src: &Path, dst: &Path) -> Result<()> {
+    let s = locate(src)?;
+    let d = locate(dst)?;
+    if s.socket != d.socket {
+        bail!("{} and {} are not in the same Cairn volume", src.display(), dst.display());
+    }
+    if d.rel.is_empty() {
+        bail!("{} is the root of the mount", dst.display());
+    }
+    ask(&s, &Request::Clone { src: s.rel.clone(), dst: d.rel.clone() })?;
+    Ok(())
+}
+
+/// The mount holding `at` (a path inside it).
+fn mount_of(at: &Path) -> Result<InMount> {
+    let m = locate(at)?;
+    Ok(InMount { rel: Vec::new(), ..m })
+}
+
+pub fn snapshot_create(at: &Path, name: &str) -> Result<()> {
+    let m = mount_of(at)?;
+    ask(&m, &Request::SnapshotCreate { name: name.to_string() })?;
+    println!("created snapshot {name}: {}", m.mountpoint.join(cairn_engine::SNAPSHOT_DIR).join(name).display());
+    Ok(())
+}
+
+pub fn snapshot_delete(at: &Path, name: &str) -> Result<()> {
+    let m = mount_of(at)?;
+    ask(&m, &Request::SnapshotDelete { name: name.to_string() })?;
+    Ok(())
+}
+
+pub fn snapshot_list(at: &Path, json: bool) -> Result<()> {
+    let m = mount_of(at)?;
+    let v = ask(&m, &Request::SnapshotList)?;
+    let list: Vec<cairn_engine::SnapshotInfo> = serde_json::from_value(v).context("reading the snapshot list")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    for s in list {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(s.created_ns.max(0) as u64);
+        let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        println!("{}\t{}", s.name, format_utc(secs));
+    }
+    Ok(())
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` without a date library (civil-from-days).
+fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::format_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::format_utc(1_795_000_000), "2026-11-18 11:06:40 UTC");
+        assert_eq!(super::format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
+    }
+}
