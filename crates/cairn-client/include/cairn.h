@@ -50,7 +50,7 @@ int cairn_is_cairn(int fd);
 
 /* The ioctl protocol (version 1), for programs that cannot link libcairn. */
 #define CAIRN_IOC_PROBE   0x8010CA00u /* _IOR(0xCA, 0, struct cairn_probe) */
-#define CAIRN_IOC_RPWRITE 0xFFC8CA01u /* _IOWR(0xCA, 1, struct cairn_rpwrite) */
+#define CAIRN_IOC_RPWRITE 0xFFD0CA01u /* _IOWR(0xCA, 1, struct cairn_rpwrite) */
 #define CAIRN_PROBE_MAGIC 0x3153464e52494143ull /* "CAIRNFS1" little-endian */
 #define CAIRN_INLINE_MAX  (16 * 1024 - 128)
 #define CAIRN_RP_FROM_INODE 1u
@@ -64,7 +64,7 @@ struct cairn_probe {
 struct cairn_rpwrite {
     unsigned long long offset, mbyte, nbyte, src_ino, src_offset;
     unsigned int flags, pad;
-    unsigned long long new_size, rechunked, new_bytes; /* out */
+    unsigned long long new_size, rechunked, new_bytes, old_chunks; /* out */
     unsigned char data[CAIRN_INLINE_MAX];
 };
 

@@ -51,6 +51,8 @@ pub struct Rpwrite {
     pub rechunked: u64,
     /// Out: bytes of chunks new to the volume.
     pub new_bytes: u64,
+    /// Out: old chunks read back and cut again at the edges.
+    pub old_chunks: u64,
     pub data: [u8; INLINE_MAX],
 }
 
@@ -100,10 +102,10 @@ mod tests {
     #[test]
     fn layout_matches_the_header() {
         assert_eq!(std::mem::size_of::<Probe>(), 16);
-        assert_eq!(RPWRITE_HEADER, 72);
+        assert_eq!(RPWRITE_HEADER, 80);
         assert!(std::mem::size_of::<Rpwrite>() < 1 << 14, "must fit _IOC_SIZE's 14 bits");
         // The numbers cairn.h spells out.
         assert_eq!(IOC_PROBE, 0x8010_CA00);
-        assert_eq!(IOC_RPWRITE, 0xFFC8_CA01 & 0xFFFF_FFFF);
+        assert_eq!(IOC_RPWRITE, 0xFFD0_CA01);
     }
 }

@@ -36,6 +36,8 @@ pub struct Outcome {
     pub rechunked: u64,
     /// Bytes of chunks that were new to the volume.
     pub new_bytes: u64,
+    /// Old chunks read back and cut again at the edges of the change.
+    pub old_chunks: u64,
 }
 
 fn not_cairn() -> io::Error {
@@ -74,7 +76,7 @@ fn call(fd: BorrowedFd<'_>, req: &mut ioctl::Rpwrite) -> io::Result<Outcome> {
         }
         return Err(e);
     }
-    Ok(Outcome { new_size: req.new_size, rechunked: req.rechunked, new_bytes: req.new_bytes })
+    Ok(Outcome { new_size: req.new_size, rechunked: req.rechunked, new_bytes: req.new_bytes, old_chunks: req.old_chunks })
 }
 
 /// Replaces the `mbyte` bytes at `offset` of the file open on `fd` (for

@@ -156,6 +156,7 @@ impl CairnFs {
                 r.new_size = rep.size;
                 r.rechunked = rep.rechunked_bytes;
                 r.new_bytes = rep.new_chunk_bytes;
+                r.old_chunks = rep.old_chunks_rechunked;
                 // The kernel caches pages and the size of this file; the
                 // ioctl changed both behind its back.
                 self.vol.notify_changed(ino);

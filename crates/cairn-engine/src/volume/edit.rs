@@ -44,6 +44,8 @@ pub struct EditReport {
     pub new_chunk_bytes: u64,
     /// Chunks the re-chunking produced (new or deduplicated).
     pub chunks_written: u64,
+    /// Old chunks read back and cut again (the edges of the change).
+    pub old_chunks_rechunked: u64,
 }
 
 /// Files locked for an edit, in inode order (never twice).
@@ -173,7 +175,7 @@ impl Volume {
         debug_assert_eq!(map.len(), new_size);
         batch.seal()?;
         batch.finish_uploads()?;
-        let report = EditReport { size: new_size, rechunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, chunks_written: batch.chunks_stored };
+        let report = EditReport { size: new_size, rechunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, chunks_written: batch.chunks_stored, old_chunks_rechunked: batch.old_chunks_rechunked };
         self.commit_edit(&st, &mut g, map, Some(&batch))?;
         Ok(report)
     }

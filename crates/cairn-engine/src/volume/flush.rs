@@ -68,6 +68,8 @@ pub(crate) struct Batch<'a> {
     pub new_bytes: u64,
     /// Chunks stored (new or deduplicated).
     pub chunks_stored: u64,
+    /// Old chunks whose bytes were read back to be cut again.
+    pub old_chunks_rechunked: u64,
 }
 
 /// What a round did.
@@ -81,7 +83,7 @@ pub struct FlushReport {
 
 impl<'a> Batch<'a> {
     pub(crate) fn new(vol: &'a Volume) -> Self {
-        Batch { vol, builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0, chunks_stored: 0 }
+        Batch { vol, builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0, chunks_stored: 0, old_chunks_rechunked: 0 }
     }
 
     /// Stores chunks (deduplicated); returns their metadata ids in order.
@@ -479,6 +481,11 @@ impl Volume {
             }
             cur = next?;
         }
+        let old: std::collections::HashSet<u64> = map.range(left, pos).into_iter().filter_map(|(_, e)| match e.src {
+            Source::Chunk(id) => Some(id),
+            _ => None,
+        }).collect();
+        batch.old_chunks_rechunked += old.len() as u64;
         map.splice(left, pos, new_exts);
         Ok(held)
     }

@@ -139,6 +139,7 @@ fn insert_and_delete_in_the_middle_rechunk_only_the_edges() {
         // The edge chunk(s) and the new bytes; never the rest of the file.
         assert!(r.rechunked_bytes <= 3 * MAX_CHUNK + new.len() as u64, "{what}: re-chunked {} bytes", r.rechunked_bytes);
         assert!(r.chunks_written <= 8, "{what}: {} chunks", r.chunks_written);
+        assert!(r.old_chunks_rechunked <= 2, "{what}: {} old chunks re-chunked", r.old_chunks_rechunked);
         let grew = stored_pack_bytes(d.path()) - before;
         assert!(grew <= 3 * MAX_CHUNK + 4096, "{what}: backend grew {grew} bytes");
         assert_eq!(r.size, model.len() as u64);
@@ -147,6 +148,7 @@ fn insert_and_delete_in_the_middle_rechunk_only_the_edges() {
     let r = v.replace(ino, 1 << 20, 8 << 20, NewBytes::Data(&[])).unwrap();
     model.drain(1 << 20..9 << 20);
     assert!(r.rechunked_bytes <= 3 * MAX_CHUNK, "8 MiB delete re-chunked {} bytes", r.rechunked_bytes);
+    assert!(r.old_chunks_rechunked <= 3, "8 MiB delete re-chunked {} old chunks", r.old_chunks_rechunked);
     assert_eq!(read_all(&v, ino), model);
     v.close().unwrap();
     drop(v);
