@@ -142,6 +142,8 @@ impl CairnFs {
             }
             ioctl::IOC_RPWRITE => {
                 let mut r = ioctl::Rpwrite::from_bytes(in_data).ok_or(Errno::EINVAL)?;
+                // EISDIR and EROFS say more than EBADF, so they come first.
+                self.vol.check_file_writable(ino).map_err(|e| errno("rpwrite", ino, &e))?;
                 if fh.0 & 1 == 0 {
                     return Err(Errno::EBADF);
                 }
@@ -470,7 +472,13 @@ impl Filesystem for CairnFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         // O_TRUNC arrives separately as setattr(size = 0); access modes were
-        // checked by the kernel (default_permissions, ro mount).
+        // checked by the kernel (default_permissions, ro mount), except that
+        // snapshot files refuse writers (EROFS) as a read-only mount would.
+        if writable(flags.0) {
+            if let Err(e) = self.vol.check_file_writable(ino.0) {
+                return reply.error(errno("open", ino.0, &e));
+            }
+        }
         match self.vol.open(ino.0) {
             Ok(_) => reply.opened(self.new_fh(writable(flags.0)), FopenFlags::empty()),
             Err(e) => reply.error(errno("open", ino.0, &e)),

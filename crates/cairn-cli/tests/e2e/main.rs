@@ -13,6 +13,7 @@ mod common;
 mod corruption;
 mod crash;
 mod dedup;
+mod edits;
 mod errors;
 mod permissions;
 mod posix;

@@ -246,6 +246,13 @@ impl Volume {
         }
     }
 
+    /// Fails unless `ino` is a regular file whose content may change: EISDIR
+    /// for a directory, EROFS in a snapshot (or on a read-only volume).
+    pub fn check_file_writable(&self, ino: Ino) -> Result<()> {
+        self.check_writable()?;
+        self.with_file(ino, |_, g| g.check_writable())
+    }
+
     /// Registers an open handle on a regular file.
     pub fn open(&self, ino: Ino) -> Result<()> {
         self.with_file(ino, |_, g| {
