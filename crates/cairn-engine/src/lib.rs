@@ -34,4 +34,4 @@ pub use config::{ChunkerParams, InitOptions, VolumeConfig};
 pub use crypto::KdfParams;
 pub use error::{Error, ErrorKind, Result};
 pub use types::*;
-pub use volume::{init, read_config, CloneOptions, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, SnapshotInfo, Volume, SNAPSHOT_DIR};
+pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, init, read_config, CloneOptions, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, SnapshotInfo, Volume, SNAPSHOT_DIR};

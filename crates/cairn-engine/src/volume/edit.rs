@@ -49,15 +49,15 @@ pub struct EditReport {
 }
 
 /// Files locked for an edit, in inode order (never twice).
-struct Locked<'a> {
+pub(super) struct Locked<'a> {
     _round: MutexGuard<'a, ()>,
-    states: Vec<Arc<FileState>>,
+    pub(super) states: Vec<Arc<FileState>>,
 }
 
 impl Volume {
     /// Flushes `inos` until their content is all committed, then locks them
     /// against flush rounds; the caller locks their `inner`s.
-    fn lock_clean(&self, inos: &[Ino]) -> Result<Locked<'_>> {
+    pub(super) fn lock_clean(&self, inos: &[Ino]) -> Result<Locked<'_>> {
         let mut inos = inos.to_vec();
         inos.sort_unstable();
         inos.dedup();

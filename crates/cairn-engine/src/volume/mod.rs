@@ -4,9 +4,11 @@
 
 mod file;
 mod flush;
+mod archive;
 mod edit;
 mod namespace;
 mod tree;
+pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 

@@ -128,34 +128,10 @@ impl Volume {
         let now = Timestamp::now();
         let (dir, open_files) = self.meta.write(|tx| {
             let dir = self.snapshot_dir(tx, false)?.ok_or_else(|| Error::not_found(format!("no snapshot {name:?}")))?;
-            let (root, _) = meta::lookup(tx, dir, name.as_bytes())?.ok_or_else(|| Error::not_found(format!("no snapshot {name:?}")))?;
-            meta::delete_dentry(tx, dir, name.as_bytes())?;
-            meta::touch_dir(tx, dir, now, -1)?;
-            // Every inode below loses every name (snapshots are never linked
-            // from outside): free it, or leave it to its last release.
-            let mut open_files = Vec::new();
-            let mut queue = VecDeque::from([root]);
-            let mut seen = std::collections::HashSet::new();
-            while let Some(ino) = queue.pop_front() {
-                if !seen.insert(ino) {
-                    continue;
-                }
-                let Some(row) = meta::get_inode(tx, ino)? else { continue };
-                if row.attr.kind == FileKind::Dir {
-                    for (n, child, _) in meta::list_dir(tx, ino)? {
-                        meta::delete_dentry(tx, ino, &n)?;
-                        queue.push_back(child);
-                    }
-                }
-                if self.files.contains_key(&ino) {
-                    meta::set_nlink(tx, ino, 0, now)?;
-                    open_files.push(ino);
-                } else {
-                    meta::release_pages(tx, ino)?;
-                    meta::delete_inode(tx, ino)?;
-                }
+            if meta::lookup(tx, dir, name.as_bytes())?.is_none() {
+                return Err(Error::not_found(format!("no snapshot {name:?}")));
             }
-            Ok((dir, open_files))
+            Ok((dir, remove_tree(self, tx, dir, name.as_bytes(), now)?))
         })?;
         for ino in open_files {
             self.last_name_gone(ino)?;
@@ -274,6 +250,40 @@ impl Volume {
         meta::touch_dir(tx, dst_parent, stamp.now, if root_kind == FileKind::Dir { 1 } else { 0 })?;
         Ok(root)
     }
+}
+
+/// Removes the entry `name` of `parent` and, for a directory, everything
+/// below it, inside transaction `tx`: entries go, link counts drop, and
+/// inodes left without names are freed, or, if open, returned so the caller
+/// can hand them to `last_name_gone` after the commit.
+pub(super) fn remove_tree(vol: &Volume, tx: &Connection, parent: Ino, name: &[u8], now: Timestamp) -> Result<Vec<Ino>> {
+    let (top, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found(format!("{} does not exist", String::from_utf8_lossy(name))))?;
+    meta::delete_dentry(tx, parent, name)?;
+    meta::touch_dir(tx, parent, now, if kind == FileKind::Dir { -1 } else { 0 })?;
+    let mut open = Vec::new();
+    let mut stack = vec![top];
+    while let Some(ino) = stack.pop() {
+        let Some(row) = meta::get_inode(tx, ino)? else { continue };
+        if row.attr.kind == FileKind::Dir {
+            for (n, child, _) in meta::list_dir(tx, ino)? {
+                meta::delete_dentry(tx, ino, &n)?;
+                stack.push(child);
+            }
+            meta::delete_inode(tx, ino)?;
+            continue;
+        }
+        let n = row.attr.nlink.saturating_sub(1);
+        if n > 0 {
+            meta::set_nlink(tx, ino, n, now)?;
+        } else if vol.files.contains_key(&ino) {
+            meta::set_nlink(tx, ino, 0, now)?;
+            open.push(ino);
+        } else {
+            meta::release_pages(tx, ino)?;
+            meta::delete_inode(tx, ino)?;
+        }
+    }
+    Ok(open)
 }
 
 fn check_new_name(name: &[u8]) -> Result<()> {

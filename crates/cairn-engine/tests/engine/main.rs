@@ -3,5 +3,6 @@
 
 mod cases;
 mod common;
+mod archive;
 mod edits;
 mod model;

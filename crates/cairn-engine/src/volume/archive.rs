@@ -1,0 +1,523 @@
+//! Zero-copy tar archives (after AvaTar, seed 000 §III).
+//!
+//! Inside a volume a tar file is an extent list like any other file, so:
+//! - **create** writes only the headers: the archive's extents are each
+//!   header (a new small chunk), then the member's own extents (its chunks,
+//!   shared), then the padding to 512 bytes and the end marker as holes;
+//! - **extract** parses the headers and makes every member a new file whose
+//!   extents are slices of the archive's extents (no data read or written).
+//!
+//! Both are one metadata transaction: an error leaves nothing half-made.
+//! With `remove`/`consume` the sources (AvaTar's merge) or the archive (its
+//! split) go in the same transaction.
+
+use super::tree::remove_tree;
+use super::Volume;
+use crate::error::{Error, ErrorKind, Result};
+use crate::extent::{Extent, ExtentMap};
+use crate::meta;
+use crate::types::{Attr, Caller, FileKind, Ino, Timestamp, NAME_MAX};
+use cairn_tar::{HeaderSpec, Member, MemberKind};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// What an archive operation did.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ArchiveReport {
+    /// Members written or extracted.
+    pub members: u64,
+    /// Member data bytes shared (not copied).
+    pub data_bytes: u64,
+    /// Header bytes written (create) or parsed (extract).
+    pub header_bytes: u64,
+    /// The archive's size.
+    pub archive_bytes: u64,
+    /// The new archive's inode (create) or the extraction root (extract).
+    pub ino: Ino,
+}
+
+/// One top-level member of a new archive: the name it gets in the archive
+/// and the inode it comes from.
+#[derive(Clone, Debug)]
+pub struct ArchiveSource {
+    pub name: Vec<u8>,
+    pub ino: Ino,
+    /// Where its name is, for `remove` (parent directory, name).
+    pub parent: Ino,
+    pub entry: Vec<u8>,
+}
+
+/// Options of `archive_create`.
+#[derive(Clone, Copy, Debug)]
+pub struct CreateOptions {
+    /// Pad headers so every member's data starts on a multiple of this.
+    pub align: Option<u64>,
+    /// Remove the sources once the archive holds them (a move).
+    pub remove: bool,
+    pub caller: Caller,
+}
+
+/// A piece of the archive being built.
+enum Part {
+    /// Header bytes `[from, to)` of the header buffer.
+    Header(usize, usize),
+    Ext(Extent),
+}
+
+/// Reads a file of the volume for the tar parser.
+struct FileReader<'a> {
+    vol: &'a Volume,
+    ino: Ino,
+}
+
+impl cairn_tar::ReadAt for FileReader<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let want = buf.len().min(u32::MAX as usize) as u32;
+        let got = self.vol.read(self.ino, offset, want).map_err(|e| std::io::Error::other(e.to_string()))?;
+        buf[..got.len()].copy_from_slice(&got);
+        Ok(got.len())
+    }
+}
+
+impl Volume {
+    /// Creates the tar file `name` in `dst_parent` holding `sources` (and
+    /// everything below the directories among them), sharing their data.
+    pub fn archive_create(&self, sources: &[ArchiveSource], dst_parent: Ino, name: &[u8], opts: CreateOptions) -> Result<ArchiveReport> {
+        self.check_writable()?;
+        check_name(name)?;
+        if let Some(a) = opts.align {
+            if !a.is_power_of_two() || a < 512 {
+                return Err(Error::invalid(format!("alignment {a} must be a power of two of at least 512")));
+            }
+        }
+        if sources.is_empty() {
+            return Err(Error::invalid("nothing to archive"));
+        }
+        // Members' content must be committed to be shared.
+        self.sync()?;
+        let now = Timestamp::now();
+        let mut hdrs: Vec<u8> = Vec::new();
+        let mut parts: Vec<Part> = Vec::new();
+        let mut report = ArchiveReport::default();
+        let mut pos = 0u64;
+        self.meta.read(|c| {
+            let mut first_name: HashMap<Ino, Vec<u8>> = HashMap::new();
+            for s in sources {
+                // Depth first, entries in name order, as tar walks a tree.
+                let mut stack: Vec<(Vec<u8>, Ino)> = vec![(s.name.clone(), s.ino)];
+                while let Some((path, ino)) = stack.pop() {
+                    let row = meta::get_inode(c, ino)?.ok_or_else(|| Error::not_found(format!("{} vanished", String::from_utf8_lossy(&path))))?;
+                    let a = &row.attr;
+                    let mut xattrs = Vec::new();
+                    for n in meta::list_xattrs(c, ino)? {
+                        if let Some(v) = meta::get_xattr(c, ino, &n)? {
+                            xattrs.push((n, v));
+                        }
+                    }
+                    let hard = if a.kind != FileKind::Dir && a.nlink > 1 { first_name.get(&ino).cloned() } else { None };
+                    let kind = match (&hard, a.kind) {
+                        (Some(_), _) => MemberKind::HardLink,
+                        (None, FileKind::File) => MemberKind::File,
+                        (None, FileKind::Dir) => MemberKind::Dir,
+                        (None, FileKind::Symlink) => MemberKind::Symlink,
+                        (None, FileKind::Fifo) => MemberKind::Fifo,
+                        (None, FileKind::CharDev) => MemberKind::CharDev,
+                        (None, FileKind::BlockDev) => MemberKind::BlockDev,
+                        (None, FileKind::Socket) => continue, // tar cannot hold sockets (GNU tar skips them too)
+                    };
+                    if hard.is_none() && a.kind != FileKind::Dir && a.nlink > 1 {
+                        first_name.insert(ino, path.clone());
+                    }
+                    let link_target = match kind {
+                        MemberKind::HardLink => hard.clone(),
+                        MemberKind::Symlink => row.target.clone(),
+                        _ => None,
+                    };
+                    let size = if kind == MemberKind::File { a.size } else { 0 };
+                    let spec = HeaderSpec {
+                        path: &path,
+                        kind,
+                        link_target: link_target.as_deref(),
+                        mode: a.perm,
+                        uid: a.uid as u64,
+                        gid: a.gid as u64,
+                        uname: None,
+                        gname: None,
+                        mtime_ns: a.mtime.0,
+                        atime_ns: None,
+                        size,
+                        dev_major: libc::major(a.rdev as libc::dev_t),
+                        dev_minor: libc::minor(a.rdev as libc::dev_t),
+                        xattrs: &xattrs,
+                    };
+                    let h = cairn_tar::write_header(&spec, pos, opts.align);
+                    parts.push(Part::Header(hdrs.len(), hdrs.len() + h.len()));
+                    hdrs.extend_from_slice(&h);
+                    pos += h.len() as u64;
+                    report.header_bytes += h.len() as u64;
+                    report.members += 1;
+                    if kind == MemberKind::File && size > 0 {
+                        let map = meta::load_extents(c, ino)?;
+                        if map.len() != size {
+                            return Err(Error::corrupt(format!("inode {ino}: extents cover {} bytes, size {size}", map.len())));
+                        }
+                        for (_, e) in map.range(0, size) {
+                            parts.push(Part::Ext(e));
+                        }
+                        pos += size;
+                        report.data_bytes += size;
+                        let pad = cairn_tar::data_padding(size);
+                        if pad > 0 {
+                            parts.push(Part::Ext(Extent::hole(pad)));
+                            pos += pad;
+                        }
+                    }
+                    if a.kind == FileKind::Dir {
+                        let mut children = meta::list_dir(c, ino)?;
+                        children.reverse(); // popped in name order
+                        for (n, child, _) in children {
+                            let mut p = path.clone();
+                            p.push(b'/');
+                            p.extend_from_slice(&n);
+                            stack.push((p, child));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        parts.push(Part::Ext(Extent::hole(cairn_tar::END_OF_ARCHIVE.len() as u64)));
+        pos += cairn_tar::END_OF_ARCHIVE.len() as u64;
+        report.archive_bytes = pos;
+        // Each header is a chunk of its own: the member data around it stays
+        // in the members' chunks, shared.
+        let mut batch = super::flush::Batch::new(self);
+        let slices: Vec<&[u8]> = parts.iter().filter_map(|p| if let Part::Header(a, b) = p { Some(&hdrs[*a..*b]) } else { None }).collect();
+        let ids = batch.store(&slices)?;
+        batch.seal()?;
+        batch.finish_uploads()?;
+        let mut ids = ids.into_iter();
+        let extents: Vec<Extent> = parts
+            .into_iter()
+            .map(|p| match p {
+                Part::Header(a, b) => Extent::chunk(ids.next().expect("one id per header"), 0, (b - a) as u64),
+                Part::Ext(e) => e,
+            })
+            .collect();
+        let mut map = ExtentMap::new();
+        map.splice(0, 0, extents);
+        let ino = self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let jseq = self.journal.last_seq();
+        let mut freed_later = Vec::new();
+        self.meta.write(|tx| {
+            let parent = meta::get_inode(tx, dst_parent)?.ok_or_else(|| Error::not_found("destination directory does not exist"))?;
+            if parent.attr.kind != FileKind::Dir {
+                return Err(Error::new(ErrorKind::NotDir, "destination is not a directory"));
+            }
+            super::namespace::check_not_snapshot(&parent)?;
+            if meta::lookup(tx, dst_parent, name)?.is_some() {
+                return Err(Error::new(ErrorKind::Exists, format!("{} already exists", String::from_utf8_lossy(name))));
+            }
+            batch.insert_into(tx)?;
+            let a = new_attr(ino, FileKind::File, 0o644, 1, opts.caller, now, map.len());
+            meta::insert_inode_full(tx, &a, map.data_bytes(), None, None, jseq, 0)?;
+            meta::insert_dentry(tx, dst_parent, name, ino, FileKind::File)?;
+            meta::touch_dir(tx, dst_parent, now, 0)?;
+            let mut deltas = HashMap::new();
+            let ch = map.take_changes();
+            meta::save_extents(tx, ino, &ch, &mut deltas)?;
+            meta::apply_ref_deltas(tx, &deltas)?;
+            if opts.remove {
+                // The archive must not vanish with its sources.
+                let mut cur = dst_parent;
+                for _ in 0..100_000 {
+                    if sources.iter().any(|s| s.ino == cur) {
+                        return Err(Error::invalid("the archive would be inside a source it removes"));
+                    }
+                    match meta::get_inode(tx, cur)?.and_then(|r| r.parent) {
+                        Some(p) if p != cur => cur = p,
+                        _ => break,
+                    }
+                }
+                for s in sources {
+                    let p = meta::get_inode(tx, s.parent)?.ok_or_else(|| Error::not_found("a source's directory vanished"))?;
+                    super::namespace::check_not_snapshot(&p)?;
+                    freed_later.extend(remove_tree(self, tx, s.parent, &s.entry, now)?);
+                }
+            }
+            Ok(())
+        })?;
+        for i in freed_later {
+            self.last_name_gone(i)?;
+        }
+        self.kernel_entry_changed(dst_parent, name);
+        self.kernel_inode_changed(dst_parent);
+        if opts.remove {
+            for s in sources {
+                self.kernel_entry_changed(s.parent, &s.entry);
+                self.kernel_inode_changed(s.parent);
+            }
+        }
+        report.ino = ino;
+        Ok(report)
+    }
+
+    /// Extracts the tar file `archive` into directory `dest` (created if
+    /// missing, as `name` in `dest_parent`): every member becomes a file whose
+    /// extents are slices of the archive's. Refuses, changing nothing, if a
+    /// member's name is taken in `dest`, escapes it, or passes through a link.
+    pub fn archive_extract(&self, archive: Ino, dest_parent: Ino, dest_name: &[u8], consume: Option<(Ino, Vec<u8>)>, caller: Caller) -> Result<ArchiveReport> {
+        self.check_writable()?;
+        check_name(dest_name)?;
+        // The archive's content must be committed: members slice its extents.
+        let (size, amap) = {
+            let locked = self.lock_clean(&[archive])?;
+            let g = locked.states[0].inner.lock();
+            (g.size, g.base.clone())
+        };
+        let reader = FileReader { vol: self, ino: archive };
+        let members = cairn_tar::parse(&reader, size).map_err(|e| Error::invalid(format!("not a valid tar archive: {e}")))?;
+        let plan = Plan::build(&members)?;
+        let now = Timestamp::now();
+        let owner = (caller.uid != 0).then_some(caller);
+        let mut report = ArchiveReport { members: members.len() as u64, archive_bytes: size, ..Default::default() };
+        let jseq = self.journal.last_seq();
+        let mut freed_later = Vec::new();
+        let root = self.meta.write(|tx| {
+            let parent = meta::get_inode(tx, dest_parent)?.ok_or_else(|| Error::not_found("destination's directory does not exist"))?;
+            super::namespace::check_not_snapshot(&parent)?;
+            // DEST: an existing directory whose names must stay untouched, or new.
+            let (root, fresh) = match meta::lookup(tx, dest_parent, dest_name)? {
+                Some((ino, FileKind::Dir)) => {
+                    let r = meta::get_inode(tx, ino)?.expect("listed");
+                    super::namespace::check_not_snapshot(&r)?;
+                    (ino, false)
+                }
+                Some(_) => return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not a directory", String::from_utf8_lossy(dest_name)))),
+                None => (self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst), true),
+            };
+            if fresh {
+                let a = new_attr(root, FileKind::Dir, 0o755, 2, caller, now, 0);
+                meta::insert_inode_full(tx, &a, 0, Some(dest_parent), None, jseq, 0)?;
+                meta::insert_dentry(tx, dest_parent, dest_name, root, FileKind::Dir)?;
+                meta::touch_dir(tx, dest_parent, now, 1)?;
+            } else {
+                for top in plan.children_of(0) {
+                    let n = &plan.nodes[top].name;
+                    if meta::lookup(tx, root, n)?.is_some() {
+                        return Err(Error::new(ErrorKind::Exists, format!("{} already holds {}", String::from_utf8_lossy(dest_name), String::from_utf8_lossy(n))));
+                    }
+                }
+            }
+            // Inode numbers: node 0 is DEST; hard links share their target's.
+            let mut inos: Vec<Ino> = vec![root; plan.nodes.len()];
+            for i in 1..plan.nodes.len() {
+                if plan.nodes[i].hard_of.is_none() {
+                    inos[i] = self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            for i in 1..plan.nodes.len() {
+                if let Some(t) = plan.nodes[i].hard_of {
+                    inos[i] = inos[t];
+                }
+            }
+            let mut subdirs: HashMap<usize, u32> = HashMap::new();
+            for i in 1..plan.nodes.len() {
+                let n = &plan.nodes[i];
+                if n.kind == FileKind::Dir {
+                    *subdirs.entry(n.parent).or_default() += 1;
+                }
+            }
+            let mut deltas = HashMap::new();
+            for i in 1..plan.nodes.len() {
+                let n = &plan.nodes[i];
+                let ino = inos[i];
+                meta::insert_dentry(tx, inos[n.parent], &n.name, ino, n.kind)?;
+                if n.hard_of.is_some() {
+                    continue;
+                }
+                let m = n.member.map(|k| &members[k]);
+                let nlink = if n.kind == FileKind::Dir { 2 + subdirs.get(&i).copied().unwrap_or(0) } else { n.links };
+                let mut a = new_attr(ino, n.kind, m.map_or(0o755, |m| m.mode & 0o7777), nlink, caller, now, 0);
+                if let Some(m) = m {
+                    if owner.is_none() {
+                        a.uid = m.uid.min(u32::MAX as u64) as u32;
+                        a.gid = m.gid.min(u32::MAX as u64) as u32;
+                    }
+                    a.mtime = Timestamp(m.mtime_ns);
+                    a.atime = Timestamp(m.atime_ns.unwrap_or(m.mtime_ns));
+                    a.rdev = libc::makedev(m.dev_major, m.dev_minor) as u32;
+                    if owner.is_some() {
+                        a.perm &= !0o6000;
+                    }
+                }
+                let mut data_bytes = 0;
+                let target = m.and_then(|m| if n.kind == FileKind::Symlink { m.link_target.clone() } else { None });
+                if n.kind == FileKind::File {
+                    let m = m.expect("files come from members");
+                    let mut map = ExtentMap::new();
+                    let mut ex: Vec<Extent> = Vec::new();
+                    let mut at = 0u64;
+                    for r in &m.data {
+                        if r.file_offset > at {
+                            ex.push(Extent::hole(r.file_offset - at));
+                        }
+                        if r.archive_offset + r.len > amap.len() {
+                            return Err(Error::invalid(format!("member {} runs past the end of the archive", String::from_utf8_lossy(&m.path))));
+                        }
+                        ex.extend(amap.range(r.archive_offset, r.archive_offset + r.len).into_iter().map(|(_, e)| e));
+                        at = r.file_offset + r.len;
+                    }
+                    if m.size > at {
+                        ex.push(Extent::hole(m.size - at));
+                    }
+                    map.splice(0, 0, ex);
+                    a.size = map.len();
+                    data_bytes = map.data_bytes();
+                    report.data_bytes += data_bytes;
+                    let ch = map.take_changes();
+                    meta::save_extents(tx, ino, &ch, &mut deltas)?;
+                } else if n.kind == FileKind::Symlink {
+                    a.size = target.as_ref().map_or(0, |t| t.len() as u64);
+                }
+                let parent = (n.kind == FileKind::Dir).then_some(inos[n.parent]);
+                meta::insert_inode_full(tx, &a, data_bytes, parent, target.as_deref(), jseq, 0)?;
+                if let Some(m) = m {
+                    for (k, v) in &m.xattrs {
+                        if !k.starts_with(b"system.") && !k.is_empty() && k.len() <= 255 {
+                            meta::set_xattr(tx, ino, k, v)?;
+                        }
+                    }
+                }
+            }
+            meta::apply_ref_deltas(tx, &deltas)?;
+            let top_dirs = plan.children_of(0).filter(|&c| plan.nodes[c].kind == FileKind::Dir).count() as i64;
+            meta::touch_dir(tx, root, now, top_dirs)?;
+            if let Some((p, n)) = &consume {
+                freed_later.extend(remove_tree(self, tx, *p, n, now)?);
+            }
+            Ok(root)
+        })?;
+        for i in freed_later {
+            self.last_name_gone(i)?;
+        }
+        self.kernel_entry_changed(dest_parent, dest_name);
+        self.kernel_inode_changed(dest_parent);
+        self.kernel_inode_changed(root);
+        if let Some((p, n)) = &consume {
+            self.kernel_entry_changed(*p, n);
+            self.kernel_inode_changed(*p);
+        }
+        report.header_bytes = size.saturating_sub(report.data_bytes);
+        report.ino = root;
+        Ok(report)
+    }
+}
+
+fn new_attr(ino: Ino, kind: FileKind, perm: u32, nlink: u32, caller: Caller, now: Timestamp, size: u64) -> Attr {
+    Attr { ino, kind, perm, nlink, uid: caller.uid, gid: caller.gid, rdev: 0, size, blocks: 0, atime: now, mtime: now, ctime: now, btime: now }
+}
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::invalid(format!("invalid name {:?}", String::from_utf8_lossy(name))));
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::new(ErrorKind::NameTooLong, "name longer than 255 bytes"));
+    }
+    Ok(())
+}
+
+/// The tree an archive extracts to, checked before anything is written.
+struct Plan {
+    /// Node 0 is DEST itself.
+    nodes: Vec<Node>,
+    children: BTreeMap<(usize, Vec<u8>), usize>,
+}
+
+struct Node {
+    name: Vec<u8>,
+    parent: usize,
+    kind: FileKind,
+    /// The member describing it (None for directories implied by paths).
+    member: Option<usize>,
+    /// A hard link: the node whose inode it shares.
+    hard_of: Option<usize>,
+    /// Names of the inode (files).
+    links: u32,
+}
+
+impl Plan {
+    fn children_of(&self, parent: usize) -> impl Iterator<Item = usize> + '_ {
+        self.children.range((parent, Vec::new())..).take_while(move |((p, _), _)| *p == parent).map(|(_, &c)| c)
+    }
+
+    fn build(members: &[Member]) -> Result<Plan> {
+        let mut plan = Plan { nodes: vec![Node { name: Vec::new(), parent: 0, kind: FileKind::Dir, member: None, hard_of: None, links: 1 }], children: BTreeMap::new() };
+        let err = |m: &Member, why: &str| Error::invalid(format!("member {:?}: {why}", String::from_utf8_lossy(&m.path)));
+        for (k, m) in members.iter().enumerate() {
+            let comps = cairn_tar::safe_path(&m.path).map_err(|e| Error::invalid(e.to_string()))?;
+            if comps.is_empty() {
+                continue; // "./" itself: DEST
+            }
+            // Walk (or imply) the directories above it; never through a
+            // symlink or a file.
+            let mut cur = 0usize;
+            for c in &comps[..comps.len() - 1] {
+                cur = match plan.children.get(&(cur, c.to_vec())) {
+                    Some(&n) if plan.nodes[n].kind == FileKind::Dir => n,
+                    Some(_) => return Err(err(m, &format!("its path passes through {:?}, which is not a directory in the archive", String::from_utf8_lossy(c)))),
+                    None => plan.add(cur, c, FileKind::Dir, None),
+                };
+            }
+            let last = comps[comps.len() - 1];
+            let kind = match m.kind {
+                MemberKind::File | MemberKind::HardLink => FileKind::File,
+                MemberKind::Dir => FileKind::Dir,
+                MemberKind::Symlink => FileKind::Symlink,
+                MemberKind::Fifo => FileKind::Fifo,
+                MemberKind::CharDev => FileKind::CharDev,
+                MemberKind::BlockDev => FileKind::BlockDev,
+            };
+            if m.kind == MemberKind::Symlink && m.link_target.as_ref().is_none_or(|t| t.is_empty() || t.len() > 4095) {
+                return Err(err(m, "symlink target must be 1 to 4095 bytes"));
+            }
+            let hard_of = if m.kind == MemberKind::HardLink {
+                let t = m.link_target.as_deref().ok_or_else(|| err(m, "hard link without a target"))?;
+                let tc = cairn_tar::safe_path(t).map_err(|e| Error::invalid(e.to_string()))?;
+                let target = plan.find(&tc).filter(|&n| plan.nodes[n].kind == FileKind::File && plan.nodes[n].hard_of.is_none());
+                Some(target.ok_or_else(|| err(m, "hard link to a file not earlier in the archive"))?)
+            } else {
+                None
+            };
+            match plan.children.get(&(cur, last.to_vec())).copied() {
+                // A directory named twice: the later header's attributes win.
+                Some(n) if kind == FileKind::Dir && plan.nodes[n].kind == FileKind::Dir => plan.nodes[n].member = Some(k),
+                Some(_) => return Err(err(m, "the archive holds this name twice")),
+                None => {
+                    let n = plan.add(cur, last, kind, Some(k));
+                    if let Some(t) = hard_of {
+                        plan.nodes[n].hard_of = Some(t);
+                        plan.nodes[t].links += 1;
+                    }
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    fn add(&mut self, parent: usize, name: &[u8], kind: FileKind, member: Option<usize>) -> usize {
+        let n = self.nodes.len();
+        self.nodes.push(Node { name: name.to_vec(), parent, kind, member, hard_of: None, links: 1 });
+        self.children.insert((parent, name.to_vec()), n);
+        n
+    }
+
+    fn find(&self, comps: &[&[u8]]) -> Option<usize> {
+        let mut cur = 0;
+        for c in comps {
+            cur = *self.children.get(&(cur, c.to_vec()))?;
+        }
+        Some(cur)
+    }
+}
