@@ -124,15 +124,19 @@ fn from_stream(target: &File, file: &Path, offset: u64, mbyte: u64, mut r: impl 
 }
 
 /// A scratch file in the mount, removed when dropped.
-struct Scratch {
-    path: PathBuf,
-    file: File,
+pub(crate) struct Scratch {
+    pub path: PathBuf,
+    pub file: File,
 }
 
 impl Scratch {
-    fn create(dir: &Path) -> Result<Scratch> {
+    pub(crate) fn create(dir: &Path) -> Result<Scratch> {
+        Scratch::named(dir, "insert")
+    }
+
+    pub(crate) fn named(dir: &Path, what: &str) -> Result<Scratch> {
         for n in 0..1000 {
-            let path = dir.join(format!(".cairn-insert.{}.{n}", std::process::id()));
+            let path = dir.join(format!(".cairn-{what}.{}.{n}", std::process::id()));
             match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
                 Ok(file) => return Ok(Scratch { path, file }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -151,13 +155,13 @@ impl Drop for Scratch {
 
 /// A path inside a Cairn mount: the mount's control socket and the path
 /// from the volume root. The last component is not followed.
-struct InMount {
-    socket: PathBuf,
-    mountpoint: PathBuf,
-    rel: Vec<u8>,
+pub(crate) struct InMount {
+    pub socket: PathBuf,
+    pub mountpoint: PathBuf,
+    pub rel: Vec<u8>,
 }
 
-fn locate(path: &Path) -> Result<InMount> {
+pub(crate) fn locate(path: &Path) -> Result<InMount> {
     let abs = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir()?.join(path) };
     let name = abs.file_name().map(|n| n.to_owned());
     let parent = abs.parent().unwrap_or(Path::new("/"));
@@ -173,7 +177,7 @@ fn locate(path: &Path) -> Result<InMount> {
     Ok(InMount { socket, mountpoint, rel })
 }
 
-fn ask(m: &InMount, req: &Request) -> Result<serde_json::Value> {
+pub(crate) fn ask(m: &InMount, req: &Request) -> Result<serde_json::Value> {
     match control::call(&m.socket, req) {
         Ok(Some(v)) => Ok(v),
         Ok(None) => bail!("the mount at {} does not answer on {} (is its daemon running?)", m.mountpoint.display(), m.socket.display()),

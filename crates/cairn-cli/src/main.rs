@@ -1,5 +1,6 @@
 //! `cairn`: create, mount, check and maintain Cairn volumes.
 
+mod archive;
 mod daemon;
 mod edit;
 mod passphrase;
@@ -170,12 +171,54 @@ enum Cmd {
     /// are kept. DST must not exist. (Plain `cp` of a file inside a Cairn
     /// mount is a clone too: it uses copy_file_range.)
     Clone { src: PathBuf, dst: PathBuf },
+    /// Tar archives without copying data: inside a mount an archive is a new
+    /// extent list over its members' chunks, and extracting is the reverse.
+    Archive {
+        #[command(subcommand)]
+        op: ArchiveCmd,
+    },
     /// Read-only point-in-time copies of a whole mounted volume, visible as
     /// MOUNTPOINT/.snapshots/NAME; they cost metadata only.
     Snapshot {
         #[command(subcommand)]
         op: SnapshotCmd,
     },
+}
+
+#[derive(Subcommand)]
+enum ArchiveCmd {
+    /// Build ARCHIVE (a pax tar GNU tar and bsdtar read) from PATHs inside
+    /// the same mount, writing only the headers.
+    Create {
+        archive: PathBuf,
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Resolve PATHs from this directory (member names are relative to it).
+        #[arg(short = 'C', long = "directory", value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Pad headers so every member's data starts at a multiple of this
+        /// (a power of two >= 512, e.g. 4096); the padding is a pax comment
+        /// that tar readers skip.
+        #[arg(long, value_parser = size::parse)]
+        align: Option<u64>,
+        /// Move the PATHs into the archive (they are removed), like AvaTar's merge.
+        #[arg(long = "move")]
+        remove: bool,
+    },
+    /// Extract ARCHIVE (a tar inside the mount, from any tar writer) into
+    /// directory DEST (made if missing) without copying data. Refuses,
+    /// changing nothing, if a member escapes DEST or DEST already holds one
+    /// of its names.
+    Extract {
+        archive: PathBuf,
+        dest: PathBuf,
+        /// Remove the archive afterwards (AvaTar's split).
+        #[arg(long)]
+        consume: bool,
+    },
+    /// Bring a tar from outside into the volume: its data is stored once
+    /// (chunked, deduplicated) and extracted into DEST zero-copy.
+    Import { file: PathBuf, dest: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -384,6 +427,15 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Clone { src, dst } => {
             init_logging(cli.verbose, None)?;
             edit::clone(&src, &dst)?;
+            Ok(0)
+        }
+        Cmd::Archive { op } => {
+            init_logging(cli.verbose, None)?;
+            match op {
+                ArchiveCmd::Create { archive, paths, dir, align, remove } => archive::create(&archive, &paths, dir.as_deref(), align, remove)?,
+                ArchiveCmd::Extract { archive, dest, consume } => archive::extract(&archive, &dest, consume)?,
+                ArchiveCmd::Import { file, dest } => archive::import(&file, &dest)?,
+            }
             Ok(0)
         }
         Cmd::Snapshot { op } => {

@@ -9,6 +9,9 @@
 //! -> {"op":"snapshot_create","name":"NAME"}  <- {"ok":true,"result":{SnapshotInfo}}
 //! -> {"op":"snapshot_list"}    <- {"ok":true,"result":[{SnapshotInfo}...]}
 //! -> {"op":"snapshot_delete","name":"NAME"}  <- {"ok":true,"result":null}
+//! -> {"op":"archive_create","archive":[..],"members":[[name,path]..],"align":4096,"remove":false}
+//! -> {"op":"archive_extract","archive":[..],"dest":[..],"consume":false}
+//!                              <- {"ok":true,"result":{ArchiveReport}}
 //!                              <- {"ok":false,"error":"message","errno":N}
 //! ```
 //! It carries what POSIX has no call for. Content edits of one open file
@@ -19,7 +22,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::maintenance;
 use crate::types::Caller;
-use crate::volume::{CloneOptions, Volume};
+use crate::volume::{ArchiveOptions, ArchiveSource, CloneOptions, Volume};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -43,6 +46,12 @@ pub enum Request {
     SnapshotCreate { name: String },
     SnapshotList,
     SnapshotDelete { name: String },
+    /// Build the tar file `archive` from `members` (name in the archive,
+    /// path in the volume), sharing their data; `remove` moves them in.
+    ArchiveCreate { archive: Vec<u8>, members: Vec<(Vec<u8>, Vec<u8>)>, align: Option<u64>, remove: bool },
+    /// Extract the tar file `archive` into directory `dest` (made if
+    /// missing) without copying data; `consume` removes the archive.
+    ArchiveExtract { archive: Vec<u8>, dest: Vec<u8>, consume: bool },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -133,6 +142,24 @@ fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Val
             let (parent, name) = vol.resolve_parent(&dst)?;
             let a = vol.clone_tree(src, parent, &name, CloneOptions { caller })?;
             Ok(serde_json::json!({ "ino": a.ino }))
+        }
+        Request::ArchiveCreate { archive, members, align, remove } => {
+            let mut sources = Vec::with_capacity(members.len());
+            for (name, path) in members {
+                let ino = vol.resolve(&path).map_err(|e| e.context(String::from_utf8_lossy(&path)))?;
+                let (parent, entry) = vol.resolve_parent(&path)?;
+                sources.push(ArchiveSource { name, ino, parent, entry });
+            }
+            let (parent, name) = vol.resolve_parent(&archive)?;
+            let rep = vol.archive_create(&sources, parent, &name, ArchiveOptions { align, remove, caller })?;
+            Ok(serde_json::to_value(rep).expect("serialises"))
+        }
+        Request::ArchiveExtract { archive, dest, consume } => {
+            let a = vol.resolve(&archive).map_err(|e| e.context(String::from_utf8_lossy(&archive)))?;
+            let (parent, name) = vol.resolve_parent(&dest)?;
+            let consume = if consume { Some(vol.resolve_parent(&archive)?) } else { None };
+            let rep = vol.archive_extract(a, parent, &name, consume, caller)?;
+            Ok(serde_json::to_value(rep).expect("serialises"))
         }
         Request::SnapshotCreate { name } => Ok(serde_json::to_value(vol.snapshot_create(&name)?).expect("serialises")),
         Request::SnapshotList => Ok(serde_json::to_value(vol.snapshot_list()?).expect("serialises")),
