@@ -172,6 +172,21 @@ fn check_checksum(block: &[u8; 512], offset: u64) -> Result<(), TarError> {
     }
 }
 
+/// The compression format whose magic starts `b`, if any.
+fn compressed(b: &[u8]) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 5] = [
+        (b"\x1f\x8b", "gzip"),
+        (b"BZh", "bzip2"),
+        (b"\xfd7zXZ\0", "xz"),
+        (b"\x28\xb5\x2f\xfd", "zstd"),
+        (b"\x04\x22\x4d\x18", "lz4"),
+    ];
+    MAGIC
+        .iter()
+        .find(|(m, _)| b.starts_with(m))
+        .map(|(_, k)| *k)
+}
+
 /// Everything extended headers said about the member that follows.
 #[derive(Default)]
 struct Ext {
@@ -590,7 +605,17 @@ impl<R: ReadAt + ?Sized> Parser<'_, R> {
                 // stops there too, and EOF after one block is accepted).
                 return Ok(None);
             }
-            check_checksum(&block, pos)?;
+            if let Err(e) = check_checksum(&block, pos) {
+                if pos == 0 {
+                    if let Some(kind) = compressed(&block) {
+                        return Err(TarError::Unsupported {
+                            offset: 0,
+                            what: format!("a {kind}-compressed file: decompress it first"),
+                        });
+                    }
+                }
+                return Err(e);
+            }
             let typeflag = block[off::TYPEFLAG];
             let hsize = parse_u64(&block[off::SIZE]).map_err(|e| TarError::bad(pos, "size", e))?;
             match typeflag {

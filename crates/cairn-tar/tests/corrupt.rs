@@ -164,6 +164,12 @@ fn bad_checksums() {
         p(&junk),
         Err(TarError::BadChecksum { offset: 0, .. })
     ));
+    // A compressed archive is named as such.
+    let mut gz = vec![0x1f, 0x8b, 8, 0];
+    gz.resize(2048, 7);
+    let e = p(&gz).unwrap_err();
+    assert!(matches!(e, TarError::Unsupported { offset: 0, .. }), "{e}");
+    assert!(e.to_string().contains("gzip"), "{e}");
 }
 
 #[test]
