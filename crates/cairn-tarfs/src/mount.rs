@@ -121,7 +121,14 @@ pub fn mount_archive(
         SessionACL::Owner
     };
     config.n_threads = Some(threads);
-    config.clone_fd = threads > 1;
+    // Per-thread /dev/fuse descriptors need /dev/fuse to be openable here
+    // (it is not when the mount goes through a setuid fusermount3 only).
+    config.clone_fd = threads > 1
+        && fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .is_ok();
     let fsname = opts
         .fsname
         .clone()
