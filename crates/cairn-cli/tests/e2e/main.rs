@@ -10,6 +10,8 @@
 
 mod common;
 
+mod archive;
+
 mod corruption;
 mod crash;
 mod dedup;
