@@ -219,6 +219,24 @@ enum ArchiveCmd {
     /// Bring a tar from outside into the volume: its data is stored once
     /// (chunked, deduplicated) and extracted into DEST zero-copy.
     Import { file: PathBuf, dest: PathBuf },
+    /// Show any tar file (in a Cairn volume or not) as a read-only tree at
+    /// MOUNTPOINT without extracting it. The index of its members is kept in
+    /// ~/.cache/cairn/tar-index (or $XDG_CACHE_HOME), so mounting it again
+    /// is instant. Unmount with `cairn umount MOUNTPOINT`.
+    Mount {
+        file: PathBuf,
+        mountpoint: PathBuf,
+        /// Stay in the foreground.
+        #[arg(short, long)]
+        foreground: bool,
+        /// Let only the mounting user in (default: everyone, with kernel
+        /// permission checks).
+        #[arg(long)]
+        private: bool,
+        /// Where a background mount logs (default: nowhere).
+        #[arg(long, value_name = "FILE")]
+        log_file: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -430,11 +448,38 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Archive { op } => {
-            init_logging(cli.verbose, None)?;
+            if !matches!(op, ArchiveCmd::Mount { foreground: false, .. }) {
+                init_logging(cli.verbose, None)?;
+            }
             match op {
                 ArchiveCmd::Create { archive, paths, dir, align, remove } => archive::create(&archive, &paths, dir.as_deref(), align, remove)?,
                 ArchiveCmd::Extract { archive, dest, consume } => archive::extract(&archive, &dest, consume)?,
                 ArchiveCmd::Import { file, dest } => archive::import(&file, &dest)?,
+                ArchiveCmd::Mount { file, mountpoint, foreground, private, log_file } => {
+                    let opts = cairn_tarfs::TarMountOptions { allow_other: !private, ..Default::default() };
+                    let say = |info: &cairn_tarfs::MountInfo| {
+                        let how = match &info.index.rebuilt {
+                            Some(why) => format!("indexed {} members in {:.2?} ({why})", info.index.members, info.index.elapsed),
+                            None => format!("{} members from the saved index", info.index.members),
+                        };
+                        tracing::info!("mounted {} at {}: {how}", file.display(), mountpoint.display());
+                        how
+                    };
+                    if foreground {
+                        cairn_tarfs::mount_archive(&file, &mountpoint, &opts, |info| eprintln!("cairn: {}", say(info)))?;
+                    } else {
+                        return daemon::run_in_background(|ready| {
+                            if let Some(l) = &log_file {
+                                init_logging(cli.verbose, Some(l))?;
+                            }
+                            cairn_tarfs::mount_archive(&file, &mountpoint, &opts, |info| {
+                                say(info);
+                                ready();
+                            })?;
+                            Ok(())
+                        });
+                    }
+                }
             }
             Ok(0)
         }
