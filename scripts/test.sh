@@ -12,6 +12,8 @@ command -v fusermount3 >/dev/null || need+=(fuse3)
 command -v bsdtar >/dev/null || need+=(libarchive-tools)
 command -v rsync >/dev/null || need+=(rsync)
 command -v python3 >/dev/null || need+=(python3)
+command -v cc >/dev/null || need+=(gcc)   # the C ABI test compiles against cairn.h
+command -v tar >/dev/null || need+=(tar)
 command -v attr >/dev/null 2>&1 || command -v getfattr >/dev/null || need+=(attr)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi

@@ -178,3 +178,38 @@ for name, members in cases.items():
     m.umount();
     env.assert_fsck_clean(|_| false);
 }
+
+#[test]
+fn archive_mount_shows_a_tar_inside_the_volume_and_reuses_its_index() {
+    let _serial = serial();
+    let env = Env::new("archive-mount");
+    let m = env.mount();
+    make_tree(m.path());
+    let out = run(Command::new(CAIRN).current_dir(m.path()).args(["archive", "create", "proj.tar", "proj"]));
+    assert!(out.ok(), "{out}");
+    let cache = env.path("cache");
+    let tm = env.path("tarmnt");
+    fs::create_dir(&tm).unwrap();
+    let mount = || {
+        let out = run(Command::new(CAIRN).env("XDG_CACHE_HOME", &cache).args(["archive", "mount"]).arg(m.join("proj.tar")).arg(&tm));
+        assert!(out.ok(), "{out}");
+    };
+    let umount = || {
+        let out = cairn([OsStr::new("umount"), tm.as_os_str()]);
+        assert!(out.ok(), "{out}");
+    };
+    mount();
+    let out = sh(&format!("diff -r --no-dereference {} {} 2>&1 | grep -v 'is a fifo while'", m.join("proj").display(), tm.join("proj").display()));
+    assert!(out.stdout.trim().is_empty(), "the tar mount differs:\n{}", out.stdout);
+    let out = sh(&format!("LC_ALL=C touch {}/proj/new", tm.display()));
+    assert!(!out.ok() && out.stderr.contains("Read-only file system"), "{out}");
+    umount();
+    let index: Vec<_> = fs::read_dir(cache.join("cairn/tar-index")).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(index.len(), 1, "{index:?}");
+    let stamp = fs::metadata(&index[0]).unwrap().modified().unwrap();
+    mount();
+    assert_eq!(fs::read(tm.join("proj/sub/big")).unwrap(), fs::read(m.join("proj/sub/big")).unwrap());
+    umount();
+    assert_eq!(fs::metadata(&index[0]).unwrap().modified().unwrap(), stamp, "the second mount rebuilt the index");
+    m.umount();
+}
