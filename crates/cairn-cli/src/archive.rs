@@ -5,7 +5,7 @@ use crate::edit::{ask, locate, Scratch};
 use anyhow::{bail, Context, Result};
 use cairn_engine::control::Request;
 use cairn_engine::ArchiveReport;
-use std::io::{IsTerminal, Read, Write};
+use std::io::IsTerminal;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -77,32 +77,7 @@ pub fn import(file: &Path, dest: &Path) -> Result<()> {
     let mut src = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let len = src.metadata()?.len();
     let scratch = Scratch::named(parent, "import")?;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = indicatif::ProgressBar::new(len);
-        b.set_style(indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {eta}").expect("template").progress_chars("=> "));
-        b.set_prefix("importing");
-        b
-    });
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, &scratch.file);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut total = 0u64;
-    loop {
-        let n = src.read(&mut buf).with_context(|| format!("reading {}", file.display()))?;
-        if n == 0 {
-            break;
-        }
-        w.write_all(&buf[..n]).context("writing into the volume")?;
-        total += n as u64;
-        if let Some(b) = &bar {
-            b.set_position(total);
-        }
-    }
-    w.flush()?;
-    drop(w);
-    if let Some(b) = bar {
-        b.set_prefix("extracting");
-        b.finish_and_clear();
-    }
+    crate::progress::copy_with_bar("importing", &[], &mut src, &scratch.file, Some(len)).with_context(|| format!("copying {} into the volume", file.display()))?;
     let s = locate(&scratch.path)?;
     let v = ask(&d, &Request::ArchiveExtract { archive: s.rel, dest: d.rel.clone(), consume: true });
     // Consumed on success; the guard removes it on failure.

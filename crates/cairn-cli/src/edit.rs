@@ -5,7 +5,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use cairn_engine::control::{self, Request};
 use std::fs::{File, OpenOptions};
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -94,32 +94,7 @@ fn from_stream(target: &File, file: &Path, offset: u64, mbyte: u64, mut r: impl 
     }
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let scratch = Scratch::create(dir)?;
-    let bar = len.filter(|_| std::io::stderr().is_terminal()).map(|l| {
-        let b = indicatif::ProgressBar::new(l);
-        b.set_style(indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:40}] {bytes}/{total_bytes} {eta}").expect("template").progress_chars("=> "));
-        b.set_prefix("staging");
-        b
-    });
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, &scratch.file);
-    w.write_all(&head)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut total = head.len() as u64;
-    loop {
-        let n = r.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        w.write_all(&buf[..n])?;
-        total += n as u64;
-        if let Some(b) = &bar {
-            b.set_position(total);
-        }
-    }
-    w.flush()?;
-    drop(w);
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    let total = crate::progress::copy_with_bar("staging", &head, r, &scratch.file, len)?;
     cairn::rpsplice(target.as_fd(), offset, mbyte, scratch.file.as_fd(), 0, total).map_err(|e| explain(e, file, offset))
 }
 

@@ -41,3 +41,37 @@ impl Progress for Bars {
         }
     }
 }
+
+/// Copies `r` to the end of `w` (after `head`), with a byte progress bar
+/// named `prefix` on a terminal when the total `len` is known. Returns the
+/// bytes written, `head` included.
+pub fn copy_with_bar(prefix: &str, head: &[u8], mut r: impl std::io::Read, w: &std::fs::File, len: Option<u64>) -> anyhow::Result<u64> {
+    use anyhow::Context;
+    use std::io::Write;
+    let bar = len.filter(|_| std::io::stderr().is_terminal()).map(|l| {
+        let b = ProgressBar::new(l);
+        b.set_style(ProgressStyle::with_template("{prefix:>10} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {eta}").expect("template").progress_chars("=> "));
+        b.set_prefix(prefix.to_string());
+        b
+    });
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, w);
+    out.write_all(head).context("writing into the volume")?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = head.len() as u64;
+    loop {
+        let n = r.read(&mut buf).context("reading the source")?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n]).context("writing into the volume")?;
+        total += n as u64;
+        if let Some(b) = &bar {
+            b.set_position(total);
+        }
+    }
+    out.flush().context("writing into the volume")?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(total)
+}

@@ -16,7 +16,7 @@ use super::Volume;
 use crate::error::{Error, ErrorKind, Result};
 use crate::extent::{Extent, ExtentMap};
 use crate::meta;
-use crate::types::{Attr, Caller, FileKind, Ino, Timestamp, NAME_MAX};
+use crate::types::{Attr, Caller, FileKind, Ino, Timestamp};
 use cairn_tar::{HeaderSpec, Member, MemberKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -84,7 +84,7 @@ impl Volume {
     /// everything below the directories among them), sharing their data.
     pub fn archive_create(&self, sources: &[ArchiveSource], dst_parent: Ino, name: &[u8], opts: CreateOptions) -> Result<ArchiveReport> {
         self.check_writable()?;
-        check_name(name)?;
+        super::namespace::check_name(name)?;
         if let Some(a) = opts.align {
             if !a.is_power_of_two() || a < 512 {
                 return Err(Error::invalid(format!("alignment {a} must be a power of two of at least 512")));
@@ -268,7 +268,7 @@ impl Volume {
     /// member's name is taken in `dest`, escapes it, or passes through a link.
     pub fn archive_extract(&self, archive: Ino, dest_parent: Ino, dest_name: &[u8], consume: Option<(Ino, Vec<u8>)>, caller: Caller) -> Result<ArchiveReport> {
         self.check_writable()?;
-        check_name(dest_name)?;
+        super::namespace::check_name(dest_name)?;
         // The archive's content must be committed: members slice its extents.
         let (size, amap) = {
             let locked = self.lock_clean(&[archive])?;
@@ -418,15 +418,6 @@ fn new_attr(ino: Ino, kind: FileKind, perm: u32, nlink: u32, caller: Caller, now
     Attr { ino, kind, perm, nlink, uid: caller.uid, gid: caller.gid, rdev: 0, size, blocks: 0, atime: now, mtime: now, ctime: now, btime: now }
 }
 
-fn check_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
-        return Err(Error::invalid(format!("invalid name {:?}", String::from_utf8_lossy(name))));
-    }
-    if name.len() > NAME_MAX {
-        return Err(Error::new(ErrorKind::NameTooLong, "name longer than 255 bytes"));
-    }
-    Ok(())
-}
 
 /// The tree an archive extracts to, checked before anything is written.
 struct Plan {

@@ -10,7 +10,7 @@ use rusqlite::Connection;
 /// Largest extended attribute value (as Linux: 64 KiB).
 const XATTR_MAX: usize = 64 << 10;
 
-fn check_name(name: &[u8]) -> Result<()> {
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
         return Err(Error::invalid(format!("invalid file name {:?}", String::from_utf8_lossy(name))));
     }

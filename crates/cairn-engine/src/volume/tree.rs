@@ -14,7 +14,7 @@ use super::namespace::check_not_snapshot;
 use super::Volume;
 use crate::error::{Error, ErrorKind, Result};
 use crate::meta::{self, FLAG_READ_ONLY};
-use crate::types::{Attr, Caller, FileKind, Ino, Timestamp, NAME_MAX, ROOT_INO};
+use crate::types::{Attr, Caller, FileKind, Ino, Timestamp, ROOT_INO};
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -53,7 +53,7 @@ impl Volume {
     /// Copies the file or tree `src` to the new name `name` in `dst_parent`.
     pub fn clone_tree(&self, src: Ino, dst_parent: Ino, name: &[u8], opts: CloneOptions) -> Result<Attr> {
         self.check_writable()?;
-        check_new_name(name)?;
+        super::namespace::check_name(name)?;
         // The tree's content must be committed to be shared.
         self.sync()?;
         let now = Timestamp::now();
@@ -89,7 +89,7 @@ impl Volume {
     /// Creates the read-only snapshot `.snapshots/NAME` of the whole tree.
     pub fn snapshot_create(&self, name: &str) -> Result<SnapshotInfo> {
         self.check_writable()?;
-        check_new_name(name.as_bytes())?;
+        super::namespace::check_name(name.as_bytes())?;
         self.sync()?;
         let now = Timestamp::now();
         let (dir, ino, created) = self.meta.write(|tx| {
@@ -286,12 +286,3 @@ pub(super) fn remove_tree(vol: &Volume, tx: &Connection, parent: Ino, name: &[u8
     Ok(open)
 }
 
-fn check_new_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
-        return Err(Error::invalid(format!("invalid name {:?}", String::from_utf8_lossy(name))));
-    }
-    if name.len() > NAME_MAX {
-        return Err(Error::new(ErrorKind::NameTooLong, "name longer than 255 bytes"));
-    }
-    Ok(())
-}
