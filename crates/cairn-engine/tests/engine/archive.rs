@@ -190,3 +190,41 @@ fn bad_archives_are_refused_and_nothing_is_made() {
     assert!(v.resolve(b"o1").is_err() && v.resolve(b"o2").is_err(), "a failed extract left a directory");
     assert!(maintenance::fsck(&v, true, &NoProgress).unwrap().errors.is_empty());
 }
+
+/// Reads a volume file for the tar parser.
+struct VolReader<'a>(&'a Volume, Ino);
+
+impl cairn_tar::ReadAt for VolReader<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let got = self.0.read(self.1, offset, buf.len() as u32).map_err(|e| std::io::Error::other(e.to_string()))?;
+        buf[..got.len()].copy_from_slice(&got);
+        Ok(got.len())
+    }
+}
+
+#[test]
+fn members_over_8_gib_use_pax_sizes_and_stay_sparse() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let dir = v.mkdir(ROOT_INO, b"big", 0o755, root()).unwrap().ino;
+    let f = v.create(dir, b"huge", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    let size = 9u64 << 30;
+    v.setattr(f, &SetAttr { size: Some(size), ..Default::default() }).unwrap();
+    v.write(f, size - 5, b"tail!").unwrap();
+    let rep = v.archive_create(&[src(&v, "big")], ROOT_INO, b"big.tar", opts(None, false)).unwrap();
+    let members = cairn_tar::parse(&VolReader(&v, rep.ino), rep.archive_bytes).unwrap();
+    let m = members.iter().find(|m| m.path == b"big/huge").unwrap();
+    assert_eq!(m.size, size);
+    // The 8-GiB-plus ustar size field cannot hold it: a pax record does.
+    let hdr = v.read(rep.ino, m.header_offset, 1024).unwrap();
+    assert_eq!(hdr[156], b'x', "a pax extended header comes first");
+    assert!(String::from_utf8_lossy(&hdr[512..1024]).contains(&format!("size={size}")));
+    v.archive_extract(rep.ino, ROOT_INO, b"out", None, root()).unwrap();
+    let x = v.resolve(b"out/big/huge").unwrap();
+    let a = v.getattr(x).unwrap();
+    assert_eq!(a.size, size);
+    assert!(a.blocks * 512 < 1 << 20, "the extracted copy is not sparse: {} blocks", a.blocks);
+    assert_eq!(v.read(x, size - 5, 5).unwrap(), b"tail!");
+    assert!(maintenance::fsck(&v, false, &NoProgress).unwrap().errors.is_empty());
+}
