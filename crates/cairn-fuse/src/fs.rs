@@ -838,11 +838,12 @@ impl Filesystem for CairnFs {
         reply: ReplyWrite,
     ) {
         // A clone: the destination range shares the source's extents. The
-        // reply counts in 32 bits, so one call moves at most 4 GiB - 4 KiB;
-        // callers loop. The kernel drops its cached pages of the target.
-        let len = len.min(u32::MAX as u64 & !4095);
+        // reply counts in 32 bits, so it reports at most 4 GiB - 4 KiB and
+        // callers loop; the engine still clones all it was asked (a whole
+        // file shares its pages at once) and finds the later calls' ranges
+        // already identical. The kernel drops its cached pages of the target.
         match self.vol.clone_range(ino_in.0, offset_in, ino_out.0, offset_out, len) {
-            Ok(n) => reply.written(n as u32),
+            Ok(n) => reply.written(n.min(u32::MAX as u64 & !4095) as u32),
             Err(e) => reply.error(errno("copy_file_range", ino_out.0, &e)),
         }
     }

@@ -107,6 +107,11 @@ impl Volume {
         if src == dst && src_off < dst_end && dst_off < src_off + n {
             return Err(Error::invalid("source and destination ranges overlap"));
         }
+        // Already the same extents (a caller going on with the rest of a
+        // whole-file clone it was told was shorter): nothing to do.
+        if dst_end <= d.size && src_map.range(src_off, src_off + n).into_iter().map(|(_, e)| e).eq(d.base.range(dst_off, dst_end).into_iter().map(|(_, e)| e)) {
+            return Ok(n);
+        }
         let mut map = d.base.clone();
         if src_off == 0 && n == src_size && dst_off == 0 && d.size <= n && src_map.all_stored() {
             map.replace_with_share(&src_map);
