@@ -73,7 +73,7 @@ struct FileReader<'a> {
 impl cairn_tar::ReadAt for FileReader<'_> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
         let want = buf.len().min(u32::MAX as usize) as u32;
-        let got = self.vol.read(self.ino, offset, want).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let got = self.vol.read_with(self.ino, offset, want, false).map_err(|e| std::io::Error::other(e.to_string()))?;
         buf[..got.len()].copy_from_slice(&got);
         Ok(got.len())
     }
@@ -275,9 +275,11 @@ impl Volume {
             let g = locked.states[0].inner.lock();
             (g.size, g.base.clone())
         };
+        let t0 = std::time::Instant::now();
         let reader = FileReader { vol: self, ino: archive };
         let members = cairn_tar::parse(&reader, size).map_err(|e| Error::invalid(format!("not a valid tar archive: {e}")))?;
         let plan = Plan::build(&members)?;
+        let parsed = t0.elapsed();
         let now = Timestamp::now();
         let owner = (caller.uid != 0).then_some(caller);
         let mut report = ArchiveReport { members: members.len() as u64, archive_bytes: size, ..Default::default() };
@@ -398,6 +400,7 @@ impl Volume {
             }
             Ok(root)
         })?;
+        tracing::debug!(members = members.len(), ?parsed, total = ?t0.elapsed(), "archive extracted");
         for i in freed_later {
             self.last_name_gone(i)?;
         }

@@ -476,6 +476,12 @@ impl Volume {
 
     /// Reads up to `size` bytes at `offset` (short only at end of file).
     pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>> {
+        self.read_with(ino, offset, size, true)
+    }
+
+    /// `read`, with or without fetching the chunks that follow ahead of
+    /// time (a tar parser hopping from header to header wants none of them).
+    pub(crate) fn read_with(&self, ino: Ino, offset: u64, size: u32, read_ahead: bool) -> Result<Vec<u8>> {
         let (parts, ahead) = self.with_file(ino, |_, g| {
             let end = offset.saturating_add(size as u64).min(g.size);
             if offset >= end {
@@ -484,7 +490,7 @@ impl Volume {
             let mut parts = Vec::new();
             self.plan_read(g, offset, end, &mut parts)?;
             // Read-ahead: the chunks just past this read.
-            let ahead_end = (end + 2 * self.cfg.chunker.max as u64).min(g.base_valid);
+            let ahead_end = if read_ahead { (end + 2 * self.cfg.chunker.max as u64).min(g.base_valid) } else { 0 };
             let ahead: Vec<u64> = if end < ahead_end {
                 g.base.range(end, ahead_end).into_iter().filter_map(|(_, e)| match e.src { Source::Chunk(id) => Some(id), _ => None }).collect()
             } else {
