@@ -133,6 +133,13 @@ fn import_move_consume_and_hostile_archives() {
     assert!(out.ok(), "{out}");
     assert_same_tree(&src.join("proj"), &m.join("imp/proj"));
     assert!(fs::read_dir(m.path()).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().starts_with(".cairn-")), "import left its copy");
+    // bsdtar likewise.
+    let bsd = env.path("bsd.tar");
+    let out = sh(&format!("cd {} && bsdtar --format=pax -cf {} proj", src.display(), bsd.display()));
+    assert!(out.ok(), "{out}");
+    let out = cairn([OsStr::new("archive"), OsStr::new("import"), bsd.as_os_str(), m.join("bsdimp").as_os_str()]);
+    assert!(out.ok(), "{out}");
+    assert_same_tree(&src.join("proj"), &m.join("bsdimp/proj"));
     // Move into an archive and consume it back.
     let out = run(Command::new(CAIRN).current_dir(m.path()).args(["archive", "create", "--move", "-C", "imp", "moved.tar", "proj"]));
     assert!(out.ok(), "{out}");
