@@ -305,7 +305,12 @@ impl Volume {
                     s.0 = false;
                 }
                 let Some(vol) = weak.upgrade() else { return };
-                if let Err(e) = vol.flush_round(false) {
+                // Under journal pressure nothing is held back: a held tail
+                // pins every later journal segment (a program writing an open
+                // file from the end backwards would otherwise fill the
+                // journal and block all writers for good).
+                let pressed = vol.journal.bytes() > vol.opts.journal_limit / 2;
+                if let Err(e) = vol.flush_round(pressed) {
                     tracing::error!("background flush failed (will retry): {e}");
                     std::thread::sleep(Duration::from_millis(200));
                 }

@@ -381,3 +381,37 @@ fn create_rate() {
     let u = t.elapsed().as_secs_f64();
     eprintln!("engine: create {:.0}/s unlink {:.0}/s", n as f64 / c, n as f64 / u);
 }
+
+/// A program that rewrites an open file from the end backwards keeps its
+/// first write (the file's last chunk) in the held-back tail of every
+/// background flush. That must not pin the journal until writers block.
+#[test]
+fn writing_an_open_file_backwards_never_blocks_on_the_journal() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = Volume::load(
+        d.path(),
+        OpenOptions { flush_bytes: 1 << 20, journal_limit: 8 << 20, flush_age: std::time::Duration::from_secs(3600), ..Default::default() },
+    )
+    .unwrap();
+    let ino = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(ino).unwrap();
+    let total = 40usize << 20; // five times the journal limit
+    let block = 256usize << 10;
+    let data = random_bytes(77, total);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let v2 = v.clone();
+    let data2 = data.clone();
+    std::thread::spawn(move || {
+        let mut pos = total;
+        while pos > 0 {
+            pos -= block;
+            v2.write(ino, pos as u64, &data2[pos..pos + block]).unwrap();
+        }
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(120)).expect("the writer blocked on a full journal");
+    v.release(ino).unwrap();
+    v.flush_now().unwrap();
+    assert!(read_all(&v, ino) == data);
+}
