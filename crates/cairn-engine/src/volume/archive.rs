@@ -313,9 +313,9 @@ impl Volume {
             }
             // Inode numbers: node 0 is DEST; hard links share their target's.
             let mut inos: Vec<Ino> = vec![root; plan.nodes.len()];
-            for i in 1..plan.nodes.len() {
-                if plan.nodes[i].hard_of.is_none() {
-                    inos[i] = self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            for (ino, node) in inos.iter_mut().zip(&plan.nodes).skip(1) {
+                if node.hard_of.is_none() {
+                    *ino = self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             }
             for i in 1..plan.nodes.len() {
