@@ -62,9 +62,12 @@ const CONGESTION_THRESHOLD: u16 = 48;
 ///   docs; leaving them out is what makes the kernel do locking itself.
 /// - `ATOMIC_O_TRUNC`: O_TRUNC then arrives as a `setattr(size = 0)`, which
 ///   the engine already handles as a truncate.
-/// - `AUTO_INVAL_DATA`: no `FOPEN_KEEP_CACHE` is set, so every open already
-///   drops cached pages (close-to-open); auto-invalidation would add re-reads
-///   on every mtime change for little gain.
+/// - `AUTO_INVAL_DATA`: not needed. Opens of regular files keep the page
+///   cache (`FOPEN_KEEP_CACHE`): one daemon owns the volume (it is locked),
+///   every data change goes through the kernel (write, truncate, fallocate,
+///   copy_file_range, which drop or update the pages themselves) or is
+///   reported to it (rpwrite ioctls and control-socket edits call
+///   `inval_inode`). Dropping a 1 GiB file's pages at every open cost 0.3 s.
 /// - `HANDLE_KILLPRIV(_V2)`: the kernel clears setuid/setgid itself (it sends
 ///   the mode change in a `setattr`). The price, measured: without V2 the
 ///   kernel does not set SB_NOSEC and asks `getxattr("security.capability")`
@@ -480,7 +483,7 @@ impl Filesystem for CairnFs {
             }
         }
         match self.vol.open(ino.0) {
-            Ok(_) => reply.opened(self.new_fh(writable(flags.0)), FopenFlags::empty()),
+            Ok(_) => reply.opened(self.new_fh(writable(flags.0)), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(errno("open", ino.0, &e)),
         }
     }
@@ -779,7 +782,7 @@ impl Filesystem for CairnFs {
                 &file_attr(&attr),
                 GENERATION,
                 self.new_fh(writable(flags)),
-                FopenFlags::empty(),
+                FopenFlags::FOPEN_KEEP_CACHE,
             ),
             Err(e) => reply.error(errno("create(open)", attr.ino, &e)),
         }
