@@ -158,31 +158,43 @@ impl Volume {
         let new_size = (g.size - mbyte).checked_add(n).filter(|s| *s <= MAX_FILE_SIZE).ok_or_else(|| Error::new(ErrorKind::TooBig, "the result would pass the largest file size"))?;
         let mut map = g.base.clone();
         map.splice(offset, offset + mbyte, new_exts);
+        let mut report = EditReport { size: new_size, ..Default::default() };
         let mut batch = Batch::new(self);
         match new {
             NewBytes::Data(_) => {
                 self.rechunk(&mut map, offset, offset + n, &mut batch, false, mem)?;
+                self.finish_edit(&st, &mut g, map, batch, &mut report)?;
             }
             NewBytes::Range { .. } => {
-                // A re-chunk reads only committed chunks, so two junctions
-                // whose windows could meet are re-chunked as one range.
-                // Apart, the right one goes first: re-chunking never changes
-                // lengths, so the left junction stays where it is.
-                let max = self.cfg.chunker.max as u64;
-                if n <= 4 * max {
-                    self.rechunk(&mut map, offset, offset + n, &mut batch, false, &[])?;
-                } else {
+                // Each junction is re-chunked on its own, so the spliced-in
+                // extents between them stay as they are. A re-chunk reads
+                // only committed chunks, so the right junction (whose new
+                // chunks the left one may reach) is committed first; the
+                // content is the same before and after either commit.
+                if n > 0 {
                     self.rechunk(&mut map, offset + n, offset + n, &mut batch, false, &[])?;
-                    self.rechunk(&mut map, offset, offset, &mut batch, false, &[])?;
                 }
+                self.finish_edit(&st, &mut g, map, batch, &mut report)?;
+                let mut map = g.base.clone();
+                let mut batch = Batch::new(self);
+                self.rechunk(&mut map, offset, offset, &mut batch, false, &[])?;
+                self.finish_edit(&st, &mut g, map, batch, &mut report)?;
             }
         }
-        debug_assert_eq!(map.len(), new_size);
+        debug_assert_eq!(g.size, new_size);
+        Ok(report)
+    }
+
+    /// Uploads a batch's packs, commits the new map with them, and adds the
+    /// batch's counters to `report`.
+    fn finish_edit(&self, st: &FileState, g: &mut FileInner, map: ExtentMap, mut batch: Batch, report: &mut EditReport) -> Result<()> {
         batch.seal()?;
         batch.finish_uploads()?;
-        let report = EditReport { size: new_size, rechunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, chunks_written: batch.chunks_stored, old_chunks_rechunked: batch.old_chunks_rechunked };
-        self.commit_edit(&st, &mut g, map, Some(&batch))?;
-        Ok(report)
+        report.rechunked_bytes += batch.chunked_bytes;
+        report.new_chunk_bytes += batch.new_bytes;
+        report.chunks_written += batch.chunks_stored;
+        report.old_chunks_rechunked += batch.old_chunks_rechunked;
+        self.commit_edit(st, g, map, Some(&batch))
     }
 
     /// Commits a file's new map (and the chunks of `batch`), then installs it.

@@ -303,3 +303,27 @@ fn snapshots_keep_their_content_and_are_read_only() {
     assert!(rep.errors.is_empty(), "{:?}", rep.errors);
     let _ = snaps;
 }
+
+#[test]
+fn a_large_zero_copy_insert_rechunks_only_its_two_junctions() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let mut model = random_bytes(21, 16 << 20);
+    let ino = mkfile(&v, ROOT_INO, "big", &model);
+    let new = random_bytes(22, 8 << 20);
+    let scratch = mkfile(&v, ROOT_INO, "scratch", &new);
+    v.flush_now().unwrap();
+    let before = stored_pack_bytes(d.path());
+    let r = v.replace(ino, 5 << 20, 0, NewBytes::Range { ino: scratch, offset: 0, len: u64::MAX }).unwrap();
+    model.splice(5 << 20..5 << 20, new.iter().copied());
+    // Two junctions: the chunks around each, never the 8 MiB between them.
+    assert!(r.rechunked_bytes <= 6 * MAX_CHUNK, "re-chunked {} bytes", r.rechunked_bytes);
+    assert!(r.old_chunks_rechunked <= 6, "{} old chunks re-chunked", r.old_chunks_rechunked);
+    let grew = stored_pack_bytes(d.path()) - before;
+    assert!(grew <= 6 * MAX_CHUNK, "the zero-copy insert stored {grew} bytes");
+    assert_eq!(read_all(&v, ino), model);
+    v.unlink(ROOT_INO, b"scratch").unwrap();
+    assert_eq!(read_all(&v, ino), model);
+    assert!(maintenance::fsck(&v, true, &NoProgress).unwrap().errors.is_empty());
+}
