@@ -1,6 +1,6 @@
 # Helpers for bench/run.sh: logging, timing, results, Cairn mounts, cleanup.
-# Sourced, not run. Expects CAIRN (the binary), SCRATCH, RESULTS and PASSFILE
-# to be set by the caller.
+# Sourced, not run. Expects PY (the python command, an array), and CAIRN (the
+# binary), SCRATCH, RESULTS and PASSFILE to be set by the caller.
 
 log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -8,11 +8,12 @@ die() { log "error: $*"; exit 1; }
 # Seconds since the epoch with microseconds (bash 5, no fork).
 now() { printf '%s' "$EPOCHREALTIME"; }
 # elapsed T0 T1: T1 - T0 in seconds.
-elapsed() { python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.6f}")' "$1" "$2"; }
+elapsed() { "${PY[@]}" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.6f}")' "$1" "$2"; }
 
 # record KEY=VALUE...: appends one JSON object to $RESULTS (values that look
-# like numbers are stored as numbers).
-record() { python3 "$BENCH_DIR/fsbench.py" record "$RESULTS" "$@"; }
+# like numbers are stored as numbers; an argument starting with '{' is a JSON
+# object merged in), tagged with the running section (section=$SECTION).
+record() { "${PY[@]}" "$BENCH_DIR/fsbench.py" record "$RESULTS" ${SECTION:+section="$SECTION"} "$@"; }
 
 # cmd SECTION COMMAND: remembers the exact command shown beside a table.
 cmd() { record kind=cmd section="$1" cmd="$2"; }
