@@ -11,6 +11,9 @@
                                      OLD's rows of other sections + NEW's rows
   fsbench.py report ...              write BENCHMARKS.md from the results
 
+Sections 9-11 (tar archives) have their helpers and their part of the
+report in bench/archive.py, their shell part in bench/archive.sh.
+
 Helpers of sections 5-8 (each prints one JSON object):
   fsbench.py run-io CMD...           run CMD; wall seconds and the write_bytes
                                      it (and its children) caused
@@ -294,7 +297,7 @@ def overwrite(path, fraction, seed, data_seed, verify=None):
 
 # --- report ---------------------------------------------------------------
 
-SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow"]
+SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow", "archive", "memory", "mount"]
 
 
 def med(xs):
@@ -365,7 +368,8 @@ def code_block(lines):
 SECTION_TITLES = {
     "ingest": "1. Ingest pipeline", "seq": "2. Sequential write and cold read", "meta": "3. Metadata",
     "dedup": "4. Dedup", "clone": "5. Clones", "nine": "6. Nine users", "insert": "7. Insert and delete in the middle",
-    "cow": "8. Copy-on-write overhead",
+    "cow": "8. Copy-on-write overhead", "archive": "9. Archive and extract (AvaTar fig. 3)",
+    "memory": "10. Memory (AvaTar table 1)", "mount": "11. Archive mount vs ratarmount",
 }
 
 
@@ -914,6 +918,11 @@ def report(a):
         summary.append((f"CoW: overwriting {frac:.0%} of a fresh {human(size)} clone vs a never-cloned file", "≤ 3% slower",
                         f"{o1:+.1f}% until fsync, {o2:+.1f}% until flushed (run by run: median {pm:+.1f}%)", ok))
 
+    # --- 9-11. tar archives (bench/archive.py)
+    import archive
+    archive.render(rows, b, summary, {"med": med, "fmt_s": fmt_s, "human": human, "met": met,
+                                      "code": code_block, "cmds_for": cmds_for})
+
     if summary:
         w("## Summary")
         w("")
@@ -937,7 +946,8 @@ def report(a):
         for k, v in ing["samples_mbps"].items():
             w(f"ingest {k:20s} MB/s {v}")
     for r in rows:
-        if r.get("kind") in ("seq", "rss", "meta", "dedup", "clone_setup", "clone", "nine", "edit", "edit_fail", "cow"):
+        if r.get("kind") in ("seq", "rss", "meta", "dedup", "clone_setup", "clone", "nine", "edit", "edit_fail", "cow",
+                                "arc", "mem", "mount_setup", "mount", "mount_startup"):
             w(json.dumps(r))
     w("```")
     w("")

@@ -4,7 +4,7 @@
 # and writes BENCHMARKS.md at the repo root.
 set -euo pipefail
 
-ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow
+ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount
 
 usage() {
     cat <<'EOF'
@@ -42,6 +42,17 @@ Cairn run by run:
   8. cow       1 MiB random-offset overwrites of 25% of a freshly cloned
                1 GiB file vs a never-cloned one with the same content
                (target: clone overhead <= 3%)
+  9. archive   tar archives of 1,024 files of 64 MiB to 4 GiB in all, and of
+               1 GiB in 64 to 4,096 files (AvaTar, figure 3): archive and
+               extract, uncached, with `cairn archive create/extract` vs GNU
+               tar on ext4 and GNU tar inside the mount
+               (target: < 0.2 s for 1,024 files / 4 GiB, >= 300x GNU tar)
+ 10. memory    the same for the 1,024-file setups (AvaTar, table 1): the
+               daemon's extra memory vs GNU tar's peak RSS, page cache growth
+               (target: the daemon's extra memory flat in the size)
+ 11. mount     mount a 1,024-file, 1 GiB tar on ext4 and ls -lR it, first
+               and second mount: `cairn archive mount` vs ratarmount
+               (pip install ratarmount; skipped with a note if missing)
 
 Results are kept per section. Every row a section records carries the
 section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
@@ -49,13 +60,14 @@ section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
 there are replaced by the new ones and every other section's rows are kept
 as they were; at the end the report is rendered from the whole file. So
 `--only clone,insert` re-measures sections 5 and 7 and BENCHMARKS.md still
-shows all eight sections, each with the date, commit and load of the run it
+shows every section, each with the date, commit and load of the run it
 came from (the "Runs" table at the top of the report). A run that dies keeps
 the sections it finished; `--report-only` renders the report again.
 
 Options:
   --only LIST           comma-separated sections to run (default: all):
-                        ingest,seq,meta,dedup,clone,nine,insert,cow
+                        ingest,seq,meta,dedup,clone,nine,insert,cow,
+                        archive,memory,mount
   --quick               smoke run: small sizes, one or two runs each (about
                         5 minutes for all sections). Results and report go
                         to /var/tmp/cairn-bench-quick/ unless --results-dir
@@ -121,6 +133,8 @@ if [[ $QUICK == 1 ]]; then
     NINE_FILES=200 NINE_KIB=100 NINE_DIRS=10 NINE_COPIES=9 NINE_RUNS=1
     INSERT_SIZES="16 64" INSERT_BIG_MIB=64 INSERT_RUNS=1 INSERT_RUNS_BIG=1 EDIT_TIMEOUT=120
     COW_MIB=64 COW_FRACTION=0.25 COW_RUNS=2
+    ARCHIVE_SETUPS="1024:16 64:64" ARCHIVE_RUNS=1 ARCHIVE_BIG_MIB=64 ARCHIVE_FUSE_RUNS_BIG=1 MEMORY_SETUPS="1024:16 1024:64" MEMORY_RUNS=1
+    MOUNT_FILES=256 MOUNT_MIB=64 MOUNT_RUNS=1
 else
     INGEST_MIB=1024 INGEST_RUNS=5 SEQ_MIB=2048 SEQ_RUNS=3 META_FILES=20000 META_RUNS=5 DEDUP_MIB=256 DEDUP_RUNS=3
     CLONE_MIB=1024 CLONE_REPEAT=16 CLONE_RUNS=5 CLONE_BIG_EXT_RUNS=2
@@ -132,6 +146,13 @@ else
     # (the slowest that completes, the POSIX way on 4 GiB, takes ~30 s).
     EDIT_TIMEOUT=300
     COW_MIB=1024 COW_FRACTION=0.25 COW_RUNS=10
+    # FILES:MIB. Figure 3a: 1,024 files, 64 MiB to 4 GiB in all; figure 3b:
+    # 1 GiB in all, 64 to 4,096 files (1024:1024 is in both).
+    ARCHIVE_SETUPS="1024:64 1024:256 1024:1024 1024:4096 64:1024 256:1024 4096:1024" ARCHIVE_RUNS=3
+    # GNU tar inside the mount: ARCHIVE_FUSE_RUNS_BIG runs from ARCHIVE_BIG_MIB MiB on
+    ARCHIVE_BIG_MIB=4096 ARCHIVE_FUSE_RUNS_BIG=2
+    MEMORY_SETUPS="1024:64 1024:256 1024:1024 1024:4096" MEMORY_RUNS=3
+    MOUNT_FILES=1024 MOUNT_MIB=1024 MOUNT_RUNS=5
 fi
 
 # The interpreter itself, not a version manager's shim (pyenv's costs 0.2 s a
@@ -139,6 +160,7 @@ fi
 PY=$(python3 -c 'import sys; print(sys.executable)')
 PY=("${PY[@]}" -S)
 source "$BENCH_DIR/lib.sh"
+source "$BENCH_DIR/archive.sh"
 FSB=("${PY[@]}" "$BENCH_DIR/fsbench.py")
 
 render_report() {
@@ -152,7 +174,7 @@ if [[ $REPORT_ONLY == 1 ]]; then
 fi
 
 [[ $(id -u) == 0 ]] || die "run as root (drop_caches, FUSE)"
-for t in python3 fusermount3 mountpoint dd pgrep mkfs.ext4 truncate du cmp diff; do
+for t in python3 fusermount3 mountpoint dd pgrep mkfs.ext4 truncate du cmp diff tar /usr/bin/time; do
     command -v "$t" >/dev/null || die "$t is not installed"
 done
 
