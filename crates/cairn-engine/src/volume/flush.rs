@@ -92,7 +92,7 @@ impl<'a> Batch<'a> {
         let ids: Vec<ChunkId> = chunks.par_iter().map(|c| vol.keys.chunk_id(c)).collect();
         let mut out = vec![0u64; chunks.len()];
         let mut todo: Vec<usize> = Vec::new();
-        vol.meta.read(|c| {
+        vol.meta.read_many(|c| {
             for (i, h) in ids.iter().enumerate() {
                 if let Some(&id) = self.by_hash.get(h) {
                     out[i] = id;

@@ -319,6 +319,13 @@ impl Volume {
         *self.flusher.lock() = Some(h);
     }
 
+    /// Before an operation that visits the metadata of many files: see
+    /// [`meta::Meta::prefetch`]. Databases over 256 MiB are left alone (the
+    /// operation may need only a small part of them).
+    pub(crate) fn prefetch_metadata(&self) {
+        self.meta.prefetch(256 << 20);
+    }
+
     /// Flushes every dirty file to the backend and makes the metadata durable.
     pub fn sync(&self) -> Result<()> {
         if self.opts.read_only {

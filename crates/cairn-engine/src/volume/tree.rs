@@ -54,8 +54,10 @@ impl Volume {
     pub fn clone_tree(&self, src: Ino, dst_parent: Ino, name: &[u8], opts: CloneOptions) -> Result<Attr> {
         self.check_writable()?;
         super::namespace::check_name(name)?;
-        // The tree's content must be committed to be shared.
-        self.sync()?;
+        self.prefetch_metadata();
+        // The tree's content must be committed to be shared (committed is
+        // enough: the clone's own transaction is no more durable).
+        self.flush_round(true)?;
         let now = Timestamp::now();
         let owner = (opts.caller.uid != 0).then_some(opts.caller);
         let ino = self.meta.write(|tx| {
