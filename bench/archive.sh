@@ -23,9 +23,11 @@ cold_remount() {
 
 # arc_run WHAT FILES BYTES RUN METHOD PHASE ARGS...: archive.py run ARGS, recorded
 arc_run() {
-    local what=$1 files=$2 bytes=$3 run=$4 method=$5 phase=$6 r
+    local what=$1 files=$2 bytes=$3 run=$4 method=$5 phase=$6 r t=()
     shift 6
-    r=$("${ARC[@]}" run "$@")
+    # Section 9 times the command alone; section 10 wraps it to measure memory.
+    [[ $what == arc ]] && t=(--timing-only)
+    r=$("${ARC[@]}" run "${t[@]}" "$@")
     record kind="$what" files="$files" bytes="$bytes" run="$run" method="$method" phase="$phase" "$r"
     log "$SECTION $files files / $((bytes >> 20)) MiB run $run $method $phase: $(json_get "$r" total_seconds) s"
 }
@@ -110,7 +112,8 @@ archive_cmds() { # SECTION METHODS
     cmd "$s" "python3 bench/archive.py gentree $EXT/src FILES MIB    # FILES random files adding up to MIB MiB, on ext4"
     cmd "$s" "cairn init --encrypt --passphrase-file $PASSFILE $VOL; cairn mount $VOL $MNT --passphrase-file $PASSFILE; cp -a $EXT/src $MNT/src"
     cmd "$s" "# before every timed command: sync; echo 3 > /proc/sys/vm/drop_caches (and for Cairn, before that: cairn umount $MNT; cairn mount ...)"
-    cmd "$s" "# every command is run by: python3 bench/archive.py run [--rss-pid DAEMON] --sync-fs DIR | --then 'cairn stats --json $VOL' -- COMMAND"
+    local t=""; [[ $s == archive ]] && t=" --timing-only"
+    cmd "$s" "# every command is run by: python3 bench/archive.py run$t [--rss-pid DAEMON] --sync-fs DIR | --then 'cairn stats --json $VOL' -- COMMAND"
     for m in $2; do
         case $m in
         ext4)

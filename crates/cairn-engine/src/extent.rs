@@ -94,6 +94,17 @@ impl Page {
     }
 }
 
+/// Where `ExtentMap::range_from` left off: the extent holding the last
+/// start offset. A default cursor starts from a lookup.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RangeCursor {
+    page: usize,
+    ext: usize,
+    /// File offset where extent `ext` of page `page` begins.
+    pos: u64,
+    valid: bool,
+}
+
 /// The extent list of one file.
 #[derive(Clone, Debug, Default)]
 pub struct ExtentMap {
@@ -174,6 +185,56 @@ impl ExtentMap {
             Ok(i) => i,
             Err(i) => i.saturating_sub(1),
         }
+    }
+
+    /// Like `range`, resuming from `cur` when `start` is at or after the
+    /// last call's: a pass over the file in increasing offsets (a tar's
+    /// headers and members) costs O(extents) in all instead of a scan of a
+    /// page (up to `PAGE_MAX` extents) per call.
+    pub fn range_from(&self, cur: &mut RangeCursor, start: u64, end: u64) -> Vec<(u64, Extent)> {
+        let end = end.min(self.len);
+        let mut out = Vec::new();
+        if start >= end {
+            return out;
+        }
+        if !cur.valid || start < cur.pos || cur.page >= self.pages.len() {
+            let pi = self.page_at(start);
+            *cur = RangeCursor { page: pi, ext: 0, pos: self.starts[pi], valid: true };
+        }
+        // Skip whole extents that end at or before `start`.
+        while cur.page < self.pages.len() {
+            let exts = &self.pages[cur.page].extents;
+            if cur.ext >= exts.len() {
+                cur.page += 1;
+                cur.ext = 0;
+                continue;
+            }
+            let e = &exts[cur.ext];
+            if cur.pos + e.len > start {
+                break;
+            }
+            cur.pos += e.len;
+            cur.ext += 1;
+        }
+        let (mut pi, mut ei, mut pos) = (cur.page, cur.ext, cur.pos);
+        while pi < self.pages.len() {
+            let exts = &self.pages[pi].extents;
+            if ei >= exts.len() {
+                pi += 1;
+                ei = 0;
+                continue;
+            }
+            let e = &exts[ei];
+            if pos >= end {
+                break;
+            }
+            let s = start.max(pos);
+            let t = end.min(pos + e.len);
+            out.push((s, e.slice(s - pos, t - s)));
+            pos += e.len;
+            ei += 1;
+        }
+        out
     }
 
     /// The extents covering `[start, end)`, clipped, with their file offsets.
@@ -677,6 +738,26 @@ mod tests {
                     prop_assert_eq!(&materialize(c), cm);
                     prop_assert_eq!(&materialize(&store.load(2)), cm);
                 }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// A cursor carried across calls gives what `range` gives, whatever
+        /// order the queries come in (forward, as a tar walk, or not).
+        #[test]
+        fn range_from_matches_range(exts in prop::collection::vec(ext_strategy(), 1..2000), queries in prop::collection::vec((0u64..200_000, 0u64..300), 1..80), sorted in any::<bool>()) {
+            let mut m = ExtentMap::new();
+            m.splice(0, 0, exts);
+            let len = m.len();
+            let mut qs: Vec<(u64, u64)> = queries.into_iter().map(|(a, l)| (a % (len + 1), l)).collect();
+            if sorted {
+                qs.sort();
+            }
+            let mut cur = RangeCursor::default();
+            for (a, l) in qs {
+                prop_assert_eq!(m.range_from(&mut cur, a, a + l), m.range(a, a + l), "[{}, {})", a, a + l);
             }
         }
     }

@@ -14,7 +14,7 @@
 use super::tree::remove_tree;
 use super::Volume;
 use crate::error::{Error, ErrorKind, Result};
-use crate::extent::{Extent, ExtentMap};
+use crate::extent::{Extent, ExtentMap, RangeCursor, Source};
 use crate::meta;
 use crate::types::{Attr, Caller, FileKind, Ino, Timestamp};
 use cairn_tar::{HeaderSpec, Member, MemberKind};
@@ -64,18 +64,39 @@ enum Part {
     Ext(Extent),
 }
 
-/// Reads a file of the volume for the tar parser.
-struct FileReader<'a> {
+/// Reads a committed file (the archive being extracted) for the tar parser
+/// straight from its extent map. The parser reads headers at increasing
+/// offsets, so a cursor finds each read's extents without scanning a page
+/// of up to `PAGE_MAX` extents, as a lookup by offset would.
+struct MapReader<'a> {
     vol: &'a Volume,
-    ino: Ino,
+    map: &'a ExtentMap,
+    cur: std::cell::RefCell<RangeCursor>,
 }
 
-impl cairn_tar::ReadAt for FileReader<'_> {
+impl cairn_tar::ReadAt for MapReader<'_> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        let want = buf.len().min(u32::MAX as usize) as u32;
-        let got = self.vol.read_with(self.ino, offset, want, false).map_err(|e| std::io::Error::other(e.to_string()))?;
-        buf[..got.len()].copy_from_slice(&got);
-        Ok(got.len())
+        let end = offset.saturating_add(buf.len() as u64).min(self.map.len());
+        if offset >= end {
+            return Ok(0);
+        }
+        let mut at = 0usize;
+        for (_, e) in self.map.range_from(&mut self.cur.borrow_mut(), offset, end) {
+            let n = e.len as usize;
+            match e.src {
+                Source::Hole => buf[at..at + n].fill(0),
+                Source::Chunk(id) => {
+                    let c = self.vol.chunk(id).map_err(|e| std::io::Error::other(e.to_string()))?;
+                    let src = c
+                        .get(e.off as usize..(e.off + e.len) as usize)
+                        .ok_or_else(|| std::io::Error::other(format!("extent past the end of chunk #{id}")))?;
+                    buf[at..at + n].copy_from_slice(src);
+                }
+                _ => return Err(std::io::Error::other("the archive has content not yet flushed")),
+            }
+            at += n;
+        }
+        Ok(at)
     }
 }
 
@@ -301,7 +322,7 @@ impl Volume {
             (g.size, g.base.clone())
         };
         let t0 = std::time::Instant::now();
-        let reader = FileReader { vol: self, ino: archive };
+        let reader = MapReader { vol: self, map: &amap, cur: Default::default() };
         let members = cairn_tar::parse(&reader, size).map_err(|e| Error::invalid(format!("not a valid tar archive: {e}")))?;
         let plan = Plan::build(&members)?;
         let parsed = t0.elapsed();
@@ -356,6 +377,7 @@ impl Volume {
                 }
             }
             let mut deltas = HashMap::new();
+            let mut cur = RangeCursor::default();
             for i in 1..plan.nodes.len() {
                 let n = &plan.nodes[i];
                 let ino = inos[i];
@@ -392,7 +414,7 @@ impl Volume {
                         if r.archive_offset + r.len > amap.len() {
                             return Err(Error::invalid(format!("member {} runs past the end of the archive", String::from_utf8_lossy(&m.path))));
                         }
-                        ex.extend(amap.range(r.archive_offset, r.archive_offset + r.len).into_iter().map(|(_, e)| e));
+                        ex.extend(amap.range_from(&mut cur, r.archive_offset, r.archive_offset + r.len).into_iter().map(|(_, e)| e));
                         at = r.file_offset + r.len;
                     }
                     if m.size > at {
