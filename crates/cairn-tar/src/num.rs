@@ -58,12 +58,16 @@ pub(crate) fn parse_u64(field: &[u8]) -> Result<u64, &'static str> {
 /// Writes `v` as zero-padded octal digits followed by a NUL, filling the
 /// field. Returns false (field untouched) if it does not fit.
 pub(crate) fn put_octal(field: &mut [u8], v: u64) -> bool {
+    // By hand, not `format!`: an archive of N members calls this ~10 N times.
     let digits = field.len() - 1;
-    let s = format!("{v:0digits$o}");
-    if s.len() > digits {
+    if digits < 22 && v >> (3 * digits) != 0 {
         return false;
     }
-    field[..digits].copy_from_slice(s.as_bytes());
+    let mut x = v;
+    for d in field[..digits].iter_mut().rev() {
+        *d = b'0' + (x & 7) as u8;
+        x >>= 3;
+    }
     field[digits] = 0;
     true
 }
@@ -140,6 +144,24 @@ pub(crate) fn format_pax_time(ns: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn put_octal_matches_format_and_refuses_what_does_not_fit() {
+        for width in [2usize, 8, 12, 23] {
+            let digits = width - 1;
+            for v in [0u64, 1, 7, 8, 0o644, 0o7777777, 0o77777777777, 1 << 33, u64::MAX >> 1, u64::MAX] {
+                let mut f = vec![b'x'; width];
+                let s = format!("{v:0digits$o}");
+                if put_octal(&mut f, v) {
+                    assert_eq!(&f[..digits], s.as_bytes(), "{v:o} in {width}");
+                    assert_eq!(f[digits], 0);
+                } else {
+                    assert!(s.len() > digits, "{v:o} fits in {width}");
+                    assert!(f.iter().all(|&c| c == b'x'), "untouched");
+                }
+            }
+        }
+    }
 
     #[test]
     fn octal_and_base256() {
