@@ -222,7 +222,7 @@ def render(rows, b, summary, h):
           "plus `syncfs` of ext4 (`sync -f`), (ii)-(iv) plus `cairn stats`, which flushes every dirty file into packs "
           "and syncs the metadata database. Each figure is the median of the runs, run after run interleaved (i), (ii), "
           "(iii), (iv); the runs column gives their number per method, in column order (GNU tar inside the mount "
-          "runs fewer times on the largest setup: it takes minutes). Run 1 of each setup checks every result outside the timing: `diff -r` of each extracted tree "
+          "runs fewer times: it takes seconds to minutes, Cairn tens of milliseconds, which a shared machine moves more). Run 1 of each setup checks every result outside the timing: `diff -r` of each extracted tree "
           "against the source, and `tar -d` (GNU tar reads Cairn's archive and compares every member's data and "
           "attributes with the source on ext4). The commands run directly under the timer (`archive.py run "
           "--timing-only`): section 10 wraps them in `/usr/bin/time` and samples the daemon's RSS every 10 ms, "

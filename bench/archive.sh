@@ -37,7 +37,7 @@ arc_run() {
 # tarfuse (GNU tar, default 10 KiB records, inside the mount), tarfuse1m
 # (the same with 1 MiB records, -b 2048).
 archive_setup() {
-    local files=$1 mib=$2 runs=$3 methods=$4 what=$5 bytes=$(($2 << 20)) tree="$EXT/src" run m need pid b stats
+    local files=$1 mib=$2 runs=$3 methods=$4 what=$5 bytes=$(($2 << 20)) tree="$EXT/src" run m need pid b stats cap
     need=$((7 * bytes + (8 << 30)))
     if (($(free_bytes "$SCRATCH") < need)); then
         record kind=note text="Section $SECTION: the setup $files files / $mib MiB was skipped: $(($(free_bytes "$SCRATCH") >> 30)) GiB free in $SCRATCH_PARENT, it needs $((need >> 30)) GiB."
@@ -55,8 +55,13 @@ archive_setup() {
     for run in $(seq "$runs"); do
         for m in $methods; do
             # GNU tar inside the mount moves the data through FUSE at tens of
-            # MiB/s: fewer runs from ARCHIVE_BIG_MIB on.
-            if [[ $m == tarfuse* ]] && ((mib >= ARCHIVE_BIG_MIB && run > ARCHIVE_FUSE_RUNS_BIG)); then continue; fi
+            # MiB/s: at most ARCHIVE_FUSE_RUNS runs, ARCHIVE_FUSE_RUNS_BIG
+            # from ARCHIVE_BIG_MIB on.
+            if [[ $m == tarfuse* ]]; then
+                cap=$ARCHIVE_FUSE_RUNS
+                ((mib >= ARCHIVE_BIG_MIB)) && cap=$ARCHIVE_FUSE_RUNS_BIG
+                ((run > cap)) && continue
+            fi
             case $m in
             ext4)
                 drop_caches
