@@ -54,7 +54,7 @@ peak_rss_kib() { # PID: VmHWM in KiB
 
 # is_daemon PID: the process is alive and still a `cairn mount` (not a
 # reused PID).
-is_daemon() { [[ $(tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null) == *"cairn mount "* ]]; }
+is_daemon() { [[ $(tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline") == *"cairn mount "* ]]; }
 
 umount_volume() { # MNT: unmount, wait for the flush (cairn umount) and for the daemon to exit
     local mnt=$1 pid=${DAEMON[$1]:-} i
