@@ -25,7 +25,7 @@ impl LocalBackend {
 
     /// Creates the directory (and parents) if needed and opens it.
     pub fn create(root: &Path) -> Result<Self> {
-        fs::create_dir_all(root.join("tmp")).map_err(|e| Error::from_io(&format!("creating {}", root.display()), e))?;
+        create_dir_durable(&root.join("tmp")).map_err(|e| Error::from_io(&format!("creating {}", root.display()), e))?;
         Self::open(root)
     }
 
@@ -44,14 +44,31 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// `create_dir_all` whose new directories survive a power cut: each one
+/// created here is made durable in its parent (an fsync of the new
+/// directory's contents alone would not keep its name).
+fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_durable(parent)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => fsync_dir(dir.parent().unwrap_or(Path::new("/"))),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 impl Backend for LocalBackend {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         let path = self.path(name)?;
         let parent = path.parent().unwrap_or(&self.root).to_path_buf();
         let tmpdir = self.root.join("tmp");
         let ctx = |e| Error::from_io(&format!("writing object {name} in {}", self.root.display()), e);
-        fs::create_dir_all(&parent).map_err(ctx)?;
-        fs::create_dir_all(&tmpdir).map_err(ctx)?;
+        create_dir_durable(&parent).map_err(ctx)?;
+        create_dir_durable(&tmpdir).map_err(ctx)?;
         let tmp = tmpdir.join(format!("{}.{:016x}", std::process::id(), rand::random::<u64>()));
         let result = (|| {
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;

@@ -136,6 +136,18 @@ fn peer_caller(conn: &UnixStream) -> Caller {
 }
 
 fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
+    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync);
+    let v = execute_one(vol, req, caller)?;
+    // A command that reports success has made its change durable (one WAL
+    // fsync): `cairn clone` or `cairn snapshot create` followed by a power
+    // cut must not come back without it.
+    if changes {
+        vol.sync_metadata()?;
+    }
+    Ok(v)
+}
+
+fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
     match req {
         Request::Clone { src, dst } => {
             let src = vol.resolve(&src)?;

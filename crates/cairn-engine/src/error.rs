@@ -28,6 +28,8 @@ pub enum ErrorKind {
     /// The volume is in use by another process.
     Busy,
     NotSupported,
+    /// The local disk under the volume (journal, metadata) is full.
+    NoSpace,
 }
 
 /// An engine error.
@@ -63,6 +65,15 @@ impl Error {
     pub(crate) fn io(msg: impl Into<String>) -> Self {
         Self::new(ErrorKind::Io, msg)
     }
+    /// An OS error with context, keeping the errno a caller can act on (a
+    /// full disk is ENOSPC to the writer, not EIO).
+    pub(crate) fn os(what: impl fmt::Display, e: &std::io::Error) -> Self {
+        let kind = match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorKind::NoSpace,
+            _ => ErrorKind::Io,
+        };
+        Self::new(kind, format!("{what}: {e}"))
+    }
     pub(crate) fn config(msg: impl Into<String>) -> Self {
         Self::new(ErrorKind::Config, msg)
     }
@@ -88,6 +99,7 @@ impl Error {
             ErrorKind::Corrupt | ErrorKind::Io | ErrorKind::Config => libc::EIO,
             ErrorKind::Busy => libc::EBUSY,
             ErrorKind::NotSupported => libc::EOPNOTSUPP,
+            ErrorKind::NoSpace => libc::ENOSPC,
         }
     }
 }
@@ -110,6 +122,7 @@ impl ErrorKind {
             libc::EFBIG => ErrorKind::TooBig,
             libc::EBUSY => ErrorKind::Busy,
             libc::EOPNOTSUPP => ErrorKind::NotSupported,
+            libc::ENOSPC => ErrorKind::NoSpace,
             _ => ErrorKind::Io,
         }
     }
@@ -125,13 +138,14 @@ impl std::error::Error for Error {}
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        Error::io(format!("metadata database: {e}"))
+        let full = matches!(&e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull);
+        Error::new(if full { ErrorKind::NoSpace } else { ErrorKind::Io }, format!("metadata database: {e}"))
     }
 }
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::io(e.to_string())
+        Error::os("I/O error", &e)
     }
 }
 

@@ -177,7 +177,7 @@ impl Journal {
                 sh.next_segment += 1;
                 let path = segment_path(&self.dir, sh.id, n);
                 let f = OpenOptions::new().read(true).write(true).create_new(true).open(&path)
-                    .map_err(|e| Error::io(format!("creating journal segment {}: {e}", path.display())))?;
+                    .map_err(|e| Error::os(format_args!("creating journal segment {}", path.display()), &e))?;
                 sh.segments.insert(n, Segment { file: Arc::new(f), path, max_seq: 0, size: 0, synced: 0 });
                 sh.active = Some(n);
                 n
@@ -202,10 +202,17 @@ impl Journal {
         crc.update(data);
         h[44..48].copy_from_slice(&crc.finalize().to_le_bytes());
         let at = seg.size;
-        let io = |e: std::io::Error| Error::io(format!("journal write {}: {e}", seg.path.display()));
-        seg.file.write_all_at(&h, at).map_err(io)?;
-        if !data.is_empty() {
-            seg.file.write_all_at(data, at + HEADER as u64).map_err(io)?;
+        let written = seg.file.write_all_at(&h, at).and_then(|()| if data.is_empty() { Ok(()) } else { seg.file.write_all_at(data, at + HEADER as u64) });
+        if let Err(e) = written {
+            // A failed append (a full disk) may leave torn bytes past the
+            // end. Cut them off (shrinking needs no space) so that a later,
+            // shorter record never sits in front of bytes that could read
+            // back as a record; if even that fails, use a new segment.
+            let err = Error::os(format_args!("journal write {}", seg.path.display()), &e);
+            if seg.file.set_len(at).is_err() {
+                sh.active = None;
+            }
+            return Err(err);
         }
         seg.size += need;
         seg.max_seq = seq;
@@ -244,7 +251,7 @@ impl Journal {
             return Ok(());
         }
         for (_, f, p, _) in &files {
-            f.sync_data().map_err(|e| Error::io(format!("fsync {}: {e}", p.display())))?;
+            f.sync_data().map_err(|e| Error::os(format_args!("fsync {}", p.display()), &e))?;
         }
         // New segment files must be findable after a crash too.
         File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(format!("fsync {}: {e}", self.dir.display())))?;
@@ -265,26 +272,40 @@ impl Journal {
 
     /// Deletes segments whose records are all older than `min_live_seq`
     /// (every record below it is committed to the metadata).
-    pub fn retire(&self, min_live_seq: u64) -> Result<()> {
-        for shm in &self.shards {
+    ///
+    /// `make_durable` runs once, before the first deletion and only if there
+    /// is something to delete: it must make the metadata commits that hold
+    /// those records durable (rule 1 of "Order of writes" in
+    /// `docs/format.md`: a segment may hold the only durable copy of
+    /// acknowledged data until then). Segments picked here stop taking
+    /// appends at once, so nothing newer can land in them meanwhile. If it
+    /// fails, nothing is deleted. Returns the number of segments deleted.
+    pub fn retire(&self, min_live_seq: u64, make_durable: impl FnOnce() -> Result<()>) -> Result<usize> {
+        let mut picked: Vec<(usize, u32)> = Vec::new();
+        for (i, shm) in self.shards.iter().enumerate() {
             let mut sh = shm.lock();
-            let dead: Vec<u32> = sh
-                .segments
-                .iter()
-                .filter(|(_, s)| s.max_seq < min_live_seq)
-                .map(|(n, _)| *n)
-                .collect();
+            let dead: Vec<u32> = sh.segments.iter().filter(|(_, s)| s.max_seq < min_live_seq).map(|(n, _)| *n).collect();
             for n in dead {
-                if let Some(s) = sh.segments.remove(&n) {
-                    if sh.active == Some(n) {
-                        sh.active = None;
-                    }
-                    self.bytes.fetch_sub(s.size, Ordering::Relaxed);
-                    fs::remove_file(&s.path).map_err(|e| Error::io(format!("removing {}: {e}", s.path.display())))?;
+                if sh.active == Some(n) {
+                    sh.active = None;
                 }
+                picked.push((i, n));
             }
         }
-        Ok(())
+        if picked.is_empty() {
+            return Ok(0);
+        }
+        make_durable()?;
+        let mut deleted = 0;
+        for (i, n) in picked {
+            let mut sh = self.shards[i].lock();
+            if let Some(s) = sh.segments.remove(&n) {
+                self.bytes.fetch_sub(s.size, Ordering::Relaxed);
+                fs::remove_file(&s.path).map_err(|e| Error::io(format!("removing {}: {e}", s.path.display())))?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
     }
 }
 
@@ -392,7 +413,14 @@ mod tests {
         j2.file(&recs[0].loc).unwrap().read_exact_at(&mut buf, recs[0].loc.offset).unwrap();
         assert_eq!(&buf, b"hello");
         assert!(j2.last_seq() >= s2);
-        j2.retire(s2 + 1).unwrap();
-        assert_eq!(j2.bytes(), 0);
+        // Nothing is deleted when the metadata cannot be made durable.
+        let e = j2.retire(s2 + 1, || Err(Error::io("fsync failed"))).unwrap_err();
+        assert!(e.to_string().contains("fsync failed"), "{e}");
+        assert!(path.exists());
+        let mut calls = 0;
+        assert_eq!(j2.retire(s2 + 1, || { calls += 1; Ok(()) }).unwrap(), 1);
+        assert_eq!((calls, j2.bytes(), path.exists()), (1, 0, false));
+        // With nothing to delete, the metadata is not synced at all.
+        assert_eq!(j2.retire(s2 + 1, || panic!("no sync needed")).unwrap(), 0);
     }
 }

@@ -338,13 +338,10 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     rep.bytes_before = listed.iter().map(|o| o.size).sum();
     let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).collect();
     progress.phase("gc", packs.len() as u64 + listed.len() as u64);
-    for o in &listed {
-        progress.inc(1);
-        if !known.contains(o.name.as_str()) {
-            vol.backend.delete(&o.name)?;
-            rep.orphans_deleted += 1;
-        }
-    }
+    // Orphans: uploaded by a flush or gc whose commit never became durable.
+    // `vol.sync()` above made every commit durable, so none refers to them.
+    progress.inc(listed.len() as u64);
+    rep.orphans_deleted = vol.delete_objects(listed.iter().map(|o| o.name.as_str()).filter(|n| !known.contains(n)))?;
     let mut builder: Option<PackBuilder> = None;
     let mut moved: Vec<(u64, usize, u64)> = Vec::new(); // chunk id, sealed pack index, new offset
     let mut sealed: Vec<(String, u64, u64)> = Vec::new();
@@ -399,10 +396,9 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
         }
         Ok(n)
     })?;
-    for p in &emptied {
-        vol.backend.delete(&p.name)?;
-        rep.packs_deleted += 1;
-    }
+    // The old objects go only once that transaction is durable (rule 3):
+    // before, a power cut would bring back rows pointing into them.
+    rep.packs_deleted = vol.delete_objects(emptied.iter().map(|p| p.name.as_str()))?;
     rep.bytes_after = vol.backend.list("packs/")?.iter().map(|o| o.size).sum();
     Ok(rep)
 }

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Schema version this build reads and writes.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -94,6 +95,15 @@ impl InodeRow {
 pub struct Meta {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// Write transactions committed so far (counted after each commit, under
+    /// the connection lock).
+    commits: AtomicU64,
+    /// Every commit up to this number is known durable (its WAL frames were
+    /// fsync'd). Starts below `commits`, so the first sync always runs.
+    durable: AtomicU64,
+    /// Write transactions rolled back so far (an inode-number reservation
+    /// made in one must be made again).
+    rollbacks: AtomicU64,
 }
 
 fn open_conn(path: &Path) -> Result<Connection> {
@@ -123,6 +133,12 @@ impl Meta {
              VALUES(1, ?1, ?2, ?3, ?4, 2, ?5, ?5, ?5, ?5, 1)",
             params![FileKind::Dir.code(), root.perm, root.uid, root.gid, now],
         )?;
+        // Durable before `init` reports success: the checkpoint fsyncs the
+        // database file, and the directory keeps its name.
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(format!("fsync {}: {e}", dir.display())))?;
+        }
         Ok(())
     }
 
@@ -145,7 +161,7 @@ impl Meta {
             Some(v) => return Err(Error::config(format!("metadata schema version {v} is not supported (this build reads {SCHEMA_VERSION})"))),
             None => return Err(Error::config("metadata database has no schema version")),
         }
-        Ok(Meta { path: path.to_path_buf(), conn: Mutex::new(w) })
+        Ok(Meta { path: path.to_path_buf(), conn: Mutex::new(w), commits: AtomicU64::new(1), durable: AtomicU64::new(0), rollbacks: AtomicU64::new(0) })
     }
 
     /// Runs reads; `f` sees one consistent state (the connection is this
@@ -169,9 +185,24 @@ impl Meta {
     pub fn write<T>(&self, f: impl FnOnce(&Transaction) -> Result<T>) -> Result<T> {
         let mut w = self.conn.lock();
         let tx = w.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let r = f(&tx)?;
-        tx.commit()?;
+        let r = match f(&tx) {
+            Ok(r) => r,
+            Err(e) => {
+                self.rollbacks.fetch_add(1, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        if let Err(e) = tx.commit() {
+            self.rollbacks.fetch_add(1, Ordering::SeqCst);
+            return Err(e.into());
+        }
+        self.commits.fetch_add(1, Ordering::SeqCst);
         Ok(r)
+    }
+
+    /// Write transactions rolled back so far.
+    pub fn rollbacks(&self) -> u64 {
+        self.rollbacks.load(Ordering::SeqCst)
     }
 
     /// Asks the kernel to read the database and its WAL into the page cache
@@ -193,13 +224,33 @@ impl Meta {
         }
     }
 
-    /// Makes every committed transaction durable (fsync of the WAL).
+    /// Makes every transaction committed before the call durable (one
+    /// fdatasync of the WAL; none when no commit happened since the last
+    /// sync). With `synchronous=NORMAL` a commit only writes its WAL frames,
+    /// so this is the barrier every ordering rule of `docs/format.md`
+    /// ("Order of writes") waits on before it deletes anything.
     pub fn sync(&self) -> Result<()> {
+        // Commits counted before the fsync starts are in the WAL's page cache.
+        let upto = self.commits.load(Ordering::SeqCst);
+        if self.durable.load(Ordering::SeqCst) >= upto {
+            return Ok(());
+        }
         let wal = PathBuf::from(format!("{}-wal", self.path.display()));
         match std::fs::File::open(&wal) {
-            Ok(f) => f.sync_data().map_err(|e| Error::io(format!("fsync {}: {e}", wal.display()))),
-            Err(_) => Ok(()),
+            Ok(f) => f.sync_data().map_err(|e| Error::io(format!("fsync {}: {e}", wal.display())))?,
+            // No WAL: everything was checkpointed into the database file
+            // (which SQLite fsyncs when it checkpoints).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("opening {} to fsync it: {e}", wal.display()))),
         }
+        self.durable.fetch_max(upto, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether every committed transaction is known durable (for tests of
+    /// the ordering rules).
+    pub fn is_durable(&self) -> bool {
+        self.durable.load(Ordering::SeqCst) >= self.commits.load(Ordering::SeqCst)
     }
 
     /// Folds the WAL back into the database (on clean shutdown).
@@ -306,8 +357,16 @@ pub fn insert_inode_full(c: &Connection, a: &Attr, data_bytes: u64, parent: Opti
     Ok(())
 }
 
-pub fn max_ino(c: &Connection) -> Result<u64> {
-    Ok(c.query_row("SELECT COALESCE(MAX(ino), 1) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64)
+/// `info` key of the inode-number high-water mark: every number ever handed
+/// out is below it (numbers are never reused, even for deleted inodes).
+pub const INO_HIGH_KEY: &str = "ino_high";
+
+/// The first inode number never handed out: above every inode row and the
+/// persisted high-water mark.
+pub fn next_free_ino(c: &Connection) -> Result<u64> {
+    let max = c.query_row("SELECT COALESCE(MAX(ino), 1) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64;
+    let high = get_info(c, INO_HIGH_KEY)?.unwrap_or(0).max(0) as u64;
+    Ok((max + 1).max(high))
 }
 
 /// Writes back the mutable attributes of an inode.

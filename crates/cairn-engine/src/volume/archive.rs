@@ -250,10 +250,9 @@ impl Volume {
         let stored = t0.elapsed();
         let mut map = ExtentMap::new();
         map.splice(0, 0, extents);
-        let ino = self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let jseq = self.journal.last_seq();
         let mut freed_later = Vec::new();
-        self.meta.write(|tx| {
+        let ino = self.meta.write(|tx| {
             let parent = meta::get_inode(tx, dst_parent)?.ok_or_else(|| Error::not_found("destination directory does not exist"))?;
             if parent.attr.kind != FileKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, "destination is not a directory"));
@@ -263,6 +262,7 @@ impl Volume {
                 return Err(Error::new(ErrorKind::Exists, format!("{} already exists", String::from_utf8_lossy(name))));
             }
             batch.insert_into(tx)?;
+            let ino = self.alloc_ino(tx)?;
             let a = new_attr(ino, FileKind::File, 0o644, 1, opts.caller, now, map.len());
             meta::insert_inode_full(tx, &a, map.data_bytes(), None, None, jseq, 0)?;
             meta::insert_dentry(tx, dst_parent, name, ino, FileKind::File)?;
@@ -289,7 +289,7 @@ impl Volume {
                     freed_later.extend(remove_tree(self, tx, s.parent, &s.entry, now)?);
                 }
             }
-            Ok(())
+            Ok(ino)
         })?;
         tracing::debug!(members = report.members, header_chunks = blocks.len(), ?walked, ?stored, total = ?t0.elapsed(), "archive created");
         for i in freed_later {
@@ -337,12 +337,15 @@ impl Volume {
             // DEST: an existing directory whose names must stay untouched, or new.
             let (root, fresh) = match meta::lookup(tx, dest_parent, dest_name)? {
                 Some((ino, FileKind::Dir)) => {
-                    let r = meta::get_inode(tx, ino)?.expect("listed");
+                    // A name whose inode row is missing is damage, not a reason to crash.
+                    let r = meta::get_inode(tx, ino)?.ok_or_else(|| {
+                        Error::corrupt(format!("directory entry {:?} names inode {ino}, which does not exist (run cairn fsck)", String::from_utf8_lossy(dest_name)))
+                    })?;
                     super::namespace::check_not_snapshot(&r)?;
                     (ino, false)
                 }
                 Some(_) => return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not a directory", String::from_utf8_lossy(dest_name)))),
-                None => (self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst), true),
+                None => (self.alloc_ino(tx)?, true),
             };
             if fresh {
                 let a = new_attr(root, FileKind::Dir, 0o755, 2, caller, now, 0);
@@ -361,7 +364,7 @@ impl Volume {
             let mut inos: Vec<Ino> = vec![root; plan.nodes.len()];
             for (ino, node) in inos.iter_mut().zip(&plan.nodes).skip(1) {
                 if node.hard_of.is_none() {
-                    *ino = self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    *ino = self.alloc_ino(tx)?;
                 }
             }
             for i in 1..plan.nodes.len() {

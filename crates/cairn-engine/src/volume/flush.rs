@@ -319,7 +319,9 @@ impl Volume {
                 evict.push(*e.key());
             }
         }
-        self.journal.retire(min_live)?;
+        // The round's commit must be durable before a segment holding the
+        // same data goes (rule 1, see order.rs).
+        self.retire_journal(min_live)?;
         for ino in evict {
             self.files.remove_if(&ino, |_, st| {
                 let mut g = st.inner.lock();

@@ -7,6 +7,7 @@ mod flush;
 mod archive;
 mod edit;
 mod namespace;
+mod order;
 mod tree;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
@@ -112,8 +113,11 @@ pub struct Volume {
     chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
     prefetching: DashMap<u64, ()>,
     pub(crate) next_chunk_id: AtomicU64,
-    /// Next inode number (numbers may be reused after a crash; see meta::insert_inode).
+    /// Next inode number; see [`Volume::alloc_ino`].
     pub(crate) next_ino: AtomicU64,
+    /// Numbers below `.0` are reserved in the committed `info.ino_high`,
+    /// as of `.1` rollbacks of the metadata store.
+    ino_reserved: Mutex<(u64, u64)>,
     pub(crate) flush_mutex: Mutex<()>,
     pub(crate) signal: Arc<FlushSignal>,
     flusher: Mutex<Option<JoinHandle<()>>>,
@@ -139,11 +143,23 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
     let backend = LocalBackend::create(&layout.default_store())?;
     backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
     let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: "local:store".into() };
-    fs::write(layout.settings(), serde_json::to_vec_pretty(&settings).expect("settings serialise"))?;
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Meta::create(&layout.meta_db(), Caller0 { uid, gid, perm: 0o755 })?;
     fs::create_dir_all(layout.journal())?;
+    // volume.json last: a directory without it is not a volume, so a power
+    // cut before this point leaves no half-made volume behind. Everything
+    // above is durable first (the database is checkpointed and fsync'd by
+    // Meta::create, the config by the backend's put).
+    let write_settings = || -> std::io::Result<()> {
+        let tmp = dir.join("volume.json.tmp");
+        let mut f = File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&settings).expect("settings serialise"))?;
+        f.sync_all()?;
+        fs::rename(&tmp, layout.settings())?;
+        File::open(dir)?.sync_all()
+    };
+    write_settings().map_err(|e| Error::io(format!("writing {}: {e}", layout.settings().display())))?;
     Ok(cfg)
 }
 
@@ -199,7 +215,7 @@ impl Volume {
             Journal::open(&layout.journal())?
         };
         let max_chunk = meta.read(meta::max_chunk_id)?;
-        let max_ino = meta.read(meta::max_ino)?;
+        let next_ino = meta.read(meta::next_free_ino)?;
         journal.bump_seq(meta.read(meta::max_jseq)?);
         let signal = Arc::new(FlushSignal {
             state: Mutex::new((false, false)),
@@ -221,7 +237,8 @@ impl Volume {
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
             next_chunk_id: AtomicU64::new(max_chunk + 1),
-            next_ino: AtomicU64::new(max_ino + 1),
+            next_ino: AtomicU64::new(next_ino),
+            ino_reserved: Mutex::new((0, 0)),
             flush_mutex: Mutex::new(()),
             signal,
             flusher: Mutex::new(None),
@@ -242,6 +259,26 @@ impl Volume {
             vol.start_flusher();
         }
         Ok(vol)
+    }
+
+    /// Hands out a new inode number inside write transaction `tx`. Numbers
+    /// are never reused, even after the newest inode is deleted and the
+    /// volume reopened (a kernel, an NFS export or a backup tool may
+    /// remember them): the transaction that hands out a number past the
+    /// reserved range commits a new high-water mark `info.ino_high`, 4,096
+    /// numbers ahead, so a create costs no extra statement. If a transaction
+    /// that reserved rolls back, the next number reserves again.
+    pub(crate) fn alloc_ino(&self, tx: &rusqlite::Connection) -> Result<Ino> {
+        const RESERVE: u64 = 4096;
+        let ino = self.next_ino.fetch_add(1, Ordering::SeqCst);
+        let mut r = self.ino_reserved.lock();
+        let rollbacks = self.meta.rollbacks();
+        if ino >= r.0 || rollbacks != r.1 {
+            let high = ino.max(r.0) + RESERVE;
+            meta::set_info(tx, meta::INO_HIGH_KEY, high as i64)?;
+            *r = (high, rollbacks);
+        }
+        Ok(ino)
     }
 
     /// Whether this handle refuses changes.
@@ -333,6 +370,23 @@ impl Volume {
         }
         self.flush_round(true)?;
         self.meta.sync()
+    }
+
+    /// Makes every metadata change committed so far durable (namespace
+    /// operations, clones, snapshots, edits) without flushing file data:
+    /// one WAL fsync, or nothing when all is durable already.
+    pub fn sync_metadata(&self) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        self.meta.sync()
+    }
+
+    /// Whether every committed metadata transaction is known durable (for
+    /// tests of the write-ordering rules).
+    #[doc(hidden)]
+    pub fn metadata_is_durable(&self) -> bool {
+        self.meta.is_durable()
     }
 
     /// Flushes every dirty file now and reports what that took (tests and

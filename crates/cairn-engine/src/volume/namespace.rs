@@ -201,7 +201,7 @@ impl Volume {
                 btime: now,
             };
             let dparent = (kind == FileKind::Dir).then_some(parent);
-            a.ino = self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            a.ino = self.alloc_ino(tx)?;
             meta::insert_inode(tx, &a, dparent, target, self.journal.last_seq())?;
             meta::insert_dentry(tx, parent, name, a.ino, kind)?;
             meta::touch_dir(tx, parent, now, if kind == FileKind::Dir { 1 } else { 0 })?;

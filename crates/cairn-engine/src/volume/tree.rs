@@ -156,7 +156,7 @@ impl Volume {
         }
         let now = Timestamp::now();
         let a = Attr {
-            ino: self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+            ino: self.alloc_ino(c)?,
             kind: FileKind::Dir,
             perm: 0o755,
             nlink: 2,
@@ -186,8 +186,8 @@ impl Volume {
         let mut names: HashMap<Ino, u32> = HashMap::new();
         let mut subdirs: HashMap<Ino, u32> = HashMap::new();
         let mut kinds: HashMap<Ino, FileKind> = HashMap::new();
-        let alloc = || self.next_ino.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let root = alloc();
+        let alloc = || self.alloc_ino(tx);
+        let root = alloc()?;
         new_ino.insert(src, root);
         names.insert(root, 1);
         // (source inode, its copy, the copy's parent)
@@ -225,7 +225,7 @@ impl Volume {
                         let (copy, fresh) = match new_ino.get(&child) {
                             Some(&c) => (c, false),
                             None => {
-                                let c = alloc();
+                                let c = alloc()?;
                                 new_ino.insert(child, c);
                                 (c, true)
                             }

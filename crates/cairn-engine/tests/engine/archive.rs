@@ -228,3 +228,25 @@ fn members_over_8_gib_use_pax_sizes_and_stay_sparse() {
     assert_eq!(v.read(x, size - 5, 5).unwrap(), b"tail!");
     assert!(maintenance::fsck(&v, false, &NoProgress).unwrap().errors.is_empty());
 }
+
+/// A hostile metadata database: DEST's directory entry names an inode row
+/// that is gone. Extraction reports corruption; it does not panic.
+#[test]
+fn extract_into_a_dangling_entry_reports_corruption() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    mkfile(&v, ROOT_INO, "m", &random_bytes(9, 5000));
+    v.archive_create(&[src(&v, "m")], ROOT_INO, b"a.tar", opts(None, false)).unwrap();
+    let dest = v.mkdir(ROOT_INO, b"dest", 0o755, root()).unwrap().ino;
+    v.close().unwrap();
+    drop(v);
+    let c = rusqlite::Connection::open(d.path().join("meta.sqlite")).unwrap();
+    c.execute("DELETE FROM inodes WHERE ino=?1", [dest as i64]).unwrap();
+    drop(c);
+    let v = open(d.path());
+    let a = v.resolve(b"a.tar").unwrap();
+    let e = v.archive_extract(a, ROOT_INO, b"dest", None, root()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    assert!(e.to_string().contains("does not exist"), "{e}");
+}

@@ -2,6 +2,7 @@
 //! real local backend in a temporary directory.
 
 mod cases;
+mod durability;
 mod common;
 mod archive;
 mod edits;

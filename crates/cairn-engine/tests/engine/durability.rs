@@ -1,0 +1,148 @@
+//! The write-ordering rules of `docs/format.md` ("Order of writes") seen
+//! from inside the engine: whenever something that may hold the only
+//! durable copy of data is deleted, the metadata that replaces it has
+//! passed the barrier. (The power-cut tests in `crates/cairn-powercut`
+//! check the same rules against a file system that really loses unsynced
+//! writes.)
+
+use crate::common::*;
+use cairn_engine::*;
+
+fn segments(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir.join("journal")).unwrap().count()
+}
+
+/// Rule 1: a background flush round that retires journal segments has made
+/// its commit durable first; a round that retires nothing syncs nothing.
+#[test]
+fn retired_segments_imply_durable_metadata() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = Volume::load(d.path(), OpenOptions { flush_age: std::time::Duration::from_secs(3600), ..Default::default() }).unwrap();
+    // A file kept open: its writes are not due, so the round below commits
+    // nothing of it and its segment stays.
+    let held = v.create(ROOT_INO, b"held", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(held).unwrap();
+    v.write(held, 0, &random_bytes(1, 100_000)).unwrap();
+    let data = random_bytes(2, 300_000);
+    let f = mkfile(&v, ROOT_INO, "f", &data);
+    v.fsync(f, false).unwrap();
+    assert!(v.metadata_is_durable());
+    let before = segments(d.path());
+    assert!(before >= 1, "the writes are journaled");
+
+    // A namespace change commits (not yet durable) ...
+    v.create(ROOT_INO, b"other", FileKind::File, 0o644, 0, root()).unwrap();
+    assert!(!v.metadata_is_durable(), "a commit is not durable before the barrier");
+    // ... and a round that flushes `f` but cannot retire the segment it
+    // shares with `held`'s pending writes (same shard or not) leaves the
+    // metadata as it is only when nothing was deleted.
+    let r = v.flush_due().unwrap();
+    assert_eq!(r.files, 1, "the closed file is due");
+    let after = segments(d.path());
+    if after < before {
+        assert!(v.metadata_is_durable(), "segments deleted ({before} -> {after}) before the commit was durable");
+    } else {
+        assert!(!v.metadata_is_durable(), "no segment went, so no barrier was needed");
+    }
+
+    // Now the held file is closed and flushed too: every segment goes, and
+    // only after the barrier.
+    v.release(held).unwrap();
+    v.create(ROOT_INO, b"third", FileKind::File, 0o644, 0, root()).unwrap();
+    assert!(!v.metadata_is_durable());
+    let r = v.flush_due().unwrap();
+    assert_eq!(r.files, 1);
+    assert_eq!(segments(d.path()), 0, "all records are committed: the journal is empty");
+    assert!(v.metadata_is_durable(), "segments were deleted before the commit was durable");
+    assert_eq!(read_all(&v, f), data);
+}
+
+/// Rules 1 and 3 for gc: after gc returns, nothing it deleted is still
+/// needed, and its commit is durable.
+#[test]
+fn gc_commit_is_durable_before_packs_go() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let keep = random_bytes(3, 400_000);
+    let k = mkfile(&v, ROOT_INO, "keep", &keep);
+    mkfile(&v, ROOT_INO, "drop", &random_bytes(4, 400_000));
+    v.flush_now().unwrap();
+    v.unlink(ROOT_INO, b"drop").unwrap();
+    let rep = maintenance::gc(&v, 0.9, &maintenance::NoProgress).unwrap();
+    assert!(rep.packs_deleted >= 1, "{rep:?}");
+    assert!(v.metadata_is_durable(), "gc returned with its commit not durable");
+    assert_eq!(read_all(&v, k), keep);
+}
+
+/// Rule 5: a control-socket command has made its change durable when it
+/// replies.
+#[test]
+fn control_commands_reply_after_the_barrier() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    mkfile(&v, ROOT_INO, "src", &random_bytes(5, 200_000));
+    v.sync().unwrap();
+    let sock = d.path().join("ctl.sock");
+    let _server = control::serve(&v, &sock).unwrap();
+    let out = control::call(&sock, &control::Request::Clone { src: b"/src".to_vec(), dst: b"/dst".to_vec() }).unwrap();
+    assert!(out.is_some());
+    assert!(v.metadata_is_durable(), "clone replied before its commit was durable");
+    control::call(&sock, &control::Request::SnapshotCreate { name: "s1".into() }).unwrap();
+    assert!(v.metadata_is_durable(), "snapshot create replied before its commit was durable");
+}
+
+/// A journal on a small file system that fills up: the writer gets ENOSPC
+/// (not EIO), every write acknowledged before stays, and once a flush has
+/// moved the data into packs the journal has room again. Needs root (it
+/// mounts a 1 MiB tmpfs under the volume's journal).
+#[test]
+fn full_journal_disk_gives_enospc_and_loses_nothing() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test mounts a tmpfs and needs root (the test suite runs as root)");
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let jdir = d.path().join("journal");
+    let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m"]).arg("cairn-test-full").arg(&jdir).status().unwrap();
+    assert!(st.success(), "mount -t tmpfs failed");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(jdir.clone());
+
+    let v = Volume::load(d.path(), OpenOptions { flush_age: std::time::Duration::from_secs(3600), ..Default::default() }).unwrap();
+    let f = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(f).unwrap();
+    let piece = 100_000usize;
+    let mut acked = Vec::new();
+    let err = loop {
+        let data = random_bytes(acked.len() as u64 + 77, piece);
+        match v.write(f, acked.len() as u64, &data) {
+            Ok(n) => {
+                assert_eq!(n as usize, piece);
+                acked.extend_from_slice(&data);
+            }
+            Err(e) => break e,
+        }
+        assert!(acked.len() < 4 << 20, "a 1 MiB journal took 4 MiB without an error");
+    };
+    assert_eq!((err.kind(), err.errno()), (ErrorKind::NoSpace, libc::ENOSPC), "{err}");
+    assert!(!acked.is_empty());
+    v.fsync(f, false).unwrap();
+    assert_eq!(read_all(&v, f), acked, "what was acknowledged reads back");
+    // A flush moves the data into packs (on the big disk) and frees the journal.
+    v.flush_now().unwrap();
+    let more = random_bytes(999, piece);
+    v.write(f, acked.len() as u64, &more).unwrap();
+    acked.extend_from_slice(&more);
+    v.fsync(f, false).unwrap();
+    v.release(f).unwrap();
+    v.simulate_crash();
+    let v = open(d.path());
+    assert_eq!(read_all(&v, v.resolve(b"f").unwrap()), acked, "after a crash");
+}
