@@ -95,6 +95,9 @@ pub(crate) struct Shared {
     /// Set by a cut or an unmount: every request fails with EIO from then on
     /// and nothing more reaches the backing directory.
     stopped: AtomicBool,
+    /// Armed crash point, with how many matching operations it has seen.
+    crash_point: Mutex<Option<(crate::CrashPoint, u64)>>,
+    crashed: AtomicBool,
     fsyncs: AtomicU64,
     dir_fsyncs: AtomicU64,
     bytes_persisted: AtomicU64,
@@ -243,6 +246,8 @@ impl Shared {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             stopped: AtomicBool::new(false),
+            crash_point: Mutex::new(None),
+            crashed: AtomicBool::new(false),
             fsyncs: AtomicU64::new(0),
             dir_fsyncs: AtomicU64::new(0),
             bytes_persisted: AtomicU64::new(0),
@@ -277,6 +282,51 @@ impl Shared {
             dirty_bytes,
             bytes_dropped_at_cut: self.bytes_dropped.load(Ordering::Relaxed),
         }
+    }
+
+    /// Arms a crash point (replacing any armed one).
+    pub(crate) fn arm(&self, p: crate::CrashPoint) {
+        *self.crash_point.lock() = Some((p, 0));
+    }
+
+    /// Whether an armed crash point fired.
+    pub(crate) fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// Called after an operation reached BACKING: if it is the armed crash
+    /// point, the power goes now (before the reply). Returns whether it did.
+    fn crash_if(&self, unlink: bool, path: &Path) -> bool {
+        let rel = path.strip_prefix(&self.backing).unwrap_or(path);
+        let fire = {
+            let mut g = self.crash_point.lock();
+            let hit = match g.as_ref() {
+                Some((crate::CrashPoint::AfterUnlink { prefix, .. }, _)) => unlink && rel.starts_with(prefix),
+                Some((crate::CrashPoint::AfterFsync { suffix, .. }, _)) => !unlink && rel.as_os_str().as_bytes().ends_with(suffix.as_bytes()),
+                None => false,
+            };
+            match g.as_mut() {
+                Some((p, seen)) if hit => {
+                    *seen += 1;
+                    let nth = match p {
+                        crate::CrashPoint::AfterUnlink { nth, .. } | crate::CrashPoint::AfterFsync { nth, .. } => *nth,
+                    };
+                    if *seen >= nth.max(1) {
+                        *g = None;
+                        true
+                    } else {
+                        false
+                    }
+                }
+                _ => false,
+            }
+        };
+        if fire {
+            info!("crash point reached after {} of {}", if unlink { "unlink" } else { "fsync" }, rel.display());
+            self.crashed.store(true, Ordering::SeqCst);
+            self.cut();
+        }
+        fire
     }
 
     /// The power cut: no request touches the backing directory any more,
@@ -936,6 +986,9 @@ impl Filesystem for PowerCutFs {
         if m.nlink() <= 1 {
             self.s.orphan_key((m.dev(), m.ino()));
         }
+        if self.s.crash_if(true, &path) {
+            return reply.error(Errno::EIO);
+        }
         reply.ok();
     }
 
@@ -1173,6 +1226,12 @@ impl Filesystem for PowerCutFs {
         live!(self, reply);
         tri!(self.s.persist_locked(ino.0, &mut st, datasync), reply);
         self.s.fsyncs.fetch_add(1, Ordering::Relaxed);
+        drop(st);
+        if let Ok(path) = self.s.path(ino.0) {
+            if self.s.crash_if(false, &path) {
+                return reply.error(Errno::EIO);
+            }
+        }
         reply.ok();
     }
 

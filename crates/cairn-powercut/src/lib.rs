@@ -86,6 +86,20 @@ use tracing::{info, warn};
 
 use crate::fs::{PowerCutFs, Shared};
 
+/// A moment at which the power fails by itself, right after an operation
+/// has reached BACKING and before its reply: what a program sees at that
+/// instant is what a cut at that instant keeps. After it every request
+/// fails with EIO, as after [`PowerCut::cut`]; call `cut` to unmount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// After the `nth` (from 1) unlink of a path (relative to BACKING) that
+    /// starts with `prefix` (whole components).
+    AfterUnlink { prefix: PathBuf, nth: u64 },
+    /// After the `nth` (from 1) successful fsync of a file whose path
+    /// (relative to BACKING) ends with `suffix`.
+    AfterFsync { suffix: String, nth: u64 },
+}
+
 /// Counters of one mount.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -234,6 +248,16 @@ impl PowerCut {
     /// The counters so far.
     pub fn stats(&self) -> Stats {
         self.shared.stats()
+    }
+
+    /// Arms a crash point (replacing any armed one); see [`CrashPoint`].
+    pub fn crash_at(&self, point: CrashPoint) {
+        self.shared.arm(point);
+    }
+
+    /// Whether the armed crash point has fired.
+    pub fn crashed(&self) -> bool {
+        self.shared.crashed()
     }
 
     /// The power cut: first every dirty overlay is discarded and every

@@ -19,4 +19,5 @@ mod edits;
 mod errors;
 mod permissions;
 mod posix;
+mod powercut;
 mod roundtrip;
