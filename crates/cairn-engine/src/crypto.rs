@@ -30,6 +30,29 @@ pub type ChunkId = [u8; ID_LEN];
 pub struct Keys {
     id_key: [u8; 32],
     cipher: Option<LessSafeKey>,
+    /// Key of the write-back journal's records (encrypted volumes only).
+    journal: Option<Zeroizing<[u8; 32]>>,
+}
+
+/// Seals and opens the write-back journal's records: AES-256-GCM under its
+/// own key, derived from the master secret apart from the data key.
+pub struct JournalCipher(LessSafeKey);
+
+impl JournalCipher {
+    /// `nonce || ciphertext || tag` of `payload`, bound to `aad` (the record
+    /// header). Nonces are random: after a crash, sequence numbers that were
+    /// handed out but never written may be handed out again.
+    pub fn seal(&self, aad: &[u8], payload: &[u8]) -> Vec<u8> {
+        seal_with(&self.0, aad, payload)
+    }
+
+    /// The plaintext of a sealed record; None if it was altered.
+    pub fn open(&self, aad: &[u8], mut sealed: Vec<u8>) -> Option<Vec<u8>> {
+        let n = open_with(&self.0, aad, &mut sealed)?;
+        sealed.drain(..NONCE_LEN);
+        sealed.truncate(n);
+        Some(sealed)
+    }
 }
 
 fn aes_key(k: &[u8]) -> LessSafeKey {
@@ -73,7 +96,13 @@ impl Keys {
             let dk = Zeroizing::new(blake3::derive_key("cairn v1 data key", master));
             aes_key(&dk[..])
         });
-        Keys { id_key, cipher }
+        let journal = encrypt.then(|| Zeroizing::new(blake3::derive_key("cairn v1 journal key", master)));
+        Keys { id_key, cipher, journal }
+    }
+
+    /// The journal's cipher, for encrypted volumes.
+    pub fn journal_cipher(&self) -> Option<JournalCipher> {
+        self.journal.as_ref().map(|k| JournalCipher(aes_key(&k[..])))
     }
 
     /// Whether blobs are encrypted.

@@ -29,12 +29,19 @@ const MAX_CHUNK_SPAN: u64 = 64 << 20;
 /// Largest byte count a page may describe (the largest file).
 const MAX_FILE_SPAN: u64 = 16 << 40;
 
-/// Where a journal record's data lies (shard, segment, byte offset).
+/// Where bytes of a journal record lie: shard, segment, and `offset`, the
+/// byte's position as if the record's plaintext started at `record` (its
+/// data's start in the segment). A sealed record (encrypted volumes) is
+/// opened whole, so the location also names the record and its length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct JLoc {
     pub shard: u16,
     pub segment: u32,
     pub offset: u64,
+    /// Where the record's stored data starts in the segment.
+    pub record: u64,
+    /// Plaintext length of a sealed record; 0 for a record in the clear.
+    pub sealed_len: u32,
 }
 
 /// What an extent's bytes are.

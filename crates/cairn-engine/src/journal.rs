@@ -12,14 +12,21 @@
 //! `s{shard}-{segment:08}.jnl` of records:
 //!
 //! ```text
-//! record = magic "CJR1" u32 | kind u8 | pad 3 | ino u64 | seq u64 | arg u64 | time i64 | len u32 | crc32 u32 | data[len]
-//!   kind 1 write:    arg = file offset, data = the bytes
+//! record = magic "CJR1" u32 | kind u8 | flags u8 | pad 2 | ino u64 | seq u64 | arg u64 | time i64 | len u32 | crc32 u32 | data
+//!   kind 1 write:    arg = file offset, data = the bytes (len of them), or
+//!                    sealed (flags bit 0): nonce || AES-256-GCM(bytes) || tag
 //!   kind 2 truncate: arg = new size, len = 0
 //!   kind 3 punch:    arg = offset, len = hole length, no data (zeros)
 //! ```
 //! `seq` is global and increasing. A record whose checksum fails ends its
 //! segment (a torn write at crash time: it was never acknowledged).
+//!
+//! On an encrypted volume every write record is sealed with the journal key
+//! (the header is its associated data), so the local disk never holds file
+//! content in the clear. A sealed record is opened whole when any of its
+//! bytes is read; a small cache keeps recently opened records.
 
+use crate::crypto::{JournalCipher, SEAL_OVERHEAD};
 use crate::error::{Error, Result};
 use crate::extent::JLoc;
 use crate::types::{Ino, Timestamp};
@@ -75,12 +82,22 @@ struct Shard {
     next_segment: u32,
 }
 
+/// Flags bit: the record's data is sealed.
+const FLAG_SEALED: u8 = 1;
+/// Opened sealed records kept in memory (each at most one write's bytes).
+const OPENED_CACHE: usize = 64;
+
 /// The sharded journal of one volume.
 pub struct Journal {
     dir: PathBuf,
     shards: Vec<Mutex<Shard>>,
     seq: AtomicU64,
     bytes: AtomicU64,
+    /// Seals write records (encrypted volumes).
+    cipher: Option<JournalCipher>,
+    /// Plaintexts of recently opened sealed records, by (shard, segment,
+    /// record start); segment numbers are never reused while open.
+    opened: Mutex<lru::LruCache<(u16, u32, u64), Arc<Vec<u8>>>>,
 }
 
 fn segment_path(dir: &Path, shard: u16, seg: u32) -> PathBuf {
@@ -97,7 +114,7 @@ impl Journal {
     /// Opens the journal directory and reads back every intact record, in
     /// sequence order. Existing segments stay readable (their data backs the
     /// replayed writes); new records go to new segments.
-    pub fn open(dir: &Path) -> Result<(Self, Vec<Record>)> {
+    pub fn open(dir: &Path, cipher: Option<JournalCipher>) -> Result<(Self, Vec<Record>)> {
         fs::create_dir_all(dir).map_err(|e| Error::io(format!("journal {}: {e}", dir.display())))?;
         let mut shards: Vec<Shard> = (0..SHARDS as u16)
             .map(|id| Shard { id, segments: BTreeMap::new(), active: None, next_segment: 0 })
@@ -133,13 +150,22 @@ impl Journal {
             shards: shards.into_iter().map(Mutex::new).collect(),
             seq: AtomicU64::new(max_seq),
             bytes: AtomicU64::new(total),
+            cipher,
+            opened: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(OPENED_CACHE).expect("non-zero"))),
         };
         Ok((j, records))
     }
 
     /// A journal that holds nothing and refuses appends (read-only volumes).
     pub fn disabled() -> Self {
-        Journal { dir: PathBuf::new(), shards: Vec::new(), seq: AtomicU64::new(0), bytes: AtomicU64::new(0) }
+        Journal {
+            dir: PathBuf::new(),
+            shards: Vec::new(),
+            seq: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            cipher: None,
+            opened: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(1).expect("non-zero"))),
+        }
     }
 
     /// Makes sure future sequence numbers are above `seq`.
@@ -167,9 +193,11 @@ impl Journal {
         let Some(shard) = self.shards.get(Self::shard_of(ino)) else {
             return Err(Error::new(crate::error::ErrorKind::ReadOnly, "volume is open read-only"));
         };
+        let sealed = self.cipher.is_some() && kind == RecordKind::Write;
+        let stored_len = if sealed { data.len() + SEAL_OVERHEAD } else { data.len() };
         let mut sh = shard.lock();
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        let need = (HEADER + data.len()) as u64;
+        let need = (HEADER + stored_len) as u64;
         let seg_no = match sh.active {
             Some(a) if sh.segments[&a].size + need <= SEGMENT_MAX || sh.segments[&a].size == 0 => a,
             _ => {
@@ -192,17 +220,28 @@ impl Journal {
             RecordKind::Truncate => 2,
             RecordKind::Punch => 3,
         };
+        h[5] = if sealed { FLAG_SEALED } else { 0 };
         h[8..16].copy_from_slice(&ino.to_le_bytes());
         h[16..24].copy_from_slice(&seq.to_le_bytes());
         h[24..32].copy_from_slice(&arg.to_le_bytes());
         h[32..40].copy_from_slice(&time.0.to_le_bytes());
         h[40..44].copy_from_slice(&len.to_le_bytes());
+        let sealed_data;
+        let stored: &[u8] = match &self.cipher {
+            Some(c) if sealed => {
+                // Sealed under the shard's lock: the header, with its seq,
+                // is the associated data.
+                sealed_data = c.seal(&h[..44], data);
+                &sealed_data
+            }
+            _ => data,
+        };
         let mut crc = crc32fast::Hasher::new();
         crc.update(&h[..44]);
-        crc.update(data);
+        crc.update(stored);
         h[44..48].copy_from_slice(&crc.finalize().to_le_bytes());
         let at = seg.size;
-        let written = seg.file.write_all_at(&h, at).and_then(|()| if data.is_empty() { Ok(()) } else { seg.file.write_all_at(data, at + HEADER as u64) });
+        let written = seg.file.write_all_at(&h, at).and_then(|()| if stored.is_empty() { Ok(()) } else { seg.file.write_all_at(stored, at + HEADER as u64) });
         if let Err(e) = written {
             // A failed append (a full disk) may leave torn bytes past the
             // end. Cut them off (shrinking needs no space) so that a later,
@@ -217,7 +256,44 @@ impl Journal {
         seg.size += need;
         seg.max_seq = seq;
         self.bytes.fetch_add(need, Ordering::Relaxed);
-        Ok((seq, JLoc { shard: shard_id, segment: seg_no, offset: at + HEADER as u64 }))
+        let start = at + HEADER as u64;
+        Ok((seq, JLoc { shard: shard_id, segment: seg_no, offset: start, record: start, sealed_len: if sealed { len } else { 0 } }))
+    }
+
+    /// Reads the bytes at `loc` (as many as `dst` holds, all within one
+    /// record) from `file`, the segment `loc` names (see [`Journal::file`]).
+    /// A sealed record is opened and checked whole: an altered one is an
+    /// error, never wrong bytes.
+    pub fn read(&self, file: &File, loc: &JLoc, dst: &mut [u8]) -> Result<()> {
+        let io = |e: std::io::Error| Error::os(format_args!("reading journal segment s{}-{:08}", loc.shard, loc.segment), &e);
+        if loc.sealed_len == 0 {
+            return file.read_exact_at(dst, loc.offset).map_err(io);
+        }
+        let key = (loc.shard, loc.segment, loc.record);
+        let cached = self.opened.lock().get(&key).cloned();
+        let plain = match cached {
+            Some(p) => p,
+            None => {
+                let Some(c) = &self.cipher else {
+                    return Err(Error::config("the journal holds sealed records but the volume was opened without its key"));
+                };
+                let mut h = [0u8; HEADER];
+                let start = loc.record.checked_sub(HEADER as u64).ok_or_else(|| Error::corrupt("journal location before its record header"))?;
+                file.read_exact_at(&mut h, start).map_err(io)?;
+                let mut stored = vec![0u8; loc.sealed_len as usize + SEAL_OVERHEAD];
+                file.read_exact_at(&mut stored, loc.record).map_err(io)?;
+                let p = c.open(&h[..44], stored).filter(|p| p.len() == loc.sealed_len as usize).ok_or_else(|| {
+                    Error::corrupt(format!("journal segment s{}-{:08}: the record at {} fails authentication", loc.shard, loc.segment, start))
+                })?;
+                let p = Arc::new(p);
+                self.opened.lock().put(key, p.clone());
+                p
+            }
+        };
+        let from = (loc.offset - loc.record) as usize;
+        let src = plain.get(from..from + dst.len()).ok_or_else(|| Error::corrupt("journal location past the end of its record"))?;
+        dst.copy_from_slice(src);
+        Ok(())
     }
 
     /// The open segment file holding `loc` (kept open even once retired, so
@@ -360,8 +436,17 @@ fn scan_segment<R: ReadAt + ?Sized>(f: &R, shard: u16, seg: u32) -> Result<(Vec<
             3 => RecordKind::Punch,
             _ => break,
         };
+        let flags = h[5];
+        if flags & !FLAG_SEALED != 0 {
+            break;
+        }
+        let sealed = flags & FLAG_SEALED != 0;
         let len = u32::from_le_bytes(h[40..44].try_into().expect("4"));
-        let dlen = if kind == RecordKind::Write { len as u64 } else { 0 };
+        let dlen = match kind {
+            RecordKind::Write if sealed => len as u64 + SEAL_OVERHEAD as u64,
+            RecordKind::Write => len as u64,
+            _ => 0,
+        };
         if pos + HEADER as u64 + dlen > size {
             break;
         }
@@ -380,7 +465,13 @@ fn scan_segment<R: ReadAt + ?Sized>(f: &R, shard: u16, seg: u32) -> Result<(Vec<
             arg: u64::from_le_bytes(h[24..32].try_into().expect("8")),
             time: Timestamp(i64::from_le_bytes(h[32..40].try_into().expect("8"))),
             len,
-            loc: JLoc { shard, segment: seg, offset: pos + HEADER as u64 },
+            loc: JLoc {
+                shard,
+                segment: seg,
+                offset: pos + HEADER as u64,
+                record: pos + HEADER as u64,
+                sealed_len: if sealed && kind == RecordKind::Write { len } else { 0 },
+            },
         });
         pos += HEADER as u64 + dlen;
     }
@@ -394,7 +485,7 @@ mod tests {
     #[test]
     fn records_survive_reopen_and_torn_tail_is_ignored() {
         let d = tempfile::tempdir().unwrap();
-        let (j, recs) = Journal::open(d.path()).unwrap();
+        let (j, recs) = Journal::open(d.path(), None).unwrap();
         assert!(recs.is_empty());
         let (s1, l1) = j.append(RecordKind::Write, 5, 100, 5, b"hello", Timestamp(1)).unwrap();
         let (s2, _) = j.append(RecordKind::Truncate, 5, 3, 0, b"", Timestamp(2)).unwrap();
@@ -405,7 +496,7 @@ mod tests {
         let f = OpenOptions::new().append(true).open(&path).unwrap();
         use std::io::Write;
         (&f).write_all(&[0x43, 0x4A, 0x52, 0x31, 1, 0, 0]).unwrap();
-        let (j2, recs) = Journal::open(d.path()).unwrap();
+        let (j2, recs) = Journal::open(d.path(), None).unwrap();
         assert_eq!(recs.len(), 2);
         assert_eq!((recs[0].seq, recs[0].kind, recs[0].arg), (s1, RecordKind::Write, 100));
         assert_eq!((recs[1].seq, recs[1].kind, recs[1].arg), (s2, RecordKind::Truncate, 3));

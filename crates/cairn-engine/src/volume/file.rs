@@ -15,7 +15,6 @@ use crate::types::{Attr, FileKind, Ino, Timestamp};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -189,7 +188,9 @@ impl FileState {
 /// One part of a read.
 enum ReadPart {
     Zero(u64),
-    Journal { file: Arc<File>, offset: u64, len: u64 },
+    /// Planned with the segment's file open, so a segment retired before
+    /// the read still reads.
+    Journal { file: Arc<File>, loc: JLoc, len: u64 },
     Chunk { id: u64, off: u64, len: u64 },
 }
 
@@ -508,10 +509,10 @@ impl Volume {
         for p in parts {
             match p {
                 ReadPart::Zero(l) => buf.resize(buf.len() + l as usize, 0),
-                ReadPart::Journal { file, offset, len } => {
+                ReadPart::Journal { file, loc, len } => {
                     let at = buf.len();
                     buf.resize(at + len as usize, 0);
-                    file.read_exact_at(&mut buf[at..], offset).map_err(|e| Error::io(format!("reading the journal: {e}")))?;
+                    self.journal.read(&*file, &loc, &mut buf[at..])?;
                 }
                 ReadPart::Chunk { id, off, len } => {
                     let c = self.chunk(id)?;
@@ -542,7 +543,7 @@ impl Volume {
             let len = (s + p.len).min(end) - pos;
             match p.src {
                 PieceSrc::Zero => out.push(ReadPart::Zero(len)),
-                PieceSrc::Data(loc) => out.push(ReadPart::Journal { file: self.journal.file(&loc)?, offset: loc.offset + from, len }),
+                PieceSrc::Data(loc) => out.push(ReadPart::Journal { file: self.journal.file(&loc)?, loc: JLoc { offset: loc.offset + from, ..loc }, len }),
             }
             pos += len;
         }

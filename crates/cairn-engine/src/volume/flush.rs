@@ -13,12 +13,11 @@ use super::file::{FileState, PieceSrc};
 use super::Volume;
 use crate::crypto::ChunkId;
 use crate::error::{Error, Result};
-use crate::extent::{Extent, ExtentMap, Source};
+use crate::extent::{Extent, ExtentMap, JLoc, Source};
 use crate::meta::{self, ChunkRow};
 use crate::pack::{self, BlobEntry, PackBuilder};
 use rayon::prelude::*;
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -512,7 +511,8 @@ impl Volume {
                     dst.copy_from_slice(c.get(e.off as usize..(e.off + e.len) as usize).ok_or_else(|| Error::corrupt(format!("extent past the end of chunk #{id}")))?);
                 }
                 Source::Pending(loc) => {
-                    self.journal.file(&loc)?.read_exact_at(dst, loc.offset + e.off).map_err(|err| Error::io(format!("reading the journal: {err}")))?;
+                    let at = JLoc { offset: loc.offset + e.off, ..loc };
+                    self.journal.read(&*self.journal.file(&loc)?, &at, dst)?;
                 }
                 Source::Mem => dst.copy_from_slice(&mem[e.off as usize..(e.off + e.len) as usize]),
             }

@@ -212,7 +212,7 @@ impl Volume {
             // Look without touching: no journal at all.
             (Journal::disabled(), Vec::new())
         } else {
-            Journal::open(&layout.journal())?
+            Journal::open(&layout.journal(), keys.journal_cipher())?
         };
         let max_chunk = meta.read(meta::max_chunk_id)?;
         let next_ino = meta.read(meta::next_free_ino)?;
