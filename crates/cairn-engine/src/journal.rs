@@ -85,7 +85,7 @@ struct Shard {
 /// Flags bit: the record's data is sealed.
 const FLAG_SEALED: u8 = 1;
 /// Opened sealed records kept in memory (each at most one write's bytes).
-const OPENED_CACHE: usize = 64;
+const OPENED_CACHE: usize = 16;
 
 /// The sharded journal of one volume.
 pub struct Journal {
