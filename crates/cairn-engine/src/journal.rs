@@ -97,8 +97,11 @@ pub struct Journal {
     cipher: Option<JournalCipher>,
     /// Plaintexts of recently opened sealed records, by (shard, segment,
     /// record start); segment numbers are never reused while open.
-    opened: Mutex<lru::LruCache<(u16, u32, u64), Arc<Vec<u8>>>>,
+    opened: Mutex<OpenedRecords>,
 }
+
+/// Plaintexts of opened sealed records by (shard, segment, record start).
+type OpenedRecords = lru::LruCache<(u16, u32, u64), Arc<Vec<u8>>>;
 
 fn segment_path(dir: &Path, shard: u16, seg: u32) -> PathBuf {
     dir.join(format!("s{shard}-{seg:08}.jnl"))

@@ -43,6 +43,7 @@
 mod convert;
 mod fs;
 mod mount;
+pub mod mounttable;
 
 pub use fs::CairnFs;
 pub use mount::{mount, mount_at, mount_containing, unmount, MountConfig, MountInfo};

@@ -512,7 +512,7 @@ impl Volume {
                 ReadPart::Journal { file, loc, len } => {
                     let at = buf.len();
                     buf.resize(at + len as usize, 0);
-                    self.journal.read(&*file, &loc, &mut buf[at..])?;
+                    self.journal.read(&file, &loc, &mut buf[at..])?;
                 }
                 ReadPart::Chunk { id, off, len } => {
                     let c = self.chunk(id)?;

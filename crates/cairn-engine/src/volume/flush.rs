@@ -512,7 +512,8 @@ impl Volume {
                 }
                 Source::Pending(loc) => {
                     let at = JLoc { offset: loc.offset + e.off, ..loc };
-                    self.journal.read(&*self.journal.file(&loc)?, &at, dst)?;
+                    let file = self.journal.file(&loc)?;
+                    self.journal.read(&file, &at, dst)?;
                 }
                 Source::Mem => dst.copy_from_slice(&mem[e.off as usize..(e.off + e.len) as usize]),
             }
