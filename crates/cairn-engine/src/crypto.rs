@@ -46,12 +46,11 @@ impl JournalCipher {
         seal_with(&self.0, aad, payload)
     }
 
-    /// The plaintext of a sealed record; None if it was altered.
-    pub fn open(&self, aad: &[u8], mut sealed: Vec<u8>) -> Option<Vec<u8>> {
-        let n = open_with(&self.0, aad, &mut sealed)?;
-        sealed.drain(..NONCE_LEN);
-        sealed.truncate(n);
-        Some(sealed)
+    /// Opens `nonce || ciphertext || tag` in place: the plaintext is then at
+    /// `NONCE_LEN..NONCE_LEN + n` of `sealed` (no copy to move it to the
+    /// front); `None` if it was altered.
+    pub fn open_in_place(&self, aad: &[u8], sealed: &mut [u8]) -> Option<usize> {
+        open_with(&self.0, aad, sealed)
     }
 }
 

@@ -68,11 +68,7 @@ impl Error {
     /// An OS error with context, keeping the errno a caller can act on (a
     /// full disk is ENOSPC to the writer, not EIO).
     pub(crate) fn os(what: impl fmt::Display, e: &std::io::Error) -> Self {
-        let kind = match e.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorKind::NoSpace,
-            _ => ErrorKind::Io,
-        };
-        Self::new(kind, format!("{what}: {e}"))
+        Self::new(os_kind(e), format!("{what}: {e}"))
     }
     pub(crate) fn config(msg: impl Into<String>) -> Self {
         Self::new(ErrorKind::Config, msg)
@@ -143,9 +139,17 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
+/// The kind of an OS error a caller can act on: a full disk is ENOSPC.
+fn os_kind(e: &std::io::Error) -> ErrorKind {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorKind::NoSpace,
+        _ => ErrorKind::Io,
+    }
+}
+
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::os("I/O error", &e)
+        Error::new(os_kind(&e), e.to_string())
     }
 }
 

@@ -26,7 +26,7 @@
 //! content in the clear. A sealed record is opened whole when any of its
 //! bytes is read; a small cache keeps recently opened records.
 
-use crate::crypto::{JournalCipher, SEAL_OVERHEAD};
+use crate::crypto::{JournalCipher, NONCE_LEN, SEAL_OVERHEAD};
 use crate::error::{Error, Result};
 use crate::extent::JLoc;
 use crate::types::{Ino, Timestamp};
@@ -100,7 +100,8 @@ pub struct Journal {
     opened: Mutex<OpenedRecords>,
 }
 
-/// Plaintexts of opened sealed records by (shard, segment, record start).
+/// Opened sealed records by (shard, segment, record start): the record's
+/// stored bytes, opened in place (plaintext from `NONCE_LEN` on).
 type OpenedRecords = lru::LruCache<(u16, u32, u64), Arc<Vec<u8>>>;
 
 fn segment_path(dir: &Path, shard: u16, seg: u32) -> PathBuf {
@@ -285,15 +286,15 @@ impl Journal {
                 file.read_exact_at(&mut h, start).map_err(io)?;
                 let mut stored = vec![0u8; loc.sealed_len as usize + SEAL_OVERHEAD];
                 file.read_exact_at(&mut stored, loc.record).map_err(io)?;
-                let p = c.open(&h[..44], stored).filter(|p| p.len() == loc.sealed_len as usize).ok_or_else(|| {
-                    Error::corrupt(format!("journal segment s{}-{:08}: the record at {} fails authentication", loc.shard, loc.segment, start))
-                })?;
-                let p = Arc::new(p);
+                if c.open_in_place(&h[..44], &mut stored) != Some(loc.sealed_len as usize) {
+                    return Err(Error::corrupt(format!("journal segment s{}-{:08}: the record at {start} fails authentication", loc.shard, loc.segment)));
+                }
+                let p = Arc::new(stored);
                 self.opened.lock().put(key, p.clone());
                 p
             }
         };
-        let from = (loc.offset - loc.record) as usize;
+        let from = NONCE_LEN + (loc.offset - loc.record) as usize;
         let src = plain.get(from..from + dst.len()).ok_or_else(|| Error::corrupt("journal location past the end of its record"))?;
         dst.copy_from_slice(src);
         Ok(())
@@ -333,7 +334,7 @@ impl Journal {
             f.sync_data().map_err(|e| Error::os(format_args!("fsync {}", p.display()), &e))?;
         }
         // New segment files must be findable after a crash too.
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(format!("fsync {}: {e}", self.dir.display())))?;
+        crate::fsutil::fsync_dir(&self.dir)?;
         let mut sh = self.shards[i].lock();
         for (n, _, _, size) in files {
             if let Some(s) = sh.segments.get_mut(&n) {

@@ -23,6 +23,7 @@ pub mod control;
 pub mod crypto;
 mod error;
 pub mod extent;
+mod fsutil;
 pub mod journal;
 pub mod maintenance;
 pub mod meta;

@@ -137,7 +137,7 @@ impl Meta {
         // database file, and the directory keeps its name.
         c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
         if let Some(dir) = path.parent() {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(format!("fsync {}: {e}", dir.display())))?;
+            crate::fsutil::fsync_dir(dir)?;
         }
         Ok(())
     }
@@ -237,7 +237,7 @@ impl Meta {
         }
         let wal = PathBuf::from(format!("{}-wal", self.path.display()));
         match std::fs::File::open(&wal) {
-            Ok(f) => f.sync_data().map_err(|e| Error::io(format!("fsync {}: {e}", wal.display())))?,
+            Ok(f) => f.sync_data().map_err(|e| Error::os(format_args!("fsync {}", wal.display()), &e))?,
             // No WAL: everything was checkpointed into the database file
             // (which SQLite fsyncs when it checkpoints).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -296,10 +296,15 @@ impl Shared {
 
     /// Called after an operation reached BACKING: if it is the armed crash
     /// point, the power goes now (before the reply). Returns whether it did.
-    fn crash_if(&self, unlink: bool, path: &Path) -> bool {
-        let rel = path.strip_prefix(&self.backing).unwrap_or(path);
+    /// `path` is asked for only while a crash point is armed.
+    fn crash_if(&self, unlink: bool, path: impl FnOnce() -> Option<PathBuf>) -> bool {
+        let mut g = self.crash_point.lock();
+        if g.is_none() {
+            return false;
+        }
+        let Some(path) = path() else { return false };
+        let rel = path.strip_prefix(&self.backing).unwrap_or(&path);
         let fire = {
-            let mut g = self.crash_point.lock();
             let hit = match g.as_ref() {
                 Some((crate::CrashPoint::AfterUnlink { prefix, .. }, _)) => unlink && rel.starts_with(prefix),
                 Some((crate::CrashPoint::AfterFsync { suffix, .. }, _)) => !unlink && rel.as_os_str().as_bytes().ends_with(suffix.as_bytes()),
@@ -321,6 +326,7 @@ impl Shared {
                 _ => false,
             }
         };
+        drop(g);
         if fire {
             info!("crash point reached after {} of {}", if unlink { "unlink" } else { "fsync" }, rel.display());
             self.crashed.store(true, Ordering::SeqCst);
@@ -986,7 +992,7 @@ impl Filesystem for PowerCutFs {
         if m.nlink() <= 1 {
             self.s.orphan_key((m.dev(), m.ino()));
         }
-        if self.s.crash_if(true, &path) {
+        if self.s.crash_if(true, || Some(path.clone())) {
             return reply.error(Errno::EIO);
         }
         reply.ok();
@@ -1227,10 +1233,8 @@ impl Filesystem for PowerCutFs {
         tri!(self.s.persist_locked(ino.0, &mut st, datasync), reply);
         self.s.fsyncs.fetch_add(1, Ordering::Relaxed);
         drop(st);
-        if let Ok(path) = self.s.path(ino.0) {
-            if self.s.crash_if(false, &path) {
-                return reply.error(Errno::EIO);
-            }
+        if self.s.crash_if(false, || self.s.path(ino.0).ok()) {
+            return reply.error(Errno::EIO);
         }
         reply.ok();
     }

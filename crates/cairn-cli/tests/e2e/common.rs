@@ -185,25 +185,13 @@ impl Env {
 
     /// `cairn fsck [--read-data] --json`: the run and its parsed report.
     pub fn fsck(&self, read_data: bool) -> (Out, serde_json::Value) {
-        let mut args: Vec<&OsStr> = vec![OsStr::new("fsck"), self.vol.as_os_str(), OsStr::new("--json")];
-        if read_data {
-            args.push(OsStr::new("--read-data"));
-        }
-        let out = cairn(&args);
-        let v = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("fsck JSON: {e}\n{out}"));
-        (out, v)
+        fsck_at(&self.vol, read_data, &[])
     }
 
     /// Asserts that `fsck --read-data` exits 0 with no errors; warnings
     /// that every entry satisfies `warning_ok` are accepted.
     pub fn assert_fsck_clean(&self, warning_ok: impl Fn(&str) -> bool) -> serde_json::Value {
-        let (out, rep) = self.fsck(true);
-        let errors = rep["errors"].as_array().expect("errors array");
-        let warnings = rep["warnings"].as_array().expect("warnings array");
-        assert!(errors.is_empty() && out.ok(), "fsck --read-data found errors:\n{out}");
-        let bad: Vec<_> = warnings.iter().filter(|w| !warning_ok(w.as_str().unwrap_or(""))).collect();
-        assert!(bad.is_empty(), "fsck --read-data: unexpected warnings {bad:?}\n{out}");
-        rep
+        assert_fsck_clean_at(&self.vol, true, &[], warning_ok)
     }
 
     pub fn log(&self) -> String {
@@ -223,6 +211,31 @@ impl Env {
         v.sort();
         v
     }
+}
+
+
+/// `cairn fsck VOL [--read-data] --json EXTRA...`: the run and its report.
+pub fn fsck_at(vol: &Path, read_data: bool, extra: &[OsString]) -> (Out, serde_json::Value) {
+    let mut args: Vec<&OsStr> = vec![OsStr::new("fsck"), vol.as_os_str(), OsStr::new("--json")];
+    if read_data {
+        args.push(OsStr::new("--read-data"));
+    }
+    args.extend(extra.iter().map(|a| a.as_os_str()));
+    let out = cairn(&args);
+    let v = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("fsck JSON: {e}\n{out}"));
+    (out, v)
+}
+
+/// Asserts that fsck of `vol` exits 0 with no errors; warnings that every
+/// entry satisfies `warning_ok` are accepted.
+pub fn assert_fsck_clean_at(vol: &Path, read_data: bool, extra: &[OsString], warning_ok: impl Fn(&str) -> bool) -> serde_json::Value {
+    let (out, rep) = fsck_at(vol, read_data, extra);
+    let errors = rep["errors"].as_array().expect("errors array");
+    let warnings = rep["warnings"].as_array().expect("warnings array");
+    assert!(errors.is_empty() && out.ok(), "fsck found errors:\n{out}");
+    let bad: Vec<_> = warnings.iter().filter(|w| !warning_ok(w.as_str().unwrap_or(""))).collect();
+    assert!(bad.is_empty(), "fsck: unexpected warnings {bad:?}\n{out}");
+    rep
 }
 
 impl Drop for Env {

@@ -96,23 +96,8 @@ impl Lab {
     }
 
     fn fsck(&self, read_data: bool) {
-        let mut args: Vec<std::ffi::OsString> = vec!["fsck".into(), self.vol().into(), "--json".into()];
-        args.extend(self.pass.iter().cloned());
-        if read_data {
-            args.push("--read-data".into());
-        }
-        let out = cairn(&args);
-        let rep: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("fsck JSON: {e}\n{out}"));
-        let errors = rep["errors"].as_array().expect("errors array");
-        assert!(errors.is_empty() && out.ok(), "fsck after a power cut found errors:\n{out}");
         // Packs uploaded by a flush or gc whose commit was cut are expected.
-        let bad: Vec<_> = rep["warnings"]
-            .as_array()
-            .expect("warnings array")
-            .iter()
-            .filter(|w| !w.as_str().unwrap_or("").contains("is in the backend but not in the metadata"))
-            .collect();
-        assert!(bad.is_empty(), "fsck after a power cut: unexpected warnings {bad:?}\n{out}");
+        assert_fsck_clean_at(&self.vol(), read_data, &self.pass, |w| w.contains("is in the backend but not in the metadata"));
     }
 }
 

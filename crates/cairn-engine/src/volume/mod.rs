@@ -156,10 +156,10 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
         let mut f = File::create(&tmp)?;
         std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&settings).expect("settings serialise"))?;
         f.sync_all()?;
-        fs::rename(&tmp, layout.settings())?;
-        File::open(dir)?.sync_all()
+        fs::rename(&tmp, layout.settings())
     };
-    write_settings().map_err(|e| Error::io(format!("writing {}: {e}", layout.settings().display())))?;
+    write_settings().map_err(|e| Error::os(format_args!("writing {}", layout.settings().display()), &e))?;
+    crate::fsutil::fsync_dir(dir)?;
     Ok(cfg)
 }
 
