@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct LocalBackend {
     root: PathBuf,
+    /// Aligned buffers for direct writes, kept between puts.
+    bounce: direct::BouncePool,
 }
 
 impl LocalBackend {
@@ -20,7 +22,7 @@ impl LocalBackend {
         if !md.is_dir() {
             return Err(Error::new(ErrorKind::Io, format!("backend {} is not a directory", root.display())));
         }
-        Ok(LocalBackend { root: root.to_path_buf() })
+        Ok(LocalBackend { root: root.to_path_buf(), bounce: direct::BouncePool::default() })
     }
 
     /// Creates the directory (and parents) if needed and opens it.
@@ -37,6 +39,147 @@ impl LocalBackend {
     fn path(&self, name: &str) -> Result<PathBuf> {
         validate_name(name)?;
         Ok(self.root.join(name))
+    }
+}
+
+/// Writes a new object's bytes: large objects mostly with direct I/O.
+///
+/// A pack is written once, fsync'd, and read back later only in small
+/// ranges, so copying it into the page cache first is wasted work: on this
+/// project's test machine a buffered write of 1 GiB with fsync ran at
+/// 184-680 MB/s and a direct one at 850-1,100 MB/s, and the copy was the
+/// largest single cost of the daemon's sequential write (docs/profile.md).
+/// The aligned body goes through a reused 4 MiB aligned buffer with
+/// `O_DIRECT`; the unaligned tail (under 4 KiB) is written buffered. A file
+/// system that refuses `O_DIRECT` (tmpfs) gets a plain buffered write.
+fn write_object(f: &mut File, data: &[u8], pool: &direct::BouncePool) -> std::io::Result<()> {
+    let written = if data.len() >= direct::MIN_LEN { direct::write_aligned_prefix(f, data, pool)? } else { 0 };
+    f.write_all(&data[written..])
+}
+
+mod direct {
+    use std::fs::File;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    /// Objects below this size are written buffered.
+    pub const MIN_LEN: usize = 1 << 20;
+    /// Alignment of buffer addresses, lengths and file offsets.
+    const ALIGN: usize = 4096;
+    const BOUNCE_LEN: usize = 4 << 20;
+    /// Buffers kept for reuse (one an upload thread; the engine runs two).
+    const KEEP: usize = 2;
+
+    /// A heap buffer aligned for `O_DIRECT`.
+    pub struct Bounce {
+        ptr: std::ptr::NonNull<u8>,
+    }
+    // SAFETY: the buffer is plain bytes owned by this value alone.
+    unsafe impl Send for Bounce {}
+
+    fn layout() -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(BOUNCE_LEN, ALIGN).expect("valid layout")
+    }
+
+    impl Bounce {
+        fn new() -> Self {
+            // SAFETY: the layout has a non-zero size.
+            let p = unsafe { std::alloc::alloc(layout()) };
+            let ptr = std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout()));
+            Bounce { ptr }
+        }
+        fn fill(&mut self, src: &[u8]) -> &[u8] {
+            assert!(src.len() <= BOUNCE_LEN);
+            // SAFETY: `ptr` points at BOUNCE_LEN writable bytes owned by self,
+            // which cannot overlap `src` (a shared borrow of other memory).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr(), src.len());
+                std::slice::from_raw_parts(self.ptr.as_ptr(), src.len())
+            }
+        }
+    }
+
+    impl Drop for Bounce {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with the same layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout()) }
+        }
+    }
+
+    #[derive(Default)]
+    pub struct BouncePool(std::sync::Mutex<Vec<Bounce>>);
+
+    impl std::fmt::Debug for BouncePool {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("BouncePool")
+        }
+    }
+
+    impl BouncePool {
+        fn take(&self) -> Bounce {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(Bounce::new)
+        }
+        fn give(&self, b: Bounce) {
+            let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if v.len() < KEEP {
+                v.push(b);
+            }
+        }
+    }
+
+    fn set_direct(f: &File, on: bool) -> std::io::Result<bool> {
+        let fd = f.as_raw_fd();
+        // SAFETY: fcntl on a valid descriptor owned by `f`.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let new = if on { flags | libc::O_DIRECT } else { flags & !libc::O_DIRECT };
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd, libc::F_SETFL, new) } < 0 {
+            let e = std::io::Error::last_os_error();
+            // The file system has no direct I/O.
+            return if on && e.raw_os_error() == Some(libc::EINVAL) { Ok(false) } else { Err(e) };
+        }
+        Ok(true)
+    }
+
+    /// Writes the longest aligned prefix of `data` with `O_DIRECT` at the
+    /// start of the empty file `f`; returns how many bytes it wrote (0 when
+    /// direct I/O is refused). The descriptor is buffered again afterwards.
+    pub fn write_aligned_prefix(f: &mut File, data: &[u8], pool: &BouncePool) -> std::io::Result<usize> {
+        let body = data.len() / ALIGN * ALIGN;
+        if body == 0 || !set_direct(f, true)? {
+            return Ok(0);
+        }
+        let mut bounce = pool.take();
+        let mut done = 0;
+        let result = (|| {
+            while done < body {
+                let n = (body - done).min(BOUNCE_LEN);
+                let buf = bounce.fill(&data[done..done + n]);
+                let mut off = 0;
+                while off < n {
+                    match f.write(&buf[off..]) {
+                        Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "direct write wrote nothing")),
+                        Ok(k) => off += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                    // A short write that leaves the offset unaligned ends
+                    // the direct part; the caller writes the rest buffered.
+                    if off % ALIGN != 0 {
+                        done += off;
+                        return Ok(());
+                    }
+                }
+                done += n;
+            }
+            Ok(())
+        })();
+        pool.give(bounce);
+        set_direct(f, false)?;
+        result.map(|()| done)
     }
 }
 
@@ -72,7 +215,7 @@ impl Backend for LocalBackend {
         let tmp = tmpdir.join(format!("{}.{:016x}", std::process::id(), rand::random::<u64>()));
         let result = (|| {
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(data)?;
+            write_object(&mut f, data, &self.bounce)?;
             f.sync_all()?;
             drop(f);
             fs::rename(&tmp, &path)?;
@@ -181,5 +324,56 @@ mod tests {
         let b = LocalBackend::create(dir.path()).unwrap();
         b.put("a/b", b"x").unwrap();
         assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+}
+
+#[cfg(test)]
+mod direct_tests {
+    use super::*;
+
+    /// Bytes whose every 4 KiB block differs, so a block written at the
+    /// wrong offset is caught.
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_right(29) as u8).collect()
+    }
+
+    /// A directory on the disk that holds the build (tests' temp dirs may be tmpfs).
+    fn disk_dir() -> tempfile::TempDir {
+        tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap()
+    }
+
+    /// Sizes around the direct-write threshold, the alignment and the bounce
+    /// buffer, on a disk file system (where O_DIRECT is used) and on tmpfs
+    /// (`/dev/shm`, where it is refused and the write falls back).
+    #[test]
+    fn objects_of_awkward_sizes_read_back_exactly() {
+        let sizes = [0, 1, 4095, 4096, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, (4 << 20) + 4097, (9 << 20) + 123];
+        let disk = disk_dir();
+        let mem = tempfile::tempdir_in("/dev/shm").expect("tmpfs at /dev/shm");
+        for root in [disk.path(), mem.path()] {
+            let b = LocalBackend::create(root).unwrap();
+            for (k, &n) in sizes.iter().enumerate() {
+                let data = pattern(n);
+                let name = format!("o/{k}");
+                b.put(&name, &data).unwrap();
+                assert_eq!(b.size(&name).unwrap(), n as u64, "size of a {n}-byte object in {}", root.display());
+                assert!(b.get(&name).unwrap() == data, "a {n}-byte object read back differently in {}", root.display());
+            }
+        }
+    }
+
+    /// On a disk file system the aligned body really goes direct.
+    #[test]
+    fn the_aligned_body_is_written_direct_on_a_disk_file_system() {
+        let dir = disk_dir();
+        let path = dir.path().join("f");
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&path).unwrap();
+        let data = pattern((5 << 20) + 100);
+        let pool = direct::BouncePool::default();
+        let n = direct::write_aligned_prefix(&mut f, &data, &pool).unwrap();
+        assert_eq!(n, 5 << 20, "direct I/O was refused on {} (the build's target directory must be on a disk file system)", dir.path().display());
+        f.write_all(&data[n..]).unwrap();
+        drop(f);
+        assert!(fs::read(&path).unwrap() == data);
     }
 }
