@@ -94,7 +94,11 @@ impl PackBuilder {
     }
     /// A builder whose buffer will not need to grow below `cap` bytes.
     pub fn with_capacity(volume_id: &[u8; 16], cap: usize) -> Self {
-        let mut buf = Vec::with_capacity(cap);
+        Self::with_buffer(volume_id, Vec::with_capacity(cap))
+    }
+    /// A builder writing into `buf` (emptied first; its capacity is reused).
+    pub fn with_buffer(volume_id: &[u8; 16], mut buf: Vec<u8>) -> Self {
+        buf.clear();
         buf.extend_from_slice(PACK_MAGIC);
         buf.extend_from_slice(volume_id);
         PackBuilder { buf, entries: Vec::new() }

@@ -111,7 +111,7 @@ impl<'a> Batch<'a> {
         let blobs: Vec<(Vec<u8>, u8)> = todo.par_iter().map(|&i| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level)).collect();
         for (&i, (blob, flags)) in todo.iter().zip(blobs) {
             let id = vol.next_chunk_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let b = self.builder.get_or_insert_with(|| PackBuilder::with_capacity(&vol.vid, vol.cfg.pack_target as usize + (8 << 20)));
+            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(vol.cfg.pack_target as usize + (8 << 20))));
             let e = b.add(ids[i], &blob, chunks[i].len() as u32, flags);
             self.new_chunks.push((id, self.sealed.len(), e));
             self.by_hash.insert(ids[i], id);
@@ -147,9 +147,14 @@ impl<'a> Batch<'a> {
             join_upload(self.uploads.pop_front().expect("non-empty"))?;
         }
         let backend = vol.backend.clone();
+        let pool = vol.pack_buffers.clone();
         let h = std::thread::Builder::new()
             .name("cairn-upload".into())
-            .spawn(move || upload_with_retries(backend.as_ref(), &name, &bytes))
+            .spawn(move || {
+                let r = upload_with_retries(backend.as_ref(), &name, &bytes);
+                pool.give(bytes);
+                r
+            })
             .map_err(|e| Error::io(format!("spawning an upload thread: {e}")))?;
         self.uploads.push_back(h);
         Ok(())
@@ -480,6 +485,8 @@ impl Volume {
             if hold_here {
                 held = Some(pos);
             }
+            drop(slices);
+            self.windows.give(buf);
             cur = next?;
         }
         let old: std::collections::HashSet<u64> = map.range(left, pos).into_iter().filter_map(|(_, e)| match e.src {
@@ -500,23 +507,34 @@ impl Volume {
     }
 
     /// The content of `[start, end)` of a map under construction.
+    ///
+    /// The buffer comes from the volume's window pool (give it back with
+    /// `windows.give`) and is filled by appending, extent after extent, so
+    /// only holes and journal reads are zero-filled first.
     fn read_map(&self, map: &ExtentMap, start: u64, end: u64, mem: &[u8]) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; (end - start) as usize];
+        let n = (end - start) as usize;
+        let mut buf = self.windows.take(n);
         for (at, e) in map.range(start, end) {
-            let dst = &mut buf[(at - start) as usize..(at - start + e.len) as usize];
+            debug_assert_eq!(buf.len() as u64, at - start);
+            let len = e.len as usize;
             match e.src {
-                Source::Hole => {}
+                Source::Hole => buf.resize(buf.len() + len, 0),
                 Source::Chunk(id) => {
                     let c = self.chunk(id)?;
-                    dst.copy_from_slice(c.get(e.off as usize..(e.off + e.len) as usize).ok_or_else(|| Error::corrupt(format!("extent past the end of chunk #{id}")))?);
+                    buf.extend_from_slice(c.get(e.off as usize..(e.off + e.len) as usize).ok_or_else(|| Error::corrupt(format!("extent past the end of chunk #{id}")))?);
                 }
                 Source::Pending(loc) => {
                     let at = JLoc { offset: loc.offset + e.off, ..loc };
                     let file = self.journal.file(&loc)?;
-                    self.journal.read(&file, &at, dst)?;
+                    let from = buf.len();
+                    buf.resize(from + len, 0);
+                    self.journal.read(&file, &at, &mut buf[from..])?;
                 }
-                Source::Mem => dst.copy_from_slice(&mem[e.off as usize..(e.off + e.len) as usize]),
+                Source::Mem => buf.extend_from_slice(&mem[e.off as usize..(e.off + e.len) as usize]),
             }
+        }
+        if buf.len() != n {
+            return Err(Error::corrupt(format!("internal: the map covers {} of the {n} bytes asked for", buf.len())));
         }
         Ok(buf)
     }

@@ -5,6 +5,7 @@
 mod file;
 mod flush;
 mod archive;
+mod buffers;
 mod edit;
 mod namespace;
 mod order;
@@ -107,6 +108,10 @@ pub struct Volume {
     pub(crate) journal: Journal,
     pub(crate) files: DashMap<Ino, Arc<FileState>>,
     pub(crate) cache: ChunkCache,
+    /// Chunking windows of the flush, kept for reuse.
+    pub(crate) windows: buffers::BufferPool,
+    /// Pack builders' buffers, given back by the upload threads.
+    pub(crate) pack_buffers: Arc<buffers::BufferPool>,
     pack_names: DashMap<u64, Arc<str>>,
     /// Where chunks live. Locations change only in gc, which runs with the
     /// volume closed, so reads of data never need the metadata lock twice.
@@ -233,6 +238,10 @@ impl Volume {
             journal,
             files: DashMap::new(),
             cache: ChunkCache::new(opts.cache_bytes),
+            // Two windows are live at once (one cut while the other is hashed).
+            windows: buffers::BufferPool::new(2),
+            // One building, two uploading.
+            pack_buffers: Arc::new(buffers::BufferPool::new(3)),
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
