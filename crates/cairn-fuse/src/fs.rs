@@ -50,6 +50,15 @@ const CONGESTION_THRESHOLD: u16 = 48;
 ///   attributes are not being used.
 /// - `CACHE_SYMLINKS`: symlink targets never change, let the page cache keep them.
 /// - `ASYNC_DIO`: a large O_DIRECT request is sent as parallel requests.
+/// - `HANDLE_KILLPRIV_V2`: the daemon clears setuid/setgid on write, truncate
+///   and chown (see [`Cairn::kill_suid`]). Without it the kernel cannot set
+///   SB_NOSEC and asks `getxattr("security.capability")` before every
+///   `write(2)`: measured, 6 round trips per small file created and written
+///   (GETATTR, LOOKUP, CREATE, GETXATTR, WRITE, RELEASE), 2 per 4 KiB write.
+///   The kernel flags writes (`FUSE_WRITE_KILL_SUIDGID`); fuser 0.18's
+///   `setattr` does not pass on `FATTR_KILL_SUIDGID`, so a truncate clears
+///   the bits when the caller is not root (the kernel's own rule is "lacks
+///   CAP_FSETID"), and a chown of a non-directory always does, as Linux does.
 ///
 /// Deliberately not requested:
 /// - `WRITEBACK_CACHE`: not for now (the engine buffers writes itself, and
@@ -68,18 +77,24 @@ const CONGESTION_THRESHOLD: u16 = 48;
 ///   copy_file_range, which drop or update the pages themselves) or is
 ///   reported to it (rpwrite ioctls and control-socket edits call
 ///   `inval_inode`). Dropping a 1 GiB file's pages at every open cost 0.3 s.
-/// - `HANDLE_KILLPRIV(_V2)`: the kernel clears setuid/setgid itself (it sends
-///   the mode change in a `setattr`). The price, measured: without V2 the
-///   kernel does not set SB_NOSEC and asks `getxattr("security.capability")`
-///   before every write(2), one extra round trip per write. V2 would remove
-///   it, but then the daemon must kill the bits on truncate/chown when told
-///   by `FATTR_KILL_SUIDGID`, which fuser 0.18's `setattr` does not pass on.
 fn wanted_capabilities() -> InitFlags {
     InitFlags::FUSE_PARALLEL_DIROPS
         | InitFlags::FUSE_DO_READDIRPLUS
         | InitFlags::FUSE_READDIRPLUS_AUTO
         | InitFlags::FUSE_CACHE_SYMLINKS
         | InitFlags::FUSE_ASYNC_DIO
+        | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+}
+
+/// The permission bits left once setuid (and setgid, where it means "set
+/// group id on execution": with group execute) are cleared; None if none
+/// of them is set.
+fn without_suid(perm: u32) -> Option<u32> {
+    let mut p = perm & !0o4000;
+    if perm & 0o2010 == 0o2010 {
+        p &= !0o2000;
+    }
+    (p != perm).then_some(p)
 }
 
 /// An open directory: the listing taken at opendir (or at the last rewind).
@@ -104,6 +119,17 @@ pub struct CairnFs {
 }
 
 impl CairnFs {
+    /// Clears setuid/setgid before a write by a caller without CAP_FSETID
+    /// (the kernel flagged it): one metadata read, and a write only when
+    /// the bits are set.
+    fn kill_suid(&self, ino: Ino) -> cairn_engine::Result<()> {
+        let a = self.vol.getattr(ino)?;
+        if let Some(perm) = without_suid(a.perm) {
+            self.vol.setattr(ino, &SetAttr { perm: Some(perm), uid: None, gid: None, size: None, atime: None, mtime: None, ctime: None })?;
+        }
+        Ok(())
+    }
+
     /// Wraps a volume. Nothing happens until the session calls `init`.
     pub fn new(vol: Arc<Volume>) -> Self {
         CairnFs {
@@ -334,7 +360,7 @@ impl Filesystem for CairnFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -350,6 +376,14 @@ impl Filesystem for CairnFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        // Handle-killpriv-v2 leaves clearing setuid/setgid on chown and
+        // truncate to the file system (see `wanted_capabilities`).
+        let kill = mode.is_none() && (uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0));
+        let mode = match kill.then(|| self.vol.getattr(ino.0)) {
+            Some(Ok(a)) if a.kind != cairn_engine::FileKind::Dir => without_suid(a.perm),
+            Some(Err(e)) => return reply.error(errno("setattr", ino.0, &e)),
+            _ => mode,
+        };
         let set = SetAttr {
             perm: mode.map(|m| m & 0o7777),
             uid,
@@ -512,11 +546,16 @@ impl Filesystem for CairnFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = self.kill_suid(ino.0) {
+                return reply.error(errno("write", ino.0, &e));
+            }
+        }
         match self.vol.write(ino.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno("write", ino.0, &e)),

@@ -4,6 +4,7 @@
 use crate::common::*;
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 const NOBODY: (u32, u32) = (65534, 65534);
@@ -139,4 +140,60 @@ fn unprivileged_user_gets_exact_errnos() {
     let mine = fs::metadata(m.join("sticky/mine")).unwrap();
     assert_eq!((mine.uid(), mine.gid(), mine.len()), (65534, 65534, 18));
     m.umount();
+}
+
+/// Setuid/setgid bits are cleared as Linux clears them on ext4: by a write
+/// or truncate from a user without CAP_FSETID (never by root's), and by any
+/// chown of a non-directory; setgid without group execute (a locking mark)
+/// and a directory's setgid stay. The mount asks the kernel to leave this
+/// to the daemon (HANDLE_KILLPRIV_V2, which saves a getxattr round trip on
+/// every write), so the daemon must get it right.
+#[test]
+fn setuid_and_setgid_bits_are_cleared_like_linux_does() {
+    let _serial = serial();
+    let env = Env::new("killpriv");
+    let m = env.mount();
+    let mode = |n: &str| fs::metadata(m.join(n)).unwrap().mode() & 0o7777;
+    let make = |n: &str, perm: u32| {
+        fs::write(m.join(n), b"content\n").unwrap();
+        fs::set_permissions(m.join(n), fs::Permissions::from_mode(perm)).unwrap();
+        assert_eq!(mode(n), perm, "{n} after chmod");
+    };
+    make("w", 0o6777);
+    make("t", 0o4666);
+    make("root_w", 0o6777);
+    make("lockmark", 0o2666);
+    make("chown_u", 0o4755);
+    make("chown_g", 0o2755);
+    fs::create_dir(m.join("dir")).unwrap();
+    fs::set_permissions(m.join("dir"), fs::Permissions::from_mode(0o2777)).unwrap();
+
+    const PY: &str = r#"
+import os, sys
+mnt = sys.argv[2]
+with open(os.path.join(mnt, "w"), "ab") as f: f.write(b"by nobody\n")
+with open(os.path.join(mnt, "lockmark"), "ab") as f: f.write(b"by nobody\n")
+os.truncate(os.path.join(mnt, "t"), 3)
+print("done")
+"#;
+    let out = python(PY, &[m.path().as_os_str()], Some(NOBODY));
+    assert!(out.ok() && out.stdout.contains("done"), "nobody's writes failed:\n{}", out.text());
+    fs::OpenOptions::new().append(true).open(m.join("root_w")).unwrap().write_all(b"by root\n").unwrap();
+    lchown(&m.join("chown_u"), 1000, 1000);
+    lchown(&m.join("chown_g"), 0, 1000);
+    lchown(&m.join("dir"), 0, 1000);
+
+    let got: BTreeMap<&str, u32> = ["w", "t", "root_w", "lockmark", "chown_u", "chown_g", "dir"].into_iter().map(|n| (n, mode(n))).collect();
+    let want: BTreeMap<&str, u32> =
+        [("w", 0o0777), ("t", 0o0666), ("root_w", 0o6777), ("lockmark", 0o2666), ("chown_u", 0o0755), ("chown_g", 0o0755), ("dir", 0o2777)].into_iter().collect();
+    let show = |b: &BTreeMap<&str, u32>| b.iter().map(|(n, p)| format!("{n}={p:o}")).collect::<Vec<_>>().join(" ");
+    assert_eq!(show(&got), show(&want));
+    // The new content is all there.
+    assert_eq!(fs::read(m.join("w")).unwrap(), b"content\nby nobody\n");
+    assert_eq!(fs::read(m.join("t")).unwrap(), b"con");
+    // And it lasts: the cleared bits were stored, not only reported.
+    m.umount();
+    let m = env.mount();
+    assert_eq!(fs::metadata(m.join("w")).unwrap().mode() & 0o7777, 0o0777);
+    assert_eq!(fs::metadata(m.join("chown_u")).unwrap().mode() & 0o7777, 0o0755);
 }
