@@ -21,6 +21,10 @@ use std::time::Instant;
 /// Dirty bytes above which `fsync` flushes into packs instead of syncing the journal.
 const FSYNC_FLUSH_BYTES: u64 = 16 << 20;
 
+/// How far from the end of the last read a read may start and still count
+/// as sequential (for read-ahead).
+const READ_AHEAD_SLACK: u64 = 4 << 20;
+
 /// Largest file size (as ext4: 16 TiB).
 pub const MAX_FILE_SIZE: u64 = 16 << 40;
 
@@ -86,6 +90,9 @@ pub(crate) struct FileInner {
     pub unlinked: bool,
     /// Part of a snapshot: every change fails with EROFS.
     pub read_only: bool,
+    /// Where the last read ended: reads near it are sequential and fetch
+    /// the chunks after them ahead of time.
+    pub last_read_end: u64,
 }
 
 impl FileInner {
@@ -179,6 +186,7 @@ impl FileState {
                 evicted: false,
                 unlinked,
                 read_only,
+                last_read_end: 0,
             }),
             flush_lock: Arc::new(Mutex::new(())),
         })
@@ -490,8 +498,16 @@ impl Volume {
             }
             let mut parts = Vec::new();
             self.plan_read(g, offset, end, &mut parts)?;
-            // Read-ahead: the chunks just past this read.
-            let ahead_end = if read_ahead { (end + 2 * self.cfg.chunker.max as u64).min(g.base_valid) } else { 0 };
+            // Read-ahead: the chunks just past this read, when reads go
+            // through the file in order. The kernel's own read-ahead sends
+            // several requests at once, served by several threads, so "in
+            // order" means near where the last read ended. A random read
+            // fetches nothing more: prefetching two chunk-sizes after each
+            // 4 KiB read made random reads decode megabytes each.
+            let near = READ_AHEAD_SLACK;
+            let sequential = offset == 0 || (offset + near >= g.last_read_end && offset <= g.last_read_end + near);
+            g.last_read_end = end;
+            let ahead_end = if read_ahead && sequential { (end + 2 * self.cfg.chunker.max as u64).min(g.base_valid) } else { 0 };
             let ahead: Vec<u64> = if end < ahead_end {
                 g.base.range(end, ahead_end).into_iter().filter_map(|(_, e)| match e.src { Source::Chunk(id) => Some(id), _ => None }).collect()
             } else {

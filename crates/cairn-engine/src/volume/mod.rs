@@ -415,6 +415,15 @@ impl Volume {
         self.flush_round(false)
     }
 
+    /// Flushes one file now, whole (nothing held back), and reports the
+    /// round: for tests that must see what a flush of that file did (the
+    /// background flusher takes closed files on its own schedule).
+    #[doc(hidden)]
+    pub fn flush_file_now(&self, ino: Ino) -> Result<FlushReport> {
+        self.check_writable()?;
+        self.flush_round_of(true, Some(ino))
+    }
+
     /// Stops background work and drops the handle without flushing or
     /// syncing anything, as `kill -9` would: for crash tests.
     #[doc(hidden)]

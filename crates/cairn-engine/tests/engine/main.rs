@@ -7,3 +7,4 @@ mod common;
 mod archive;
 mod edits;
 mod model;
+mod patches;

@@ -1,0 +1,84 @@
+//! Small overwrites inside stored content become patches (chunks of their
+//! own) instead of re-chunking their neighbourhood; a neighbourhood that
+//! gathers too many is re-chunked, folding them back.
+
+use crate::common::*;
+use cairn_engine::maintenance::{self, NoProgress};
+use cairn_engine::*;
+
+const MIB: usize = 1 << 20;
+
+/// Applies `n` 4 KiB overwrites at random 4 KiB-aligned offsets to the file
+/// and to the model, then flushes the file (still open, so the background
+/// flusher leaves it alone) and closes it.
+fn overwrite_4k(v: &Volume, ino: Ino, model: &mut [u8], seed: u64, n: usize) -> FlushReport {
+    let mut x = seed | 1;
+    v.open(ino).unwrap();
+    for i in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let blocks = model.len() / 4096;
+        // Not the first or last block: a patch needs stored bytes on both sides.
+        let off = (1 + (x as usize) % (blocks - 2)) * 4096;
+        let data = random_bytes(seed.wrapping_add(i as u64 * 7919), 4096);
+        v.write(ino, off as u64, &data).unwrap();
+        model[off..off + 4096].copy_from_slice(&data);
+    }
+    let r = v.flush_file_now(ino).unwrap();
+    v.release(ino).unwrap();
+    r
+}
+
+#[test]
+fn scattered_4k_overwrites_are_patched_not_rechunked_and_read_back_exactly() {
+    let d = tempfile::tempdir().unwrap();
+    init(d.path(), &InitOptions::default()).unwrap();
+    let v = open(d.path());
+    let mut model = random_bytes(1, 24 * MIB);
+    let ino = mkfile(&v, ROOT_INO, "f", &model);
+    v.sync().unwrap();
+
+    // 40 overwrites on a freshly chunked 24 MiB file: each is a patch, and
+    // nothing else is read back or cut again.
+    let r = overwrite_4k(&v, ino, &mut model, 11, 40);
+    assert_eq!(r.files, 1);
+    assert!(r.patches >= 38, "only {} of 40 overwrites became patches", r.patches);
+    assert!(r.chunked_bytes <= 40 * 4096 + 4 * MIB as u64 * (40 - r.patches), "chunked {} bytes for 40 small overwrites", r.chunked_bytes);
+    assert!(read_all(&v, ino) == model, "content after the patches");
+
+    // Many more: neighbourhoods pass the extent bound and are re-chunked,
+    // which folds their patches back into content-defined chunks.
+    let mut folded = false;
+    for round in 0..6 {
+        let r = overwrite_4k(&v, ino, &mut model, 100 + round, 150);
+        folded |= r.chunked_bytes > r.patches * 4096;
+        assert!(read_all(&v, ino) == model, "content after round {round}");
+    }
+    assert!(folded, "no neighbourhood was ever re-chunked: fragmentation is unbounded");
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    v.close().unwrap();
+    drop(v);
+
+    let v = open(d.path());
+    assert!(read_all(&v, ino) == model, "content after reopening");
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
+#[test]
+fn a_patch_survives_a_crash_after_fsync() {
+    let d = tempfile::tempdir().unwrap();
+    init(d.path(), &InitOptions::default()).unwrap();
+    let v = open(d.path());
+    let mut model = random_bytes(2, 8 * MIB);
+    let ino = mkfile(&v, ROOT_INO, "f", &model);
+    v.sync().unwrap();
+    let r = overwrite_4k(&v, ino, &mut model, 5, 10);
+    assert!(r.patches >= 9, "{r:?}");
+    v.fsync(ino, false).unwrap();
+    v.simulate_crash();
+    let v = open(d.path());
+    assert!(read_all(&v, ino) == model, "patched content after a crash");
+}
