@@ -25,6 +25,11 @@ const FSYNC_FLUSH_BYTES: u64 = 16 << 20;
 /// as sequential (for read-ahead).
 const READ_AHEAD_SLACK: u64 = 4 << 20;
 
+/// Read requests at least this large come from the kernel's read-ahead,
+/// which it does only for sequential access (fio's random reads arrive as
+/// single 4 KiB pages; a sequential stream as 128 KiB to 1 MiB requests).
+const KERNEL_READ_AHEAD_MIN: u32 = 64 << 10;
+
 /// Largest file size (as ext4: 16 TiB).
 pub const MAX_FILE_SIZE: u64 = 16 << 40;
 
@@ -499,13 +504,16 @@ impl Volume {
             let mut parts = Vec::new();
             self.plan_read(g, offset, end, &mut parts)?;
             // Read-ahead: the chunks just past this read, when reads go
-            // through the file in order. The kernel's own read-ahead sends
-            // several requests at once, served by several threads, so "in
-            // order" means near where the last read ended. A random read
-            // fetches nothing more: prefetching two chunk-sizes after each
-            // 4 KiB read made random reads decode megabytes each.
+            // through the file in order. A large request is the kernel's
+            // own read-ahead at work (it reads ahead only for sequential
+            // access, and sends several requests at once, served out of
+            // order by several threads, so where the last one ended says
+            // little); a small one counts when it starts near where the
+            // last read ended. A random read fetches nothing more:
+            // prefetching two chunk-sizes after each 4 KiB read made random
+            // reads decode megabytes each.
             let near = READ_AHEAD_SLACK;
-            let sequential = offset == 0 || (offset + near >= g.last_read_end && offset <= g.last_read_end + near);
+            let sequential = size >= KERNEL_READ_AHEAD_MIN || offset == 0 || (offset + near >= g.last_read_end && offset <= g.last_read_end + near);
             g.last_read_end = end;
             let ahead_end = if read_ahead && sequential { (end + 2 * self.cfg.chunker.max as u64).min(g.base_valid) } else { 0 };
             let ahead: Vec<u64> = if end < ahead_end {
