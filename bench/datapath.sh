@@ -165,23 +165,19 @@ dp_tree() { # SYS RUN
     dp_down "$fs"
 }
 
-dp_postmark() { # SYS RUN
-    local fs=$1 run=$2 r
+# dp_tool SYS RUN METRIC FIELD UNIT ARGS...: runs `datapath.py ARGS` on a fresh
+# SYS (its directory first), records its JSON with FIELD as the value.
+dp_tool() {
+    local fs=$1 run=$2 metric=$3 field=$4 unit=$5 tool=$6 r
+    shift 6
     dp_up "$fs"
-    r=$("${DP[@]}" postmark "$DPDIR" "$DP_PM_FILES" "$DP_PM_MIN" "$DP_PM_MAX" "$DP_PM_TX") || die "postmark on $fs failed"
-    record kind=dp fs="$fs" metric=postmark run="$run" value="$(json_get "$r" tx_per_s)" "$r"
-    log "12. datapath run $run/$DP_RUNS postmark $fs: $(json_get "$r" tx_per_s) transactions/s"
+    r=$("${DP[@]}" "$tool" "$DPDIR" "$@") || die "$tool on $fs failed"
+    record kind=dp fs="$fs" metric="$metric" run="$run" value="$(json_get "$r" "$field")" "$r"
+    log "12. datapath run $run/$DP_RUNS $metric $fs: $(json_get "$r" "$field") $unit"
     dp_down "$fs"
 }
-
-dp_dbench() { # SYS RUN
-    local fs=$1 run=$2 r
-    dp_up "$fs"
-    r=$("${DP[@]}" dbench "$DPDIR" "$DP_CLIENTS" "$DP_DBENCH_S" "$DP_LOADFILE") || die "dbench on $fs failed"
-    record kind=dp fs="$fs" metric=dbench run="$run" value="$(json_get "$r" mb_per_s)" "$r"
-    log "12. datapath run $run/$DP_RUNS dbench $fs: $(json_get "$r" mb_per_s) MB/s"
-    dp_down "$fs"
-}
+dp_postmark() { dp_tool "$1" "$2" postmark tx_per_s transactions/s postmark "$DP_PM_FILES" "$DP_PM_MIN" "$DP_PM_MAX" "$DP_PM_TX"; }
+dp_dbench() { dp_tool "$1" "$2" dbench mb_per_s MB/s dbench "$DP_CLIENTS" "$DP_DBENCH_S" "$DP_LOADFILE"; }
 
 dp_rand() { # SYS RUN
     local fs=$1 run=$2 r

@@ -446,11 +446,22 @@ impl Volume {
         if patches.is_empty() {
             return Ok(rest);
         }
-        let bytes: Vec<Vec<u8>> = patches.iter().map(|&(a, b)| self.read_map(map, a, b, &[])).collect::<Result<_>>()?;
-        let ids = batch.store(&bytes.iter().map(|v| v.as_slice()).collect::<Vec<_>>())?;
-        for (((a, b), id), v) in patches.iter().zip(ids).zip(bytes) {
+        // All patches' bytes in one pooled buffer, one after the other.
+        let mut bytes = self.windows.take(patches.iter().map(|(a, b)| (b - a) as usize).sum());
+        for &(a, b) in &patches {
+            self.read_map_into(map, a, b, &[], &mut bytes)?;
+        }
+        let mut at = 0;
+        let slices: Vec<&[u8]> = patches.iter().map(|(a, b)| {
+            let s = &bytes[at..at + (b - a) as usize];
+            at += (b - a) as usize;
+            s
+        }).collect();
+        let ids = batch.store(&slices)?;
+        drop(slices);
+        self.windows.give(bytes);
+        for ((a, b), id) in patches.iter().zip(ids) {
             map.splice(*a, *b, vec![Extent::chunk(id, 0, b - a)]);
-            self.windows.give(v);
         }
         batch.patches += patches.len() as u64;
         Ok(rest)
@@ -566,10 +577,17 @@ impl Volume {
     /// `windows.give`) and is filled by appending, extent after extent, so
     /// only holes and journal reads are zero-filled first.
     fn read_map(&self, map: &ExtentMap, start: u64, end: u64, mem: &[u8]) -> Result<Vec<u8>> {
+        let mut buf = self.windows.take((end - start) as usize);
+        self.read_map_into(map, start, end, mem, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Appends the content of `[start, end)` of a map under construction to `buf`.
+    fn read_map_into(&self, map: &ExtentMap, start: u64, end: u64, mem: &[u8], buf: &mut Vec<u8>) -> Result<()> {
+        let base = buf.len();
         let n = (end - start) as usize;
-        let mut buf = self.windows.take(n);
         for (at, e) in map.range(start, end) {
-            debug_assert_eq!(buf.len() as u64, at - start);
+            debug_assert_eq!((buf.len() - base) as u64, at - start);
             let len = e.len as usize;
             match e.src {
                 Source::Hole => buf.resize(buf.len() + len, 0),
@@ -587,10 +605,10 @@ impl Volume {
                 Source::Mem => buf.extend_from_slice(&mem[e.off as usize..(e.off + e.len) as usize]),
             }
         }
-        if buf.len() != n {
-            return Err(Error::corrupt(format!("internal: the map covers {} of the {n} bytes asked for", buf.len())));
+        if buf.len() - base != n {
+            return Err(Error::corrupt(format!("internal: the map covers {} of the {n} bytes asked for", buf.len() - base)));
         }
-        Ok(buf)
+        Ok(())
     }
 
     /// Commits a round: packs, chunks, every file's pages, sizes and
