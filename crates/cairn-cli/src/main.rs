@@ -91,6 +91,13 @@ enum Cmd {
         /// permission checks).
         #[arg(long)]
         private: bool,
+        /// Send every write(2) to the daemon at once instead of letting the
+        /// kernel cache it and send large requests at close, fsync or
+        /// memory pressure. The cache made PostMark 1.7-2.7x faster here;
+        /// durability is the same either way (only fsync'd bytes are
+        /// promised after a crash).
+        #[arg(long)]
+        no_writeback_cache: bool,
         #[command(flatten)]
         pass: PassArgs,
     },
@@ -354,7 +361,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir, mountpoint, foreground, read_only, threads, cache_size, log_file, private, pass } => {
+        Cmd::Mount { dir, mountpoint, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, pass } => {
             // Ask for the passphrase before going to the background.
             let (_, _, _, cfg) = cairn_engine::read_config(&dir)?;
             let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
@@ -365,6 +372,7 @@ fn run(cli: Cli) -> Result<i32> {
                 allow_other: !private,
                 threads: threads.max(1),
                 fsname: format!("cairn:{}", dir.display()),
+                writeback_cache: !no_writeback_cache,
             };
             let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, ..Default::default() };
             // The control socket answers what POSIX cannot ask (stats, sync).

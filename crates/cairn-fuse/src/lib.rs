@@ -46,4 +46,4 @@ mod mount;
 pub mod mounttable;
 
 pub use fs::CairnFs;
-pub use mount::{mount, mount_at, mount_containing, unmount, MountConfig, MountInfo};
+pub use mount::{mount, mount_at, mount_containing, push_cached_writes, unmount, MountConfig, MountInfo};

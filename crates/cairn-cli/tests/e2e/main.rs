@@ -21,3 +21,4 @@ mod permissions;
 mod posix;
 mod powercut;
 mod roundtrip;
+mod writeback;

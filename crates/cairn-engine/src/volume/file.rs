@@ -161,6 +161,11 @@ impl FileInner {
     fn touch(&mut self, now: Timestamp) {
         self.mtime = now;
         self.ctime = now;
+        self.mark_dirty();
+    }
+
+    /// Content changed; the times are someone else's to set.
+    fn mark_dirty(&mut self) {
         self.meta_dirty = true;
         self.due = false;
         if self.dirty_since.is_none() {
@@ -356,6 +361,19 @@ impl Volume {
 
     /// Writes `data` at `offset`.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_at(ino, offset, data, true)
+    }
+
+    /// A write-back from the kernel's writeback cache: like [`Volume::write`]
+    /// but leaves mtime and ctime alone. The kernel set them when the
+    /// application wrote (the bytes may arrive seconds later) and sends them
+    /// in a setattr of their own; stamping "now" here would make the
+    /// daemon's times differ from the ones the kernel shows.
+    pub fn write_back(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_at(ino, offset, data, false)
+    }
+
+    fn write_at(&self, ino: Ino, offset: u64, data: &[u8], stamp_times: bool) -> Result<u32> {
         self.check_writable()?;
         let end = offset.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE_SIZE);
         let Some(end) = end else {
@@ -372,7 +390,11 @@ impl Volume {
             g.overlay_insert(offset, Piece { len: data.len() as u64, src: PieceSrc::Data(loc), seq });
             g.size = g.size.max(end);
             g.last_seq = seq;
-            g.touch(now);
+            if stamp_times {
+                g.touch(now);
+            } else {
+                g.mark_dirty();
+            }
             Ok(g.dirty_bytes >= self.opts.flush_bytes)
         })?;
         if poke {
