@@ -238,8 +238,9 @@ impl Meta {
     }
 
     /// Opens an existing database, refusing unknown schema versions.
-    /// `exclusive`: this process is the only user (it holds the volume lock).
-    pub fn open(path: &Path, exclusive: bool) -> Result<Self> {
+    /// `exclusive`: this process is the only user (it holds the volume lock);
+    /// only then are changes grouped, for `group_window` (see [`GROUP_WINDOW`]).
+    pub fn open(path: &Path, exclusive: bool, group_window: std::time::Duration) -> Result<Self> {
         if !path.exists() {
             return Err(Error::config(format!("metadata database {} is missing", path.display())));
         }
@@ -256,7 +257,7 @@ impl Meta {
             Some(v) => return Err(Error::config(format!("metadata schema version {v} is not supported (this build reads {SCHEMA_VERSION})"))),
             None => return Err(Error::config("metadata database has no schema version")),
         }
-        Ok(Meta::from_conn(path, w, if exclusive { GROUP_WINDOW } else { std::time::Duration::ZERO }))
+        Ok(Meta::from_conn(path, w, if exclusive { group_window } else { std::time::Duration::ZERO }))
     }
 
     /// Group commit with window `window` (zero: every change commits at once).
@@ -355,6 +356,22 @@ impl Meta {
     /// Write transactions rolled back so far.
     pub fn rollbacks(&self) -> u64 {
         self.shared.rollbacks.load(Ordering::SeqCst)
+    }
+
+    /// What a `kill -9` leaves (for crash tests): the open write
+    /// transaction is rolled back instead of committed, and the committer
+    /// stops. Committed transactions stay, as their WAL frames would.
+    pub fn abandon(&self) {
+        {
+            let mut g = self.shared.conn.lock();
+            if g.open_since.take().is_some() {
+                let _ = g.c.execute_batch("ROLLBACK");
+            }
+            g.pending = 0;
+            g.broken = Some("the volume was abandoned (simulated crash)".into());
+        }
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_all();
     }
 
     /// Commits the open write transaction now (not durable yet: see
@@ -1032,7 +1049,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.sqlite");
         Meta::create(&path, Caller0 { uid: 0, gid: 0, perm: 0o755 }).unwrap();
-        let m = Meta::open(&path, true).unwrap();
+        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
         m.write(|tx| {
             for p in ["a", "b"] {
                 insert_pack(tx, p, 1 << 20, n, 0)?;
@@ -1150,7 +1167,7 @@ mod tests {
     #[test]
     fn grouped_changes_are_seen_at_once_and_committed_by_sync_or_the_window() {
         let (_d, path) = fresh();
-        let m = Meta::open(&path, true).unwrap();
+        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
         let c0 = m.shared.commits.load(Ordering::SeqCst);
         for i in 0..10 {
             m.write(|tx| set_info(tx, &format!("k{i}"), i)).unwrap();
@@ -1167,7 +1184,7 @@ mod tests {
         assert!(m.shared.conn.lock().open_since.is_none(), "the window did not commit");
         assert_eq!(m.shared.commits.load(Ordering::SeqCst), c0 + 2);
         drop(m);
-        let m = Meta::open(&path, true).unwrap();
+        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
         assert_eq!((info(&m, "k9"), info(&m, "late")), (Some(9), Some(1)));
     }
 
@@ -1175,7 +1192,7 @@ mod tests {
     #[test]
     fn a_failed_change_leaves_the_rest_of_its_group() {
         let (_d, path) = fresh();
-        let m = Meta::open(&path, true).unwrap();
+        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
         m.write(|tx| set_info(tx, "a", 1)).unwrap();
         let r: Result<()> = m.write(|tx| {
             set_info(tx, "b", 2)?;
@@ -1195,7 +1212,7 @@ mod tests {
         assert_eq!((info(&m, "a"), info(&m, "b"), info(&m, "c"), info(&m, "d")), (Some(1), None, None, Some(4)));
         m.sync().unwrap();
         drop(m);
-        let m = Meta::open(&path, true).unwrap();
+        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
         assert_eq!((info(&m, "a"), info(&m, "b"), info(&m, "c"), info(&m, "d")), (Some(1), None, None, Some(4)));
     }
 }

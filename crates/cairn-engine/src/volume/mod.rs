@@ -54,6 +54,9 @@ pub struct OpenOptions {
     pub flush_age: Duration,
     /// Block writers while the journal holds more than this.
     pub journal_limit: u64,
+    /// How long a metadata write transaction stays open for more changes
+    /// (group commit, `meta::GROUP_WINDOW`); zero commits every change.
+    pub group_commit: Duration,
 }
 
 impl Default for OpenOptions {
@@ -65,6 +68,7 @@ impl Default for OpenOptions {
             flush_bytes: 64 << 20,
             flush_age: Duration::from_secs(5),
             journal_limit: 2 << 30,
+            group_commit: crate::meta::GROUP_WINDOW,
         }
     }
 }
@@ -212,7 +216,7 @@ impl Volume {
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
         let mut vid = [0u8; 16];
         hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
-        let meta = Meta::open(&layout.meta_db(), !opts.read_only)?;
+        let meta = Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit)?;
         let (journal, records) = if opts.read_only {
             // Look without touching: no journal at all.
             (Journal::disabled(), Vec::new())
@@ -429,6 +433,9 @@ impl Volume {
     #[doc(hidden)]
     pub fn simulate_crash(self: Arc<Self>) {
         self.closed.store(true, Ordering::SeqCst);
+        // Namespace changes still in the open group-commit transaction die
+        // with the process.
+        self.meta.abandon();
         {
             let mut s = self.signal.state.lock();
             s.1 = true;

@@ -243,3 +243,49 @@ fn altered_sealed_journal_record_is_an_error() {
     assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
     assert!(e.to_string().contains("fails authentication"), "{e}");
 }
+
+/// Group commit (docs/design.md "Metadata store"): namespace changes nobody
+/// synced die with the process, but an fsync of a file, or of a directory,
+/// commits and syncs every change made before it. The window is an hour
+/// here, so only the fsyncs can have committed anything.
+#[test]
+fn an_fsync_makes_every_earlier_namespace_change_survive_a_crash() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let opts = || OpenOptions { group_commit: std::time::Duration::from_secs(3600), ..Default::default() };
+    let v = Volume::load(d.path(), opts()).unwrap();
+    let dir = v.mkdir(ROOT_INO, b"d", 0o755, root()).unwrap().ino;
+    let mut files = Vec::new();
+    for i in 0..10u64 {
+        files.push(mkfile(&v, dir, &format!("a{i}"), &random_bytes(i, 10_000 + i as usize)));
+    }
+    v.rename(dir, b"a0", dir, b"renamed", RenameFlags::default()).unwrap();
+    // One file's fsync covers the creates, writes and the rename before it.
+    v.open(files[9]).unwrap();
+    v.fsync(files[9], false).unwrap();
+    v.release(files[9]).unwrap();
+    // A directory's fsync (what FUSE's fsyncdir calls) does too.
+    mkfile(&v, dir, "b", b"made before the directory's fsync");
+    v.fsync(dir, false).unwrap();
+    // Nobody syncs these: the crash takes them.
+    mkfile(&v, dir, "lost", b"never synced");
+    v.unlink(dir, b"a1").unwrap();
+    v.simulate_crash();
+
+    let v = Volume::load(d.path(), opts()).unwrap();
+    let dir = v.resolve(b"d").unwrap();
+    let mut names: Vec<Vec<u8>> = v.readdir(dir).unwrap().into_iter().map(|e| e.name).filter(|n| n != b"." && n != b"..").collect();
+    names.sort();
+    let mut want: Vec<Vec<u8>> = (1..10).map(|i| format!("a{i}").into_bytes()).collect();
+    want.push(b"b".to_vec());
+    want.push(b"renamed".to_vec());
+    want.sort();
+    assert_eq!(names, want, "the directory after the crash");
+    for i in 1..10u64 {
+        let ino = v.resolve(format!("d/a{i}").as_bytes()).unwrap();
+        assert_eq!(read_all(&v, ino), random_bytes(i, 10_000 + i as usize), "a{i}");
+    }
+    assert_eq!(read_all(&v, v.resolve(b"d/renamed").unwrap()), random_bytes(0, 10_000));
+    assert_eq!(read_all(&v, v.resolve(b"d/b").unwrap()), b"made before the directory's fsync");
+    v.close().unwrap();
+}
