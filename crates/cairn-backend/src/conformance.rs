@@ -9,6 +9,8 @@ pub fn run_all(b: &dyn Backend) {
     ranged_reads(b);
     missing_objects(b);
     overwrite_and_delete(b);
+    create_only_if_absent(b);
+    errors_name_their_object(b);
     listing(b);
     invalid_names(b);
 }
@@ -44,6 +46,30 @@ fn overwrite_and_delete(b: &dyn Backend) {
     b.delete("conf/ow").unwrap();
     assert_eq!(b.get("conf/ow").unwrap_err().kind(), ErrorKind::NotFound);
     b.delete("conf/ow").expect("deleting a missing object succeeds");
+}
+
+fn create_only_if_absent(b: &dyn Backend) {
+    b.delete("conf/once").unwrap();
+    b.put_if_absent("conf/once", b"first").expect("create of an absent object");
+    let e = b.put_if_absent("conf/once", b"second").expect_err("a second create must fail");
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(b.get("conf/once").unwrap(), b"first", "a refused create changed the object");
+    // Of several racing creates exactly one wins.
+    b.delete("conf/race").unwrap();
+    let wins = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4u8).map(|i| s.spawn(move || b.put_if_absent("conf/race", &[i; 64]).is_ok())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).filter(|won| *won).count()
+    });
+    assert_eq!(wins, 1, "{wins} racing creates succeeded");
+    assert_eq!(b.get("conf/race").unwrap().len(), 64);
+}
+
+fn errors_name_their_object(b: &dyn Backend) {
+    let e = b.get("conf/absent-object").unwrap_err();
+    assert_eq!(e.object(), Some("conf/absent-object"), "a NotFound error does not name its object: {e}");
+    b.put("conf/short", b"abc").unwrap();
+    let e = b.get_range("conf/short", 2, 5).unwrap_err();
+    assert_eq!(e.object(), Some("conf/short"), "an OutOfRange error does not name its object: {e}");
 }
 
 fn listing(b: &dyn Backend) {

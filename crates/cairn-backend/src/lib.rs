@@ -17,10 +17,12 @@
 
 mod error;
 mod local;
+mod retry;
 pub mod conformance;
 
 pub use error::{Error, ErrorKind, Result};
 pub use local::LocalBackend;
+pub use retry::{RetryPolicy, Retrying};
 
 /// An object store holding immutable named objects.
 ///
@@ -33,12 +35,20 @@ pub use local::LocalBackend;
 /// - `get_range` returns exactly `len` bytes or fails; reading past the end
 ///   is an error of kind [`ErrorKind::OutOfRange`], a missing object
 ///   [`ErrorKind::NotFound`].
+/// - `put_if_absent` stores only if no object of that name exists, atomically
+///   (of two concurrent calls at most one succeeds); otherwise it fails with
+///   [`ErrorKind::AlreadyExists`] and leaves the object as it was.
 /// - `delete` of a missing object succeeds (idempotent).
 /// - `list` returns every object whose name starts with `prefix`, with sizes,
 ///   in no particular order.
+/// - Errors say what kind they are ([`ErrorKind`]): only
+///   [`ErrorKind::Transient`] ones may succeed when retried ([`Retrying`]
+///   does that), and errors about one object name it ([`Error::object`]).
 pub trait Backend: Send + Sync {
     /// Stores `data` under `name`, replacing any object of that name.
     fn put(&self, name: &str, data: &[u8]) -> Result<()>;
+    /// Stores `data` under `name` only if nothing is stored there yet.
+    fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()>;
     /// Reads `len` bytes of `name` starting at `offset`.
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Reads the whole object.
@@ -49,8 +59,60 @@ pub trait Backend: Send + Sync {
     fn delete(&self, name: &str) -> Result<()>;
     /// All objects whose names start with `prefix`.
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
+    /// What this backend does cheaply.
+    fn capabilities(&self) -> Capabilities;
     /// A short description for messages, e.g. `local:/srv/vol/store`.
     fn describe(&self) -> String;
+}
+
+/// What a backend does cheaply; the engine adapts to it (pack sizes, read
+/// batching, whether GC may delete).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Requests cross a network and may be billed: batch them, cache reads.
+    pub remote: bool,
+    /// A ranged read costs about its bytes (false where each read must
+    /// first position the medium, as on tape).
+    pub cheap_ranged_reads: bool,
+    /// Deleting an object frees its space (false on append-only media).
+    pub frees_on_delete: bool,
+    /// The pack size that suits the store (bytes).
+    pub preferred_pack_size: u64,
+}
+
+impl Capabilities {
+    /// A local directory.
+    pub const LOCAL: Capabilities = Capabilities { remote: false, cheap_ranged_reads: true, frees_on_delete: true, preferred_pack_size: 32 << 20 };
+}
+
+impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        (**self).put(name, data)
+    }
+    fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
+        (**self).put_if_absent(name, data)
+    }
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        (**self).get_range(name, offset, len)
+    }
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        (**self).get(name)
+    }
+    fn size(&self, name: &str) -> Result<u64> {
+        (**self).size(name)
+    }
+    fn delete(&self, name: &str) -> Result<()> {
+        (**self).delete(name)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        (**self).list(prefix)
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
 }
 
 /// One listed object.

@@ -1,6 +1,6 @@
 //! A backend in a local directory: one file per object.
 
-use crate::{validate_name, Backend, Error, ErrorKind, ObjectInfo, Result};
+use crate::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ impl LocalBackend {
     pub fn open(root: &Path) -> Result<Self> {
         let md = fs::metadata(root).map_err(|e| Error::from_io(&format!("backend directory {}", root.display()), e))?;
         if !md.is_dir() {
-            return Err(Error::new(ErrorKind::Io, format!("backend {} is not a directory", root.display())));
+            return Err(Error::new(ErrorKind::Permanent, format!("backend {} is not a directory", root.display())));
         }
         Ok(LocalBackend { root: root.to_path_buf(), bounce: direct::BouncePool::default() })
     }
@@ -204,12 +204,15 @@ fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-impl Backend for LocalBackend {
-    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+impl LocalBackend {
+    /// Writes `data` to a staging file, makes it durable, then gives it its
+    /// name: rename(2) replaces, link(2) creates only if the name is free
+    /// (atomically: of two racing creates one gets EEXIST).
+    fn store(&self, name: &str, data: &[u8], only_if_absent: bool) -> Result<()> {
         let path = self.path(name)?;
         let parent = path.parent().unwrap_or(&self.root).to_path_buf();
         let tmpdir = self.root.join("tmp");
-        let ctx = |e| Error::from_io(&format!("writing object {name} in {}", self.root.display()), e);
+        let ctx = |e| Error::from_io(&format!("writing object {name} in {}", self.root.display()), e).with_object(name);
         create_dir_durable(&parent).map_err(ctx)?;
         create_dir_durable(&tmpdir).map_err(ctx)?;
         let tmp = tmpdir.join(format!("{}.{:016x}", std::process::id(), rand::random::<u64>()));
@@ -218,48 +221,67 @@ impl Backend for LocalBackend {
             write_object(&mut f, data, &self.bounce)?;
             f.sync_all()?;
             drop(f);
-            fs::rename(&tmp, &path)?;
+            if only_if_absent {
+                fs::hard_link(&tmp, &path)?;
+                fs::remove_file(&tmp)?;
+            } else {
+                fs::rename(&tmp, &path)?;
+            }
             fsync_dir(&parent)
         })();
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }
-        result.map_err(ctx)
+        result.map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Error::new(ErrorKind::AlreadyExists, format!("object {name} already exists")).with_object(name),
+            _ => ctx(e),
+        })
+    }
+}
+
+impl Backend for LocalBackend {
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.store(name, data, false)
+    }
+
+    fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.store(name, data, true)
     }
 
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let path = self.path(name)?;
-        let f = File::open(&path).map_err(|e| Error::from_io(&format!("object {name}"), e))?;
-        let size = f.metadata().map_err(|e| Error::from_io(name, e))?.len();
+        let f = File::open(&path).map_err(|e| Error::from_io(&format!("object {name}"), e).with_object(name))?;
+        let size = f.metadata().map_err(|e| Error::from_io(name, e).with_object(name))?.len();
         if offset.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::new(
                 ErrorKind::OutOfRange,
                 format!("object {name}: range {offset}+{len} past its end ({size} bytes): truncated?"),
-            ));
+            )
+            .with_object(name));
         }
         // Read into spare capacity: no zero-filling of a buffer about to be overwritten.
         let mut buf = Vec::with_capacity(len as usize);
         let mut f = f;
         f.seek(SeekFrom::Start(offset))
             .and_then(|_| (&mut f).take(len).read_to_end(&mut buf))
-            .map_err(|e| Error::from_io(&format!("reading object {name}"), e))?;
+            .map_err(|e| Error::from_io(&format!("reading object {name}"), e).with_object(name))?;
         if buf.len() as u64 != len {
-            return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: short read ({} of {len} bytes)", buf.len())));
+            return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: short read ({} of {len} bytes)", buf.len())).with_object(name));
         }
         Ok(buf)
     }
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let path = self.path(name)?;
-        let mut f = File::open(&path).map_err(|e| Error::from_io(&format!("object {name}"), e))?;
+        let mut f = File::open(&path).map_err(|e| Error::from_io(&format!("object {name}"), e).with_object(name))?;
         let mut buf = Vec::new();
-        f.seek(SeekFrom::Start(0)).and_then(|_| f.read_to_end(&mut buf)).map_err(|e| Error::from_io(name, e))?;
+        f.seek(SeekFrom::Start(0)).and_then(|_| f.read_to_end(&mut buf)).map_err(|e| Error::from_io(&format!("reading object {name}"), e).with_object(name))?;
         Ok(buf)
     }
 
     fn size(&self, name: &str) -> Result<u64> {
         let path = self.path(name)?;
-        Ok(fs::metadata(&path).map_err(|e| Error::from_io(&format!("object {name}"), e))?.len())
+        Ok(fs::metadata(&path).map_err(|e| Error::from_io(&format!("object {name}"), e).with_object(name))?.len())
     }
 
     fn delete(&self, name: &str) -> Result<()> {
@@ -267,7 +289,7 @@ impl Backend for LocalBackend {
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::from_io(&format!("deleting object {name}"), e)),
+            Err(e) => Err(Error::from_io(&format!("deleting object {name}"), e).with_object(name)),
         }
     }
 
@@ -300,6 +322,10 @@ impl Backend for LocalBackend {
             }
         }
         Ok(out)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::LOCAL
     }
 
     fn describe(&self) -> String {

@@ -349,7 +349,7 @@ fn run(cli: Cli) -> Result<i32> {
                 bail!("--pack-size must be at least 1M");
             }
             let passphrase = if encrypt { Some(passphrase::get(pass.passphrase_file.as_deref(), true)?) } else { None };
-            let cfg = cairn_engine::init(&dir, &InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size) })?;
+            let cfg = cairn_engine::init(&dir, &InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None })?;
             println!(
                 "created volume {} in {} ({}, chunks {}/{}/{} bytes)",
                 cfg.volume_id,

@@ -131,7 +131,24 @@ pub struct InitOptions {
     pub kdf: Option<KdfParams>,
     pub zstd_level: Option<i32>,
     pub pack_target: Option<u64>,
+    /// Keep the volume's packs and config here instead of `DIR/store` (tests
+    /// and embedders; every later open must be given the same backend).
+    pub backend: Option<InjectedBackend>,
 }
+
+/// A backend handed to `init` or `Volume::load` by the program instead of
+/// the one the volume's settings name.
+#[derive(Clone)]
+pub struct InjectedBackend(pub std::sync::Arc<dyn cairn_backend::Backend>);
+
+impl std::fmt::Debug for InjectedBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InjectedBackend({})", self.0.describe())
+    }
+}
+
+/// The settings' `backend` of a volume made with an injected backend.
+pub const INJECTED_BACKEND: &str = "injected:";
 
 /// Paths inside a volume directory.
 #[derive(Clone, Debug)]
@@ -160,6 +177,9 @@ impl Layout {
     }
     /// Resolves the backend location in the settings to a directory.
     pub fn store_path(&self, s: &LocalSettings) -> Result<PathBuf> {
+        if s.backend.starts_with(INJECTED_BACKEND) {
+            return Err(Error::config(format!("volume {} keeps its data in a backend its program supplies ({}); it cannot be opened on its own", self.dir.display(), s.backend)));
+        }
         let Some(p) = s.backend.strip_prefix("local:") else {
             return Err(Error::config(format!("unsupported backend {:?} (this build knows local:PATH)", s.backend)));
         };
@@ -274,4 +294,12 @@ mod tests {
         assert!(VolumeConfig::parse(b"{not json").is_err());
         assert!(VolumeConfig::parse(br#"{"format":"x","version":1}"#).is_err());
     }
+}
+
+/// The backend a volume's settings name, with retries around it: a local
+/// directory (`local:PATH`, relative to the volume directory).
+pub fn open_backend(layout: &Layout, settings: &LocalSettings) -> Result<std::sync::Arc<dyn cairn_backend::Backend>> {
+    let store = layout.store_path(settings)?;
+    let local = cairn_backend::LocalBackend::open(&store)?;
+    Ok(std::sync::Arc::new(cairn_backend::Retrying::new(local, cairn_backend::RetryPolicy::local())))
 }

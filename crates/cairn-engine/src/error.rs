@@ -153,12 +153,22 @@ impl From<std::io::Error> for Error {
     }
 }
 
+/// What the engine makes of a backend failure. The engine only asks for
+/// objects its metadata names, so a missing or short object is damage
+/// (Corrupt: EIO, and fsck's business), as are bad bytes; a store that is
+/// unreachable (after the retries of `RetryingBackend`) or refuses (bad
+/// credentials, access denied) is an I/O error whose message says which.
 impl From<cairn_backend::Error> for Error {
     fn from(e: cairn_backend::Error) -> Self {
-        let kind = match e.kind() {
-            cairn_backend::ErrorKind::NotFound => ErrorKind::Corrupt,
-            _ => ErrorKind::Io,
+        use cairn_backend::ErrorKind as B;
+        let (kind, what) = match e.kind() {
+            B::NotFound => (ErrorKind::Corrupt, "missing from the backend"),
+            B::OutOfRange => (ErrorKind::Corrupt, "shorter in the backend than the metadata says"),
+            B::Corrupt => (ErrorKind::Corrupt, "damaged in the backend"),
+            B::Transient => (ErrorKind::Io, "backend unavailable"),
+            B::Permanent => (ErrorKind::Io, "backend refused the request"),
+            _ => (ErrorKind::Io, "backend error"),
         };
-        Error::new(kind, e.to_string())
+        Error::new(kind, format!("{what}: {e}"))
     }
 }

@@ -31,7 +31,7 @@ pub mod pack;
 mod types;
 mod volume;
 
-pub use config::{ChunkerParams, InitOptions, VolumeConfig};
+pub use config::{ChunkerParams, InitOptions, InjectedBackend, VolumeConfig};
 pub use crypto::KdfParams;
 pub use error::{Error, ErrorKind, Result};
 pub use types::*;

@@ -165,7 +165,7 @@ impl<'a> Batch<'a> {
         let h = std::thread::Builder::new()
             .name("cairn-upload".into())
             .spawn(move || {
-                let r = upload_with_retries(backend.as_ref(), &name, &bytes);
+                let r = upload(backend.as_ref(), &name, &bytes);
                 pool.give(bytes);
                 r
             })
@@ -209,20 +209,10 @@ fn join_upload(h: std::thread::JoinHandle<Result<()>>) -> Result<()> {
     h.join().map_err(|_| Error::io("a pack upload thread panicked"))?
 }
 
-fn upload_with_retries(backend: &dyn cairn_backend::Backend, name: &str, bytes: &[u8]) -> Result<()> {
-    let mut delay = std::time::Duration::from_millis(50);
-    for attempt in 0.. {
-        match backend.put(name, bytes) {
-            Ok(()) => return Ok(()),
-            Err(e) if attempt < 5 => {
-                tracing::warn!("uploading {name} failed, retrying: {e}");
-                std::thread::sleep(delay);
-                delay *= 2;
-            }
-            Err(e) => return Err(Error::from(e).context(format!("uploading pack {name}"))),
-        }
-    }
-    unreachable!("the loop returns")
+/// One pack upload. Retries are the backend's (`cairn_backend::Retrying`
+/// wraps every backend the engine opens), by error kind.
+fn upload(backend: &dyn cairn_backend::Backend, name: &str, bytes: &[u8]) -> Result<()> {
+    backend.put(name, bytes).map_err(|e| Error::from(e).context(format!("uploading pack {name}")))
 }
 
 impl<'a> Drop for Batch<'a> {

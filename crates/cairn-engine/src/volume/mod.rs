@@ -25,7 +25,7 @@ use crate::journal::Journal;
 use crate::meta::{self, Caller0, Meta};
 use crate::pack::{self, BlobEntry};
 use crate::types::{Ino, StatFs};
-use cairn_backend::{Backend, LocalBackend};
+use cairn_backend::{Backend, LocalBackend, RetryPolicy, Retrying};
 use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex};
 use std::fs::{self, File};
@@ -57,6 +57,9 @@ pub struct OpenOptions {
     /// How long a metadata write transaction stays open for more changes
     /// (group commit, `meta::GROUP_WINDOW`); zero commits every change.
     pub group_commit: Duration,
+    /// Use this backend instead of the one the volume's settings name (it
+    /// must be the one `init` was given, if it was given one).
+    pub backend: Option<crate::config::InjectedBackend>,
 }
 
 impl Default for OpenOptions {
@@ -69,6 +72,7 @@ impl Default for OpenOptions {
             flush_age: Duration::from_secs(5),
             journal_limit: 2 << 30,
             group_commit: crate::meta::GROUP_WINDOW,
+            backend: None,
         }
     }
 }
@@ -149,9 +153,12 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
     fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
     let layout = Layout::new(dir);
     let (cfg, _master) = VolumeConfig::create(opts)?;
-    let backend = LocalBackend::create(&layout.default_store())?;
+    let (backend, location): (Arc<dyn Backend>, String) = match &opts.backend {
+        Some(b) => (b.0.clone(), format!("{}{}", crate::config::INJECTED_BACKEND, b.0.describe())),
+        None => (Arc::new(Retrying::new(LocalBackend::create(&layout.default_store())?, RetryPolicy::local())), "local:store".into()),
+    };
     backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
-    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: "local:store".into() };
+    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location };
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Meta::create(&layout.meta_db(), Caller0 { uid, gid, perm: 0o755 })?;
@@ -174,6 +181,11 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
 
 /// Reads a volume directory's settings and config without opening it.
 pub fn read_config(dir: &Path) -> Result<(Layout, LocalSettings, Arc<dyn Backend>, VolumeConfig)> {
+    read_config_with(dir, None)
+}
+
+/// [`read_config`] with the backend given instead of the one the settings name.
+fn read_config_with(dir: &Path, injected: Option<&crate::config::InjectedBackend>) -> Result<(Layout, LocalSettings, Arc<dyn Backend>, VolumeConfig)> {
     let layout = Layout::new(dir);
     let raw = fs::read(layout.settings()).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::config(format!("{} is not a Cairn volume (no volume.json; create one with `cairn init`)", dir.display())),
@@ -184,8 +196,10 @@ pub fn read_config(dir: &Path) -> Result<(Layout, LocalSettings, Arc<dyn Backend
     if settings.version != FORMAT_VERSION {
         return Err(Error::config(format!("volume settings version {} is not supported (this build reads {FORMAT_VERSION})", settings.version)));
     }
-    let store = layout.store_path(&settings)?;
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::open(&store)?);
+    let backend = match injected {
+        Some(b) => b.0.clone(),
+        None => crate::config::open_backend(&layout, &settings)?,
+    };
     let cfg_bytes = backend.get(CONFIG_OBJECT).map_err(|e| Error::config(format!("reading the volume config from {}: {e}", backend.describe())))?;
     let cfg = VolumeConfig::parse(&cfg_bytes)?;
     Ok((layout, settings, backend, cfg))
@@ -211,7 +225,7 @@ impl Volume {
     /// Opens the volume in `dir`, replays the journal, and starts the
     /// background flusher.
     pub fn load(dir: &Path, opts: OpenOptions) -> Result<Arc<Volume>> {
-        let (layout, _settings, backend, cfg) = read_config(dir)?;
+        let (layout, _settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
         let lock = Some(take_lock(&layout, !opts.read_only)?);
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
         let mut vid = [0u8; 16];

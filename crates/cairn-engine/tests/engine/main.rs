@@ -8,3 +8,4 @@ mod archive;
 mod edits;
 mod model;
 mod patches;
+mod backends;

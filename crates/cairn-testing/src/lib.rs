@@ -1,0 +1,18 @@
+//! Test doubles for Cairn's seams.
+//!
+//! - [`MemoryBackend`]: a backend in a map, for tests that need a store and
+//!   nothing else (and as the base under [`FaultyBackend`]).
+//! - [`FaultyBackend`]: wraps any backend and makes a chosen fraction of
+//!   requests fail, time out, succeed but lose their reply, or run slowly,
+//!   from a seeded generator; or makes the whole store "down" at once, for
+//!   outage tests. It stands in for the network and the store's bad days;
+//!   the real store (a directory, moto) stays real underneath.
+//!
+//! Both pass the backend conformance suite (`cairn_backend::conformance`);
+//! a `FaultyBackend` does only behind `Retrying`, which is the point.
+
+mod faulty;
+mod memory;
+
+pub use faulty::{FaultPlan, FaultStats, FaultyBackend};
+pub use memory::MemoryBackend;
