@@ -285,7 +285,7 @@ def render(rows, b, summary, h):
                      f"{mib(med([r['rss_extra_kib'] for r in tfr if r['phase'] == 'extract']))} MiB (archive / extract; "
                      "the data passes through it)." if tfr else "")
             b(f"GNU tar inside the mount moves every byte through FUSE twice (read the source, write the archive or the "
-              f"members), and the mount has no write-back cache, so each `write` is one FUSE request: with tar's default "
+              f"members), and without the kernel's write-back cache (Cairn mounts had none before e68deda) each `write` is one FUSE request: with tar's default "
               f"10 KiB records that is about 100,000 requests per GiB. At {human(s)} ({f:,} files): " + "; ".join(parts) + "." + extra)
             b("")
         # targets

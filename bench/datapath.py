@@ -266,7 +266,7 @@ def render(rows, b, summary, h):
     b(f"5. fio 4 KiB random reads and writes, 70/30 (`--rw=randrw --rwmixread=70`), psync, 1 job, buffered I/O "
       f"(no O_DIRECT), `--refill_buffers`, {st.get('rand_seconds', '?')} s on a {human(st.get('rand_bytes', 0))} "
       "file laid out first with 1 MiB sequential writes (not timed), then cold. No fsync: ext4 keeps the writes in "
-      "its page cache, while neither FUSE mount uses the kernel's write-back cache, so every write reaches its daemon.")
+      "its page cache, and so does Cairn, whose mounts use the kernel's write-back cache (since e68deda; `--no-writeback-cache` turns it off); JuiceFS's default mount does not, so every write reaches its daemon.")
     b("")
     for line in code(h["cmds_for"](rows, "datapath")):
         b(line)
