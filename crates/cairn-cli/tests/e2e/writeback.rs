@@ -208,6 +208,9 @@ fn without_the_writeback_cache_an_unclosed_write_survives_kill_9() {
     let mut m = env.mount_with(&["--no-writeback-cache"]);
     assert!(env.log().contains("writeback_cache=false"), "the daemon did not turn the cache off:\n{}", env.log());
     let mut f = fs::File::create(m.join("f")).unwrap();
+    // The name is made durable (an unsynced create may die with the daemon:
+    // group commit); the bytes are not.
+    fs::File::open(m.path()).unwrap().sync_all().unwrap();
     f.write_all(b"journaled at write(2)").unwrap();
     // Neither closed nor fsync'd: only the daemon's journal has it.
     m.kill9();

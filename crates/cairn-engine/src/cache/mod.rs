@@ -1,0 +1,131 @@
+//! An in-memory cache of verified plaintext chunks, bounded in bytes.
+//!
+//! Sharded by chunk id so that concurrent readers of different chunks do not
+//! contend on one lock. Which entry goes when a shard is full is its
+//! [`CachePolicy`]'s decision (LRU by default).
+
+pub mod policy;
+
+pub use policy::{CachePolicy, Lru};
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+const SHARDS: usize = 16;
+
+struct Shard {
+    entries: HashMap<u64, Arc<Vec<u8>>>,
+    policy: Box<dyn CachePolicy>,
+    bytes: usize,
+}
+
+/// The chunk cache.
+pub struct ChunkCache {
+    shards: Vec<Mutex<Shard>>,
+    per_shard: usize,
+}
+
+impl ChunkCache {
+    /// A cache holding about `capacity` bytes, evicting least recently used
+    /// chunks first.
+    pub fn new(capacity: usize) -> Self {
+        Self::with_policy(capacity, &|| Box::new(Lru::new()))
+    }
+
+    /// A cache whose shards each get a policy from `make`.
+    pub fn with_policy(capacity: usize, make: &dyn Fn() -> Box<dyn CachePolicy>) -> Self {
+        ChunkCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard { entries: HashMap::new(), policy: make(), bytes: 0 })).collect(),
+            per_shard: (capacity / SHARDS).max(1),
+        }
+    }
+
+    fn shard(&self, id: u64) -> &Mutex<Shard> {
+        &self.shards[(id as usize).wrapping_mul(0x9E37_79B9) % SHARDS]
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<Vec<u8>>> {
+        let mut s = self.shard(id).lock();
+        let v = s.entries.get(&id).cloned();
+        if v.is_some() {
+            s.policy.accessed(id);
+        }
+        v
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.shard(id).lock().entries.contains_key(&id)
+    }
+
+    /// Adds (or replaces) a chunk, then evicts the policy's victims until
+    /// the shard is within its share (one entry always stays, however big).
+    pub fn insert(&self, id: u64, data: Arc<Vec<u8>>) {
+        let mut s = self.shard(id).lock();
+        let n = data.len();
+        if let Some(old) = s.entries.insert(id, data) {
+            s.bytes -= old.len();
+        }
+        s.bytes += n;
+        s.policy.admitted(id, n as u64);
+        while s.bytes > self.per_shard && s.entries.len() > 1 {
+            let Some(v) = s.policy.victim() else { break };
+            s.policy.removed(v);
+            if let Some(old) = s.entries.remove(&v) {
+                s.bytes -= old.len();
+            }
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().bytes).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn stays_within_its_bound() {
+        let c = ChunkCache::new(16 * 1000);
+        for i in 0..1000u64 {
+            c.insert(i, Arc::new(vec![0u8; 100]));
+        }
+        assert!(c.bytes() <= 16 * 1000 + 16 * 100);
+        assert!(c.get(999).is_some());
+    }
+
+    proptest! {
+        /// Against a map of everything ever inserted: a hit returns the
+        /// newest bytes inserted under its id, the byte count is the sum
+        /// of what is held, and each shard stays within its share but for
+        /// its one newest entry.
+        #[test]
+        fn agrees_with_a_model(ops in proptest::collection::vec((0u64..200, 1usize..3000, any::<bool>()), 1..600)) {
+            let cap = 16 * 4096;
+            let c = ChunkCache::new(cap);
+            let mut model: HashMap<u64, Arc<Vec<u8>>> = HashMap::new();
+            for (i, (id, len, read)) in ops.into_iter().enumerate() {
+                if read {
+                    if let Some(v) = c.get(id) {
+                        prop_assert_eq!(Some(&v), model.get(&id), "a hit with stale bytes");
+                    }
+                } else {
+                    let v = Arc::new(vec![(i % 251) as u8; len]);
+                    c.insert(id, v.clone());
+                    model.insert(id, v);
+                }
+                let held: usize = c.shards.iter().map(|s| s.lock().entries.values().map(|v| v.len()).sum::<usize>()).sum();
+                prop_assert_eq!(held, c.bytes());
+                for s in &c.shards {
+                    let s = s.lock();
+                    prop_assert!(s.bytes <= c.per_shard || s.entries.len() == 1, "a shard holds {} bytes in {} entries", s.bytes, s.entries.len());
+                    prop_assert_eq!(s.entries.len(), s.policy.len(), "policy and entries disagree");
+                }
+            }
+        }
+    }
+}
