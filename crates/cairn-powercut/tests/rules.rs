@@ -152,6 +152,11 @@ fn packs_durable_before_metadata_refers_to_them() {
     let v = lab.open();
     let data = bytes(2, 700_000);
     write_file(&v, "f", &data);
+    // The create is committed and durable now (group commit would carry it
+    // into the flush's transaction, whose first WAL write also syncs the
+    // WAL's new header: that would be the first fsync below, not the
+    // barrier this test is about). The file's data stays in the journal.
+    v.fsync(ROOT_INO, false).unwrap();
     lab.pc().crash_at(CrashPoint::AfterFsync { suffix: "meta.sqlite-wal".into(), nth: 1 });
     let _ = v.flush_now();
     assert!(lab.pc().crashed(), "the flush never fsync'd the WAL");
