@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need and run every test: unit, property, engine
-# integration, FUSE end-to-end (real mounts), and short fuzz runs.
+# integration, FUSE end-to-end (real mounts), the S3 backend against a real
+# S3-compatible server (moto, started here on loopback), and short fuzz runs.
 #   scripts/test.sh [--no-fuzz]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ command -v bsdtar >/dev/null || need+=(libarchive-tools)
 command -v rsync >/dev/null || need+=(rsync)
 command -v python3 >/dev/null || need+=(python3)
 command -v cc >/dev/null || need+=(gcc)   # the C ABI test compiles against cairn.h
+command -v curl >/dev/null || need+=(curl)
 command -v tar >/dev/null || need+=(tar)
 command -v attr >/dev/null 2>&1 || command -v getfattr >/dev/null || need+=(attr)
 if [ ${#need[@]} -gt 0 ]; then
@@ -22,11 +24,24 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 [ -e /dev/fuse ] || { echo "test.sh: /dev/fuse is missing: the end-to-end tests need FUSE" >&2; exit 1; }
 
+# An S3-compatible server for the S3 backend's tests: moto on loopback,
+# stopped by PID when this script exits.
+command -v moto_server >/dev/null || python3 -m pip install -q 'moto[server]'
+command -v moto_server >/dev/null || { echo "test.sh: moto_server is missing after pip install 'moto[server]'" >&2; exit 1; }
+S3_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+S3_LOG=$(mktemp)
+log=$(mktemp)
+moto_server -H 127.0.0.1 -p "$S3_PORT" > "$S3_LOG" 2>&1 &
+S3_PID=$!
+trap 'kill $S3_PID 2>/dev/null; rm -f "$log" "$S3_LOG"' EXIT
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break; sleep 0.1; done
+curl -sf -X PUT "http://127.0.0.1:$S3_PORT/cairn-test" -o /dev/null || { echo "test.sh: moto_server did not start:" >&2; tail -n 20 "$S3_LOG" >&2; exit 1; }
+export CAIRN_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT" CAIRN_TEST_S3_BUCKET=cairn-test
+export AWS_ACCESS_KEY_ID=cairn-test AWS_SECRET_ACCESS_KEY=cairn-test AWS_REGION=us-east-1
+
 start=$(date +%s)
 # Release build: the end-to-end tests move hundreds of MiB through the mount.
 cargo build --release --workspace
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 cargo test --release --workspace 2>&1 | tee "$log"
 if [ $FUZZ = 1 ]; then
   scripts/fuzz.sh 20

@@ -18,11 +18,13 @@
 mod error;
 mod local;
 mod retry;
+mod s3;
 pub mod conformance;
 
 pub use error::{Error, ErrorKind, Result};
 pub use local::LocalBackend;
 pub use retry::{RetryPolicy, Retrying};
+pub use s3::{S3Backend, S3Location};
 
 /// An object store holding immutable named objects.
 ///

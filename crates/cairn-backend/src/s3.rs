@@ -1,0 +1,251 @@
+//! Any S3-compatible store (AWS, MinIO, Ceph RGW, R2, moto) through the
+//! `object_store` crate.
+//!
+//! The engine is synchronous, so the backend owns a small tokio runtime
+//! and waits on it. Credentials come only from where the AWS tools look
+//! (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`, the
+//! container or instance credentials); never from a command line.
+//! `object_store` retries a request twice within 15 s on its own (for
+//! connection-level hiccups); the policy that matters — how long to keep
+//! trying, by error kind — is `Retrying`'s, which wraps this.
+
+use crate::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
+use futures::TryStreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjPath;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, WriteMultipart};
+use std::time::Duration;
+
+/// Objects at least this large go up in parts.
+const MULTIPART_MIN: usize = 16 << 20;
+/// The size of each part.
+const PART_SIZE: usize = 8 << 20;
+
+/// Where an S3 volume lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Location {
+    /// The bucket.
+    pub bucket: String,
+    /// The key prefix inside it ("" for the bucket's root), without slashes at either end.
+    pub prefix: String,
+    /// The service URL for S3-compatible stores (None: AWS).
+    pub endpoint: Option<String>,
+    /// The region (None: `AWS_REGION`/`AWS_DEFAULT_REGION`, else us-east-1).
+    pub region: Option<String>,
+}
+
+impl S3Location {
+    /// Parses `s3://BUCKET[/PREFIX]`.
+    pub fn parse(url: &str, endpoint: Option<&str>, region: Option<&str>) -> Result<Self> {
+        let rest = url
+            .strip_prefix("s3://")
+            .ok_or_else(|| Error::new(ErrorKind::Permanent, format!("{url:?} is not an s3://BUCKET/PREFIX URL")))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let prefix = prefix.trim_matches('/');
+        if bucket.is_empty() {
+            return Err(Error::new(ErrorKind::Permanent, format!("{url:?} names no bucket")));
+        }
+        if !prefix.is_empty() {
+            validate_name(prefix).map_err(|_| Error::new(ErrorKind::Permanent, format!("{url:?}: the prefix may hold letters, digits, '-', '_', '.' and '/'")))?;
+        }
+        Ok(S3Location { bucket: bucket.to_string(), prefix: prefix.to_string(), endpoint: endpoint.map(str::to_string), region: region.map(str::to_string) })
+    }
+}
+
+/// An S3 bucket (or a prefix in one) as a [`Backend`].
+pub struct S3Backend {
+    loc: S3Location,
+    store: AmazonS3,
+    rt: tokio::runtime::Runtime,
+}
+
+impl S3Backend {
+    /// Connects (lazily: nothing is sent until the first request).
+    pub fn open(loc: S3Location) -> Result<Self> {
+        let region = loc
+            .region
+            .clone()
+            .or_else(|| std::env::var("AWS_REGION").ok())
+            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+            .unwrap_or_else(|| "us-east-1".to_string());
+        let mut b = AmazonS3Builder::from_env()
+            .with_bucket_name(&loc.bucket)
+            .with_region(region)
+            .with_retry(RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(15), ..Default::default() })
+            .with_client_options(ClientOptions::new().with_timeout(Duration::from_secs(60)).with_connect_timeout(Duration::from_secs(5)));
+        if let Some(ep) = &loc.endpoint {
+            b = b.with_endpoint(ep).with_allow_http(ep.starts_with("http://")).with_virtual_hosted_style_request(false);
+        }
+        let store = b.build().map_err(|e| Error::new(ErrorKind::Permanent, format!("configuring S3 access to bucket {}", loc.bucket)).with_source(e))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cairn-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::from_io("starting the S3 client's runtime", e))?;
+        Ok(S3Backend { loc, store, rt })
+    }
+
+    fn key(&self, name: &str) -> Result<ObjPath> {
+        validate_name(name)?;
+        let k = if self.loc.prefix.is_empty() { name.to_string() } else { format!("{}/{name}", self.loc.prefix) };
+        ObjPath::parse(k).map_err(|e| Error::new(ErrorKind::InvalidName, format!("object name {name:?}")).with_source(e))
+    }
+
+    /// The object's name from its key.
+    fn name_of<'a>(&self, key: &'a str) -> Option<&'a str> {
+        if self.loc.prefix.is_empty() {
+            Some(key)
+        } else {
+            key.strip_prefix(self.loc.prefix.as_str())?.strip_prefix('/')
+        }
+    }
+
+    fn fail(&self, op: &str, name: &str, e: object_store::Error) -> Error {
+        use object_store::Error as E;
+        let kind = match &e {
+            E::NotFound { .. } => ErrorKind::NotFound,
+            E::AlreadyExists { .. } | E::Precondition { .. } => ErrorKind::AlreadyExists,
+            E::PermissionDenied { .. } | E::Unauthenticated { .. } | E::NotSupported { .. } | E::NotImplemented { .. } | E::UnknownConfigurationKey { .. } | E::InvalidPath { .. } => {
+                ErrorKind::Permanent
+            }
+            // Network errors, timeouts and 5xx/429 that outlived
+            // object_store's own two retries.
+            _ => ErrorKind::Transient,
+        };
+        Error::new(kind, format!("{op} {name} in {}", self.describe())).with_object(name).with_source(e)
+    }
+}
+
+impl Backend for S3Backend {
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        let key = self.key(name)?;
+        self.rt.block_on(async {
+            if data.len() < MULTIPART_MIN {
+                self.store.put(&key, PutPayload::from(data.to_vec())).await.map(|_| ())
+            } else {
+                let upload = self.store.put_multipart(&key).await?;
+                let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+                w.write(data);
+                // `finish` aborts the upload (no orphaned parts) when a part
+                // or the completion fails.
+                w.finish().await.map(|_| ())
+            }
+        })
+        .map_err(|e| self.fail("put", name, e))
+    }
+
+    fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
+        let key = self.key(name)?;
+        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        self.rt
+            .block_on(self.store.put_opts(&key, PutPayload::from(data.to_vec()), opts))
+            .map(|_| ())
+            .map_err(|e| self.fail("put", name, e))
+    }
+
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let key = self.key(name)?;
+        let end = offset.checked_add(len).ok_or_else(|| Error::new(ErrorKind::OutOfRange, format!("object {name}: range {offset}+{len} overflows")).with_object(name))?;
+        let out_of_range = |size: u64| Error::new(ErrorKind::OutOfRange, format!("object {name}: range {offset}+{len} past its end ({size} bytes)")).with_object(name);
+        if len == 0 {
+            let size = self.size(name)?;
+            return if offset <= size { Ok(Vec::new()) } else { Err(out_of_range(size)) };
+        }
+        match self.rt.block_on(self.store.get_range(&key, offset..end)) {
+            Ok(b) if b.len() as u64 == len => Ok(b.to_vec()),
+            Ok(b) => {
+                // A server may answer a range that runs past the end with
+                // what there is: that is the caller's OutOfRange.
+                let size = self.size(name)?;
+                if end > size {
+                    Err(out_of_range(size))
+                } else {
+                    Err(Error::new(ErrorKind::Corrupt, format!("object {name}: asked for {len} bytes at {offset}, got {}", b.len())).with_object(name))
+                }
+            }
+            Err(e @ object_store::Error::NotFound { .. }) => Err(self.fail("get", name, e)),
+            Err(e) => {
+                // Range errors come back as generic ones; the size decides.
+                match self.size(name) {
+                    Ok(size) if end > size => Err(out_of_range(size)),
+                    _ => Err(self.fail("get", name, e)),
+                }
+            }
+        }
+    }
+
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        let key = self.key(name)?;
+        self.rt
+            .block_on(async { self.store.get(&key).await?.bytes().await })
+            .map(|b| b.to_vec())
+            .map_err(|e| self.fail("get", name, e))
+    }
+
+    fn size(&self, name: &str) -> Result<u64> {
+        let key = self.key(name)?;
+        self.rt.block_on(self.store.head(&key)).map(|m| m.size).map_err(|e| self.fail("head", name, e))
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let key = self.key(name)?;
+        match self.rt.block_on(self.store.delete(&key)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.fail("delete", name, e)),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        // object_store lists by whole path segments; the contract is a
+        // string prefix. List the prefix's directory, filter by string.
+        let dir = match prefix.rfind('/') {
+            Some(i) => &prefix[..i],
+            None => "",
+        };
+        let base = match (self.loc.prefix.is_empty(), dir.is_empty()) {
+            (true, true) => None,
+            (true, false) => Some(dir.to_string()),
+            (false, true) => Some(self.loc.prefix.clone()),
+            (false, false) => Some(format!("{}/{dir}", self.loc.prefix)),
+        };
+        let base = base.map(ObjPath::parse).transpose().map_err(|e| Error::new(ErrorKind::InvalidName, format!("list prefix {prefix:?}")).with_source(e))?;
+        let metas: Vec<object_store::ObjectMeta> =
+            self.rt.block_on(self.store.list(base.as_ref()).try_collect()).map_err(|e| self.fail("list", prefix, e))?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let name = self.name_of(m.location.as_ref())?;
+                name.starts_with(prefix).then(|| ObjectInfo { name: name.to_string(), size: m.size })
+            })
+            .collect())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { remote: true, cheap_ranged_reads: true, frees_on_delete: true, preferred_pack_size: 32 << 20 }
+    }
+
+    fn describe(&self) -> String {
+        let p = if self.loc.prefix.is_empty() { String::new() } else { format!("/{}", self.loc.prefix) };
+        match &self.loc.endpoint {
+            Some(ep) => format!("s3://{}{p} at {ep}", self.loc.bucket),
+            None => format!("s3://{}{p}", self.loc.bucket),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_and_bad_ones_say_why() {
+        let l = S3Location::parse("s3://bkt/vols/a/", Some("http://127.0.0.1:9000"), None).unwrap();
+        assert_eq!((l.bucket.as_str(), l.prefix.as_str()), ("bkt", "vols/a"));
+        assert_eq!(S3Location::parse("s3://bkt", None, None).unwrap().prefix, "");
+        for bad in ["bkt/x", "s3://", "s3:///x", "s3://b/../x"] {
+            let e = S3Location::parse(bad, None, None).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Permanent, "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The S3 backend against a real S3-compatible server (moto on loopback,
+//! started by scripts/test.sh, which exports where it listens).
+
+use cairn_backend::{Backend, ErrorKind, RetryPolicy, Retrying, S3Backend, S3Location};
+
+/// The server scripts/test.sh started: `CAIRN_TEST_S3_ENDPOINT` and a
+/// bucket that exists there, `CAIRN_TEST_S3_BUCKET`.
+fn server() -> (String, String) {
+    let get = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!(
+                "{k} is not set: these tests need an S3-compatible server. scripts/test.sh starts one \
+                 (pip install 'moto[server]'; moto_server -H 127.0.0.1 -p PORT; curl -X PUT http://127.0.0.1:PORT/BUCKET) \
+                 and sets CAIRN_TEST_S3_ENDPOINT=http://127.0.0.1:PORT, CAIRN_TEST_S3_BUCKET=BUCKET and AWS credentials"
+            )
+        })
+    };
+    (get("CAIRN_TEST_S3_ENDPOINT"), get("CAIRN_TEST_S3_BUCKET"))
+}
+
+fn backend(prefix: &str) -> S3Backend {
+    let (ep, bucket) = server();
+    let run = format!("{prefix}-{:016x}", rand_id());
+    S3Backend::open(S3Location::parse(&format!("s3://{bucket}/{run}"), Some(&ep), Some("us-east-1")).unwrap()).unwrap()
+}
+
+fn rand_id() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 ^ (std::process::id() as u64) << 32
+}
+
+#[test]
+fn conformance_on_a_real_s3_server() {
+    cairn_backend::conformance::run_all(&backend("conformance"));
+}
+
+#[test]
+fn conformance_at_the_bucket_root_behind_retries() {
+    let (ep, bucket) = server();
+    let b = S3Backend::open(S3Location::parse(&format!("s3://{bucket}"), Some(&ep), None).unwrap()).unwrap();
+    cairn_backend::conformance::run_all(&Retrying::new(b, RetryPolicy::quick()));
+}
+
+/// Packs of 16 MiB or more go up in parts; ranges across part edges read back.
+#[test]
+fn large_objects_go_up_in_parts_and_read_back_by_range() {
+    let b = backend("multipart");
+    let data: Vec<u8> = (0..(20u32 << 20)).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    b.put("packs/00/big", &data).unwrap();
+    assert_eq!(b.size("packs/00/big").unwrap(), data.len() as u64);
+    let at = (8 << 20) - 100;
+    assert_eq!(b.get_range("packs/00/big", at, 300).unwrap(), &data[at as usize..at as usize + 300]);
+    assert!(b.get("packs/00/big").unwrap() == data);
+}
+
+/// A bucket that does not exist is not a transient failure: retrying would
+/// not help, and the message names it.
+#[test]
+fn a_missing_bucket_is_reported_as_such() {
+    let (ep, _) = server();
+    let b = S3Backend::open(S3Location::parse("s3://no-such-bucket-cairn/x", Some(&ep), None).unwrap()).unwrap();
+    let e = b.get("config").unwrap_err();
+    assert_ne!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(e.to_string().contains("no-such-bucket-cairn"), "{e}");
+}
+
+/// Nothing listens: a transient error (the store may come back), named.
+#[test]
+fn an_unreachable_endpoint_is_transient() {
+    let b = S3Backend::open(S3Location::parse("s3://b/x", Some("http://127.0.0.1:9"), None).unwrap()).unwrap();
+    let e = b.get("config").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(e.to_string().contains("127.0.0.1:9"), "{e}");
+}
