@@ -33,14 +33,22 @@ fn same_data_twice_is_stored_once() {
     let s2 = env.stats();
     eprintln!("dedup: after one copy {s1}\nafter two copies {s2}");
 
-    let (stored1, stored2) = (num(&s1, "stored_bytes"), num(&s2, "stored_bytes"));
+    // Live stored bytes: packs hold dead chunks too until gc. With the
+    // kernel's writeback cache a flush of a file still being written can
+    // see the kernel's write-back arrive out of order and cut a chunk at a
+    // gap that a later write fills; that chunk is dead at the next flush
+    // (0-12 MB of 256 MiB seen here; docs/profile.md). Dedup itself is what
+    // this test is about: the second copy adds no live chunk.
+    let live = |v: &serde_json::Value| num(v, "stored_bytes") - num(v, "dead_bytes");
+    let (stored1, stored2) = (live(&s1), live(&s2));
     // The data really is stored once (incompressible: no less than its size).
-    assert!(stored1 >= SIZE as f64 * 0.99, "256 MiB of random data stored in {stored1} bytes");
+    assert!(stored1 >= SIZE as f64 * 0.99, "256 MiB of random data stored in {stored1} live bytes");
     assert!(
         stored2 - stored1 < 0.02 * stored1,
-        "the second identical copy grew stored bytes from {stored1} to {stored2} (+{:.2}%, limit 2%)",
+        "the second identical copy grew live stored bytes from {stored1} to {stored2} (+{:.2}%, limit 2%)",
         (stored2 - stored1) * 100.0 / stored1
     );
+    assert_eq!(num(&s1, "chunks"), num(&s2, "chunks"), "the second copy stored chunks of its own");
     assert_eq!(num(&s2, "data_bytes"), 2.0 * SIZE as f64, "data bytes of two copies");
     assert!(
         (num(&s2, "unique_bytes") - SIZE as f64).abs() < 0.01 * SIZE as f64,
