@@ -153,9 +153,12 @@ pub(crate) fn locate(path: &Path) -> Result<InMount> {
 }
 
 pub(crate) fn ask(m: &InMount, req: &Request) -> Result<serde_json::Value> {
-    // The daemon answers from what it has; bytes the kernel still caches
-    // (the writeback cache) must reach it first.
-    cairn_fuse::push_cached_writes(&m.mountpoint).with_context(|| format!("syncfs {}", m.mountpoint.display()))?;
+    // A request that reads files answers from what the daemon has: bytes
+    // the kernel still caches (the writeback cache) must reach it first.
+    let reads_files = !matches!(req, Request::Stats | Request::SnapshotList | Request::SnapshotDelete { .. });
+    if reads_files {
+        cairn_fuse::push_cached_writes(&m.mountpoint).with_context(|| format!("syncfs {}", m.mountpoint.display()))?;
+    }
     match control::call(&m.socket, req) {
         Ok(Some(v)) => Ok(v),
         Ok(None) => bail!("the mount at {} does not answer on {} (is its daemon running?)", m.mountpoint.display(), m.socket.display()),

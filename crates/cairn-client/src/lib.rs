@@ -100,12 +100,14 @@ fn call(fd: BorrowedFd<'_>, req: &mut ioctl::Rpwrite) -> io::Result<Outcome> {
     // A kernel that caches writes keeps its own size for the file and
     // ignores the daemon's; the answer to a truncate is the one size it
     // takes (and it drops its pages past it). The daemon finds the size
-    // unchanged, so nothing moves; without the cache this is one cheap
-    // request.
-    // SAFETY: ftruncate on a borrowed descriptor open for writing (the
-    // ioctl checked that).
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), req.new_size as libc::off_t) } != 0 {
-        return Err(io::Error::last_os_error());
+    // unchanged, so nothing moves. Only when the kernel's size is wrong:
+    // fstat answers from the kernel's cached attributes.
+    if fstat(fd)?.len() != req.new_size {
+        // SAFETY: ftruncate on a borrowed descriptor open for writing (the
+        // ioctl checked that).
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), req.new_size as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     Ok(Outcome { new_size: req.new_size, rechunked: req.rechunked, new_bytes: req.new_bytes, old_chunks: req.old_chunks })
 }

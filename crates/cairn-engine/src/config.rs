@@ -299,7 +299,10 @@ mod tests {
 /// The backend a volume's settings name, with retries around it: a local
 /// directory (`local:PATH`, relative to the volume directory).
 pub fn open_backend(layout: &Layout, settings: &LocalSettings) -> Result<std::sync::Arc<dyn cairn_backend::Backend>> {
-    let store = layout.store_path(settings)?;
-    let local = cairn_backend::LocalBackend::open(&store)?;
-    Ok(std::sync::Arc::new(cairn_backend::Retrying::new(local, cairn_backend::RetryPolicy::local())))
+    Ok(with_retries(cairn_backend::LocalBackend::open(&layout.store_path(settings)?)?))
+}
+
+/// A local store as the engine uses every backend: behind `Retrying`.
+pub fn with_retries(local: cairn_backend::LocalBackend) -> std::sync::Arc<dyn cairn_backend::Backend> {
+    std::sync::Arc::new(cairn_backend::Retrying::new(local, cairn_backend::RetryPolicy::local()))
 }

@@ -145,8 +145,13 @@ pub struct Meta {
 }
 
 impl Shared {
-    /// Commits the open write transaction, if any.
+    /// Commits the open write transaction, if any. Once a group was lost
+    /// this fails for good: a later barrier must not report durable what
+    /// was rolled back (the journal would then retire its only copy).
     fn commit(&self, g: &mut Conn) -> Result<()> {
+        if let Some(why) = &g.broken {
+            return Err(Error::io(why.clone()));
+        }
         if g.open_since.is_none() {
             return Ok(());
         }
@@ -315,15 +320,12 @@ impl Meta {
             g.open_since = Some(std::time::Instant::now());
             sh.wake.notify_one();
         }
-        g.c.execute_batch("SAVEPOINT change")?;
-        let r = f(&g.c);
-        let r = match r {
-            Ok(r) => match g.c.execute_batch("RELEASE change") {
-                Ok(()) => Ok(r),
-                Err(e) => Err(Error::from(e)),
-            },
-            Err(e) => Err(e),
-        };
+        // Cached statements: these run on every change.
+        g.c.prepare_cached("SAVEPOINT change")?.execute([])?;
+        let r = f(&g.c).and_then(|r| {
+            g.c.prepare_cached("RELEASE change")?.execute([])?;
+            Ok(r)
+        });
         match r {
             Ok(r) => {
                 g.pending += 1;
@@ -1214,5 +1216,17 @@ mod tests {
         drop(m);
         let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
         assert_eq!((info(&m, "a"), info(&m, "b"), info(&m, "c"), info(&m, "d")), (Some(1), None, None, Some(4)));
+    }
+
+    /// After a group was lost (here: abandoned, as a simulated crash does),
+    /// no barrier may report the store durable, and no change is taken.
+    #[test]
+    fn a_lost_group_fails_every_later_barrier() {
+        let (_d, path) = fresh();
+        let m = Meta::open(&path, true, std::time::Duration::from_secs(3600)).unwrap();
+        m.write(|tx| set_info(tx, "a", 1)).unwrap();
+        m.abandon();
+        assert!(m.sync().is_err(), "a barrier after a lost group succeeded");
+        assert!(m.write(|tx| set_info(tx, "b", 2)).is_err());
     }
 }

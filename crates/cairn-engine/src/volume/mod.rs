@@ -25,7 +25,7 @@ use crate::journal::Journal;
 use crate::meta::{self, Caller0, Meta};
 use crate::pack::{self, BlobEntry};
 use crate::types::{Ino, StatFs};
-use cairn_backend::{Backend, LocalBackend, RetryPolicy, Retrying};
+use cairn_backend::{Backend, LocalBackend};
 use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex};
 use std::fs::{self, File};
@@ -155,7 +155,7 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
     let (cfg, _master) = VolumeConfig::create(opts)?;
     let (backend, location): (Arc<dyn Backend>, String) = match &opts.backend {
         Some(b) => (b.0.clone(), format!("{}{}", crate::config::INJECTED_BACKEND, b.0.describe())),
-        None => (Arc::new(Retrying::new(LocalBackend::create(&layout.default_store())?, RetryPolicy::local())), "local:store".into()),
+        None => (crate::config::with_retries(LocalBackend::create(&layout.default_store())?), "local:store".into()),
     };
     backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
     let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location };
