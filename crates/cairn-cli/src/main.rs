@@ -6,6 +6,7 @@ mod edit;
 mod passphrase;
 mod progress;
 mod size;
+mod target;
 
 use anyhow::{bail, Context, Result};
 use cairn_engine::maintenance;
@@ -16,9 +17,12 @@ use std::sync::Arc;
 
 /// Cairn: a deduplicating, compressing, encrypting file system in user space.
 ///
-/// A volume lives in a directory (DIR): its metadata, its write-back journal
-/// and, with the default local backend, its packs under DIR/store. Mount it
-/// with `cairn mount DIR MOUNTPOINT` and use it like any file system.
+/// A volume (VOLUME) lives in a directory: its metadata, its write-back
+/// journal and its packs under DIR/store. Or it lives in a bucket,
+/// s3://BUCKET/PREFIX, with a local directory (--cache-dir) for its working
+/// metadata, journal and cache: any machine with the passphrase mounts it
+/// from the bucket alone. Mount with `cairn mount VOLUME MOUNTPOINT` and use
+/// it like any file system.
 #[derive(Parser)]
 #[command(name = "cairn", version, about, long_about, propagate_version = true)]
 struct Cli {
@@ -39,9 +43,13 @@ struct PassArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Create a new volume in DIR (a new or empty directory).
+    /// Create a new volume in DIR (a new or empty directory), or in a bucket
+    /// (s3://BUCKET/PREFIX; the bucket must exist).
     Init {
-        dir: PathBuf,
+        #[arg(value_name = "VOLUME")]
+        dir: String,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
         /// Encrypt data and metadata indexes with AES-256-GCM under a key
         /// wrapped by your passphrase (Argon2id).
         #[arg(long)]
@@ -57,17 +65,40 @@ enum Cmd {
         /// Largest chunk.
         #[arg(long, default_value = "4M", value_parser = size::parse)]
         chunk_max: u64,
-        /// Target size of the pack objects written to the backend.
-        #[arg(long, default_value = "32M", value_parser = size::parse)]
-        pack_size: u64,
+        /// Target size of the pack objects written to the backend (default
+        /// 32M in a directory, 64M in a bucket: fewer requests).
+        #[arg(long, value_parser = size::parse)]
+        pack_size: Option<u64>,
         /// zstd level for chunk compression (1 is fast; 19 is small).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(-7..=22))]
         zstd_level: i32,
     },
-    /// Mount the volume in DIR at MOUNTPOINT (in the background unless -f).
+    /// Mount VOLUME at MOUNTPOINT (in the background unless -f).
     Mount {
-        dir: PathBuf,
+        #[arg(value_name = "VOLUME")]
+        dir: String,
         mountpoint: PathBuf,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
+        /// Volume in a bucket: bound on the local pack cache in --cache-dir
+        /// (fetched packs and packs not yet uploaded; the latter are never
+        /// evicted, and writers wait when they fill it during an outage).
+        #[arg(long, default_value = "10G", value_parser = size::parse)]
+        cache_dir_size: u64,
+        /// Volume in a bucket: when fsync returns. `local`: the data is safe
+        /// in the local journal and is uploaded in the background (within
+        /// about 10 s while the bucket answers). `remote`: the pack and the
+        /// metadata version naming it are in the bucket.
+        #[arg(long, value_enum, default_value = "local")]
+        durability: DurabilityArg,
+        /// Volume in a bucket: seconds between metadata versions shipped to
+        /// the bucket (what a lost machine can lose with `local` durability).
+        #[arg(long, default_value_t = 5)]
+        meta_interval: u64,
+        /// Volume in a bucket: take the volume over from a machine whose
+        /// lease expired without an unmount (it died).
+        #[arg(long)]
+        force: bool,
         /// Stay in the foreground and log to the terminal.
         #[arg(short, long)]
         foreground: bool,
@@ -110,7 +141,10 @@ enum Cmd {
     },
     /// Check a volume's consistency (it must not be mounted).
     Fsck {
-        dir: PathBuf,
+        #[arg(value_name = "VOLUME")]
+        dir: String,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
         /// Also read, decrypt and verify every stored chunk.
         #[arg(long)]
         read_data: bool,
@@ -120,9 +154,13 @@ enum Cmd {
         #[command(flatten)]
         pass: PassArgs,
     },
-    /// Show space use: logical and stored bytes, dedup and compression.
+    /// Show space use: logical and stored bytes, dedup and compression, and
+    /// for a volume in a bucket its cache (hits, fetched bytes, evictions).
     Stats {
-        dir: PathBuf,
+        #[arg(value_name = "VOLUME")]
+        dir: String,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -132,7 +170,10 @@ enum Cmd {
     /// Free packs without live chunks and repack mostly-dead ones (the
     /// volume must not be mounted).
     Gc {
-        dir: PathBuf,
+        #[arg(value_name = "VOLUME")]
+        dir: String,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
         /// Repack packs whose live share of bytes is below this fraction.
         #[arg(long, default_value_t = 0.5)]
         repack_below: f64,
@@ -194,6 +235,43 @@ enum Cmd {
         #[command(subcommand)]
         op: SnapshotCmd,
     },
+    /// Metadata versions of a volume in a bucket: list them, or roll the
+    /// volume back to one (the volume must not be mounted).
+    Meta {
+        #[command(subcommand)]
+        op: MetaCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum MetaCmd {
+    /// List the metadata versions kept in the bucket, oldest first.
+    List {
+        /// s3://BUCKET/PREFIX
+        volume: String,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make the state of VERSION the volume's latest state, as a new version
+    /// (nothing is deleted: restoring is itself undone the same way).
+    Restore {
+        /// s3://BUCKET/PREFIX
+        volume: String,
+        version: u64,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
+        #[command(flatten)]
+        pass: PassArgs,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DurabilityArg {
+    Local,
+    Remote,
 }
 
 #[derive(Subcommand)]
@@ -337,7 +415,9 @@ fn maintain<T>(dir: &Path, pass: &PassArgs, json: bool, task: impl FnOnce(&Volum
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
-        Cmd::Init { dir, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level } => {
+        Cmd::Init { dir: volume, cloud, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level } => {
+            let dir = target::local_dir(&volume, &cloud)?;
+            let pack_size = pack_size.unwrap_or(if target::is_url(&volume) { 64 << 20 } else { 32 << 20 });
             init_logging(cli.verbose, None)?;
             let chunker = ChunkerParams {
                 min: u32::try_from(chunk_min).context("--chunk-min too large")?,
@@ -349,11 +429,17 @@ fn run(cli: Cli) -> Result<i32> {
                 bail!("--pack-size must be at least 1M");
             }
             let passphrase = if encrypt { Some(passphrase::get(pass.passphrase_file.as_deref(), true)?) } else { None };
-            let cfg = cairn_engine::init(&dir, &InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None })?;
+            let io = InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None };
+            let cfg = if target::is_url(&volume) {
+                cairn_engine::init_cloud(&dir, &volume, cloud.endpoint.as_deref(), cloud.region.as_deref(), &io)?
+            } else {
+                cairn_engine::init(&dir, &io)?
+            };
+            let place = if target::is_url(&volume) { format!("{volume} (local directory {})", dir.display()) } else { dir.display().to_string() };
             println!(
                 "created volume {} in {} ({}, chunks {}/{}/{} bytes)",
                 cfg.volume_id,
-                dir.display(),
+                place,
                 if encrypt { "encrypted with AES-256-GCM" } else { "not encrypted" },
                 chunker.min,
                 chunker.avg,
@@ -361,7 +447,8 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir, mountpoint, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, durability, meta_interval, force, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, pass } => {
+            let dir = target::open_dir(&volume, &cloud)?;
             // Ask for the passphrase before going to the background.
             let (_, _, _, cfg) = cairn_engine::read_config(&dir)?;
             let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
@@ -372,9 +459,19 @@ fn run(cli: Cli) -> Result<i32> {
                 allow_other: !private,
                 threads: threads.max(1),
                 fsname: format!("cairn:{}", dir.display()),
+                // (the source names the local directory: umount finds the lock there)
                 writeback_cache: !no_writeback_cache,
             };
-            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, ..Default::default() };
+            let cloud_opts = cairn_engine::cloud::CloudOptions {
+                cache_bytes: cache_dir_size,
+                durability: match durability {
+                    DurabilityArg::Local => cairn_engine::cache::disk::Durability::Local,
+                    DurabilityArg::Remote => cairn_engine::cache::disk::Durability::Remote,
+                },
+                meta_interval: std::time::Duration::from_secs(meta_interval.max(1)),
+                force,
+            };
+            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, ..Default::default() };
             // The control socket answers what POSIX cannot ask (stats, sync).
             let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
                 Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)
@@ -401,8 +498,9 @@ fn run(cli: Cli) -> Result<i32> {
             daemon::unmount_and_wait(&mountpoint, std::time::Duration::from_secs(timeout))?;
             Ok(0)
         }
-        Cmd::Fsck { dir, read_data, json, pass } => {
+        Cmd::Fsck { dir, cloud, read_data, json, pass } => {
             init_logging(cli.verbose, None)?;
+            let dir = target::open_dir(&dir, &cloud)?;
             let rep = maintain(&dir, &pass, json, |vol, bars| maintenance::fsck(vol, read_data, bars))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
@@ -425,8 +523,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(if rep.errors.is_empty() { 0 } else { 1 })
         }
-        Cmd::Stats { dir, json, pass } => {
+        Cmd::Stats { dir, cloud, json, pass } => {
             init_logging(cli.verbose, None)?;
+            let dir = target::open_dir(&dir, &cloud)?;
             // A mounted volume answers through its control socket.
             let sock = cairn_engine::control::socket_path(&dir);
             let s: maintenance::Stats = match cairn_engine::control::call(&sock, &cairn_engine::control::Request::Stats)? {
@@ -444,6 +543,14 @@ fn run(cli: Cli) -> Result<i32> {
                 println!("dedup ratio        {:>14.2}x", s.dedup_ratio);
                 println!("compression ratio  {:>14.2}x", s.compression_ratio);
                 println!("overall            {:>14.2}x", s.overall_ratio);
+                if let Some(c) = &s.cache {
+                    let lookups = c.hits + c.misses;
+                    let ratio = if lookups == 0 { 0.0 } else { 100.0 * c.hits as f64 / lookups as f64 };
+                    println!("cache hits         {:>13.1}%   ({} hits, {} misses)", ratio, c.hits, c.misses);
+                    println!("fetched            {:>14}   in {} requests", h(c.bytes_fetched), c.remote_gets);
+                    println!("cached             {:>14}   clean, {} evictions", h(c.clean_bytes), c.evictions);
+                    println!("not yet uploaded   {:>14}   in {} packs", h(c.dirty_bytes), c.dirty_objects);
+                }
             }
             Ok(0)
         }
@@ -512,8 +619,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Gc { dir, repack_below, json, pass } => {
+        Cmd::Gc { dir, cloud, repack_below, json, pass } => {
             init_logging(cli.verbose, None)?;
+            let dir = target::open_dir(&dir, &cloud)?;
             if !(0.0..=1.0).contains(&repack_below) {
                 bail!("--repack-below must be between 0 and 1");
             }
@@ -533,5 +641,58 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+        Cmd::Meta { op } => {
+            init_logging(cli.verbose, None)?;
+            meta_command(op)
+        }
     }
+}
+
+/// `cairn meta list|restore`.
+fn meta_command(op: MetaCmd) -> Result<i32> {
+    use cairn_engine::cloud::{self, versions};
+    match op {
+        MetaCmd::List { volume, cloud: c, json } => {
+            let dir = target::open_dir(&volume, &c)?;
+            let (_, settings, _, _) = cairn_engine::read_config(&dir)?;
+            let remote = cloud::open_remote(&settings)?;
+            let all = versions::list(remote.as_ref())?;
+            let heads = versions::headers(remote.as_ref(), &all)?;
+            let latest = versions::chain(&all, None).ok().and_then(|c| c.last().map(|v| v.version));
+            if json {
+                let rows: Vec<serde_json::Value> = all
+                    .iter()
+                    .zip(&heads)
+                    .map(|(v, h)| serde_json::json!({"version": v.version, "kind": v.kind, "bytes": v.size, "time": h.time, "writer": hex_of(&h.writer), "latest": Some(v.version) == latest}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("{:>8}  {:<5}  {:<23}  {:>10}  writer", "version", "kind", "written", "size");
+                for (v, h) in all.iter().zip(&heads) {
+                    let mark = if Some(v.version) == latest { "  (latest)" } else { "" };
+                    let kind = match v.kind {
+                        versions::Kind::Base => "base",
+                        versions::Kind::Delta => "delta",
+                    };
+                    let who = if h.writer == [0u8; 8] { "restore".to_string() } else { hex_of(&h.writer) };
+                    println!("{:>8}  {:<5}  {:<23}  {:>10}  {who}{mark}", v.version, kind, cloud::lease::show_time(h.time), size::human(v.size));
+                }
+            }
+            Ok(0)
+        }
+        MetaCmd::Restore { volume, version, cloud: c, pass } => {
+            let dir = target::open_dir(&volume, &c)?;
+            let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
+            let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
+            let keys = cfg.keys(passphrase.as_ref().map(|p| &p[..]))?;
+            let remote = cloud::open_remote(&settings)?;
+            let v = cloud::restore(remote.as_ref(), &keys, &volume, version)?;
+            println!("restored version {version} of {volume} as version {v}; mount it to use it");
+            Ok(0)
+        }
+    }
+}
+
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -118,8 +118,16 @@ pub enum KeySlot {
 pub struct LocalSettings {
     pub format: String,
     pub version: u32,
-    /// Backend location: `local:PATH` (relative paths are relative to DIR).
+    /// Backend location: `local:PATH` (relative paths are relative to DIR)
+    /// or `s3://BUCKET/PREFIX` (a cloud volume: DIR is then its local
+    /// cache and working metadata, see `cloud`).
     pub backend: String,
+    /// S3 service URL for S3-compatible stores (cloud volumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// S3 region (cloud volumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 /// Options for `init`.
@@ -297,8 +305,11 @@ mod tests {
 }
 
 /// The backend a volume's settings name, with retries around it: a local
-/// directory (`local:PATH`, relative to the volume directory).
+/// directory (`local:PATH`, relative to the volume directory) or a bucket.
 pub fn open_backend(layout: &Layout, settings: &LocalSettings) -> Result<std::sync::Arc<dyn cairn_backend::Backend>> {
+    if crate::cloud::is_cloud_url(&settings.backend) {
+        return crate::cloud::open_remote(settings);
+    }
     Ok(with_retries(cairn_backend::LocalBackend::open(&layout.store_path(settings)?)?))
 }
 

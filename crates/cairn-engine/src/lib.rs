@@ -18,6 +18,7 @@
 //! ```
 
 pub mod cache;
+pub mod cloud;
 pub mod config;
 pub mod control;
 pub mod crypto;
@@ -35,4 +36,4 @@ pub use config::{ChunkerParams, InitOptions, InjectedBackend, VolumeConfig};
 pub use crypto::KdfParams;
 pub use error::{Error, ErrorKind, Result};
 pub use types::*;
-pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, init, read_config, CloneOptions, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, SnapshotInfo, Volume, SNAPSHOT_DIR};
+pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, init, init_cloud, read_config, CloneOptions, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, SnapshotInfo, Volume, SNAPSHOT_DIR};

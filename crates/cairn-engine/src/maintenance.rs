@@ -52,6 +52,9 @@ pub struct Stats {
     pub compression_ratio: f64,
     /// data_bytes / stored_bytes.
     pub overall_ratio: f64,
+    /// The local cache of a volume in a bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::cache::disk::CacheStats>,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -99,6 +102,7 @@ pub fn stats(vol: &Volume) -> Result<Stats> {
         s.dedup_ratio = ratio(s.data_bytes, s.unique_bytes);
         s.compression_ratio = ratio(s.unique_bytes, s.live_stored_bytes);
         s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
+        s.cache = vol.cloud().map(|c| c.cache.stats());
         Ok(s)
     })
 }

@@ -107,6 +107,9 @@ const GROUP_MAX: u32 = 1024;
 
 /// The connection and the state of the write transaction on it.
 struct Conn {
+    /// Records committed changes for shipping (cloud volumes, see
+    /// [`Meta::capture_changes`]). Declared before `c` so it is dropped first.
+    capture: Option<Capture>,
     c: Connection,
     /// When the open write transaction (if any) began.
     open_since: Option<std::time::Instant>,
@@ -116,6 +119,26 @@ struct Conn {
     /// rolled back, so memory and database disagree until a remount
     /// replays the journal. Every later change fails with this message.
     broken: Option<String>,
+}
+
+/// A SQLite session on the connection of the [`Conn`] that holds it.
+struct Capture(rusqlite::session::Session<'static>);
+
+// SAFETY: the session is only touched under the `Conn` mutex, like the
+// connection it records (SQLite is built thread-safe; a session is tied to
+// its connection, not to a thread).
+unsafe impl Send for Capture {}
+
+impl Capture {
+    /// A session recording every table of `c`.
+    fn start(c: &Connection) -> Result<Capture> {
+        let mut s = rusqlite::session::Session::new(c)?;
+        s.attach(None::<&str>)?;
+        // SAFETY: the session keeps only the raw handle of `c`'s database;
+        // the `Conn` that owns both drops the session first (field order)
+        // and never replaces its connection.
+        Ok(Capture(unsafe { std::mem::transmute::<rusqlite::session::Session<'_>, rusqlite::session::Session<'static>>(s) }))
+    }
 }
 
 /// What the committer thread shares with [`Meta`].
@@ -268,7 +291,7 @@ impl Meta {
     /// Group commit with window `window` (zero: every change commits at once).
     fn from_conn(path: &Path, c: Connection, window: std::time::Duration) -> Meta {
         let shared = std::sync::Arc::new(Shared {
-            conn: Mutex::new(Conn { c, open_since: None, pending: 0, broken: None }),
+            conn: Mutex::new(Conn { capture: None, c, open_since: None, pending: 0, broken: None }),
             wake: parking_lot::Condvar::new(),
             stop: std::sync::atomic::AtomicBool::new(false),
             commits: AtomicU64::new(1),
@@ -431,6 +454,58 @@ impl Meta {
     pub fn is_durable(&self) -> bool {
         let g = self.shared.conn.lock();
         g.open_since.is_none() && self.durable.load(Ordering::SeqCst) >= self.shared.commits.load(Ordering::SeqCst)
+    }
+
+    /// Starts recording every committed change, for [`Meta::take_changes`]
+    /// (cloud volumes ship them to the bucket as metadata deltas).
+    pub fn capture_changes(&self) -> Result<()> {
+        let mut g = self.shared.conn.lock();
+        if g.capture.is_none() {
+            g.capture = Some(Capture::start(&g.c)?);
+        }
+        Ok(())
+    }
+
+    /// Commits the open group, then returns a SQLite patchset of every row
+    /// changed since the last call (each row once, with its final values;
+    /// changes undone before the call leave nothing) and starts recording
+    /// afresh. None when nothing changed. Runs under the connection lock
+    /// for the time it takes to compare the changed rows, no longer: the
+    /// caller uploads the bytes after.
+    pub fn take_changes(&self) -> Result<Option<Vec<u8>>> {
+        let mut g = self.shared.conn.lock();
+        self.shared.commit(&mut g)?;
+        let Some(cap) = g.capture.as_mut() else {
+            return Err(Error::invalid("metadata changes are not being captured"));
+        };
+        if cap.0.is_empty() {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        cap.0.patchset_strm(&mut out)?;
+        let fresh = Capture::start(&g.c)?;
+        g.capture = Some(fresh);
+        Ok((!out.is_empty()).then_some(out))
+    }
+
+    /// A copy of the whole database as of the last commit, as the bytes of
+    /// a SQLite file, made in memory (the copy never touches the disk), and
+    /// restarts change capture so later changes are relative to it.
+    pub fn snapshot(&self) -> Result<Vec<u8>> {
+        let mut g = self.shared.conn.lock();
+        self.shared.commit(&mut g)?;
+        let mut mem = Connection::open_in_memory()?;
+        {
+            let b = rusqlite::backup::Backup::new(&g.c, &mut mem)?;
+            b.run_to_completion(1 << 16, std::time::Duration::ZERO, None)?;
+        }
+        if g.capture.is_some() {
+            let fresh = Capture::start(&g.c)?;
+            g.capture = Some(fresh);
+        }
+        drop(g);
+        let data = mem.serialize(rusqlite::MAIN_DB)?;
+        Ok(data.to_vec())
     }
 
     /// Folds the WAL back into the database (on clean shutdown).

@@ -22,3 +22,4 @@ mod posix;
 mod powercut;
 mod roundtrip;
 mod writeback;
+mod cloud;

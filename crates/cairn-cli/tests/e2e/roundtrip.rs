@@ -25,6 +25,12 @@ fn chmod(p: &Path, mode: u32) {
 
 /// Builds the source tree on the local disk.
 fn build_tree(src: &Path) {
+    build_tree_with(src, SMALL_FILES, BIG);
+}
+
+/// The tree with `small_files` small files and three big files of about
+/// `big` bytes (the cloud tests use a smaller one).
+pub(crate) fn build_tree_with(src: &Path, small_files: u64, big: u64) {
     let mut rng = Rng::new(42);
     fs::create_dir(src).unwrap();
 
@@ -47,7 +53,7 @@ fn build_tree(src: &Path) {
             }
         }
     }
-    for i in 0..SMALL_FILES {
+    for i in 0..small_files {
         // The first ten sit in small/ itself: links and xattrs name them.
         let dir = &dirs[if i < 10 { 0 } else { rng.below(dirs.len() as u64) as usize }];
         let len = if i % 50 == 0 { 0 } else { rng.below(16 * 1024 + 1) };
@@ -69,7 +75,7 @@ fn build_tree(src: &Path) {
     // Three ~200 MiB incompressible files.
     fs::create_dir(src.join("big")).unwrap();
     for k in 0..3u64 {
-        write_random_file(&src.join(format!("big/big{k}.bin")), 7000 + k, BIG + k * 4099);
+        write_random_file(&src.join(format!("big/big{k}.bin")), 7000 + k, big + k * 4099);
     }
 
     // A 2 GiB sparse file with data at three offsets, ending in a hole.
@@ -286,7 +292,7 @@ fn walk(s: &Path, d: &Path, rel: &Path, problems: &mut Vec<String>, links: &mut 
 }
 
 /// Compares one copy and checks the things the issue names explicitly.
-fn check_copy(src: &Path, copy: &Path, how: &str) {
+pub(crate) fn check_copy(src: &Path, copy: &Path, how: &str) {
     let t = Instant::now();
     let problems = compare_trees(src, copy);
     assert!(

@@ -4,8 +4,10 @@
 //! contend on one lock. Which entry goes when a shard is full is its
 //! [`CachePolicy`]'s decision (LRU by default).
 
+pub mod disk;
 pub mod policy;
 
+pub use disk::{CacheStats, CachedBackend, DiskCacheOptions, Durability};
 pub use policy::{CachePolicy, Lru};
 
 use parking_lot::Mutex;

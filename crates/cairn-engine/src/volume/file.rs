@@ -334,6 +334,14 @@ impl Volume {
         if self.opts.read_only {
             return Ok(());
         }
+        if self.durable_remotely() {
+            // `--durability remote`: the file's bytes go into packs in the
+            // bucket, then the metadata version that names them.
+            self.flush_round_of(true, Some(ino))?;
+            self.meta.sync()?;
+            self.ship_metadata(false)?;
+            return Ok(());
+        }
         let unflushed = |v: &Self| v.files.get(&ino).map(|st| {
             let g = st.inner.lock();
             (g.dirty_bytes, g.last_seq > g.flushed_seq)

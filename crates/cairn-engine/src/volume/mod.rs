@@ -60,6 +60,8 @@ pub struct OpenOptions {
     /// Use this backend instead of the one the volume's settings name (it
     /// must be the one `init` was given, if it was given one).
     pub backend: Option<crate::config::InjectedBackend>,
+    /// Cache, durability, shipping and lease settings of a cloud volume.
+    pub cloud: crate::cloud::CloudOptions,
 }
 
 impl Default for OpenOptions {
@@ -73,6 +75,7 @@ impl Default for OpenOptions {
             journal_limit: 2 << 30,
             group_commit: crate::meta::GROUP_WINDOW,
             backend: None,
+            cloud: Default::default(),
         }
     }
 }
@@ -139,6 +142,8 @@ pub struct Volume {
     self_ref: OnceLock<Weak<Volume>>,
     /// The FUSE adapter's hook for dropping kernel caches.
     kernel: OnceLock<Arc<dyn KernelCache>>,
+    /// Bucket, cache, lease and metadata shipping of a cloud volume.
+    pub(crate) cloud: Option<crate::cloud::Cloud>,
     _lock: Option<File>,
 }
 
@@ -158,11 +163,76 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
         None => (crate::config::with_retries(LocalBackend::create(&layout.default_store())?), "local:store".into()),
     };
     backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
-    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location };
+    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location, endpoint: None, region: None };
+    create_local_state(&layout)?;
+    write_settings(&layout, &settings)?;
+    Ok(cfg)
+}
+
+/// Creates a cloud volume at `url` (`s3://BUCKET/PREFIX`) whose local
+/// directory (metadata, journal, cache) is `dir`: the config and the first
+/// metadata version go to the bucket, so any machine can mount it from
+/// there with the passphrase.
+pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str>, opts: &InitOptions) -> Result<VolumeConfig> {
+    if dir.exists() {
+        let mut rd = fs::read_dir(dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
+        if rd.next().is_some() {
+            return Err(Error::new(ErrorKind::Exists, format!("{} is not empty; a volume's local directory must be new or empty", dir.display())));
+        }
+    }
+    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: url.to_string(), endpoint: endpoint.map(str::to_string), region: region.map(str::to_string) };
+    let remote = match &opts.backend {
+        Some(b) => b.0.clone(),
+        None => crate::cloud::open_remote(&settings)?,
+    };
+    // A short first request: a wrong endpoint, bucket or key fails in seconds.
+    let probe = match &opts.backend {
+        Some(b) => b.0.clone(),
+        None => crate::cloud::open_remote_with(&settings, cairn_backend::RetryPolicy::quick())?,
+    };
+    match probe.get(CONFIG_OBJECT) {
+        Ok(_) => return Err(Error::new(ErrorKind::Exists, format!("{url} already holds a Cairn volume; mount it with `cairn mount {url} MOUNTPOINT`"))),
+        Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound && !format!("{e:?}").contains("NoSuchBucket") => {}
+        Err(e) => return Err(crate::cloud::explain(e, url, endpoint)),
+    }
+    let (cfg, master) = VolumeConfig::create(opts)?;
+    remote.put_if_absent(CONFIG_OBJECT, &cfg.to_bytes()).map_err(|e| {
+        if e.kind() == cairn_backend::ErrorKind::AlreadyExists {
+            Error::new(ErrorKind::Exists, format!("{url} already holds a Cairn volume; mount it with `cairn mount {url} MOUNTPOINT` (and --cache-dir for a directory of your choice)"))
+        } else {
+            crate::cloud::explain(e, url, endpoint)
+        }
+    })?;
+    fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
+    let layout = Layout::new(dir);
+    create_local_state(&layout)?;
+    // Version 1: the empty volume, so a mount from the bucket alone works
+    // from the start.
+    let keys = Keys::derive(&master, cfg.encryption == crate::config::Encryption::Aes256Gcm);
+    let mut state = crate::cloud::LocalState::fresh();
+    let snapshot = Meta::open(&layout.meta_db(), true, Duration::ZERO)?.snapshot()?;
+    let h = crate::cloud::versions::Header { kind: crate::cloud::versions::Kind::Base, version: 1, time: crate::cloud::lease::now(), writer: state.writer_bytes() };
+    let stored = crate::cloud::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?;
+    state.shipped = 1;
+    state.base_version = 1;
+    state.base_bytes = stored;
+    state.save(dir)?;
+    write_settings(&layout, &settings)?;
+    Ok(cfg)
+}
+
+/// The metadata database and the journal of a new volume directory.
+fn create_local_state(layout: &Layout) -> Result<()> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Meta::create(&layout.meta_db(), Caller0 { uid, gid, perm: 0o755 })?;
     fs::create_dir_all(layout.journal())?;
+    Ok(())
+}
+
+/// Writes `volume.json`, the mark of a finished volume directory.
+pub(crate) fn write_settings(layout: &Layout, settings: &LocalSettings) -> Result<()> {
+    let dir = &layout.dir;
     // volume.json last: a directory without it is not a volume, so a power
     // cut before this point leaves no half-made volume behind. Everything
     // above is durable first (the database is checkpointed and fsync'd by
@@ -175,8 +245,7 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
         fs::rename(&tmp, layout.settings())
     };
     write_settings().map_err(|e| Error::os(format_args!("writing {}", layout.settings().display()), &e))?;
-    crate::fsutil::fsync_dir(dir)?;
-    Ok(cfg)
+    crate::fsutil::fsync_dir(dir)
 }
 
 /// Reads a volume directory's settings and config without opening it.
@@ -196,11 +265,21 @@ fn read_config_with(dir: &Path, injected: Option<&crate::config::InjectedBackend
     if settings.version != FORMAT_VERSION {
         return Err(Error::config(format!("volume settings version {} is not supported (this build reads {FORMAT_VERSION})", settings.version)));
     }
+    let cloud = crate::cloud::is_cloud_url(&settings.backend);
     let backend = match injected {
         Some(b) => b.0.clone(),
         None => crate::config::open_backend(&layout, &settings)?,
     };
-    let cfg_bytes = backend.get(CONFIG_OBJECT).map_err(|e| Error::config(format!("reading the volume config from {}: {e}", backend.describe())))?;
+    let cfg_bytes = if cloud {
+        // A short retry budget: a wrong endpoint or bucket fails in seconds.
+        let probe = match injected {
+            Some(b) => b.0.clone(),
+            None => crate::cloud::open_remote_with(&settings, cairn_backend::RetryPolicy::quick())?,
+        };
+        probe.get(CONFIG_OBJECT).map_err(|e| crate::cloud::explain(e, &settings.backend, settings.endpoint.as_deref()))?
+    } else {
+        backend.get(CONFIG_OBJECT).map_err(|e| Error::config(format!("reading the volume config from {}: {e}", backend.describe())))?
+    };
     let cfg = VolumeConfig::parse(&cfg_bytes)?;
     Ok((layout, settings, backend, cfg))
 }
@@ -225,12 +304,21 @@ impl Volume {
     /// Opens the volume in `dir`, replays the journal, and starts the
     /// background flusher.
     pub fn load(dir: &Path, opts: OpenOptions) -> Result<Arc<Volume>> {
-        let (layout, _settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
+        let (layout, settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
         let lock = Some(take_lock(&layout, !opts.read_only)?);
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
         let mut vid = [0u8; 16];
         hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
+        let (backend, cloud) = if crate::cloud::is_cloud_url(&settings.backend) {
+            let c = crate::cloud::Cloud::open(&layout, &settings.backend, backend, &keys, &opts)?;
+            (c.cache.clone() as Arc<dyn Backend>, Some(c))
+        } else {
+            (backend, None)
+        };
         let meta = Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit)?;
+        if cloud.is_some() && !opts.read_only {
+            meta.capture_changes()?;
+        }
         let (journal, records) = if opts.read_only {
             // Look without touching: no journal at all.
             (Journal::disabled(), Vec::new())
@@ -273,6 +361,7 @@ impl Volume {
             closed: AtomicBool::new(false),
             self_ref: OnceLock::new(),
             kernel: OnceLock::new(),
+            cloud,
             _lock: lock,
         });
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
@@ -284,6 +373,9 @@ impl Volume {
                 vol.sync()?;
             }
             vol.start_flusher();
+            if let Some(c) = &vol.cloud {
+                c.start(&vol)?;
+            }
         }
         Ok(vol)
     }
@@ -349,7 +441,20 @@ impl Volume {
         if self.opts.read_only {
             return Err(Error::new(ErrorKind::ReadOnly, "volume is open read-only"));
         }
+        if self.cloud.as_ref().is_some_and(|c| c.lost.load(Ordering::SeqCst)) {
+            return Err(Error::new(ErrorKind::ReadOnly, "this mount lost the volume's lease to another machine"));
+        }
         Ok(())
+    }
+
+    /// Whether fsync must reach the bucket (`--durability remote`).
+    pub(crate) fn durable_remotely(&self) -> bool {
+        self.cloud.as_ref().is_some_and(|c| c.opts.durability == crate::cache::disk::Durability::Remote)
+    }
+
+    /// The cache and bucket of a cloud volume.
+    pub fn cloud(&self) -> Option<&crate::cloud::Cloud> {
+        self.cloud.as_ref()
     }
 
     fn start_flusher(self: &Arc<Self>) {
@@ -396,7 +501,11 @@ impl Volume {
             return Ok(());
         }
         self.flush_round(true)?;
-        self.meta.sync()
+        self.meta.sync()?;
+        if self.durable_remotely() {
+            self.ship_metadata(false)?;
+        }
+        Ok(())
     }
 
     /// Makes every metadata change committed so far durable (namespace
@@ -406,7 +515,11 @@ impl Volume {
         if self.opts.read_only {
             return Ok(());
         }
-        self.meta.sync()
+        self.meta.sync()?;
+        if self.durable_remotely() {
+            self.ship_metadata(false)?;
+        }
+        Ok(())
     }
 
     /// Whether every committed metadata transaction is known durable (for
@@ -458,6 +571,9 @@ impl Volume {
         if let Some(h) = self.flusher.lock().take() {
             let _ = h.join();
         }
+        if let Some(c) = &self.cloud {
+            c.abandon();
+        }
     }
 
     /// Syncs and stops background work. Call once, at unmount.
@@ -477,6 +593,14 @@ impl Volume {
                 let _ = h.join();
             }
         }
+        let r = match &self.cloud {
+            Some(c) if r.is_ok() && !self.opts.read_only => c.close(self),
+            Some(c) => {
+                c.abandon();
+                r
+            }
+            None => r,
+        };
         if !self.opts.read_only {
             self.meta.checkpoint()?;
         }

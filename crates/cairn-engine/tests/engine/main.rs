@@ -9,3 +9,4 @@ mod edits;
 mod model;
 mod patches;
 mod backends;
+mod cloud;

@@ -1,0 +1,190 @@
+//! The lease: who has a cloud volume mounted read-write (docs/cloud.md §4,
+//! format.md "Lease").
+//!
+//! Taken with a conditional create, so of two machines mounting at once
+//! one wins; renewed by its holder every [`RENEW`], and it expires
+//! [`EXPIRY`] after the last renewal. A holder that finds someone else's
+//! lease at renewal has been forced out and stops writing. Version objects
+//! are conditional creates too, so even a holder that has not noticed yet
+//! cannot publish over the new holder's metadata.
+
+use crate::error::{Error, ErrorKind, Result};
+use cairn_backend::Backend;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The lease object's name.
+pub const OBJECT: &str = "lease";
+/// How often the holder renews.
+pub const RENEW: Duration = Duration::from_secs(30);
+/// How long a lease lasts without renewal.
+pub const EXPIRY: Duration = Duration::from_secs(120);
+
+/// The lease object (JSON).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeaseBody {
+    pub format: String,
+    pub host: String,
+    pub pid: u32,
+    /// The local directory of the mount (cache and metadata).
+    pub dir: String,
+    /// Random per mount: tells a holder its own lease from a new one.
+    pub mount_id: String,
+    /// Seconds since the epoch.
+    pub since: u64,
+    pub expires: u64,
+}
+
+pub(crate) fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The machine's name, for messages.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    } else {
+        "unknown-host".into()
+    }
+}
+
+/// A time for messages: UTC, to the second.
+pub fn show_time(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn parse(bytes: &[u8]) -> Result<LeaseBody> {
+    serde_json::from_slice(bytes).map_err(|e| Error::corrupt(format!("the volume's lease object is not valid ({e}); delete it if no machine has the volume mounted")))
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// A lease this process holds.
+pub struct Lease {
+    body: parking_lot::Mutex<LeaseBody>,
+}
+
+impl Lease {
+    /// Takes the lease for a read-write mount of the volume whose local
+    /// directory is `dir`, whose lock the caller holds. Refused while
+    /// another live mount holds it; an expired lease is taken over only
+    /// with `force`; a lease of this same directory on this machine (a
+    /// crash) is taken over at once.
+    pub fn acquire(backend: &dyn Backend, dir: &str, force: bool, volume: &str) -> Result<Lease> {
+        let t = now();
+        let body = LeaseBody {
+            format: "cairn-lease-1".into(),
+            host: hostname(),
+            pid: std::process::id(),
+            dir: dir.to_string(),
+            mount_id: hex::encode(rand::random::<[u8; 8]>()),
+            since: t,
+            expires: t + EXPIRY.as_secs(),
+        };
+        let bytes = serde_json::to_vec_pretty(&body).expect("lease serialises");
+        match backend.put_if_absent(OBJECT, &bytes) {
+            Ok(()) => return Ok(Lease { body: parking_lot::Mutex::new(body) }),
+            Err(e) if e.kind() == cairn_backend::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::from(e).context("taking the volume's lease")),
+        }
+        let held = parse(&backend.get(OBJECT).map_err(|e| Error::from(e).context("reading the volume's lease"))?)?;
+        if held.mount_id == body.mount_id {
+            // Our own create, retried after its reply was lost.
+            return Ok(Lease { body: parking_lot::Mutex::new(body) });
+        }
+        // A lease of this machine and this directory is a dead mount of it:
+        // the caller holds the directory's lock, so no live process uses it.
+        // A mount on this machine whose process is gone is dead for sure
+        // too; of another directory, it is taken over with --force.
+        let own_crash = held.host == body.host && held.dir == body.dir;
+        let dead_here = held.host == body.host && !pid_alive(held.pid);
+        let expired = held.expires <= t || dead_here;
+        if !own_crash {
+            if !expired {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "{volume} is mounted read-write by {} (pid {}, directory {}) since {}; its lease expires at {} unless renewed (every {} s while mounted). Mount read-only, or unmount it there",
+                        held.host, held.pid, held.dir, show_time(held.since), show_time(held.expires), RENEW.as_secs()
+                    ),
+                ));
+            }
+            if !force && dead_here {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "{volume} was mounted read-write from {} by pid {}, which is no longer running (it crashed or was killed). Mount that directory again to recover its unshipped changes, or mount with --force to take the volume over from here; those changes are then lost",
+                        held.dir, held.pid
+                    ),
+                ));
+            }
+            if !force {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "{volume} was mounted read-write by {} (pid {}) and its lease expired at {} without an unmount (that machine may have died). If it is really gone, mount with --force to take the volume over; its unshipped changes are lost",
+                        held.host, held.pid, show_time(held.expires)
+                    ),
+                ));
+            }
+            tracing::warn!(host = %held.host, pid = held.pid, "taking over an expired lease (--force)");
+        }
+        backend.put(OBJECT, &bytes).map_err(|e| Error::from(e).context("taking the volume's lease"))?;
+        Ok(Lease { body: parking_lot::Mutex::new(body) })
+    }
+
+    /// Extends the lease; fails with Busy if another mount took it.
+    pub fn renew(&self, backend: &dyn Backend) -> Result<()> {
+        let held = parse(&backend.get(OBJECT).map_err(|e| Error::from(e).context("reading the volume's lease"))?)?;
+        let mut b = self.body.lock();
+        if held.mount_id != b.mount_id {
+            return Err(Error::new(ErrorKind::Busy, format!("the volume's lease was taken over by {} (pid {}) at {}", held.host, held.pid, show_time(held.since))));
+        }
+        b.expires = now() + EXPIRY.as_secs();
+        backend.put(OBJECT, &serde_json::to_vec_pretty(&*b).expect("lease serialises")).map_err(|e| Error::from(e).context("renewing the volume's lease"))?;
+        Ok(())
+    }
+
+    /// Gives the lease up (at unmount), if it is still ours.
+    pub fn release(&self, backend: &dyn Backend) -> Result<()> {
+        let held = match backend.get(OBJECT) {
+            Ok(b) => parse(&b)?,
+            Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::from(e).context("reading the volume's lease")),
+        };
+        if held.mount_id == self.body.lock().mount_id {
+            backend.delete(OBJECT)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_show_as_utc_dates() {
+        assert_eq!(show_time(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(show_time(1_795_000_000), "2026-11-18 11:06:40 UTC");
+    }
+}

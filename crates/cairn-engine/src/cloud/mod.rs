@@ -1,0 +1,421 @@
+//! Cloud volumes: a volume whose home is a bucket (docs/cloud.md).
+//!
+//! The bucket holds the config, the packs, the metadata versions and the
+//! lease; the local directory (`--cache-dir`) holds the working metadata
+//! database, the write-back journal, the pack cache and outbox, and
+//! `cloud.json` (this directory's shipping state). A machine with only the
+//! passphrase mounts the volume by rebuilding the database from the latest
+//! metadata chain.
+
+pub mod lease;
+mod shipper;
+pub mod versions;
+
+pub use shipper::Shipper;
+
+use crate::cache::disk::{CachedBackend, DiskCacheOptions, Durability};
+use crate::config::{Layout, LocalSettings};
+use crate::crypto::Keys;
+use crate::error::{Error, ErrorKind, Result};
+use cairn_backend::Backend;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings of a mount of a cloud volume.
+#[derive(Clone, Debug)]
+pub struct CloudOptions {
+    /// Bound on the local pack cache (clean and not yet uploaded bytes).
+    pub cache_bytes: u64,
+    /// When fsync returns: data safe locally, or in the bucket.
+    pub durability: Durability,
+    /// How often metadata changes are shipped (at most this much is lost
+    /// with the machine).
+    pub meta_interval: Duration,
+    /// Take over an expired lease.
+    pub force: bool,
+}
+
+impl Default for CloudOptions {
+    fn default() -> Self {
+        CloudOptions { cache_bytes: 10 << 30, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false }
+    }
+}
+
+/// Whether a location names a bucket (`s3://...`).
+pub fn is_cloud_url(s: &str) -> bool {
+    s.starts_with("s3://")
+}
+
+/// The bucket a volume's settings name, behind retries.
+pub fn open_remote(settings: &LocalSettings) -> Result<Arc<dyn Backend>> {
+    open_remote_with(settings, cairn_backend::RetryPolicy::cloud())
+}
+
+/// [`open_remote`] with a retry policy of the caller's (a short one for the
+/// first request of a command, so a wrong endpoint fails in seconds).
+pub fn open_remote_with(settings: &LocalSettings, policy: cairn_backend::RetryPolicy) -> Result<Arc<dyn Backend>> {
+    let loc = cairn_backend::S3Location::parse(&settings.backend, settings.endpoint.as_deref(), settings.region.as_deref())
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    let s3 = cairn_backend::S3Backend::open(loc).map_err(|e| explain(e, &settings.backend, settings.endpoint.as_deref()))?;
+    Ok(Arc::new(cairn_backend::Retrying::new(s3, policy)))
+}
+
+/// One clear sentence for a failure of the first request to a bucket: the
+/// endpoint unreachable, the bucket missing, the credentials refused, or no
+/// volume there.
+pub fn explain(e: cairn_backend::Error, url: &str, endpoint: Option<&str>) -> Error {
+    use cairn_backend::ErrorKind as B;
+    let detail = {
+        let mut d = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            d.push_str(&format!(": {s}"));
+            src = s.source();
+        }
+        d
+    };
+    let at = endpoint.map(|ep| format!(" at {ep}")).unwrap_or_default();
+    if detail.contains("169.254.169.254") {
+        // object_store fell through to the instance metadata service.
+        return Error::config(format!(
+            "{url}: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials and AWS_PROFILE)"
+        ));
+    }
+    match e.kind() {
+        B::NotFound if detail.contains("NoSuchBucket") => Error::config(format!("{url}: the bucket does not exist{at} (create it first)")),
+        B::NotFound => Error::config(format!("{url} holds no Cairn volume (no config object{at}); create one with `cairn init {url}`")),
+        B::Permanent if detail.contains("NoSuchBucket") => Error::config(format!("{url}: the bucket does not exist{at} (create it first)")),
+        B::Permanent => Error::config(format!(
+            "{url}: the S3 service{at} refused access; check the credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials, AWS_PROFILE) and the bucket's policy ({detail})"
+        )),
+        B::Transient => Error::new(ErrorKind::Io, format!("{url}: cannot reach the S3 service{} ({detail})", endpoint.map(|ep| format!(" at {ep}")).unwrap_or_else(|| " (AWS)".into()))),
+        _ => Error::from(e).context(url),
+    }
+}
+
+/// This directory's shipping state, `DIR/cloud.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LocalState {
+    /// Random id of this directory, written into every version it ships.
+    pub writer: String,
+    /// The newest version this directory's database is equal to (shipped by
+    /// it, or rebuilt from the bucket).
+    pub shipped: u64,
+    /// Set while mounted read-write: changes may exist that no version
+    /// holds. Found set at open (a crash), the next version is a base.
+    pub dirty: bool,
+    /// The latest base and what followed it, to decide when to ship a base.
+    pub base_version: u64,
+    pub base_bytes: u64,
+    pub deltas_since_base: u64,
+    pub delta_bytes_since_base: u64,
+}
+
+impl LocalState {
+    fn path(dir: &Path) -> PathBuf {
+        dir.join("cloud.json")
+    }
+
+    pub fn fresh() -> Self {
+        LocalState { writer: hex::encode(rand::random::<[u8; 8]>()), shipped: 0, dirty: false, base_version: 0, base_bytes: 0, deltas_since_base: 0, delta_bytes_since_base: 0 }
+    }
+
+    pub fn writer_bytes(&self) -> [u8; 8] {
+        let mut w = [0u8; 8];
+        let _ = hex::decode_to_slice(&self.writer, &mut w);
+        w
+    }
+
+    pub fn load(dir: &Path) -> Result<Option<Self>> {
+        match std::fs::read(Self::path(dir)) {
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| Error::config(format!("{} is damaged: {e}", Self::path(dir).display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::os(format_args!("reading {}", Self::path(dir).display()), &e)),
+        }
+    }
+
+    /// Written atomically and durably.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let p = Self::path(dir);
+        let tmp = p.with_extension("json.tmp");
+        let w = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(self).expect("state serialises"))?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &p)
+        };
+        w().map_err(|e| Error::os(format_args!("writing {}", p.display()), &e))?;
+        crate::fsutil::fsync_dir(dir)
+    }
+}
+
+/// Makes `layout`'s database the bucket's latest state when it is missing
+/// or behind (another machine wrote since), and returns the directory's
+/// state. Refuses when both sides changed.
+pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &str) -> Result<LocalState> {
+    let all = versions::list(remote)?;
+    let latest = versions::chain(&all, None)?;
+    let top = latest.last().expect("a chain is never empty").version;
+    let have_db = layout.meta_db().exists();
+    let mut state = match LocalState::load(&layout.dir)? {
+        Some(s) if have_db => s,
+        _ => {
+            let mut s = LocalState::fresh();
+            rebuild_into(layout, remote, keys, &latest, &mut s)?;
+            s.save(&layout.dir)?;
+            return Ok(s);
+        }
+    };
+    if top == state.shipped {
+        return Ok(state);
+    }
+    if top < state.shipped {
+        return Err(Error::config(format!(
+            "{volume}: this directory ({}) has metadata version {} but the bucket's latest is {top}: versions were removed from the bucket. Remove the directory to start from the bucket's state",
+            layout.dir.display(),
+            state.shipped
+        )));
+    }
+    // Newer versions: ours (a crash after an upload, before cloud.json
+    // recorded it) or another machine's.
+    let newer: Vec<versions::VersionInfo> = all.iter().filter(|v| v.version > state.shipped).cloned().collect();
+    let heads = versions::headers(remote, &newer)?;
+    if heads.iter().all(|h| h.writer == state.writer_bytes()) {
+        state.shipped = top;
+        state.save(&layout.dir)?;
+        return Ok(state);
+    }
+    if state.dirty {
+        return Err(Error::new(
+            ErrorKind::Busy,
+            format!(
+                "{volume}: another machine published metadata versions {}..{top} while this directory ({}) still has changes it never uploaded (a crash while mounted). Keeping both is not possible; remove the directory to take the bucket's state, or restore: `cairn meta list`",
+                state.shipped + 1,
+                layout.dir.display()
+            ),
+        ));
+    }
+    tracing::info!(from = state.shipped, to = top, "the bucket has newer metadata; rebuilding the local copy");
+    let _ = std::fs::remove_dir_all(layout.journal());
+    std::fs::create_dir_all(layout.journal())?;
+    rebuild_into(layout, remote, keys, &latest, &mut state)?;
+    state.save(&layout.dir)?;
+    Ok(state)
+}
+
+fn rebuild_into(layout: &Layout, remote: &dyn Backend, keys: &Keys, chain: &[versions::VersionInfo], state: &mut LocalState) -> Result<()> {
+    let t = std::time::Instant::now();
+    let v = versions::rebuild(remote, keys, chain, &layout.meta_db(), &|_, _| {})?;
+    tracing::info!(version = v, deltas = chain.len() - 1, elapsed = ?t.elapsed(), "metadata rebuilt from the bucket");
+    state.shipped = v;
+    state.base_version = chain[0].version;
+    state.base_bytes = chain[0].size;
+    state.deltas_since_base = chain.len() as u64 - 1;
+    state.delta_bytes_since_base = chain[1..].iter().map(|v| v.size).sum();
+    Ok(())
+}
+
+/// The parts of an open cloud volume.
+pub struct Cloud {
+    /// The bucket, behind retries (config, versions, lease).
+    pub remote: Arc<dyn Backend>,
+    /// Cache and outbox in front of it (the volume's backend).
+    pub cache: Arc<CachedBackend>,
+    pub opts: CloudOptions,
+    pub lease: Option<lease::Lease>,
+    pub state: parking_lot::Mutex<LocalState>,
+    /// Serialises shipping (the background thread and fsyncs).
+    pub ship_lock: parking_lot::Mutex<()>,
+    /// Set when the lease was lost: the volume refuses changes.
+    pub lost: std::sync::atomic::AtomicBool,
+    /// The next version must be a base (this directory crashed while
+    /// mounted, so its changes since the last version are unknown).
+    pub need_base: std::sync::atomic::AtomicBool,
+    pub(crate) shipper: std::sync::OnceLock<Shipper>,
+    /// Closed or abandoned: nothing left to do when dropped.
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl Cloud {
+    /// Opens the cache in front of the bucket.
+    pub fn open_cache(layout: &Layout, remote: Arc<dyn Backend>, opts: &CloudOptions) -> Result<Arc<CachedBackend>> {
+        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block: 4 << 20, durability: opts.durability, uploaders: 2 };
+        Ok(CachedBackend::open(remote, d)?)
+    }
+}
+
+impl Cloud {
+    /// Takes the lease (read-write opens), brings the local database up to
+    /// the bucket's latest version, and opens the cache.
+    pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &crate::volume::OpenOptions) -> Result<Cloud> {
+        let dir = layout.dir.display().to_string();
+        let lease = if opts.read_only { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.cloud.force, url)?) };
+        let release = |e: Error| {
+            if let Some(l) = &lease {
+                let _ = l.release(remote.as_ref());
+            }
+            e
+        };
+        let state = sync_down(layout, remote.as_ref(), keys, url).map_err(release)?;
+        let cache = Self::open_cache(layout, remote.clone(), &opts.cloud).map_err(release)?;
+        Ok(Cloud {
+            need_base: std::sync::atomic::AtomicBool::new(state.dirty),
+            state: parking_lot::Mutex::new(state),
+            remote,
+            cache,
+            opts: opts.cloud.clone(),
+            lease,
+            ship_lock: parking_lot::Mutex::new(()),
+            lost: std::sync::atomic::AtomicBool::new(false),
+            shipper: std::sync::OnceLock::new(),
+            done: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Marks the directory as holding unshipped changes and starts shipping.
+    pub(crate) fn start(&self, vol: &Arc<crate::volume::Volume>) -> Result<()> {
+        {
+            let mut s = self.state.lock();
+            s.dirty = true;
+            s.save(&vol.layout.dir)?;
+        }
+        let _ = self.shipper.set(Shipper::start(vol));
+        Ok(())
+    }
+
+    /// At unmount, after the last flush: ships the last version, waits for
+    /// every upload, marks the directory clean and gives the lease back.
+    pub(crate) fn close(&self, vol: &crate::volume::Volume) -> Result<()> {
+        if let Some(s) = self.shipper.get() {
+            s.stop();
+        }
+        vol.ship_metadata(false)?;
+        let mut last = std::time::Instant::now();
+        self.cache.drain(&mut |bytes, n| {
+            if last.elapsed() >= Duration::from_secs(2) {
+                last = std::time::Instant::now();
+                tracing::info!("waiting for {n} uploads ({bytes} bytes) before unmounting");
+            }
+        });
+        {
+            let mut s = self.state.lock();
+            s.dirty = false;
+            s.save(&vol.layout.dir)?;
+        }
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cache.shutdown();
+        if let Some(l) = &self.lease {
+            l.release(self.remote.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// Stops background work without shipping or releasing anything (a
+    /// simulated crash, or a failed close).
+    pub(crate) fn abandon(&self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(s) = self.shipper.get() {
+            s.stop();
+        }
+        self.cache.shutdown();
+    }
+}
+
+impl Drop for Cloud {
+    /// A volume that failed to open gives its lease back.
+    fn drop(&mut self) {
+        if !self.done.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Some(s) = self.shipper.get() {
+                s.stop();
+            }
+            self.cache.shutdown();
+            if let Some(l) = &self.lease {
+                let _ = l.release(self.remote.as_ref());
+            }
+        }
+    }
+}
+
+/// Makes `dir` the local directory of the cloud volume at `url`: a new
+/// directory is set up only after the bucket answered with a volume config
+/// (so a typo leaves nothing behind); an existing one must belong to the
+/// same URL, and takes a new endpoint or region if given (a test server's
+/// port changes).
+pub fn attach(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str>, injected: Option<&crate::config::InjectedBackend>) -> Result<()> {
+    let layout = Layout::new(dir);
+    if let Ok(raw) = std::fs::read(layout.settings()) {
+        let mut s: LocalSettings = serde_json::from_slice(&raw).map_err(|e| Error::config(format!("{} is damaged: {e}", layout.settings().display())))?;
+        if s.backend != url {
+            return Err(Error::config(format!("{} is the local directory of {}, not of {url}; choose another --cache-dir", dir.display(), s.backend)));
+        }
+        let changed = (endpoint.is_some() && s.endpoint.as_deref() != endpoint) || (region.is_some() && s.region.as_deref() != region);
+        if changed {
+            s.endpoint = endpoint.map(str::to_string).or(s.endpoint);
+            s.region = region.map(str::to_string).or(s.region);
+            crate::volume::write_settings(&layout, &s)?;
+        }
+        return Ok(());
+    }
+    if dir.exists() && std::fs::read_dir(dir).map(|mut d| d.next().is_some()).unwrap_or(true) {
+        return Err(Error::new(ErrorKind::Exists, format!("{} is not empty and holds no volume; give a new or empty --cache-dir for {url}", dir.display())));
+    }
+    let settings = LocalSettings {
+        format: "cairn-local".into(),
+        version: crate::config::FORMAT_VERSION,
+        backend: url.to_string(),
+        endpoint: endpoint.map(str::to_string),
+        region: region.map(str::to_string),
+    };
+    let probe = match injected {
+        Some(b) => b.0.clone(),
+        None => open_remote_with(&settings, cairn_backend::RetryPolicy::quick())?,
+    };
+    crate::config::VolumeConfig::parse(&probe.get(crate::config::CONFIG_OBJECT).map_err(|e| explain(e, url, endpoint))?)?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::os(format_args!("creating {}", dir.display()), &e))?;
+    std::fs::create_dir_all(layout.journal())?;
+    crate::volume::write_settings(&layout, &settings)
+}
+
+/// `cairn meta restore`: publishes the state of version `version` as a new
+/// base on top of the latest (history is never rewritten, so a restore can
+/// be undone the same way). The volume must not be mounted read-write
+/// anywhere (the lease is taken for the time of the restore), and every
+/// pack the old version names must still be in the bucket.
+pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Result<u64> {
+    let tmpdir = std::env::temp_dir().join(format!("cairn-restore-{}", hex::encode(rand::random::<[u8; 6]>())));
+    std::fs::create_dir_all(&tmpdir)?;
+    let r = (|| {
+        let lease = lease::Lease::acquire(remote, &tmpdir.display().to_string(), false, url)?;
+        let r = (|| {
+            let all = versions::list(remote)?;
+            let chain = versions::chain(&all, Some(version))?;
+            let db = tmpdir.join("meta.sqlite");
+            versions::rebuild(remote, keys, &chain, &db, &|_, _| {})?;
+            let names: Vec<String> = {
+                let c = rusqlite::Connection::open(&db)?;
+                let mut q = c.prepare("SELECT name FROM packs")?;
+                let v = q.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+                v
+            };
+            let present: std::collections::HashSet<String> = remote.list("packs/")?.into_iter().map(|o| o.name).collect();
+            let missing: Vec<&String> = names.iter().filter(|n| !present.contains(*n)).collect();
+            if !missing.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!("version {version} names {} packs that are no longer in the bucket (collected by gc), e.g. {}; it cannot be restored", missing.len(), missing[0]),
+                ));
+            }
+            let bytes = std::fs::read(&db)?;
+            let top = all.last().map(|v| v.version).unwrap_or(0);
+            let h = versions::Header { kind: versions::Kind::Base, version: top + 1, time: lease::now(), writer: [0u8; 8] };
+            versions::publish(remote, keys, &h, &bytes)?;
+            Ok(top + 1)
+        })();
+        let _ = lease.release(remote);
+        r
+    })();
+    let _ = std::fs::remove_dir_all(&tmpdir);
+    r
+}

@@ -1,0 +1,177 @@
+//! Ships metadata versions to the bucket and renews the lease, on a thread
+//! of its own: no upload ever holds the metadata lock (the session is
+//! swapped under it in the time a patchset takes; the upload runs after).
+
+use super::versions::{self, Header, Kind};
+use crate::error::{Error, ErrorKind, Result};
+use crate::volume::Volume;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A base replaces the deltas once this many follow the last one...
+const MAX_DELTAS: u64 = 64;
+/// ...or once they add up to this share of the base (and 256 KiB).
+const DELTA_SHARE: u64 = 4;
+/// Bases kept in the bucket, with everything after the oldest of them.
+pub const KEEP_BASES: usize = 3;
+
+/// The background thread.
+pub struct Shipper {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Shipper {
+    /// Starts shipping every `vol`'s metadata interval and renewing its lease.
+    pub(crate) fn start(vol: &Arc<Volume>) -> Shipper {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let weak: Weak<Volume> = Arc::downgrade(vol);
+        let st = stop.clone();
+        let interval = vol.cloud.as_ref().map(|c| c.opts.meta_interval).unwrap_or(Duration::from_secs(5));
+        let thread = std::thread::Builder::new()
+            .name("cairn-meta-ship".into())
+            .spawn(move || {
+                let mut next_renew = Instant::now() + super::lease::RENEW;
+                loop {
+                    {
+                        let mut s = st.0.lock();
+                        if !*s {
+                            st.1.wait_for(&mut s, interval);
+                        }
+                        if *s {
+                            return;
+                        }
+                    }
+                    let Some(vol) = weak.upgrade() else { return };
+                    let Some(cloud) = vol.cloud.as_ref() else { return };
+                    if Instant::now() >= next_renew {
+                        next_renew = Instant::now() + super::lease::RENEW;
+                        if let Some(l) = &cloud.lease {
+                            match l.renew(cloud.remote.as_ref()) {
+                                Ok(()) => {}
+                                Err(e) if e.kind() == ErrorKind::Busy => {
+                                    tracing::error!("{e}: this mount stops writing");
+                                    cloud.lost.store(true, Ordering::SeqCst);
+                                }
+                                Err(e) => tracing::warn!("renewing the lease failed (will retry): {e}"),
+                            }
+                        }
+                    }
+                    if let Err(e) = vol.ship_metadata(false) {
+                        tracing::warn!("shipping metadata failed (will retry): {e}");
+                    }
+                }
+            })
+            .expect("spawning the metadata shipper");
+        Shipper { stop, thread: Mutex::new(Some(thread)) }
+    }
+
+    /// Stops the thread (after the round under way).
+    pub fn stop(&self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(h) = self.thread.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Volume {
+    /// Publishes the metadata changes committed so far as the next version
+    /// (a delta, or a base when `base` or when deltas have grown), after
+    /// every pack they may name is in the bucket. Returns the version, or
+    /// None when nothing changed. A failed upload is retried here until it
+    /// succeeds: the changes were taken out of the session and exist
+    /// nowhere else.
+    pub(crate) fn ship_metadata(&self, base: bool) -> Result<Option<u64>> {
+        let Some(cloud) = self.cloud.as_ref() else { return Ok(None) };
+        let _g = cloud.ship_lock.lock();
+        if cloud.lost.load(Ordering::SeqCst) {
+            return Err(Error::new(ErrorKind::ReadOnly, "this mount lost the volume's lease; nothing more is shipped"));
+        }
+        // What ships must be durable here first (a crash must not leave the
+        // bucket ahead of this machine's own database).
+        self.meta.sync()?;
+        let st = cloud.state.lock().clone();
+        let base = base || cloud.need_base.load(Ordering::SeqCst);
+        let (kind, payload) = if base {
+            (Kind::Base, self.meta.snapshot()?)
+        } else {
+            let Some(changes) = self.meta.take_changes()? else { return Ok(None) };
+            let grown = st.deltas_since_base >= MAX_DELTAS
+                || (st.delta_bytes_since_base + changes.len() as u64 > st.base_bytes / DELTA_SHARE && st.delta_bytes_since_base > 256 << 10);
+            if grown {
+                (Kind::Base, self.meta.snapshot()?)
+            } else {
+                (Kind::Delta, changes)
+            }
+        };
+        // Rule 1 of the bucket's order of writes: packs before the version
+        // naming them. Every pack the changes name was handed to the cache
+        // before they committed, so it is uploaded or pending now.
+        let pending = cloud.cache.pending();
+        cloud.cache.wait_uploaded(&pending);
+        let v = st.shipped + 1;
+        let h = Header { kind, version: v, time: super::lease::now(), writer: st.writer_bytes() };
+        let mut delay = Duration::from_millis(500);
+        let stored = loop {
+            match versions::publish(cloud.remote.as_ref(), &self.keys, &h, &payload) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == ErrorKind::Busy => {
+                    cloud.lost.store(true, Ordering::SeqCst);
+                    tracing::error!("{e}");
+                    return Err(e);
+                }
+                Err(e) => {
+                    tracing::warn!("uploading metadata version {v} failed (retrying in {delay:?}): {e}");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(15));
+                }
+            }
+        };
+        let mut s = cloud.state.lock();
+        s.shipped = v;
+        match kind {
+            Kind::Base => {
+                s.base_version = v;
+                s.base_bytes = stored;
+                s.deltas_since_base = 0;
+                s.delta_bytes_since_base = 0;
+            }
+            Kind::Delta => {
+                s.deltas_since_base += 1;
+                s.delta_bytes_since_base += stored;
+            }
+        }
+        s.save(&self.layout.dir)?;
+        drop(s);
+        cloud.need_base.store(false, Ordering::SeqCst);
+        tracing::debug!(version = v, ?kind, bytes = stored, "metadata version shipped");
+        if kind == Kind::Base {
+            self.prune_versions();
+        }
+        Ok(Some(v))
+    }
+
+    /// Deletes versions older than the oldest kept base (errors are logged:
+    /// a version left behind costs storage, not correctness).
+    fn prune_versions(&self) {
+        let Some(cloud) = self.cloud.as_ref() else { return };
+        let r = versions::list(cloud.remote.as_ref()).map(|all| versions::prunable(&all, KEEP_BASES));
+        match r {
+            Ok(old) => {
+                for v in old {
+                    if let Err(e) = cloud.remote.delete(&v.object()) {
+                        tracing::warn!("removing old metadata version {}: {e}", v.version);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("listing metadata versions to prune: {e}"),
+        }
+    }
+}
