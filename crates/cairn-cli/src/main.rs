@@ -260,7 +260,9 @@ enum MetaCmd {
     Restore {
         /// s3://BUCKET/PREFIX
         volume: String,
-        version: u64,
+        /// The version to go back to (`cairn meta list` shows them).
+        #[arg(value_name = "VERSION")]
+        target: u64,
         #[command(flatten)]
         cloud: target::CloudArgs,
         #[command(flatten)]
@@ -680,7 +682,7 @@ fn meta_command(op: MetaCmd) -> Result<i32> {
             }
             Ok(0)
         }
-        MetaCmd::Restore { volume, version, cloud: c, pass } => {
+        MetaCmd::Restore { volume, target: version, cloud: c, pass } => {
             let dir = target::open_dir(&volume, &c)?;
             let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
             let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };

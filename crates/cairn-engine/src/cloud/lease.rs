@@ -72,10 +72,16 @@ fn parse(bytes: &[u8]) -> Result<LeaseBody> {
     serde_json::from_slice(bytes).map_err(|e| Error::corrupt(format!("the volume's lease object is not valid ({e}); delete it if no machine has the volume mounted")))
 }
 
+/// Whether `pid` runs on this machine (a zombie does not: a killed daemon
+/// may wait long for a parent to reap it).
 fn pid_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+            !matches!(state, None | Some('Z') | Some('X'))
+        }
+        Err(_) => false,
+    }
 }
 
 /// A lease this process holds.

@@ -67,7 +67,7 @@ pub fn open_remote_with(settings: &LocalSettings, policy: cairn_backend::RetryPo
 /// volume there.
 pub fn explain(e: cairn_backend::Error, url: &str, endpoint: Option<&str>) -> Error {
     use cairn_backend::ErrorKind as B;
-    let detail = {
+    let full = {
         let mut d = e.to_string();
         let mut src = std::error::Error::source(&e);
         while let Some(s) = src {
@@ -76,17 +76,34 @@ pub fn explain(e: cairn_backend::Error, url: &str, endpoint: Option<&str>) -> Er
         }
         d
     };
+    // What the service said, short: S3's error code and message when it
+    // sent them, else the innermost cause (e.g. "Connection refused").
+    let tag = |t: &str| full.split(&format!("<{t}>")).nth(1).and_then(|r| r.split(&format!("</{t}>")).next()).map(str::to_string);
+    let short = match (tag("Code"), tag("Message")) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c,
+        _ => {
+            let mut last = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                last = s.to_string();
+                src = s.source();
+            }
+            last.chars().take(200).collect()
+        }
+    };
+    let detail = short;
     let at = endpoint.map(|ep| format!(" at {ep}")).unwrap_or_default();
-    if detail.contains("169.254.169.254") {
+    if full.contains("169.254.169.254") {
         // object_store fell through to the instance metadata service.
         return Error::config(format!(
             "{url}: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials and AWS_PROFILE)"
         ));
     }
     match e.kind() {
-        B::NotFound if detail.contains("NoSuchBucket") => Error::config(format!("{url}: the bucket does not exist{at} (create it first)")),
+        B::NotFound if full.contains("NoSuchBucket") => Error::config(format!("{url}: the bucket does not exist{at} (create it first)")),
         B::NotFound => Error::config(format!("{url} holds no Cairn volume (no config object{at}); create one with `cairn init {url}`")),
-        B::Permanent if detail.contains("NoSuchBucket") => Error::config(format!("{url}: the bucket does not exist{at} (create it first)")),
+        B::Permanent if full.contains("NoSuchBucket") => Error::config(format!("{url}: the bucket does not exist{at} (create it first)")),
         B::Permanent => Error::config(format!(
             "{url}: the S3 service{at} refused access; check the credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials, AWS_PROFILE) and the bucket's policy ({detail})"
         )),

@@ -303,7 +303,7 @@ fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
 impl Volume {
     /// Opens the volume in `dir`, replays the journal, and starts the
     /// background flusher.
-    pub fn load(dir: &Path, opts: OpenOptions) -> Result<Arc<Volume>> {
+    pub fn load(dir: &Path, mut opts: OpenOptions) -> Result<Arc<Volume>> {
         let (layout, settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
         let lock = Some(take_lock(&layout, !opts.read_only)?);
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
@@ -311,6 +311,9 @@ impl Volume {
         hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
         let (backend, cloud) = if crate::cloud::is_cloud_url(&settings.backend) {
             let c = crate::cloud::Cloud::open(&layout, &settings.backend, backend, &keys, &opts)?;
+            // The journal is local dirty data too: within the cache's bound,
+            // so an outage blocks writers once the cache is full.
+            opts.journal_limit = opts.journal_limit.min(opts.cloud.cache_bytes / 4).max(4 << 20);
             (c.cache.clone() as Arc<dyn Backend>, Some(c))
         } else {
             (backend, None)
