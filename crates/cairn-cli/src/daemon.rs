@@ -93,6 +93,7 @@ pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> Result<()> {
     let Some(dir) = vol else { return Ok(()) };
     let lock = dir.join("lock");
     let start = Instant::now();
+    let mut uploads = UploadBar::new(&dir);
     loop {
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&lock);
         let Ok(f) = f else { return Ok(()) };
@@ -102,8 +103,60 @@ pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> Result<()> {
             return Ok(());
         }
         if start.elapsed() > timeout {
+            uploads.finish();
             bail!("unmounted, but the daemon is still flushing {} after {}s (see {}/cairn.log)", dir.display(), timeout.as_secs(), dir.display());
         }
+        uploads.tick();
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// While a volume in a bucket uploads what it still holds, a progress bar
+/// of the bytes left (on a terminal; the daemon answers `stats` through its
+/// control socket until it exits).
+struct UploadBar {
+    sock: PathBuf,
+    bar: Option<indicatif::ProgressBar>,
+    most: u64,
+    last: Instant,
+    enabled: bool,
+}
+
+impl UploadBar {
+    fn new(dir: &Path) -> Self {
+        use std::io::IsTerminal;
+        UploadBar { sock: cairn_engine::control::socket_path(dir), bar: None, most: 0, last: Instant::now(), enabled: std::io::stderr().is_terminal() }
+    }
+
+    fn tick(&mut self) {
+        if !self.enabled || self.last.elapsed() < Duration::from_millis(500) {
+            return;
+        }
+        self.last = Instant::now();
+        let Ok(Some(v)) = cairn_engine::control::call(&self.sock, &cairn_engine::control::Request::Stats) else { return };
+        let Some(left) = v.get("cache").and_then(|c| c.get("dirty_bytes")).and_then(|d| d.as_u64()) else { return };
+        if left == 0 && self.bar.is_none() {
+            return;
+        }
+        self.most = self.most.max(left);
+        let bar = self.bar.get_or_insert_with(|| {
+            let b = indicatif::ProgressBar::new(self.most);
+            b.set_style(indicatif::ProgressStyle::with_template("uploading [{bar:40}] {bytes}/{total_bytes} {eta}").expect("template").progress_chars("=> "));
+            b
+        });
+        bar.set_length(self.most);
+        bar.set_position(self.most - left);
+    }
+
+    fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for UploadBar {
+    fn drop(&mut self) {
+        self.finish();
     }
 }

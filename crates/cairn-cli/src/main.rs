@@ -623,6 +623,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Gc { dir, cloud, repack_below, json, pass } => {
             init_logging(cli.verbose, None)?;
+            let volume_arg = dir.clone();
             let dir = target::open_dir(&dir, &cloud)?;
             if !(0.0..=1.0).contains(&repack_below) {
                 bail!("--repack-below must be between 0 and 1");
@@ -631,6 +632,9 @@ fn run(cli: Cli) -> Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {
+                if target::is_url(&volume_arg) {
+                    println!("(in a bucket, packs are deleted once no kept metadata version names them: after a few more metadata bases)");
+                }
                 println!(
                     "deleted {} packs ({} repacked), {} orphan packs, {} dead chunks; backend {} -> {}",
                     rep.packs_deleted,

@@ -23,6 +23,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Where packs wait for deletion (format.md "Trash").
+pub const TRASH_PREFIX: &str = "trash/";
+
+/// The version a trash object was written at.
+pub fn trash_version(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(TRASH_PREFIX)?;
+    rest.split('-').next()?.parse().ok()
+}
+
 /// Settings of a mount of a cloud volume.
 #[derive(Clone, Debug)]
 pub struct CloudOptions {
@@ -423,6 +432,20 @@ pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Re
                     ErrorKind::NotFound,
                     format!("version {version} names {} packs that are no longer in the bucket (collected by gc), e.g. {}; it cannot be restored", missing.len(), missing[0]),
                 ));
+            }
+            // Packs trashed since that version are live again: take them off.
+            let wanted: std::collections::HashSet<&String> = names.iter().collect();
+            for t in remote.list(TRASH_PREFIX)? {
+                let listed: Vec<String> = serde_json::from_slice(&remote.get(&t.name)?).map_err(|e| Error::corrupt(format!("{}: {e}", t.name)))?;
+                let keep: Vec<&String> = listed.iter().filter(|n| !wanted.contains(n)).collect();
+                if keep.len() == listed.len() {
+                    continue;
+                }
+                if keep.is_empty() {
+                    remote.delete(&t.name)?;
+                } else {
+                    remote.put(&t.name, &serde_json::to_vec(&keep).expect("names serialise"))?;
+                }
             }
             let bytes = std::fs::read(&db)?;
             let top = all.last().map(|v| v.version).unwrap_or(0);

@@ -158,20 +158,70 @@ impl Volume {
         Ok(Some(v))
     }
 
-    /// Deletes versions older than the oldest kept base (errors are logged:
-    /// a version left behind costs storage, not correctness).
-    fn prune_versions(&self) {
+    /// Deletes versions older than the oldest kept base, then the packs
+    /// trashed at or before the oldest kept version (errors are logged: an
+    /// object left behind costs storage, not correctness, and the next
+    /// prune tries again).
+    pub(crate) fn prune_versions(&self) {
         let Some(cloud) = self.cloud.as_ref() else { return };
-        let r = versions::list(cloud.remote.as_ref()).map(|all| versions::prunable(&all, KEEP_BASES));
-        match r {
-            Ok(old) => {
-                for v in old {
-                    if let Err(e) = cloud.remote.delete(&v.object()) {
-                        tracing::warn!("removing old metadata version {}: {e}", v.version);
-                    }
-                }
+        let all = match versions::list(cloud.remote.as_ref()) {
+            Ok(a) => a,
+            Err(e) => return tracing::warn!("listing metadata versions to prune: {e}"),
+        };
+        let old = versions::prunable(&all, KEEP_BASES);
+        for v in &old {
+            if let Err(e) = cloud.remote.delete(&v.object()) {
+                tracing::warn!("removing old metadata version {}: {e}", v.version);
+                return;
             }
-            Err(e) => tracing::warn!("listing metadata versions to prune: {e}"),
         }
+        let Some(oldest_kept) = all.iter().map(|v| v.version).find(|v| !old.iter().any(|o| o.version == *v)) else { return };
+        let trash = match cloud.remote.list(super::TRASH_PREFIX) {
+            Ok(t) => t,
+            Err(e) => return tracing::warn!("listing trashed packs: {e}"),
+        };
+        for t in trash {
+            let Some(at) = super::trash_version(&t.name) else { continue };
+            if at > oldest_kept {
+                continue;
+            }
+            let r = (|| -> Result<usize> {
+                let names: Vec<String> = serde_json::from_slice(&cloud.remote.get(&t.name)?).map_err(|e| Error::corrupt(format!("{}: {e}", t.name)))?;
+                if let Some(bad) = names.iter().find(|n| !n.starts_with("packs/")) {
+                    return Err(Error::corrupt(format!("{} lists {bad:?}, which is not a pack; deleting nothing", t.name)));
+                }
+                for n in &names {
+                    self.backend.delete(n)?;
+                }
+                cloud.remote.delete(&t.name)?;
+                Ok(names.len())
+            })();
+            match r {
+                Ok(n) => tracing::info!(packs = n, trashed_at = at, "deleted packs no kept metadata version names"),
+                Err(e) => tracing::warn!("deleting the packs of {}: {e}", t.name),
+            }
+        }
+    }
+
+    /// Ships a base now and prunes what it allows (tests of retention).
+    #[doc(hidden)]
+    pub fn ship_base_now(&self) -> Result<Option<u64>> {
+        self.ship_metadata(true)
+    }
+
+    /// Rule 3 in a bucket: objects the latest metadata no longer names are
+    /// listed in `trash/<version>-<random>` and deleted only once every
+    /// version that may name them is pruned. Returns how many were listed.
+    pub(crate) fn trash_objects(&self, names: &[String]) -> Result<u64> {
+        let Some(cloud) = self.cloud.as_ref() else { return Ok(0) };
+        if names.is_empty() {
+            return Ok(0);
+        }
+        // The newest version must be one without them.
+        self.ship_metadata(false)?;
+        let at = cloud.state.lock().shipped;
+        let name = format!("{}{at:016}-{}", super::TRASH_PREFIX, hex::encode(rand::random::<[u8; 4]>()));
+        cloud.remote.put(&name, &serde_json::to_vec(names).expect("names serialise"))?;
+        Ok(names.len() as u64)
     }
 }

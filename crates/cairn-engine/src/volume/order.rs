@@ -35,6 +35,11 @@ impl Volume {
             return Ok(0);
         }
         self.meta.sync()?;
+        if self.cloud.is_some() {
+            // In a bucket, older metadata versions may still name them.
+            let names: Vec<String> = names.map(str::to_string).collect();
+            return self.trash_objects(&names);
+        }
         let mut n = 0;
         for name in names {
             self.backend.delete(name)?;

@@ -326,3 +326,53 @@ fn a_small_change_ships_a_small_delta() {
     assert!(small.size < 1024 && small.size * 20 < big.size, "rename delta {} bytes vs {} for 1,000 creates", small.size, big.size);
     v.close().unwrap();
 }
+
+/// gc in a bucket (rule 3): a pack that no longer holds live data is
+/// trashed, not deleted, while an older kept version names it, so that
+/// version can still be restored; once enough newer bases pruned every
+/// such version, the pack goes.
+#[test]
+fn gc_in_a_bucket_keeps_packs_older_versions_name() {
+    let a = tempfile::tempdir().unwrap();
+    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    init_in(a.path(), &bucket, None);
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Local)).unwrap();
+    let data = random_bytes(41, 400_000);
+    mkfile(&v, ROOT_INO, "a", &data);
+    v.close().unwrap();
+    drop(v);
+    let with_a = versions::list(bucket.as_ref()).unwrap().last().unwrap().version;
+    let packs_with_a = bucket.list("packs/").unwrap();
+    assert!(!packs_with_a.is_empty());
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Local)).unwrap();
+    v.unlink(ROOT_INO, b"a").unwrap();
+    let rep = maintenance::gc(&v, 0.5, &maintenance::NoProgress).unwrap();
+    assert!(rep.packs_deleted >= 1, "{rep:?}");
+    v.close().unwrap();
+    drop(v);
+    assert_eq!(bucket.list("packs/").unwrap().len(), packs_with_a.len(), "a pack went while version {with_a} names it");
+    assert!(!bucket.list(cloud::TRASH_PREFIX).unwrap().is_empty());
+    // The old version restores, and its pack is no longer trash.
+    let keys = VolumeConfig::parse(&bucket.get("config").unwrap()).unwrap().keys(None).unwrap();
+    cloud::restore(bucket.as_ref(), &keys, URL, with_a).unwrap();
+    assert!(bucket.list(cloud::TRASH_PREFIX).unwrap().is_empty(), "restored packs stay in the trash");
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Local)).unwrap();
+    let ino = v.lookup(ROOT_INO, b"a").unwrap().ino;
+    assert!(read_all(&v, ino) == data);
+    // Delete again, gc, and ship bases until the versions naming the pack are pruned.
+    v.unlink(ROOT_INO, b"a").unwrap();
+    maintenance::gc(&v, 0.5, &maintenance::NoProgress).unwrap();
+    assert_eq!(bucket.list("packs/").unwrap().len(), packs_with_a.len());
+    for _ in 0..4 {
+        v.ship_base_now().unwrap();
+    }
+    assert!(bucket.list(cloud::TRASH_PREFIX).unwrap().is_empty(), "trash left after the versions naming it were pruned");
+    let left: Vec<String> = bucket.list("packs/").unwrap().into_iter().map(|o| o.name).collect();
+    for p in &packs_with_a {
+        assert!(!left.contains(&p.name), "{} survived", p.name);
+    }
+    assert!(versions::list(bucket.as_ref()).unwrap().iter().all(|x| x.version > with_a));
+    let rep = maintenance::fsck(&v, true, &maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
+    v.close().unwrap();
+}
