@@ -6,8 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VOL=${1:-./cairn-volume}
 MNT=${2:-./mnt}
-if ! command -v fusermount3 >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq fuse3; else sudo apt-get install -y fuse3; fi
+need=()
+command -v fusermount3 >/dev/null || need+=(fuse3)
+# SQLite's session extension (metadata deltas of cloud volumes) is built
+# with bindgen, which loads libclang.
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"; else sudo apt-get install -y "${need[@]}"; fi
 fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
 cargo build --release -p cairn-cli

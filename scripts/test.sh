@@ -17,6 +17,9 @@ command -v cc >/dev/null || need+=(gcc)   # the C ABI test compiles against cair
 command -v curl >/dev/null || need+=(curl)
 command -v tar >/dev/null || need+=(tar)
 command -v attr >/dev/null 2>&1 || command -v getfattr >/dev/null || need+=(attr)
+# SQLite's session extension (metadata deltas of cloud volumes) is built
+# with bindgen, which loads libclang.
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
   $SUDO apt-get update -qq

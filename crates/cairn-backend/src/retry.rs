@@ -23,10 +23,13 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// For a remote store: reads give up after a minute, writes never (an
-    /// outage blocks the uploads, and through them the writers).
+    /// For a remote store: reads and writes give up after a minute. Callers
+    /// that must not lose a write retry it themselves (the cache's
+    /// uploaders and the metadata shipper loop until it succeeds, so an
+    /// outage blocks the uploads, and through them the writers), and a
+    /// call they abandon never hangs for the whole outage.
     pub fn cloud() -> Self {
-        RetryPolicy { first_delay: Duration::from_millis(100), max_delay: Duration::from_secs(10), read_deadline: Duration::from_secs(60), write_deadline: None }
+        RetryPolicy { first_delay: Duration::from_millis(100), max_delay: Duration::from_secs(10), read_deadline: Duration::from_secs(60), write_deadline: Some(Duration::from_secs(60)) }
     }
 
     /// For a local directory: transient errors there are interrupted calls

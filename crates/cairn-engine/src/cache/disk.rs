@@ -544,7 +544,12 @@ impl Inner {
             let plan = {
                 let mut st = self.lock();
                 if Self::known_size(&st, name) != Some(size) {
-                    continue; // changed (or forgotten) since: look again
+                    // Changed or forgotten since, or not remembered because
+                    // a put or delete is under way: look again, after it.
+                    if !st.free(name) {
+                        self.changed.wait(&mut st);
+                    }
+                    continue;
                 }
                 let cur = st.objects[name].version;
                 if cur != version {
@@ -853,18 +858,28 @@ impl Inner {
         r
     }
 
+    fn outbox_matching(st: &State, prefix: &str) -> Vec<ObjectInfo> {
+        let queued = st.outbox.values().filter(|n| n.starts_with(prefix));
+        queued.map(|n| ObjectInfo { name: n.clone(), size: st.objects[n].dirty.map_or(0, |d| d.1) }).collect()
+    }
+
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        // The outbox is looked at before the remote too: an object uploaded
+        // while the remote lists is in one of the two looks.
+        let before = Self::outbox_matching(&self.lock(), prefix);
         let mut out = self.remote.list(prefix)?;
         let st = self.lock();
         let mut at: HashMap<String, usize> = out.iter().enumerate().map(|(i, o)| (o.name.clone(), i)).collect();
-        for name in st.outbox.values().filter(|n| n.starts_with(prefix)) {
-            let size = st.objects[name].dirty.map_or(0, |d| d.1);
-            match at.get(name) {
-                // The outbox holds the newer version.
-                Some(&i) => out[i].size = size,
+        // Deleted meanwhile: no longer known to the index.
+        let before = before.into_iter().filter(|o| st.objects.contains_key(&o.name));
+        for (o, newer) in before.map(|o| (o, false)).chain(Self::outbox_matching(&st, prefix).into_iter().map(|o| (o, true))) {
+            match at.get(&o.name) {
+                // What the outbox holds now is the newest version.
+                Some(&i) if newer => out[i].size = o.size,
+                Some(_) => {}
                 None => {
-                    at.insert(name.clone(), out.len());
-                    out.push(ObjectInfo { name: name.clone(), size });
+                    at.insert(o.name.clone(), out.len());
+                    out.push(o);
                 }
             }
         }
@@ -874,15 +889,31 @@ impl Inner {
     // ---- uploads ----
 
     fn uploader(self: Arc<Self>) {
+        /// Counts the thread out however it ends (a panic too), so that
+        /// shutdown never waits for a thread that is gone.
+        struct Running<'a> {
+            inner: &'a Inner,
+            in_remote: bool,
+        }
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                let mut st = self.inner.lock();
+                st.alive -= 1;
+                if self.in_remote {
+                    st.in_remote -= 1;
+                }
+                drop(st);
+                self.inner.changed.notify_all();
+            }
+        }
+        let mut me = Running { inner: &self, in_remote: false };
         let mut backoff = FIRST_BACKOFF;
         loop {
             // The oldest queued object nobody is working on.
             let mut st = self.lock();
             let (seq, name) = loop {
                 if st.shutdown {
-                    st.alive -= 1;
                     drop(st);
-                    self.changed.notify_all();
                     return;
                 }
                 let next = st.outbox.iter().find(|(_, n)| st.free(n)).map(|(s, n)| (*s, n.clone()));
@@ -893,6 +924,7 @@ impl Inner {
             };
             st.obj(&name).busy = true;
             st.in_remote += 1;
+            me.in_remote = true;
             drop(st);
             let path = self.outbox_path(&name);
             let r = match fs::read(&path) {
@@ -903,6 +935,7 @@ impl Inner {
                     tracing::warn!("outbox object {name} vanished from {}; dropping it", path.display());
                     let mut st = self.lock();
                     st.in_remote -= 1;
+                    me.in_remote = false;
                     if st.objects.get(&name).and_then(|o| o.dirty).is_some_and(|d| d.0 == seq) {
                         st.drop_dirty(&name);
                     }
@@ -913,6 +946,7 @@ impl Inner {
             };
             let mut st = self.lock();
             st.in_remote -= 1;
+            me.in_remote = false;
             if st.shutdown {
                 // Whether or not it landed, the object stays in the outbox
                 // and is uploaded (again) at the next open.

@@ -10,3 +10,4 @@ mod model;
 mod patches;
 mod backends;
 mod cloud;
+mod disk_cache;
