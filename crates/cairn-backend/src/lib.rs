@@ -17,12 +17,14 @@
 
 mod error;
 mod local;
+pub mod meter;
 mod retry;
 mod s3;
 pub mod conformance;
 
 pub use error::{Error, ErrorKind, Result};
 pub use local::LocalBackend;
+pub use meter::{Meter, Metered, RequestCounts, RequestKind, Subsystem};
 pub use retry::{RetryPolicy, Retrying};
 pub use s3::{S3Backend, S3Location};
 
@@ -65,6 +67,12 @@ pub trait Backend: Send + Sync {
     fn capabilities(&self) -> Capabilities;
     /// A short description for messages, e.g. `local:/srv/vol/store`.
     fn describe(&self) -> String;
+    /// Where the requests this backend sends are counted, for the bill
+    /// (remote stores; wrappers pass their inner backend's on). None: they
+    /// are not counted (a local directory costs no requests).
+    fn meter(&self) -> Option<std::sync::Arc<Meter>> {
+        None
+    }
 }
 
 /// What a backend does cheaply; the engine adapts to it (pack sizes, read
@@ -114,6 +122,9 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn meter(&self) -> Option<std::sync::Arc<Meter>> {
+        (**self).meter()
     }
 }
 

@@ -365,7 +365,10 @@ mod direct_tests {
 
     /// A directory on the disk that holds the build (tests' temp dirs may be tmpfs).
     fn disk_dir() -> tempfile::TempDir {
-        tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap()
+        // The workspace's target/ may not exist (CARGO_TARGET_DIR elsewhere).
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target");
+        std::fs::create_dir_all(dir).unwrap();
+        tempfile::tempdir_in(dir).unwrap()
     }
 
     /// Sizes around the direct-write threshold, the alignment and the bounce

@@ -131,4 +131,7 @@ impl<B: Backend> Backend for Retrying<B> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn meter(&self) -> Option<std::sync::Arc<crate::Meter>> {
+        self.inner.meter()
+    }
 }

@@ -5,21 +5,31 @@
 //! and waits on it. Credentials come only from where the AWS tools look
 //! (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`, the
 //! container or instance credentials); never from a command line.
-//! `object_store` retries a request twice within 15 s on its own (for
-//! connection-level hiccups); the policy that matters — how long to keep
-//! trying, by error kind — is `Retrying`'s, which wraps this.
+//!
+//! Every HTTP request is counted in the backend's [`Meter`] (the bill) as
+//! it is sent, failed ones too: `object_store`'s own retries are switched
+//! off (they would send requests nobody counts), so each attempt is one
+//! call here and the retry policy is `Retrying`'s, which wraps this. A
+//! multipart upload is driven here part by part for the same reason; a
+//! listing is read page by page; a delete is one `DELETE /key` (not the
+//! bulk `POST ?delete`).
 
+use crate::meter::{self, Meter, RequestKind, Subsystem};
 use crate::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::path::Path as ObjPath;
-use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, WriteMultipart};
+use object_store::{ClientOptions, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Objects at least this large go up in parts.
 const MULTIPART_MIN: usize = 16 << 20;
 /// The size of each part.
 const PART_SIZE: usize = 8 << 20;
+/// Parts uploading at once.
+const PARTS_IN_FLIGHT: usize = 4;
 
 /// Where an S3 volume lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +67,7 @@ pub struct S3Backend {
     loc: S3Location,
     store: AmazonS3,
     rt: tokio::runtime::Runtime,
+    meter: Arc<Meter>,
 }
 
 impl S3Backend {
@@ -71,7 +82,9 @@ impl S3Backend {
         let mut b = AmazonS3Builder::from_env()
             .with_bucket_name(&loc.bucket)
             .with_region(region)
-            .with_retry(RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(15), ..Default::default() })
+            // No retries inside object_store: every attempt must be counted.
+            .with_retry(RetryConfig { max_retries: 0, retry_timeout: Duration::from_secs(15), ..Default::default() })
+            .with_disable_bulk_delete(true)
             .with_client_options(ClientOptions::new().with_timeout(Duration::from_secs(60)).with_connect_timeout(Duration::from_secs(5)));
         if let Some(ep) = &loc.endpoint {
             b = b.with_endpoint(ep).with_allow_http(ep.starts_with("http://")).with_virtual_hosted_style_request(false);
@@ -83,7 +96,52 @@ impl S3Backend {
             .enable_all()
             .build()
             .map_err(|e| Error::from_io("starting the S3 client's runtime", e))?;
-        Ok(S3Backend { loc, store, rt })
+        let meter = meter::shared(&format!("s3|{}|{}|{}", loc.endpoint.as_deref().unwrap_or("aws"), loc.bucket, loc.prefix));
+        Ok(S3Backend { loc, store, rt, meter })
+    }
+
+    /// Where this backend's requests are counted: one meter for every
+    /// backend of this process on the same endpoint, bucket and prefix.
+    pub fn meter(&self) -> &Arc<Meter> {
+        &self.meter
+    }
+
+    /// A multipart upload: POST (create), PUT per part, POST (complete);
+    /// DELETE (abort) when a part or the completion fails, so no parts are
+    /// left behind. Each request is counted when it is started.
+    async fn put_parts(&self, key: &ObjPath, data: &[u8], who: Subsystem) -> object_store::Result<()> {
+        self.meter.record_as(who, RequestKind::Post, 1, 0);
+        let mut upload = self.store.put_multipart(key).await?;
+        let parts = {
+            let meter = &self.meter;
+            let upload = &mut upload;
+            futures::stream::iter(data.chunks(PART_SIZE))
+                .map(|c| {
+                    let part = upload.put_part(PutPayload::from(c.to_vec()));
+                    let n = c.len() as u64;
+                    async move {
+                        meter.record_as(who, RequestKind::Put, 1, n);
+                        part.await
+                    }
+                })
+                .buffer_unordered(PARTS_IN_FLIGHT)
+                .try_collect::<Vec<()>>()
+                .await
+        };
+        let done = match parts {
+            Ok(_) => {
+                self.meter.record_as(who, RequestKind::Post, 1, 0);
+                upload.complete().await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if done.is_err() {
+            self.meter.record_as(who, RequestKind::Delete, 1, 0);
+            if let Err(e) = upload.abort().await {
+                tracing::warn!("aborting the multipart upload of {key}: {e}");
+            }
+        }
+        done
     }
 
     fn key(&self, name: &str) -> Result<ObjPath> {
@@ -109,8 +167,7 @@ impl S3Backend {
             E::PermissionDenied { .. } | E::Unauthenticated { .. } | E::NotSupported { .. } | E::NotImplemented { .. } | E::UnknownConfigurationKey { .. } | E::InvalidPath { .. } => {
                 ErrorKind::Permanent
             }
-            // Network errors, timeouts and 5xx/429 that outlived
-            // object_store's own two retries.
+            // Network errors, timeouts, 5xx and 429: `Retrying` retries.
             _ => ErrorKind::Transient,
         };
         Error::new(kind, format!("{op} {name} in {}", self.describe())).with_object(name).with_source(e)
@@ -120,24 +177,23 @@ impl S3Backend {
 impl Backend for S3Backend {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         let key = self.key(name)?;
-        self.rt.block_on(async {
-            if data.len() < MULTIPART_MIN {
-                self.store.put(&key, PutPayload::from(data.to_vec())).await.map(|_| ())
-            } else {
-                let upload = self.store.put_multipart(&key).await?;
-                let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-                w.write(data);
-                // `finish` aborts the upload (no orphaned parts) when a part
-                // or the completion fails.
-                w.finish().await.map(|_| ())
-            }
-        })
-        .map_err(|e| self.fail("put", name, e))
+        let who = meter::current();
+        self.rt
+            .block_on(async {
+                if data.len() < MULTIPART_MIN {
+                    self.meter.record_as(who, RequestKind::Put, 1, data.len() as u64);
+                    self.store.put(&key, PutPayload::from(data.to_vec())).await.map(|_| ())
+                } else {
+                    self.put_parts(&key, data, who).await
+                }
+            })
+            .map_err(|e| self.fail("put", name, e))
     }
 
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
         let key = self.key(name)?;
         let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        self.meter.record(RequestKind::Put, data.len() as u64);
         self.rt
             .block_on(self.store.put_opts(&key, PutPayload::from(data.to_vec()), opts))
             .map(|_| ())
@@ -152,7 +208,9 @@ impl Backend for S3Backend {
             let size = self.size(name)?;
             return if offset <= size { Ok(Vec::new()) } else { Err(out_of_range(size)) };
         }
-        match self.rt.block_on(self.store.get_range(&key, offset..end)) {
+        let got = self.rt.block_on(self.store.get_range(&key, offset..end));
+        self.meter.record(RequestKind::Get, got.as_ref().map_or(0, |b| b.len() as u64));
+        match got {
             Ok(b) if b.len() as u64 == len => Ok(b.to_vec()),
             Ok(b) => {
                 // A server may answer a range that runs past the end with
@@ -177,19 +235,20 @@ impl Backend for S3Backend {
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let key = self.key(name)?;
-        self.rt
-            .block_on(async { self.store.get(&key).await?.bytes().await })
-            .map(|b| b.to_vec())
-            .map_err(|e| self.fail("get", name, e))
+        let got = self.rt.block_on(async { self.store.get(&key).await?.bytes().await });
+        self.meter.record(RequestKind::Get, got.as_ref().map_or(0, |b| b.len() as u64));
+        got.map(|b| b.to_vec()).map_err(|e| self.fail("get", name, e))
     }
 
     fn size(&self, name: &str) -> Result<u64> {
         let key = self.key(name)?;
+        self.meter.record(RequestKind::Head, 0);
         self.rt.block_on(self.store.head(&key)).map(|m| m.size).map_err(|e| self.fail("head", name, e))
     }
 
     fn delete(&self, name: &str) -> Result<()> {
         let key = self.key(name)?;
+        self.meter.record(RequestKind::Delete, 0);
         match self.rt.block_on(self.store.delete(&key)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.fail("delete", name, e)),
@@ -197,32 +256,42 @@ impl Backend for S3Backend {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        // object_store lists by whole path segments; the contract is a
-        // string prefix. List the prefix's directory, filter by string.
-        let dir = match prefix.rfind('/') {
-            Some(i) => &prefix[..i],
-            None => "",
-        };
-        let base = match (self.loc.prefix.is_empty(), dir.is_empty()) {
-            (true, true) => None,
-            (true, false) => Some(dir.to_string()),
-            (false, true) => Some(self.loc.prefix.clone()),
-            (false, false) => Some(format!("{}/{dir}", self.loc.prefix)),
-        };
-        let base = base.map(ObjPath::parse).transpose().map_err(|e| Error::new(ErrorKind::InvalidName, format!("list prefix {prefix:?}")).with_source(e))?;
-        let metas: Vec<object_store::ObjectMeta> =
-            self.rt.block_on(self.store.list(base.as_ref()).try_collect()).map_err(|e| self.fail("list", prefix, e))?;
-        Ok(metas
-            .into_iter()
-            .filter_map(|m| {
-                let name = self.name_of(m.location.as_ref())?;
-                name.starts_with(prefix).then(|| ObjectInfo { name: name.to_string(), size: m.size })
-            })
-            .collect())
+        // S3 lists by string prefix, which is the contract's; page by page
+        // (up to 1,000 keys each), so that each request is counted.
+        if !prefix.is_empty() && !prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b)) {
+            return Err(Error::new(ErrorKind::InvalidName, format!("list prefix {prefix:?}")));
+        }
+        let full = if self.loc.prefix.is_empty() { prefix.to_string() } else { format!("{}/{prefix}", self.loc.prefix) };
+        let who = meter::current();
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let opts = PaginatedListOptions { page_token: token.take(), ..Default::default() };
+            self.meter.record_as(who, RequestKind::List, 1, 0);
+            let page = self
+                .rt
+                .block_on(self.store.list_paginated((!full.is_empty()).then_some(full.as_str()), opts))
+                .map_err(|e| self.fail("list", prefix, e))?;
+            for m in page.result.objects {
+                if let Some(name) = self.name_of(m.location.as_ref()) {
+                    if name.starts_with(prefix) {
+                        out.push(ObjectInfo { name: name.to_string(), size: m.size });
+                    }
+                }
+            }
+            match page.page_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => return Ok(out),
+            }
+        }
     }
 
     fn capabilities(&self) -> Capabilities {
         Capabilities { remote: true, cheap_ranged_reads: true, frees_on_delete: true, preferred_pack_size: 32 << 20 }
+    }
+
+    fn meter(&self) -> Option<Arc<Meter>> {
+        Some(self.meter.clone())
     }
 
     fn describe(&self) -> String {

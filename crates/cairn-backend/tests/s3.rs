@@ -72,3 +72,53 @@ fn an_unreachable_endpoint_is_transient() {
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
     assert!(e.to_string().contains("127.0.0.1:9"), "{e}");
 }
+
+/// Every HTTP request is counted, by kind and by the subsystem the thread
+/// works for: a multipart upload is a POST, a PUT per 8 MiB part and a
+/// POST; a listing a LIST per 1,000 keys; failed requests count too.
+#[test]
+fn every_request_is_counted_as_sent() {
+    use cairn_backend::meter::{self, RequestKind as K, Subsystem};
+    let b = backend("meter");
+    let m = b.meter().clone();
+    m.take();
+    let big: Vec<u8> = (0..(20u32 << 20)).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    {
+        let _w = meter::tag(Subsystem::Write);
+        b.put("packs/00/big", &big).unwrap();
+        b.put("packs/00/small", b"hello").unwrap();
+    }
+    let n = m.take();
+    assert_eq!(n.get(Subsystem::Write, K::Post).requests, 2, "create and complete");
+    assert_eq!(n.get(Subsystem::Write, K::Put).requests, 3 + 1, "three parts and a small object");
+    assert_eq!(n.get(Subsystem::Write, K::Put).bytes, big.len() as u64 + 5);
+    assert_eq!(n.iter().count(), 2, "{n:?}");
+    {
+        let _r = meter::tag(Subsystem::ReadMiss);
+        assert_eq!(b.get_range("packs/00/big", 10, 100).unwrap().len(), 100);
+        assert_eq!(b.get("packs/00/small").unwrap(), b"hello");
+        assert_eq!(b.size("packs/00/big").unwrap(), big.len() as u64);
+        assert!(b.get("packs/00/missing").is_err());
+    }
+    let n = m.take();
+    assert_eq!(n.get(Subsystem::ReadMiss, K::Get), cairn_backend::meter::Tally { requests: 3, bytes: 105 });
+    assert_eq!(n.get(Subsystem::ReadMiss, K::Head).requests, 1);
+    // 1,001 keys: two pages. Untagged: "other".
+    for i in 0..999 {
+        b.put(&format!("many/{i:04}"), b"x").unwrap();
+    }
+    m.take();
+    assert_eq!(b.list("").unwrap().len(), 1001);
+    assert_eq!(b.list("many/").unwrap().len(), 999);
+    assert_eq!(b.list("nothing/").unwrap().len(), 0);
+    b.delete("packs/00/small").unwrap();
+    b.delete("packs/00/small").unwrap(); // missing: still a request
+    let n = m.take();
+    assert_eq!(n.get(Subsystem::Other, K::List).requests, 2 + 1 + 1);
+    assert_eq!(n.get(Subsystem::Other, K::Delete).requests, 2);
+    // Behind retries: one count per attempt (here, the server refuses a
+    // create of an existing object once, and that is final).
+    let r = Retrying::new(b, RetryPolicy::quick());
+    assert_eq!(r.put_if_absent("packs/00/big", b"x").unwrap_err().kind(), ErrorKind::AlreadyExists);
+    assert_eq!(m.take().total(K::Put).requests, 1);
+}

@@ -213,33 +213,7 @@ pub fn snapshot_list(at: &Path, json: bool) -> Result<()> {
     for s in list {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(s.created_ns.max(0) as u64);
         let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        println!("{}\t{}", s.name, format_utc(secs));
+        println!("{}\t{}", s.name, cairn_engine::format_utc(secs));
     }
     Ok(())
-}
-
-/// `YYYY-MM-DD HH:MM:SS UTC` without a date library (civil-from-days).
-fn format_utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + (m <= 2) as i64;
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_dates() {
-        assert_eq!(super::format_utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(super::format_utc(1_795_000_000), "2026-11-18 11:06:40 UTC");
-        assert_eq!(super::format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
-    }
 }

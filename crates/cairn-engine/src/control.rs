@@ -4,6 +4,7 @@
 //! ```text
 //! -> {"op":"stats"}            <- {"ok":true,"result":{...Stats...}}   (after a sync)
 //! -> {"op":"sync"}             <- {"ok":true,"result":null}
+//! -> {"op":"cost","since_day":N|null}  <- {"ok":true,"result":[{BillRow}...]}   (a volume in a bucket)
 //! -> {"op":"clone","src":[..bytes..],"dst":[..bytes..]}   paths from the volume root
 //!                              <- {"ok":true,"result":{"ino":N}}
 //! -> {"op":"snapshot_create","name":"NAME"}  <- {"ok":true,"result":{SnapshotInfo}}
@@ -40,6 +41,13 @@ pub enum Request {
     Stats,
     /// Flush everything to the backend.
     Sync,
+    /// The bill's usage rows (`cost::BillRow`) from unix day `since_day`
+    /// on, including requests counted but not saved yet. Sends no request
+    /// to the bucket itself.
+    Cost {
+        #[serde(default)]
+        since_day: Option<i64>,
+    },
     /// Copy a file or tree sharing its data: `src` and `dst` are paths from
     /// the volume root (`dst` must not exist).
     Clone { src: Vec<u8>, dst: Vec<u8> },
@@ -136,7 +144,7 @@ fn peer_caller(conn: &UnixStream) -> Caller {
 }
 
 fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
-    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync);
+    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Cost { .. });
     let v = execute_one(vol, req, caller)?;
     // A command that reports success has made its change durable (one WAL
     // fsync): `cairn clone` or `cairn snapshot create` followed by a power
@@ -188,6 +196,7 @@ fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json:
             vol.sync()?;
             Ok(serde_json::Value::Null)
         }
+        Request::Cost { since_day } => Ok(serde_json::to_value(vol.bill_usage(since_day, true)?).expect("rows serialise")),
     }
 }
 

@@ -21,6 +21,7 @@ pub mod cache;
 pub mod cloud;
 pub mod config;
 pub mod control;
+pub mod cost;
 pub mod crypto;
 mod error;
 pub mod extent;

@@ -334,6 +334,7 @@ pub struct GcReport {
 /// Deletes packs with no live chunk, repacks packs whose live share of
 /// bytes is below `repack_below` (0..1), and removes orphan packs.
 pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<GcReport> {
+    let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Gc);
     vol.check_writable()?;
     vol.sync()?;
     let mut rep = GcReport::default();

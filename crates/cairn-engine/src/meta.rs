@@ -50,6 +50,18 @@ CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNI
 CREATE INDEX IF NOT EXISTS chunks_pack ON chunks(pack);
 ";
 
+/// The bill of a cloud volume (docs/format.md "Metadata"): requests and
+/// payload bytes by unix day, subsystem and request kind, and stored
+/// byte-seconds (subsystem `storage`, items `live` and `dead`). Created at a
+/// read-write open of a cloud volume; a primary key, as every table, so
+/// its rows ship in session patchsets.
+const BILL_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bill(day INTEGER NOT NULL, subsystem TEXT NOT NULL, item TEXT NOT NULL,
+  requests INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(day, subsystem, item)) WITHOUT ROWID";
+
+/// `info` key: until when stored bytes were added to the bill (seconds
+/// since the epoch).
+pub const BILL_STORAGE_AT_KEY: &str = "bill_storage_at";
+
 /// Where a stored chunk lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkRow {
@@ -488,6 +500,12 @@ impl Meta {
         Ok((!out.is_empty()).then_some(out))
     }
 
+    /// Whether changes were recorded since the last [`Meta::take_changes`]
+    /// (false when changes are not being captured).
+    pub fn has_changes(&self) -> bool {
+        self.shared.conn.lock().capture.as_ref().is_some_and(|c| !c.0.is_empty())
+    }
+
     /// A copy of the whole database as of the last commit, as the bytes of
     /// a SQLite file, made in memory (the copy never touches the disk), and
     /// restarts change capture so later changes are relative to it.
@@ -862,6 +880,65 @@ pub fn get_info(c: &Connection, key: &str) -> Result<Option<i64>> {
 pub fn set_info(c: &Connection, key: &str, value: i64) -> Result<()> {
     c.prepare_cached("INSERT OR REPLACE INTO info(key, value) VALUES(?1, ?2)")?.execute(params![key, value])?;
     Ok(())
+}
+
+/// Creates the `bill` table if it is missing; true if it was.
+pub fn ensure_bill_table(c: &Connection) -> Result<bool> {
+    let had = has_bill_table(c)?;
+    if !had {
+        c.execute_batch(BILL_SCHEMA)?;
+    }
+    Ok(!had)
+}
+
+fn has_bill_table(c: &Connection) -> Result<bool> {
+    Ok(c.prepare_cached("SELECT 1 FROM sqlite_master WHERE type='table' AND name='bill'")?.exists([])?)
+}
+
+/// One row of the bill.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BillRow {
+    /// Days since the epoch (UTC).
+    pub day: i64,
+    /// Who: `write`, `read_miss`, `prefetch`, `gc`, `metadata`, `other`, or
+    /// `storage`.
+    pub subsystem: String,
+    /// A request kind (`GET`, `HEAD`, `PUT`, `POST`, `LIST`, `DELETE`), or
+    /// for `storage`, `live` or `dead`.
+    pub item: String,
+    pub requests: u64,
+    /// Payload bytes; for `storage`, byte-seconds.
+    pub bytes: u64,
+}
+
+/// Adds to a row of the bill.
+pub fn add_bill(c: &Connection, r: &BillRow) -> Result<()> {
+    c.prepare_cached(
+        "INSERT INTO bill(day, subsystem, item, requests, bytes) VALUES(?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT(day, subsystem, item) DO UPDATE SET requests=requests+excluded.requests, bytes=bytes+excluded.bytes",
+    )?
+    .execute(params![r.day, r.subsystem, r.item, r.requests as i64, r.bytes as i64])?;
+    Ok(())
+}
+
+/// The bill's rows from day `since` on (all of them for None); none when
+/// the table does not exist (a volume never mounted read-write by a build
+/// that keeps one).
+pub fn bill_rows(c: &Connection, since: Option<i64>) -> Result<Vec<BillRow>> {
+    if !has_bill_table(c)? {
+        return Ok(Vec::new());
+    }
+    let mut st = c.prepare("SELECT day, subsystem, item, requests, bytes FROM bill WHERE day >= ?1 ORDER BY day, subsystem, item")?;
+    let rows = st.query_map([since.unwrap_or(i64::MIN)], |r| {
+        Ok(BillRow { day: r.get(0)?, subsystem: r.get(1)?, item: r.get(2)?, requests: r.get::<_, i64>(3)? as u64, bytes: r.get::<_, i64>(4)? as u64 })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Bytes of every pack, and the dead ones among them.
+pub fn pack_bytes(c: &Connection) -> Result<(u64, u64)> {
+    let (size, dead): (i64, i64) = c.query_row("SELECT COALESCE(SUM(size),0), COALESCE(SUM(dead_bytes),0) FROM packs", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok((size as u64, dead as u64))
 }
 
 fn row_to_chunk(r: &rusqlite::Row) -> rusqlite::Result<ChunkRow> {

@@ -174,3 +174,30 @@ pub struct StatFs {
     pub files_free: u64,
     pub name_max: u32,
 }
+
+/// `YYYY-MM-DD HH:MM:SS UTC` of seconds since the epoch, without a date
+/// library (Howard Hinnant's civil-from-days).
+pub fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod utc_tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::format_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::format_utc(1_795_000_000), "2026-11-18 11:06:40 UTC");
+        assert_eq!(super::format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
+    }
+}

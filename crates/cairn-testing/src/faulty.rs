@@ -200,6 +200,9 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn describe(&self) -> String {
         format!("faulty:{}", self.inner.describe())
     }
+    fn meter(&self) -> Option<std::sync::Arc<cairn_backend::Meter>> {
+        self.inner.meter()
+    }
 }
 
 #[cfg(test)]

@@ -2,10 +2,12 @@
 //! (moto, started by scripts/test.sh; CAIRN_TEST_S3_ENDPOINT and
 //! CAIRN_TEST_S3_BUCKET name it). Failures come from a TCP proxy between
 //! the mount and the server ([`Proxy`]): it resets a chosen share of
-//! requests, or stops answering, while the server itself stays real.
+//! requests, or stops answering, while the server itself stays real; it
+//! also counts the requests it forwards, the referee of `cairn cost`.
 
 use crate::common::*;
 use crate::roundtrip::{build_tree_with, check_copy};
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{Read, Write};
@@ -36,13 +38,17 @@ struct Cloud {
 
 impl Cloud {
     fn new(name: &str, encrypt: bool, endpoint: Option<&str>) -> Cloud {
+        Self::with_pack_size(name, encrypt, endpoint, "8M")
+    }
+
+    fn with_pack_size(name: &str, encrypt: bool, endpoint: Option<&str>, pack_size: &str) -> Cloud {
         let (ep, bucket) = s3_env();
         let env = Env::bare(name);
         let url = format!("s3://{bucket}/{}", env.root.file_name().unwrap().to_string_lossy());
         let pass = env.path("pass");
         fs::write(&pass, "correct horse battery staple\n").unwrap();
         let c = Cloud { env, url, endpoint: endpoint.map(str::to_string).unwrap_or(ep), pass };
-        let mut args = vec!["init".to_string(), c.url.clone(), "--cache-dir".into(), c.dir("a").display().to_string(), "--endpoint".into(), c.endpoint.clone(), "--pack-size".into(), "8M".into()];
+        let mut args = vec!["init".to_string(), c.url.clone(), "--cache-dir".into(), c.dir("a").display().to_string(), "--endpoint".into(), c.endpoint.clone(), "--pack-size".into(), pack_size.into()];
         if encrypt {
             args.extend(["--encrypt".into(), "--passphrase-file".into(), c.pass.display().to_string()]);
         }
@@ -175,9 +181,11 @@ fn kill9_during_uploads_loses_no_fsynced_byte() {
 
 /// A TCP proxy in front of the S3 server: it can reset a share of requests
 /// (half before the server sees them, half after, so the reply is lost) and
-/// stop answering altogether (the port closed, live connections cut).
+/// stop answering altogether (the port closed, live connections cut). It
+/// counts the requests it forwards by the kind S3 bills ([`Proxy::seen`]).
 struct Proxy {
     port: u16,
+    seen: Arc<Mutex<BTreeMap<String, u64>>>,
     up: Arc<AtomicBool>,
     fault_per_mille: Arc<AtomicU64>,
     faults: Arc<AtomicU64>,
@@ -192,13 +200,14 @@ impl Proxy {
         let port = l.local_addr().unwrap().port();
         let p = Proxy {
             port,
+            seen: Arc::new(Mutex::new(BTreeMap::new())),
             up: Arc::new(AtomicBool::new(true)),
             fault_per_mille: Arc::new(AtomicU64::new(0)),
             faults: Arc::new(AtomicU64::new(0)),
             conns: Arc::new(Mutex::new(Vec::new())),
             stop: Arc::new(AtomicBool::new(false)),
         };
-        let (up, rate, faults, conns, stop) = (p.up.clone(), p.fault_per_mille.clone(), p.faults.clone(), p.conns.clone(), p.stop.clone());
+        let (up, rate, faults, conns, stop, seen) = (p.up.clone(), p.fault_per_mille.clone(), p.faults.clone(), p.conns.clone(), p.stop.clone(), p.seen.clone());
         std::thread::spawn(move || {
             let mut listener = Some(l);
             let mut seed = 0x9e3779b97f4a7c15u64;
@@ -229,9 +238,9 @@ impl Proxy {
                         conns.lock().unwrap().push(server.try_clone().unwrap());
                         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                         let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                        let (rate, faults) = (rate.clone(), faults.clone());
+                        let (rate, faults, seen) = (rate.clone(), faults.clone(), seen.clone());
                         let conn_seed = seed;
-                        std::thread::spawn(move || pump_requests(client, server, conn_seed, &rate, &faults));
+                        std::thread::spawn(move || pump_requests(client, server, conn_seed, &rate, &faults, &seen));
                         std::thread::spawn(move || pump(s2, c2));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -251,6 +260,53 @@ impl Proxy {
 
     fn set_up(&self, up: bool) {
         self.up.store(up, Ordering::SeqCst);
+    }
+
+    /// Requests forwarded so far by kind: GET, HEAD, PUT, POST, DELETE, and
+    /// LIST for a GET of a listing (`?list-type=2`).
+    fn seen(&self) -> BTreeMap<String, u64> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Finds where each HTTP/1.1 request starts in a client's byte stream (the
+/// header ends at a blank line, the body is Content-Length bytes), so a
+/// request is counted once however the stream is cut into reads.
+#[derive(Default)]
+struct RequestStarts {
+    head: Vec<u8>,
+    body_left: u64,
+}
+
+impl RequestStarts {
+    /// The kinds of the requests whose headers end in `data`.
+    fn feed(&mut self, mut data: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        while !data.is_empty() {
+            if self.body_left > 0 {
+                let n = (self.body_left as usize).min(data.len());
+                self.body_left -= n as u64;
+                data = &data[n..];
+                continue;
+            }
+            self.head.extend_from_slice(data);
+            data = &[];
+            while let Some(end) = self.head.windows(4).position(|w| w == b"\r\n\r\n") {
+                let rest = self.head.split_off(end + 4);
+                let head = String::from_utf8_lossy(&self.head).into_owned();
+                let mut words = head.split_whitespace();
+                let (method, target) = (words.next().unwrap_or("").to_string(), words.next().unwrap_or(""));
+                let lower = head.to_ascii_lowercase();
+                assert!(!lower.contains("transfer-encoding: chunked"), "a chunked request: the proxy cannot count it\n{head}");
+                let body: u64 = lower.lines().find_map(|l| l.strip_prefix("content-length:")).map_or(0, |v| v.trim().parse().expect("content-length"));
+                out.push(if method == "GET" && target.contains("list-type=") { "LIST".to_string() } else { method });
+                // What follows: this request's body, then maybe the next one.
+                let skip = (body as usize).min(rest.len());
+                self.body_left = body - skip as u64;
+                self.head = rest[skip..].to_vec();
+            }
+        }
+        out
     }
 }
 
@@ -279,9 +335,16 @@ fn pump(mut from: TcpStream, mut to: TcpStream) {
     let _ = from.shutdown(std::net::Shutdown::Both);
 }
 
-/// Client to server, resetting a share of the requests that start in a read.
-fn pump_requests(mut from: TcpStream, mut to: TcpStream, mut seed: u64, rate: &AtomicU64, faults: &AtomicU64) {
+/// Client to server, resetting a share of the requests that start in a read,
+/// and counting the requests it forwards.
+fn pump_requests(mut from: TcpStream, mut to: TcpStream, mut seed: u64, rate: &AtomicU64, faults: &AtomicU64, seen: &Mutex<BTreeMap<String, u64>>) {
     let mut buf = vec![0u8; 64 << 10];
+    let mut starts = RequestStarts::default();
+    let mut count = |bytes: &[u8]| {
+        for kind in starts.feed(bytes) {
+            *seen.lock().unwrap().entry(kind).or_default() += 1;
+        }
+    };
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -297,11 +360,13 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, mut seed: u64, rate: &A
             faults.fetch_add(1, Ordering::SeqCst);
             if draw % 2 == 1 {
                 // The server gets the request; the client never hears back.
+                count(&buf[..n]);
                 let _ = to.write_all(&buf[..n]);
                 std::thread::sleep(Duration::from_millis(50));
             }
             break;
         }
+        count(&buf[..n]);
         if to.write_all(&buf[..n]).is_err() {
             break;
         }
@@ -492,4 +557,97 @@ fn metadata_restored_to_an_older_version_mounts_clean() {
     assert!(out.ok(), "fsck after restore: {out}");
     let human = cairn(["meta", "list", &c.url, "--cache-dir", c.dir("a").to_str().unwrap(), "--endpoint", &c.endpoint]);
     assert!(human.ok() && human.stdout.contains("(latest)") && human.stdout.contains("restore"), "{human}");
+}
+
+/// `cairn cost --json`: requests by kind, from its `requests` field.
+fn cost_requests(out: &Out) -> BTreeMap<String, u64> {
+    assert!(out.ok(), "cairn cost: {out}");
+    let bill: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let mut m: BTreeMap<String, u64> = serde_json::from_value(bill["requests"].clone()).unwrap();
+    m.retain(|_, n| *n > 0);
+    m
+}
+
+/// Requests by kind in a local directory's pending bill (what a volume
+/// counted after its last metadata version, and read-only commands).
+fn pending_requests(dir: &Path) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for line in fs::read_to_string(dir.join("bill-pending.jsonl")).unwrap_or_default().lines() {
+        let rows: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
+        for r in rows.iter().filter(|r| r["subsystem"] != "storage") {
+            *m.entry(r["item"].as_str().unwrap().to_string()).or_default() += r["requests"].as_u64().unwrap();
+        }
+    }
+    m.retain(|_, n| *n > 0);
+    m
+}
+
+fn plus(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    let mut m = a.clone();
+    for (k, n) in b {
+        *m.entry(k.clone()).or_default() += n;
+    }
+    m
+}
+
+/// The test of the bill: `cairn cost` counts exactly the requests
+/// a counting proxy in front of the S3 server forwarded, by kind, from
+/// `cairn init` on: a tree written through a mount (packs of 24 MiB go up
+/// in parts: POST, PUTs, POST), unmounted; the read-only look of `cairn
+/// cost` itself is counted after its report, so the next report matches
+/// again. A second machine reads the tree (read misses) and its bill is
+/// the shipped one plus its own: with what the first directory still holds
+/// locally, again exactly what the proxy saw.
+#[test]
+fn cost_counts_exactly_the_requests_the_bucket_served() {
+    let _serial = serial();
+    let (ep, _) = s3_env();
+    let proxy = Proxy::start(&ep);
+    let c = Cloud::with_pack_size("cloud-cost", true, Some(&proxy.endpoint()), "24M");
+    let src = c.env.path("src");
+    build_tree_with(&src, 300, 40 * MIB);
+    let m = c.mount("a", &[]);
+    let out = run(Command::new("cp").arg("-a").arg(format!("{}/.", src.display())).arg(m.path()));
+    assert!(out.ok(), "cp -a: {out}");
+    m.umount();
+    let seen = proxy.seen();
+    assert!(seen["POST"] >= 2 && seen["PUT"] >= 5, "no multipart upload went through the proxy: {seen:?}");
+    let out = c.cairn("cost", "a", &["--json"]);
+    assert_eq!(cost_requests(&out), seen, "cairn cost against the proxy\n{}", out.stdout);
+    let bill: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let sub = |name: &str, kind: &str| bill["subsystems"].as_array().unwrap().iter().find(|s| s["subsystem"] == name).unwrap()["requests"][kind].as_u64().unwrap();
+    assert!(sub("write", "PUT") >= 3 && sub("write", "POST") >= 2, "pack uploads: {bill:#}");
+    assert!(sub("metadata", "PUT") >= 3, "version 1, the lease, a version with the tree: {bill:#}");
+    assert!(bill["bytes_up"].as_u64().unwrap() > 40 * MIB, "{bill:#}");
+    assert!(bill["total"].as_f64().unwrap() > 0.0);
+    // The first report's own requests show in the second.
+    let seen = proxy.seen();
+    assert_eq!(cost_requests(&c.cairn("cost", "a", &["--json"])), seen, "a second cairn cost");
+
+    // Another machine reads everything back: read misses.
+    let m = c.mount("b", &[]);
+    check_copy(&src, m.path(), "from the bucket");
+    m.umount();
+    let seen = proxy.seen();
+    let out = c.cairn("cost", "b", &["--json"]);
+    let b = cost_requests(&out);
+    assert_eq!(plus(&b, &pending_requests(&c.dir("a"))), seen, "b's bill and a's local rest against the proxy\n{}", out.stdout);
+    let bill: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let subs = bill["subsystems"].as_array().unwrap();
+    let of = |name: &str| subs.iter().find(|s| s["subsystem"] == name).unwrap().clone();
+    let (misses, ahead) = (of("read_miss"), of("prefetch"));
+    assert!(misses["requests"]["GET"].as_u64().unwrap() > 0, "{bill:#}");
+    let down = misses["bytes_down"].as_u64().unwrap() + ahead["bytes_down"].as_u64().unwrap();
+    assert!(down > 3 * 40 * MIB, "the tree was read back from the bucket: {bill:#}");
+
+    // Price tables and days.
+    let coral = c.cairn("cost", "b", &["--prices", "coral"]);
+    assert!(coral.ok() && coral.stdout.contains("coral") && coral.stdout.contains("GET requests") && coral.stdout.contains("read_miss"), "{coral}");
+    let table = c.env.path("prices.toml");
+    fs::write(&table, "name = \"free\"\nstorage_per_gb_month = 0\ntransfer_up_per_gb = 0\ntransfer_down_per_gb = 0\n[per_1000_requests]\nGET = 0\nHEAD = 0\nPUT = 0\nPOST = 0\nLIST = 0\nDELETE = 0\n").unwrap();
+    let free: serde_json::Value = serde_json::from_str(&c.cairn("cost", "b", &["--json", "--prices", table.to_str().unwrap()]).stdout).unwrap();
+    assert_eq!(free["total"].as_f64(), Some(0.0), "{free:#}");
+    assert!(cost_requests(&c.cairn("cost", "b", &["--json", "--since", "2999-01-01"])).is_empty());
+    let bad = c.cairn("cost", "b", &["--since", "yesterday"]);
+    assert!(!bad.ok() && bad.stderr.contains("YYYY-MM-DD"), "{bad}");
 }

@@ -907,6 +907,8 @@ impl Inner {
             }
         }
         let mut me = Running { inner: &self, in_remote: false };
+        // The bill: uploads are the writes' requests.
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Write);
         let mut backoff = FIRST_BACKOFF;
         loop {
             // The oldest queued object nobody is working on.
@@ -1350,6 +1352,10 @@ impl Backend for CachedBackend {
 
     fn describe(&self) -> String {
         format!("cache {} over {}", self.inner.opts.dir.display(), self.inner.remote.describe())
+    }
+
+    fn meter(&self) -> Option<Arc<cairn_backend::Meter>> {
+        self.inner.remote.meter()
     }
 }
 

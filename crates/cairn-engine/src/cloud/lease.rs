@@ -53,19 +53,7 @@ pub fn hostname() -> String {
 
 /// A time for messages: UTC, to the second.
 pub fn show_time(secs: u64) -> String {
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + (m <= 2) as i64;
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+    crate::types::format_utc(secs)
 }
 
 fn parse(bytes: &[u8]) -> Result<LeaseBody> {
@@ -96,6 +84,7 @@ impl Lease {
     /// with `force`; a lease of this same directory on this machine (a
     /// crash) is taken over at once.
     pub fn acquire(backend: &dyn Backend, dir: &str, force: bool, volume: &str) -> Result<Lease> {
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let t = now();
         let body = LeaseBody {
             format: "cairn-lease-1".into(),
@@ -160,6 +149,7 @@ impl Lease {
 
     /// Extends the lease; fails with Busy if another mount took it.
     pub fn renew(&self, backend: &dyn Backend) -> Result<()> {
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let held = parse(&backend.get(OBJECT).map_err(|e| Error::from(e).context("reading the volume's lease"))?)?;
         let mut b = self.body.lock();
         if held.mount_id != b.mount_id {
@@ -172,6 +162,7 @@ impl Lease {
 
     /// Gives the lease up (at unmount), if it is still ours.
     pub fn release(&self, backend: &dyn Backend) -> Result<()> {
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let held = match backend.get(OBJECT) {
             Ok(b) => parse(&b)?,
             Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound => return Ok(()),
@@ -181,16 +172,5 @@ impl Lease {
             backend.delete(OBJECT)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_show_as_utc_dates() {
-        assert_eq!(show_time(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(show_time(1_795_000_000), "2026-11-18 11:06:40 UTC");
     }
 }

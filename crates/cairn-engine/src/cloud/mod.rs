@@ -260,6 +260,11 @@ pub struct Cloud {
     /// mounted, so its changes since the last version are unknown).
     pub need_base: std::sync::atomic::AtomicBool,
     pub(crate) shipper: std::sync::OnceLock<Shipper>,
+    /// Where the bucket's requests are counted (the bill; None: a backend
+    /// that does not count, e.g. one injected by a test).
+    pub meter: Option<Arc<cairn_backend::Meter>>,
+    /// When the bill was last saved into the metadata (held while saving).
+    pub(crate) bill_saved: parking_lot::Mutex<std::time::Instant>,
     /// Closed or abandoned: nothing left to do when dropped.
     done: std::sync::atomic::AtomicBool,
 }
@@ -276,6 +281,7 @@ impl Cloud {
     /// Takes the lease (read-write opens), brings the local database up to
     /// the bucket's latest version, and opens the cache.
     pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &crate::volume::OpenOptions) -> Result<Cloud> {
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let dir = layout.dir.display().to_string();
         let lease = if opts.read_only { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.cloud.force, url)?) };
         let release = |e: Error| {
@@ -286,6 +292,7 @@ impl Cloud {
         };
         let state = sync_down(layout, remote.as_ref(), keys, url).map_err(release)?;
         let cache = Self::open_cache(layout, remote.clone(), &opts.cloud).map_err(release)?;
+        let meter = remote.meter();
         Ok(Cloud {
             need_base: std::sync::atomic::AtomicBool::new(state.dirty),
             state: parking_lot::Mutex::new(state),
@@ -296,6 +303,8 @@ impl Cloud {
             ship_lock: parking_lot::Mutex::new(()),
             lost: std::sync::atomic::AtomicBool::new(false),
             shipper: std::sync::OnceLock::new(),
+            meter,
+            bill_saved: parking_lot::Mutex::new(std::time::Instant::now()),
             done: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -311,13 +320,13 @@ impl Cloud {
         Ok(())
     }
 
-    /// At unmount, after the last flush: ships the last version, waits for
-    /// every upload, marks the directory clean and gives the lease back.
+    /// At unmount, after the last flush: waits for every upload, ships the
+    /// last version (with the bill of those uploads), marks the directory
+    /// clean and gives the lease back.
     pub(crate) fn close(&self, vol: &crate::volume::Volume) -> Result<()> {
         if let Some(s) = self.shipper.get() {
             s.stop();
         }
-        vol.ship_metadata(false)?;
         let mut last = std::time::Instant::now();
         self.cache.drain(&mut |bytes, n| {
             if last.elapsed() >= Duration::from_secs(2) {
@@ -325,6 +334,7 @@ impl Cloud {
                 tracing::info!("waiting for {n} uploads ({bytes} bytes) before unmounting");
             }
         });
+        vol.ship_metadata(false)?;
         {
             let mut s = self.state.lock();
             s.dirty = false;

@@ -34,6 +34,7 @@ impl Shipper {
         let thread = std::thread::Builder::new()
             .name("cairn-meta-ship".into())
             .spawn(move || {
+                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
                 let mut next_renew = Instant::now() + super::lease::RENEW;
                 loop {
                     {
@@ -90,9 +91,16 @@ impl Volume {
     /// nowhere else.
     pub(crate) fn ship_metadata(&self, base: bool) -> Result<Option<u64>> {
         let Some(cloud) = self.cloud.as_ref() else { return Ok(None) };
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let _g = cloud.ship_lock.lock();
         if cloud.lost.load(Ordering::SeqCst) {
             return Err(Error::new(ErrorKind::ReadOnly, "this mount lost the volume's lease; nothing more is shipped"));
+        }
+        // The bill ships with the metadata: counted requests and stored
+        // bytes go into the table before the changes are taken (only when
+        // there are other changes, or the bill is old: see crate::cost).
+        if let Err(e) = self.record_bill() {
+            tracing::warn!("saving the bill: {e}");
         }
         // What ships must be durable here first (a crash must not leave the
         // bucket ahead of this machine's own database).
@@ -217,6 +225,7 @@ impl Volume {
         if names.is_empty() {
             return Ok(0);
         }
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         // The newest version must be one without them.
         self.ship_metadata(false)?;
         let at = cloud.state.lock().shipped;

@@ -212,6 +212,7 @@ fn join_upload(h: std::thread::JoinHandle<Result<()>>) -> Result<()> {
 /// One pack upload. Retries are the backend's (`cairn_backend::Retrying`
 /// wraps every backend the engine opens), by error kind.
 fn upload(backend: &dyn cairn_backend::Backend, name: &str, bytes: &[u8]) -> Result<()> {
+    let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Write);
     backend.put(name, bytes).map_err(|e| Error::from(e).context(format!("uploading pack {name}")))
 }
 

@@ -210,14 +210,28 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     // from the start.
     let keys = Keys::derive(&master, cfg.encryption == crate::config::Encryption::Aes256Gcm);
     let mut state = crate::cloud::LocalState::fresh();
-    let snapshot = Meta::open(&layout.meta_db(), true, Duration::ZERO)?.snapshot()?;
+    let snapshot = {
+        let m = Meta::open(&layout.meta_db(), true, Duration::ZERO)?;
+        // Version 1 has the bill's table, so no delta names a table the
+        // base lacks.
+        m.write(meta::ensure_bill_table)?;
+        m.snapshot()?
+    };
     let h = crate::cloud::versions::Header { kind: crate::cloud::versions::Kind::Base, version: 1, time: crate::cloud::lease::now(), writer: state.writer_bytes() };
-    let stored = crate::cloud::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?;
+    let stored = {
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+        crate::cloud::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?
+    };
     state.shipped = 1;
     state.base_version = 1;
     state.base_bytes = stored;
     state.save(dir)?;
     write_settings(&layout, &settings)?;
+    // The requests of the creation start the bill (folded in at the first
+    // read-write open).
+    if let Err(e) = crate::cost::save_unsaved(dir, remote.as_ref()) {
+        tracing::warn!("counting the requests of the creation into the bill: {e}");
+    }
     Ok(cfg)
 }
 
@@ -319,7 +333,13 @@ impl Volume {
             (backend, None)
         };
         let meta = Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit)?;
-        if cloud.is_some() && !opts.read_only {
+        if let Some(c) = cloud.as_ref().filter(|_| !opts.read_only) {
+            // A volume from before the bill gets its table; the table is
+            // not in the versions shipped so far (a session records rows,
+            // not tables), so the next version is a base.
+            if meta.write(meta::ensure_bill_table)? {
+                c.need_base.store(true, Ordering::SeqCst);
+            }
             meta.capture_changes()?;
         }
         let (journal, records) = if opts.read_only {
@@ -377,6 +397,11 @@ impl Volume {
             }
             vol.start_flusher();
             if let Some(c) = &vol.cloud {
+                if let Err(e) = vol.fold_pending_bill() {
+                    // The bill is no reason to refuse a mount; the file
+                    // stays and is tried again at the next.
+                    tracing::warn!("adding the pending requests to the bill: {e}");
+                }
                 c.start(&vol)?;
             }
         }
@@ -604,6 +629,9 @@ impl Volume {
             }
             None => r,
         };
+        // What the bill counted since it was last saved (the last version's
+        // upload, the lease's release, a read-only open's requests).
+        self.save_bill_residue();
         if !self.opts.read_only {
             self.meta.checkpoint()?;
         }
@@ -647,6 +675,8 @@ impl Volume {
         if let Some(c) = self.cache.get(id) {
             return Ok(c);
         }
+        // The bill: a read miss, unless gc or prefetch asked.
+        let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
         let (name, entry) = self.chunk_location(id)?;
         let data = self
             .backend
@@ -691,6 +721,7 @@ impl Volume {
             }
             let me = me.clone();
             rayon::spawn(move || {
+                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                 let _ = me.chunk(id);
                 me.prefetching.remove(&id);
             });

@@ -376,3 +376,166 @@ fn gc_in_a_bucket_keeps_packs_older_versions_name() {
     assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
     v.close().unwrap();
 }
+
+/// The referee of the bill in process (as the counting proxy is in the e2e
+/// tests): counts the calls that reach the bucket, by the kind a store
+/// bills, independently of the engine's meter.
+#[derive(Default)]
+struct Referee {
+    inner: MemoryBackend,
+    seen: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+impl Referee {
+    fn saw(&self, kind: &str) {
+        *self.seen.lock().unwrap().entry(kind.to_string()).or_default() += 1;
+    }
+    fn seen(&self) -> std::collections::BTreeMap<String, u64> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Backend for Referee {
+    fn put(&self, name: &str, data: &[u8]) -> cairn_backend::Result<()> {
+        self.saw("PUT");
+        self.inner.put(name, data)
+    }
+    fn put_if_absent(&self, name: &str, data: &[u8]) -> cairn_backend::Result<()> {
+        self.saw("PUT");
+        self.inner.put_if_absent(name, data)
+    }
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> cairn_backend::Result<Vec<u8>> {
+        self.saw("GET");
+        self.inner.get_range(name, offset, len)
+    }
+    fn get(&self, name: &str) -> cairn_backend::Result<Vec<u8>> {
+        self.saw("GET");
+        self.inner.get(name)
+    }
+    fn size(&self, name: &str) -> cairn_backend::Result<u64> {
+        self.saw("HEAD");
+        self.inner.size(name)
+    }
+    fn delete(&self, name: &str) -> cairn_backend::Result<()> {
+        self.saw("DELETE");
+        self.inner.delete(name)
+    }
+    fn list(&self, prefix: &str) -> cairn_backend::Result<Vec<cairn_backend::ObjectInfo>> {
+        self.saw("LIST");
+        self.inner.list(prefix)
+    }
+    fn capabilities(&self) -> cairn_backend::Capabilities {
+        self.inner.capabilities()
+    }
+    fn describe(&self) -> String {
+        "referee".into()
+    }
+}
+
+/// Requests by kind in usage rows (kinds with none left out, as the referee).
+fn requests_of(rows: &[meta::BillRow]) -> std::collections::BTreeMap<String, u64> {
+    let mut m = cost::price(rows, &cost::Prices::aws(), None).requests;
+    m.retain(|_, n| *n > 0);
+    m
+}
+
+/// The bill counts every request the bucket served (creation, mounts,
+/// closes, read-only looks), keeps it across a remount, and ships it: a
+/// machine that never saw the volume reads the same bill from the bucket,
+/// less what the last mount counted after its last version (kept in that
+/// directory's pending file until its next mount).
+#[test]
+fn the_bill_counts_every_request_persists_and_ships() {
+    use cairn_backend::{Metered, RequestKind as K, Subsystem as S};
+    let a = tempfile::tempdir().unwrap();
+    let referee = Arc::new(Referee::default());
+    let bucket: Arc<dyn Backend> = Arc::new(Metered::new(referee.clone()));
+    init_in(a.path(), &bucket, None);
+    let pending = a.path().join(cost::PENDING_FILE);
+    assert!(pending.exists(), "init's requests wait for the first mount");
+    let o = opts(&bucket, Durability::Local);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    assert!(!pending.exists(), "the first read-write open takes init's requests into the table");
+    let tree = write_tree(&v, 12);
+    v.flush_now().unwrap();
+    std::thread::sleep(Duration::from_millis(1_200)); // rounds ship; stored bytes accrue
+    v.close().unwrap();
+    drop(v);
+
+    // Closed: the table and the pending file hold exactly what the bucket saw.
+    let seen = referee.seen();
+    let ro = Volume::load(a.path(), OpenOptions { read_only: true, ..o.clone() }).unwrap();
+    let rows = ro.bill_usage(None, false).unwrap();
+    assert_eq!(requests_of(&rows), seen, "the bill against the referee");
+    let bill = cost::price(&rows, &cost::Prices::aws(), None);
+    let sub = |s: S, k: K| bill.subsystems.iter().find(|x| x.subsystem == s.name()).unwrap().requests[k.name()];
+    assert!(sub(S::Write, K::Put) >= 1, "pack uploads are the writes': {bill:#?}");
+    assert!(sub(S::Metadata, K::Put) >= 2, "metadata versions and the lease: {bill:#?}");
+    assert!(sub(S::Other, K::Get) >= 1, "the config: {bill:#?}");
+    assert_eq!(sub(S::ReadMiss, K::Get) + sub(S::Prefetch, K::Get) + sub(S::Gc, K::Get), 0, "nothing was read back");
+    assert!(bill.bytes_up > 0 && bill.live_byte_seconds > 0, "{bill:#?}");
+    assert!(bill.total > 0.0);
+    ro.close().unwrap();
+    drop(ro);
+    assert!(pending.exists(), "the read-only look's own requests are counted after it");
+
+    // A remount keeps the bill and takes the pending requests in.
+    let before = referee.seen();
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    assert!(!pending.exists());
+    let now = requests_of(&v.bill_usage(None, true).unwrap());
+    for (k, n) in &before {
+        assert!(now.get(k).copied().unwrap_or(0) >= *n, "{k}: {now:?} against {before:?}");
+    }
+    mkfile(&v, ROOT_INO, "more", &random_bytes(77, 50_000));
+    v.close().unwrap();
+    drop(v);
+
+    // Another machine: the bill came with the metadata; the rest waits in
+    // a's pending file. Together, exactly what the bucket served.
+    let seen = referee.seen();
+    let b = tempfile::tempdir().unwrap();
+    cloud::attach(b.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+    let vb = Volume::load(b.path(), OpenOptions { read_only: true, ..o.clone() }).unwrap();
+    let shipped = vb.bill_usage(None, false).unwrap();
+    assert!(!shipped.is_empty());
+    let mut all = shipped.clone();
+    all.extend(cost::read_pending(a.path()).unwrap());
+    assert_eq!(requests_of(&all), seen, "shipped bill and a's pending file against the referee");
+    // b's reads are read misses, counted into b's bill when it closes.
+    check_tree(&vb, &tree);
+    vb.close().unwrap();
+    drop(vb);
+    let later = cost::price(&cost::read_pending(b.path()).unwrap(), &cost::Prices::aws(), None);
+    let misses = later.subsystems.iter().find(|x| x.subsystem == "read_miss").unwrap();
+    assert!(misses.requests["GET"] > 0 && misses.bytes_down > 0, "{later:#?}");
+    all.extend(cost::read_pending(b.path()).unwrap());
+    assert_eq!(requests_of(&all), referee.seen());
+}
+
+/// A volume whose database has no bill table (made before the bill) gets
+/// one at its first read-write open, and ships a base so that no delta
+/// names a table the bucket's versions lack.
+#[test]
+fn a_volume_from_before_the_bill_ships_a_base_with_its_table() {
+    let a = tempfile::tempdir().unwrap();
+    let bucket: Arc<dyn Backend> = Arc::new(cairn_backend::Metered::new(MemoryBackend::new()));
+    init_in(a.path(), &bucket, None);
+    {
+        let c = rusqlite::Connection::open(a.path().join("meta.sqlite")).unwrap();
+        c.execute_batch("DROP TABLE bill").unwrap();
+    }
+    let mut o = opts(&bucket, Durability::Local);
+    o.cloud.meta_interval = Duration::from_secs(3600);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    mkfile(&v, ROOT_INO, "f", b"hello");
+    v.close().unwrap();
+    drop(v);
+    let all = versions::list(bucket.as_ref()).unwrap();
+    assert_eq!(all.last().unwrap().kind, versions::Kind::Base, "{all:?}");
+    let b = tempfile::tempdir().unwrap();
+    let v = open_in(b.path(), &bucket, Durability::Local);
+    let bill = cost::price(&v.bill_usage(None, true).unwrap(), &cost::Prices::aws(), None);
+    assert!(bill.requests["PUT"] > 0, "{bill:#?}");
+    v.close().unwrap();
+}

@@ -1,0 +1,408 @@
+//! Counting the requests a remote store is sent, for the bill (docs/cloud.md
+//! §6): a [`Meter`] holds counts of requests and payload bytes by
+//! [`Subsystem`] (who asked) and [`RequestKind`] (what the store bills).
+//!
+//! Who asks is a thread-local tag set by the engine where work starts
+//! ([`tag`], [`tag_unless_set`]): the uploader threads tag `Write`, a read
+//! miss `ReadMiss`, and so on; a request on an untagged thread is `Other`.
+//! [`S3Backend`](crate::S3Backend) counts every HTTP request it sends
+//! (each multipart part, each page of a listing, each failed attempt);
+//! [`Metered`] counts the calls of any other backend the same way, one
+//! request per call, for tests and injected stores.
+//!
+//! ```
+//! use cairn_backend::{meter::{self, RequestKind, Subsystem}, Backend, LocalBackend, Metered};
+//! let dir = tempfile::tempdir().unwrap();
+//! let b = Metered::new(LocalBackend::create(dir.path()).unwrap());
+//! {
+//!     let _who = meter::tag(Subsystem::Write);
+//!     b.put("packs/00/a", b"hello").unwrap();
+//! }
+//! let n = b.meter().take();
+//! assert_eq!(n.get(Subsystem::Write, RequestKind::Put).requests, 1);
+//! assert_eq!(n.get(Subsystem::Write, RequestKind::Put).bytes, 5);
+//! assert!(b.meter().take().is_empty());
+//! ```
+
+use crate::{Backend, Capabilities, ObjectInfo, Result};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Who a request is made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Subsystem {
+    /// Pack uploads (the cache's uploaders, flushes with remote durability).
+    Write,
+    /// Reads that missed the caches.
+    ReadMiss,
+    /// Read-ahead.
+    Prefetch,
+    /// Garbage collection (reading live chunks, writing new packs).
+    Gc,
+    /// Metadata versions, the lease, trash.
+    Metadata,
+    /// Anything untagged (the config object, fsck, commands).
+    Other,
+}
+
+impl Subsystem {
+    /// Every subsystem, in order.
+    pub const ALL: [Subsystem; 6] = [Subsystem::Write, Subsystem::ReadMiss, Subsystem::Prefetch, Subsystem::Gc, Subsystem::Metadata, Subsystem::Other];
+
+    /// Its name in the bill (`write`, `read_miss`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Subsystem::Write => "write",
+            Subsystem::ReadMiss => "read_miss",
+            Subsystem::Prefetch => "prefetch",
+            Subsystem::Gc => "gc",
+            Subsystem::Metadata => "metadata",
+            Subsystem::Other => "other",
+        }
+    }
+
+    /// The subsystem of a name from [`Subsystem::name`].
+    pub fn from_name(s: &str) -> Option<Subsystem> {
+        Self::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
+/// A request as a store bills it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RequestKind {
+    /// GET of an object or a range of it (bytes: downloaded).
+    Get,
+    /// HEAD (an object's size).
+    Head,
+    /// PUT of an object or of one part of a multipart upload (bytes: uploaded).
+    Put,
+    /// POST: starting and completing a multipart upload.
+    Post,
+    /// One page of a listing (up to 1,000 keys).
+    List,
+    /// DELETE of an object, or abort of a multipart upload.
+    Delete,
+}
+
+impl RequestKind {
+    /// Every kind, in order.
+    pub const ALL: [RequestKind; 6] = [RequestKind::Get, RequestKind::Head, RequestKind::Put, RequestKind::Post, RequestKind::List, RequestKind::Delete];
+
+    /// The HTTP name (`GET`, `HEAD`, `PUT`, `POST`, `LIST`, `DELETE`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestKind::Get => "GET",
+            RequestKind::Head => "HEAD",
+            RequestKind::Put => "PUT",
+            RequestKind::Post => "POST",
+            RequestKind::List => "LIST",
+            RequestKind::Delete => "DELETE",
+        }
+    }
+
+    /// The kind of a name from [`RequestKind::name`].
+    pub fn from_name(s: &str) -> Option<RequestKind> {
+        Self::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    /// Whether its bytes go up (to the store) rather than down.
+    pub fn uploads(self) -> bool {
+        matches!(self, RequestKind::Put | RequestKind::Post)
+    }
+}
+
+/// Requests and payload bytes of one (subsystem, kind).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Requests sent (failed ones included).
+    pub requests: u64,
+    /// Payload bytes: sent for PUT and POST, received for the others.
+    pub bytes: u64,
+}
+
+const S: usize = Subsystem::ALL.len();
+const K: usize = RequestKind::ALL.len();
+
+/// A copy of a meter's counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    cells: [[Tally; K]; S],
+}
+
+impl RequestCounts {
+    /// The counts of one (subsystem, kind).
+    pub fn get(&self, s: Subsystem, k: RequestKind) -> Tally {
+        self.cells[s as usize][k as usize]
+    }
+
+    /// Adds `requests` and `bytes` to one (subsystem, kind).
+    pub fn add(&mut self, s: Subsystem, k: RequestKind, requests: u64, bytes: u64) {
+        let c = &mut self.cells[s as usize][k as usize];
+        c.requests += requests;
+        c.bytes += bytes;
+    }
+
+    /// Adds every count of `other`.
+    pub fn add_all(&mut self, other: &RequestCounts) {
+        for (s, k, t) in other.iter() {
+            self.add(s, k, t.requests, t.bytes);
+        }
+    }
+
+    /// Every (subsystem, kind) with a request or a byte.
+    pub fn iter(&self) -> impl Iterator<Item = (Subsystem, RequestKind, Tally)> + '_ {
+        Subsystem::ALL
+            .into_iter()
+            .flat_map(|s| RequestKind::ALL.into_iter().map(move |k| (s, k)))
+            .map(|(s, k)| (s, k, self.get(s, k)))
+            .filter(|(_, _, t)| t.requests > 0 || t.bytes > 0)
+    }
+
+    /// Whether nothing was counted.
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    /// Requests of one kind, over every subsystem.
+    pub fn total(&self, k: RequestKind) -> Tally {
+        Subsystem::ALL.into_iter().fold(Tally::default(), |a, s| {
+            let t = self.get(s, k);
+            Tally { requests: a.requests + t.requests, bytes: a.bytes + t.bytes }
+        })
+    }
+}
+
+/// Live counters, shared by every backend that counts into them.
+#[derive(Debug, Default)]
+pub struct Meter {
+    /// (requests, bytes) by subsystem and kind.
+    cells: [[[AtomicU64; 2]; K]; S],
+}
+
+impl Meter {
+    /// A meter at zero.
+    pub fn new() -> Meter {
+        Meter::default()
+    }
+
+    /// Counts one request of `kind` made for the calling thread's subsystem.
+    pub fn record(&self, kind: RequestKind, bytes: u64) {
+        self.record_as(current(), kind, 1, bytes);
+    }
+
+    /// Counts `requests` requests of `kind` made for `who`.
+    pub fn record_as(&self, who: Subsystem, kind: RequestKind, requests: u64, bytes: u64) {
+        let c = &self.cells[who as usize][kind as usize];
+        if requests > 0 {
+            c[0].fetch_add(requests, Ordering::Relaxed);
+        }
+        if bytes > 0 {
+            c[1].fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> RequestCounts {
+        self.collect(|a| a.load(Ordering::Relaxed))
+    }
+
+    /// The counts so far, leaving the meter at zero: each request counted
+    /// is returned by exactly one `take` (one that races a request returns
+    /// it or leaves it for the next).
+    pub fn take(&self) -> RequestCounts {
+        self.collect(|a| a.swap(0, Ordering::Relaxed))
+    }
+
+    /// Gives counts back (taken, then not saved).
+    pub fn add(&self, counts: &RequestCounts) {
+        for (s, k, t) in counts.iter() {
+            self.record_as(s, k, t.requests, t.bytes);
+        }
+    }
+
+    fn collect(&self, f: impl Fn(&AtomicU64) -> u64) -> RequestCounts {
+        let mut out = RequestCounts::default();
+        for s in Subsystem::ALL {
+            for k in RequestKind::ALL {
+                let c = &self.cells[s as usize][k as usize];
+                out.cells[s as usize][k as usize] = Tally { requests: f(&c[0]), bytes: f(&c[1]) };
+            }
+        }
+        out
+    }
+}
+
+/// The meter of a place (e.g. one bucket and prefix at one endpoint), the
+/// same for every backend of this process that names it: the short-lived
+/// handles a command opens to probe a volume count into the meter its
+/// long-lived one reports.
+pub fn shared(place: &str) -> Arc<Meter> {
+    static ALL: OnceLock<Mutex<HashMap<String, Arc<Meter>>>> = OnceLock::new();
+    let mut m = ALL.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    m.entry(place.to_string()).or_default().clone()
+}
+
+thread_local! {
+    static WHO: Cell<Subsystem> = const { Cell::new(Subsystem::Other) };
+}
+
+/// The calling thread's subsystem.
+pub fn current() -> Subsystem {
+    WHO.with(|w| w.get())
+}
+
+/// Restores the thread's previous subsystem when dropped.
+#[must_use = "the tag lasts as long as the guard"]
+pub struct TagGuard {
+    prev: Subsystem,
+}
+
+impl Drop for TagGuard {
+    fn drop(&mut self) {
+        WHO.with(|w| w.set(self.prev));
+    }
+}
+
+/// Tags the calling thread's requests as `who`'s until the guard drops.
+pub fn tag(who: Subsystem) -> TagGuard {
+    let prev = WHO.with(|w| w.replace(who));
+    TagGuard { prev }
+}
+
+/// [`tag`], unless the thread already works for someone (a read miss inside
+/// gc or prefetch stays theirs).
+pub fn tag_unless_set(who: Subsystem) -> TagGuard {
+    let prev = current();
+    if prev == Subsystem::Other {
+        tag(who)
+    } else {
+        TagGuard { prev }
+    }
+}
+
+/// Any backend with its calls counted into a [`Meter`], one request per
+/// call (a listing: one per 1,000 names, at least one), failed calls
+/// included. [`S3Backend`](crate::S3Backend) counts on its own, per HTTP
+/// request; this is for the others (an in-memory store in tests).
+pub struct Metered<B> {
+    inner: B,
+    meter: Arc<Meter>,
+}
+
+impl<B: Backend> Metered<B> {
+    /// Counts `inner`'s calls into a meter of its own.
+    pub fn new(inner: B) -> Self {
+        Metered { inner, meter: Arc::new(Meter::new()) }
+    }
+
+    /// The counts.
+    pub fn meter(&self) -> &Arc<Meter> {
+        &self.meter
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+}
+
+/// Pages of a listing of `n` names: S3 returns at most 1,000 a page, and
+/// even an empty listing is one request.
+pub fn list_pages(n: usize) -> u64 {
+    n.div_ceil(1000).max(1) as u64
+}
+
+impl<B: Backend> Backend for Metered<B> {
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.meter.record(RequestKind::Put, data.len() as u64);
+        self.inner.put(name, data)
+    }
+    fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.meter.record(RequestKind::Put, data.len() as u64);
+        self.inner.put_if_absent(name, data)
+    }
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let r = self.inner.get_range(name, offset, len);
+        self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.len() as u64));
+        r
+    }
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        let r = self.inner.get(name);
+        self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.len() as u64));
+        r
+    }
+    fn size(&self, name: &str) -> Result<u64> {
+        self.meter.record(RequestKind::Head, 0);
+        self.inner.size(name)
+    }
+    fn delete(&self, name: &str) -> Result<()> {
+        self.meter.record(RequestKind::Delete, 0);
+        self.inner.delete(name)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let r = self.inner.list(prefix);
+        self.meter.record_as(current(), RequestKind::List, list_pages(r.as_ref().map_or(0, Vec::len)), 0);
+        r
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn meter(&self) -> Option<Arc<Meter>> {
+        Some(self.meter.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_nest_and_restore() {
+        assert_eq!(current(), Subsystem::Other);
+        {
+            let _g = tag(Subsystem::Gc);
+            {
+                let _r = tag_unless_set(Subsystem::ReadMiss);
+                assert_eq!(current(), Subsystem::Gc, "a read inside gc stays gc's");
+                let _m = tag(Subsystem::Metadata);
+                assert_eq!(current(), Subsystem::Metadata);
+            }
+            assert_eq!(current(), Subsystem::Gc);
+        }
+        assert_eq!(current(), Subsystem::Other);
+        let _r = tag_unless_set(Subsystem::ReadMiss);
+        assert_eq!(current(), Subsystem::ReadMiss);
+    }
+
+    #[test]
+    fn take_drains_and_add_gives_back() {
+        let m = Meter::new();
+        m.record_as(Subsystem::Write, RequestKind::Put, 2, 100);
+        m.record_as(Subsystem::Prefetch, RequestKind::Get, 1, 7);
+        let n = m.take();
+        assert_eq!(n.total(RequestKind::Put), Tally { requests: 2, bytes: 100 });
+        assert_eq!(n.iter().count(), 2);
+        assert!(m.snapshot().is_empty());
+        m.add(&n);
+        assert_eq!(m.snapshot(), n);
+    }
+
+    #[test]
+    fn shared_meters_are_per_place() {
+        let a = shared("test|a");
+        let b = shared("test|b");
+        a.record_as(Subsystem::Other, RequestKind::Head, 1, 0);
+        assert_eq!(shared("test|a").snapshot().total(RequestKind::Head).requests, 1);
+        assert!(b.snapshot().is_empty());
+    }
+
+    #[test]
+    fn listing_pages() {
+        assert_eq!((list_pages(0), list_pages(1), list_pages(1000), list_pages(1001)), (1, 1, 1, 2));
+    }
+}

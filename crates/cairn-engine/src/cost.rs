@@ -1,0 +1,636 @@
+//! The bill of a volume in a bucket (issue 14, docs/cloud.md §6): what the
+//! bucket served, counted per request by the backend's
+//! [`Meter`](cairn_backend::Meter) (by subsystem and request kind, with
+//! payload bytes), stored byte-seconds of packs (live and dead), kept in the
+//! `bill` table of the metadata (so it ships with it), and priced by a
+//! [`Prices`] table.
+//!
+//! When counts are saved:
+//! - in the metadata shipper's round, before the changes are taken, when
+//!   the round has other changes to ship, or when the bill was last saved
+//!   [`BILL_EVERY`] ago (so an idle mount does not publish a metadata
+//!   version, itself a billed PUT, every interval just for its bill);
+//! - what is left when a volume closes (the last version's own upload, the
+//!   lease's release, a read-only command's requests) goes to
+//!   `DIR/bill-pending.jsonl` in the local directory, which `cairn cost`
+//!   reads too and the next read-write open folds into the table.
+//!
+//! Stored bytes accrue from `info.bill_storage_at` to the time of each
+//! save: the packs table's bytes (dead: `dead_bytes`) times the seconds,
+//! split by day. Unmounted time counts too (the bucket bills it), since the
+//! next save starts where the last ended.
+
+use crate::error::{Error, Result};
+use crate::meta::{self, BillRow};
+use crate::volume::Volume;
+use cairn_backend::meter::{RequestCounts, RequestKind, Subsystem};
+use cairn_backend::Backend;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The subsystem name of stored bytes in the bill.
+pub const STORAGE: &str = "storage";
+/// An idle mount saves its bill (and so ships a metadata version) at most
+/// this often.
+pub const BILL_EVERY: Duration = Duration::from_secs(600);
+/// Counts saved outside the metadata, one JSON array of rows a line.
+pub const PENDING_FILE: &str = "bill-pending.jsonl";
+
+const SECS_PER_DAY: i64 = 86_400;
+/// A gigabyte as S3 bills it (2^30 bytes).
+pub const GB: f64 = (1u64 << 30) as f64;
+/// A billing month: 730 hours (365 days / 12).
+pub const MONTH_SECS: f64 = 730.0 * 3600.0;
+
+/// Seconds since the epoch.
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The unix day (UTC) of a time in seconds since the epoch.
+pub fn unix_day(secs: i64) -> i64 {
+    secs.div_euclid(SECS_PER_DAY)
+}
+
+/// The unix day of a date `YYYY-MM-DD` (UTC).
+pub fn parse_day(s: &str) -> Result<i64> {
+    let bad = || Error::invalid(format!("{s:?} is not a date YYYY-MM-DD"));
+    let mut it = s.trim().splitn(3, '-');
+    let (y, m, d) = (it.next().ok_or_else(bad)?, it.next().ok_or_else(bad)?, it.next().ok_or_else(bad)?);
+    let (y, m, d): (i64, i64, i64) = (y.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?, d.parse().map_err(|_| bad())?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    // Days from civil (H. Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let day = era * 146_097 + doe - 719_468;
+    if show_day(day) != format!("{:04}-{:02}-{:02}", if m <= 2 { y + 1 } else { y }, m, d) {
+        return Err(bad()); // e.g. 2026-02-30, or before 1970
+    }
+    Ok(day)
+}
+
+/// `YYYY-MM-DD` of a unix day (days before 1970 show as 1970-01-01).
+pub fn show_day(day: i64) -> String {
+    crate::types::format_utc(day.max(0) as u64 * SECS_PER_DAY as u64)[..10].to_string()
+}
+
+/// Rows of `counts`, all on `day`.
+pub fn rows_of(counts: &RequestCounts, day: i64) -> Vec<BillRow> {
+    counts
+        .iter()
+        .map(|(s, k, t)| BillRow { day, subsystem: s.name().to_string(), item: k.name().to_string(), requests: t.requests, bytes: t.bytes })
+        .collect()
+}
+
+/// Stored byte-seconds of `live` and `dead` bytes from `from` to `to`
+/// (seconds since the epoch), one row per day and kind.
+pub fn storage_rows(from: i64, to: i64, live: u64, dead: u64) -> Vec<BillRow> {
+    let mut out = Vec::new();
+    let mut t = from;
+    while t < to {
+        let day = unix_day(t);
+        let end = ((day + 1) * SECS_PER_DAY).min(to);
+        let secs = (end - t) as u64;
+        for (item, bytes) in [("live", live), ("dead", dead)] {
+            if bytes > 0 {
+                out.push(BillRow { day, subsystem: STORAGE.into(), item: item.into(), requests: 0, bytes: bytes.saturating_mul(secs) });
+            }
+        }
+        t = end;
+    }
+    out
+}
+
+fn pending_path(dir: &Path) -> PathBuf {
+    dir.join(PENDING_FILE)
+}
+
+/// Appends rows to the local directory's pending bill (fsync'd).
+pub fn append_pending(dir: &Path, rows: &[BillRow]) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let p = pending_path(dir);
+    let mut line = serde_json::to_vec(rows).expect("rows serialise");
+    line.push(b'\n');
+    let w = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&p)?;
+        // One write: concurrent appenders (read-only commands) never interleave.
+        f.write_all(&line)?;
+        f.sync_data()
+    };
+    w().map_err(|e| Error::os(format_args!("writing {}", p.display()), &e))
+}
+
+/// The rows of the local directory's pending bill (a torn last line, from
+/// a crash while appending, is skipped).
+pub fn read_pending(dir: &Path) -> Result<Vec<BillRow>> {
+    let p = pending_path(dir);
+    let text = match std::fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::os(format_args!("reading {}", p.display()), &e)),
+    };
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match serde_json::from_str::<Vec<BillRow>>(line) {
+            Ok(rows) => out.extend(rows),
+            Err(e) => tracing::warn!("{} line {}: {e}; skipped", p.display(), i + 1),
+        }
+    }
+    Ok(out)
+}
+
+/// Saves what `remote` counted that nobody saved yet (a command that made
+/// requests without opening the volume: `meta list`, `meta restore`,
+/// `init`) into the pending bill of the volume's local directory `dir`.
+pub fn save_unsaved(dir: &Path, remote: &dyn Backend) -> Result<()> {
+    let Some(m) = remote.meter() else { return Ok(()) };
+    let counts = m.take();
+    let r = append_pending(dir, &rows_of(&counts, unix_day(now_secs())));
+    if r.is_err() {
+        m.add(&counts);
+    }
+    r
+}
+
+impl Volume {
+    /// Saves the requests counted since the last save, and the stored
+    /// byte-seconds since then, into the `bill` table (under the caller's
+    /// round of [`Volume::ship_metadata`], before the changes are taken),
+    /// when the round ships other changes anyway or the last save is
+    /// [`BILL_EVERY`] old.
+    pub(crate) fn record_bill(&self) -> Result<()> {
+        let Some(cloud) = self.cloud.as_ref() else { return Ok(()) };
+        if self.opts.read_only {
+            return Ok(());
+        }
+        let mut last = cloud.bill_saved.lock();
+        if !self.meta.has_changes() && last.elapsed() < BILL_EVERY {
+            return Ok(());
+        }
+        let counts = cloud.meter.as_ref().map(|m| m.take()).unwrap_or_default();
+        let now = now_secs();
+        let rows = rows_of(&counts, unix_day(now));
+        let r = self.meta.write(|tx| {
+            for r in &rows {
+                meta::add_bill(tx, r)?;
+            }
+            match meta::get_info(tx, meta::BILL_STORAGE_AT_KEY)? {
+                Some(at) if at < now => {
+                    let (size, dead) = meta::pack_bytes(tx)?;
+                    for r in storage_rows(at, now, size.saturating_sub(dead), dead) {
+                        meta::add_bill(tx, &r)?;
+                    }
+                }
+                Some(_) => return Ok(()), // the clock went back: wait for it
+                None => {}
+            }
+            meta::set_info(tx, meta::BILL_STORAGE_AT_KEY, now)
+        });
+        match r {
+            Ok(()) => {
+                *last = Instant::now();
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(m) = &cloud.meter {
+                    m.add(&counts);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// At a read-write open: the pending bill of the local directory goes
+    /// into the table (and ships with the next version), then the file is
+    /// removed.
+    pub(crate) fn fold_pending_bill(&self) -> Result<()> {
+        if self.cloud.is_none() || self.opts.read_only {
+            return Ok(());
+        }
+        let p = pending_path(&self.layout.dir);
+        if !p.exists() {
+            return Ok(());
+        }
+        let rows = read_pending(&self.layout.dir)?;
+        self.meta.write(|tx| {
+            for r in &rows {
+                meta::add_bill(tx, r)?;
+            }
+            Ok(())
+        })?;
+        // Durable before the file goes (a crash in between counts the
+        // rows twice, never loses them).
+        self.meta.sync()?;
+        std::fs::remove_file(&p).map_err(|e| Error::os(format_args!("removing {}", p.display()), &e))?;
+        crate::fsutil::fsync_dir(&self.layout.dir)
+    }
+
+    /// At close: what the meter counted since the last save (the last
+    /// metadata version's own upload, the lease's release; everything a
+    /// read-only open did) goes to the pending bill.
+    pub(crate) fn save_bill_residue(&self) {
+        let Some(m) = self.cloud.as_ref().and_then(|c| c.meter.as_ref()) else { return };
+        let counts = m.take();
+        if let Err(e) = append_pending(&self.layout.dir, &rows_of(&counts, unix_day(now_secs()))) {
+            tracing::warn!("saving the last requests of the bill: {e}");
+        }
+    }
+
+    /// The bill's rows from day `since` on: the table, the pending file,
+    /// stored bytes up to now, and with `live` the requests counted but not
+    /// saved yet (a mount answering `cairn cost`; a command that opened
+    /// the volume only to ask leaves its own requests out, they are saved
+    /// when it closes and shown next time).
+    pub fn bill_usage(&self, since: Option<i64>, live: bool) -> Result<Vec<BillRow>> {
+        let Some(cloud) = self.cloud.as_ref() else {
+            return Err(Error::invalid(format!("{} is not a volume in a bucket: it sends no requests and has no bill", self.layout.dir.display())));
+        };
+        // No save runs meanwhile: a count is in the table or in the meter.
+        let _saving = cloud.bill_saved.lock();
+        let now = now_secs();
+        let mut rows = self.meta.read(|c| {
+            let mut rows = meta::bill_rows(c, since)?;
+            if let Some(at) = meta::get_info(c, meta::BILL_STORAGE_AT_KEY)? {
+                let (size, dead) = meta::pack_bytes(c)?;
+                rows.extend(storage_rows(at, now, size.saturating_sub(dead), dead));
+            }
+            Ok(rows)
+        })?;
+        rows.extend(read_pending(&self.layout.dir)?);
+        if live {
+            if let Some(m) = &cloud.meter {
+                rows.extend(rows_of(&m.snapshot(), unix_day(now)));
+            }
+        }
+        rows.retain(|r| since.is_none_or(|s| r.day >= s));
+        Ok(rows)
+    }
+}
+
+/// Prices per 1,000 requests of each kind.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestPrices {
+    #[serde(rename = "GET")]
+    pub get: f64,
+    #[serde(rename = "HEAD")]
+    pub head: f64,
+    #[serde(rename = "PUT")]
+    pub put: f64,
+    #[serde(rename = "POST")]
+    pub post: f64,
+    #[serde(rename = "LIST")]
+    pub list: f64,
+    #[serde(rename = "DELETE")]
+    pub delete: f64,
+}
+
+impl RequestPrices {
+    /// The price of 1,000 requests of `k`.
+    pub fn of(&self, k: RequestKind) -> f64 {
+        match k {
+            RequestKind::Get => self.get,
+            RequestKind::Head => self.head,
+            RequestKind::Put => self.put,
+            RequestKind::Post => self.post,
+            RequestKind::List => self.list,
+            RequestKind::Delete => self.delete,
+        }
+    }
+}
+
+/// A price table (US dollars). GB = 2^30 bytes; a month = 730 hours.
+///
+/// As TOML (`cairn cost --prices FILE`):
+/// ```toml
+/// name = "my store"            # optional
+/// storage_per_gb_month = 0.023
+/// transfer_up_per_gb = 0.0
+/// transfer_down_per_gb = 0.09
+/// [per_1000_requests]
+/// GET = 0.0004
+/// HEAD = 0.0004
+/// PUT = 0.005
+/// POST = 0.005
+/// LIST = 0.005
+/// DELETE = 0.0
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prices {
+    #[serde(default)]
+    pub name: String,
+    pub storage_per_gb_month: f64,
+    pub transfer_up_per_gb: f64,
+    pub transfer_down_per_gb: f64,
+    pub per_1000_requests: RequestPrices,
+}
+
+impl Prices {
+    /// AWS S3 Standard, us-east-1, list prices (first tiers): storage
+    /// $0.023/GB-month; PUT, COPY, POST, LIST $0.005 per 1,000; GET, SELECT
+    /// and the rest (HEAD) $0.0004 per 1,000; DELETE free; transfer in free,
+    /// out to the internet $0.09/GB.
+    pub fn aws() -> Prices {
+        Prices {
+            name: "aws (S3 Standard, us-east-1)".into(),
+            storage_per_gb_month: 0.023,
+            transfer_up_per_gb: 0.0,
+            transfer_down_per_gb: 0.09,
+            per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0 },
+        }
+    }
+
+    /// Seed 004 (Coral), table 1, the Amazon column: storage $0.095/GB-month,
+    /// transfer up free and down $0.12/GB, "up" requests $5e-6 each (PUT,
+    /// POST, LIST, as S3 priced them then), "down" requests $4e-7 (GET,
+    /// HEAD), DELETE free.
+    pub fn coral() -> Prices {
+        Prices {
+            name: "coral (seed 004, table 1, Amazon)".into(),
+            storage_per_gb_month: 0.095,
+            transfer_up_per_gb: 0.0,
+            transfer_down_per_gb: 0.12,
+            // $4e-7 and $5e-6 a request.
+            per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0 },
+        }
+    }
+
+    /// A table from TOML (see the type's docs).
+    pub fn from_toml(text: &str) -> Result<Prices> {
+        let p: Prices = toml::from_str(text).map_err(|e| Error::invalid(format!("price table: {e}")))?;
+        let r = &p.per_1000_requests;
+        let all = [p.storage_per_gb_month, p.transfer_up_per_gb, p.transfer_down_per_gb, r.get, r.head, r.put, r.post, r.list, r.delete];
+        if all.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            return Err(Error::invalid("price table: prices must be finite and not negative"));
+        }
+        Ok(p)
+    }
+
+    /// `aws`, `coral`, or a TOML file.
+    pub fn load(what: &str) -> Result<Prices> {
+        match what {
+            "aws" => Ok(Prices::aws()),
+            "coral" => Ok(Prices::coral()),
+            path => {
+                let text = std::fs::read_to_string(path).map_err(|e| Error::os(format_args!("reading price table {path}"), &e))?;
+                let mut p = Prices::from_toml(&text).map_err(|e| e.context(path))?;
+                if p.name.is_empty() {
+                    p.name = path.to_string();
+                }
+                Ok(p)
+            }
+        }
+    }
+}
+
+/// One line of a bill.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BillItem {
+    /// `GET requests`, ..., `transfer up`, `transfer down`, `storage live`, `storage dead`.
+    pub item: String,
+    /// Requests, GB, or GB-months.
+    pub quantity: f64,
+    /// `requests`, `GB`, `GB-months`.
+    pub unit: String,
+    /// Dollars per unit (per request: the price of 1,000 divided by 1,000).
+    pub unit_price: f64,
+    pub cost: f64,
+}
+
+/// What one subsystem spent (requests and transfer; storage is nobody's).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SubsystemBill {
+    pub subsystem: String,
+    /// Requests by kind.
+    pub requests: BTreeMap<String, u64>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub cost: f64,
+}
+
+/// A priced bill.
+#[derive(Clone, Debug, Serialize)]
+pub struct Bill {
+    pub prices: Prices,
+    /// The first day counted (`YYYY-MM-DD`), or None: since the volume began counting.
+    pub since: Option<String>,
+    /// Requests by kind, over every subsystem.
+    pub requests: BTreeMap<String, u64>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    /// Stored byte-seconds.
+    pub live_byte_seconds: u64,
+    pub dead_byte_seconds: u64,
+    pub items: Vec<BillItem>,
+    pub subsystems: Vec<SubsystemBill>,
+    pub total: f64,
+}
+
+/// Prices usage rows.
+pub fn price(rows: &[BillRow], prices: &Prices, since: Option<i64>) -> Bill {
+    let mut counts = RequestCounts::default();
+    let (mut live, mut dead) = (0u64, 0u64);
+    for r in rows {
+        if r.subsystem == STORAGE {
+            match r.item.as_str() {
+                "live" => live = live.saturating_add(r.bytes),
+                "dead" => dead = dead.saturating_add(r.bytes),
+                _ => {}
+            }
+        } else if let (Some(s), Some(k)) = (Subsystem::from_name(&r.subsystem), RequestKind::from_name(&r.item)) {
+            counts.add(s, k, r.requests, r.bytes);
+        }
+    }
+    let per = |k: RequestKind| prices.per_1000_requests.of(k) / 1000.0;
+    let gb = |b: u64| b as f64 / GB;
+    let mut items = Vec::new();
+    let mut requests = BTreeMap::new();
+    let (mut up, mut down) = (0u64, 0u64);
+    for k in RequestKind::ALL {
+        let t = counts.total(k);
+        requests.insert(k.name().to_string(), t.requests);
+        if k.uploads() {
+            up += t.bytes;
+        } else {
+            down += t.bytes;
+        }
+        items.push(BillItem { item: format!("{} requests", k.name()), quantity: t.requests as f64, unit: "requests".into(), unit_price: per(k), cost: t.requests as f64 * per(k) });
+    }
+    for (item, bytes, p) in [("transfer up", up, prices.transfer_up_per_gb), ("transfer down", down, prices.transfer_down_per_gb)] {
+        items.push(BillItem { item: item.into(), quantity: gb(bytes), unit: "GB".into(), unit_price: p, cost: gb(bytes) * p });
+    }
+    for (item, bs) in [("storage live", live), ("storage dead", dead)] {
+        let months = bs as f64 / GB / MONTH_SECS;
+        items.push(BillItem { item: item.into(), quantity: months, unit: "GB-months".into(), unit_price: prices.storage_per_gb_month, cost: months * prices.storage_per_gb_month });
+    }
+    let subsystems = Subsystem::ALL
+        .into_iter()
+        .map(|s| {
+            let mut b = SubsystemBill { subsystem: s.name().into(), ..Default::default() };
+            for k in RequestKind::ALL {
+                let t = counts.get(s, k);
+                b.requests.insert(k.name().into(), t.requests);
+                if k.uploads() {
+                    b.bytes_up += t.bytes;
+                } else {
+                    b.bytes_down += t.bytes;
+                }
+                b.cost += t.requests as f64 * per(k);
+            }
+            b.cost += gb(b.bytes_up) * prices.transfer_up_per_gb + gb(b.bytes_down) * prices.transfer_down_per_gb;
+            b
+        })
+        .collect();
+    let total = items.iter().map(|i| i.cost).sum();
+    Bill { prices: prices.clone(), since: since.map(show_day), requests, bytes_up: up, bytes_down: down, live_byte_seconds: live, dead_byte_seconds: dead, items, subsystems, total }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(subsystem: &str, item: &str, requests: u64, bytes: u64) -> BillRow {
+        BillRow { day: 20_000, subsystem: subsystem.into(), item: item.into(), requests, bytes }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * b.abs().max(1.0)
+    }
+
+    /// Requests at the per-1,000 prices, transfer and storage per GB(-month),
+    /// each subsystem's share, the total: worked by hand.
+    #[test]
+    fn the_aws_bill_by_hand() {
+        let rows = vec![
+            row("write", "PUT", 2_000, 3 << 30), // 3 GB up
+            row("write", "POST", 10, 0),
+            row("read_miss", "GET", 10_000, 2 << 30), // 2 GB down
+            row("read_miss", "HEAD", 1_000, 0),
+            row("metadata", "LIST", 1_000, 0),
+            row("gc", "DELETE", 500, 0),
+            row("metadata", "PUT", 1_000, 1 << 20),
+            // 1 GB for a whole month live, 0.5 GB for a month dead
+            BillRow { day: 20_000, subsystem: STORAGE.into(), item: "live".into(), requests: 0, bytes: (GB * MONTH_SECS) as u64 },
+            BillRow { day: 20_000, subsystem: STORAGE.into(), item: "dead".into(), requests: 0, bytes: (GB / 2.0 * MONTH_SECS) as u64 },
+        ];
+        let b = price(&rows, &Prices::aws(), None);
+        assert_eq!(b.requests["PUT"], 3_000);
+        assert_eq!((b.requests["GET"], b.requests["HEAD"], b.requests["POST"], b.requests["LIST"], b.requests["DELETE"]), (10_000, 1_000, 10, 1_000, 500));
+        let item = |n: &str| b.items.iter().find(|i| i.item == n).unwrap().cost;
+        assert!(close(item("PUT requests"), 3.0 * 0.005));
+        assert!(close(item("POST requests"), 0.01 * 0.005));
+        assert!(close(item("GET requests"), 10.0 * 0.0004));
+        assert!(close(item("HEAD requests"), 0.0004));
+        assert!(close(item("LIST requests"), 0.005));
+        assert_eq!(item("DELETE requests"), 0.0);
+        assert!(close(item("transfer up"), 0.0), "transfer in is free");
+        assert!(close(item("transfer down"), 2.0 * 0.09));
+        assert!(close(item("storage live"), 0.023));
+        assert!(close(item("storage dead"), 0.5 * 0.023));
+        let want = 0.015 + 0.00005 + 0.004 + 0.0004 + 0.005 + 0.18 + 0.023 + 0.0115;
+        assert!(close(b.total, want), "{} != {want}", b.total);
+        let sub = |n: &str| b.subsystems.iter().find(|s| s.subsystem == n).unwrap();
+        assert!(close(sub("write").cost, 2.0 * 0.005 + 0.01 * 0.005));
+        assert_eq!(sub("write").bytes_up, 3 << 30);
+        assert!(close(sub("read_miss").cost, 0.004 + 0.0004 + 0.18));
+        assert!(close(sub("metadata").cost, 0.005 + 0.005));
+        assert_eq!(sub("gc").cost, 0.0);
+        // Storage belongs to no subsystem: the subsystems add up to the rest.
+        let subs: f64 = b.subsystems.iter().map(|s| s.cost).sum();
+        assert!(close(subs + 0.023 + 0.0115, b.total));
+    }
+
+    /// Coral's table 1 (Amazon): $5e-6 an up request, $4e-7 a down one,
+    /// $0.12/GB down, $0.095/GB-month.
+    #[test]
+    fn the_coral_table() {
+        let rows = vec![row("write", "PUT", 1, 0), row("read_miss", "GET", 1, 1 << 30), BillRow { day: 1, subsystem: STORAGE.into(), item: "live".into(), requests: 0, bytes: (GB * MONTH_SECS) as u64 }];
+        let b = price(&rows, &Prices::coral(), None);
+        let item = |n: &str| b.items.iter().find(|i| i.item == n).unwrap().cost;
+        assert!(close(item("PUT requests"), 5e-6));
+        assert!(close(item("GET requests"), 4e-7));
+        assert!(close(item("transfer down"), 0.12));
+        assert!(close(item("storage live"), 0.095));
+        assert!(close(b.total, 5e-6 + 4e-7 + 0.12 + 0.095));
+    }
+
+    #[test]
+    fn price_tables_from_toml() {
+        let t = r#"
+            name = "half"
+            storage_per_gb_month = 0.0115
+            transfer_up_per_gb = 0.01
+            transfer_down_per_gb = 0.045
+            [per_1000_requests]
+            GET = 0.0002
+            HEAD = 0.0002
+            PUT = 0.0025
+            POST = 0.0025
+            LIST = 0.0025
+            DELETE = 0
+        "#;
+        let p = Prices::from_toml(t).unwrap();
+        assert_eq!(p.name, "half");
+        assert_eq!(p.per_1000_requests.of(RequestKind::Put), 0.0025);
+        let b = price(&[row("write", "PUT", 1000, 1 << 30)], &p, None);
+        assert!(close(b.total, 0.0025 + 0.01));
+        // The built-in tables round-trip through the same format.
+        for builtin in [Prices::aws(), Prices::coral()] {
+            assert_eq!(Prices::from_toml(&toml::to_string(&builtin).unwrap()).unwrap(), builtin);
+        }
+        // Typos and missing or negative prices are refused.
+        assert!(Prices::from_toml(&t.replace("GET =", "GETS =")).is_err());
+        assert!(Prices::from_toml(&t.replace("DELETE = 0", "")).is_err());
+        assert!(Prices::from_toml(&t.replace("PUT = 0.0025", "PUT = -1")).is_err());
+        assert_eq!(Prices::load("coral").unwrap(), Prices::coral());
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("p.toml");
+        std::fs::write(&f, t.replace("name = \"half\"", "")).unwrap();
+        assert_eq!(Prices::load(f.to_str().unwrap()).unwrap().name, f.to_str().unwrap());
+    }
+
+    #[test]
+    fn storage_splits_by_day_and_dates_round_trip() {
+        let d = 20_000 * SECS_PER_DAY;
+        let rows = storage_rows(d - 100, d + 50, 10, 1);
+        assert_eq!(rows.len(), 4);
+        assert_eq!((rows[0].day, rows[0].bytes, rows[1].bytes), (19_999, 1_000, 100));
+        assert_eq!((rows[2].day, rows[2].bytes, rows[3].bytes), (20_000, 500, 50));
+        assert!(storage_rows(d, d, 10, 1).is_empty());
+        assert_eq!(storage_rows(d, d + 10, 0, 0), vec![]);
+        assert_eq!(show_day(0), "1970-01-01");
+        assert_eq!(parse_day("1970-01-01").unwrap(), 0);
+        for day in [0, 59, 365 * 30, 11_016, 20_000, 20_454, 2_932_896] {
+            assert_eq!(parse_day(&show_day(day)).unwrap(), day);
+        }
+        assert_eq!(show_day(unix_day(1_795_000_000)), "2026-11-18");
+        assert_eq!(parse_day("2000-02-29").unwrap(), 11_016);
+        for bad in ["2026-02-30", "2026-13-01", "2026-1", "yesterday", "2026-00-10", "1969-12-31"] {
+            assert!(parse_day(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pending_rows_append_and_survive_a_torn_line() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(read_pending(d.path()).unwrap().is_empty());
+        append_pending(d.path(), &[row("write", "PUT", 1, 2)]).unwrap();
+        append_pending(d.path(), &[row("other", "GET", 3, 4), row("metadata", "DELETE", 1, 0)]).unwrap();
+        std::fs::OpenOptions::new().append(true).open(d.path().join(PENDING_FILE)).unwrap().write_all(b"[{\"day\":1,\"subsys").unwrap();
+        let rows = read_pending(d.path()).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(price(&rows, &Prices::aws(), None).requests["GET"], 3);
+    }
+}
