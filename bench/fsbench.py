@@ -13,7 +13,9 @@
 
 Sections 9-11 (tar archives) have their helpers and their part of the
 report in bench/archive.py, their shell part in bench/archive.sh; section 12
-(data path vs ext4 and JuiceFS) in bench/datapath.py and bench/datapath.sh.
+(data path vs ext4 and JuiceFS) in bench/datapath.py and bench/datapath.sh;
+section 13 (volumes in a bucket, Cairn vs JuiceFS on moto) in bench/cloud.py
+and bench/cloud.sh.
 
 Helpers of sections 5-8 (each prints one JSON object):
   fsbench.py run-io CMD...           run CMD; wall seconds and the write_bytes
@@ -298,7 +300,8 @@ def overwrite(path, fraction, seed, data_seed, verify=None):
 
 # --- report ---------------------------------------------------------------
 
-SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow", "archive", "memory", "mount", "datapath"]
+SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow", "archive", "memory", "mount", "datapath",
+            "cloud"]
 
 
 def med(xs):
@@ -372,6 +375,7 @@ SECTION_TITLES = {
     "cow": "8. Copy-on-write overhead", "archive": "9. Archive and extract (AvaTar fig. 3)",
     "memory": "10. Memory (AvaTar table 1)", "mount": "11. Archive mount vs ratarmount",
     "datapath": "12. Data path vs ext4 and JuiceFS",
+    "cloud": "13. Volumes in a bucket: Cairn vs JuiceFS on S3 (moto)",
 }
 
 
@@ -932,6 +936,11 @@ def report(a):
     import datapath
     datapath.render(rows, b, summary, {"med": med, "human": human, "met": met, "code": code_block, "cmds_for": cmds_for})
 
+    # --- 13. volumes in a bucket (bench/cloud.py)
+    import cloud
+    cloud.render(rows, b, summary, {"med": med, "human": human, "met": met, "code": code_block, "cmds_for": cmds_for,
+                                    "fmt_s": fmt_s})
+
     if summary:
         w("## Summary")
         w("")
@@ -956,7 +965,8 @@ def report(a):
             w(f"ingest {k:20s} MB/s {v}")
     for r in rows:
         if r.get("kind") in ("seq", "rss", "meta", "dedup", "clone_setup", "clone", "nine", "edit", "edit_fail", "cow",
-                                "arc", "mem", "mount_setup", "mount", "mount_startup", "dp_setup", "dp"):
+                                "arc", "mem", "mount_setup", "mount", "mount_startup", "dp_setup", "dp",
+                                "cloud_setup", "cloud", "cloud_req", "cloud_mount_setup", "cloud_mount"):
             w(json.dumps(r))
     w("```")
     w("")

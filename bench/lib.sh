@@ -24,7 +24,8 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 MOUNTS=()            # Cairn mountpoints we mounted, for cleanup
 LOOP_MOUNTS=()       # loop-mounted ext4 images, for cleanup
-JFS_MOUNTS=()        # JuiceFS mountpoints (section 12), for cleanup; JUICEFS is its binary
+JFS_MOUNTS=()        # JuiceFS mountpoints (sections 12, 13), for cleanup; JUICEFS is its binary
+SERVICE_PIDS=()      # servers a section started (section 13: the S3 server and its counting proxy), stopped after the unmounts
 declare -A DAEMON=() # mountpoint -> PID of its daemon
 UMOUNTED_AT=         # when the last umount_volume's `cairn umount` returned
 
@@ -101,6 +102,12 @@ cleanup() {
     for p in "${DAEMON[@]}"; do
         if is_daemon "$p"; then
             log "cleanup: killing daemon $p"
+            kill "$p" 2>/dev/null || true
+        fi
+    done
+    for p in "${SERVICE_PIDS[@]}"; do
+        if kill -0 "$p" 2>/dev/null; then
+            log "cleanup: stopping $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-60) (pid $p)"
             kill "$p" 2>/dev/null || true
         fi
     done

