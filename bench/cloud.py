@@ -489,7 +489,7 @@ def render(rows, b, summary, h):
     b("## 13. Volumes in a bucket: Cairn vs JuiceFS on S3 (moto)")
     b("")
     b(f"Cairn and JuiceFS, each keeping a volume in a bucket of the same S3-compatible server, measured in the same "
-      "run, workload by workload (each workload on Cairn, then JuiceFS, then the next; {len(runs)} run(s) of the "
+      f"run, workload by workload (each workload on Cairn, then JuiceFS, then the next; {len(runs)} run(s) of the "
       f"sequential workload and of the mounts, {len(file_runs)} of the small files and the untar, whose JuiceFS runs take "
       "several minutes each"
       + (f" (runs after the first are made only while the section has taken less than {bud['budget'] // 60} minutes; it "
