@@ -523,6 +523,7 @@ fn run(cli: Cli) -> Result<i32> {
                 },
                 meta_interval: std::time::Duration::from_secs(meta_interval.max(1)),
                 force,
+                ..Default::default()
             };
             let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, ..Default::default() };
             // The control socket answers what POSIX cannot ask (stats, sync).

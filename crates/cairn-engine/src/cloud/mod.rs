@@ -44,11 +44,14 @@ pub struct CloudOptions {
     pub meta_interval: Duration,
     /// Take over an expired lease.
     pub force: bool,
+    /// How often the cost-optimal cleaner looks for packs due for cleaning
+    /// (docs/frugal.md §5); None: never inside the mount.
+    pub gc_interval: Option<Duration>,
 }
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false }
+        CloudOptions { cache_bytes: 10 << 30, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, gc_interval: Some(Duration::from_secs(60)) }
     }
 }
 

@@ -35,7 +35,7 @@ fn init_in(dir: &Path, b: &Arc<dyn Backend>, pass: Option<&str>) {
 fn opts(b: &Arc<dyn Backend>, durability: Durability) -> OpenOptions {
     OpenOptions {
         backend: Some(InjectedBackend(b.clone())),
-        cloud: CloudOptions { cache_bytes: 64 << 20, durability, meta_interval: Duration::from_millis(200), force: false },
+        cloud: CloudOptions { cache_bytes: 64 << 20, durability, meta_interval: Duration::from_millis(200), gc_interval: None, ..Default::default() },
         ..Default::default()
     }
 }
