@@ -31,6 +31,17 @@ const PART_SIZE: usize = 8 << 20;
 /// Parts uploading at once.
 const PARTS_IN_FLIGHT: usize = 4;
 
+/// The requests a successful put of `len` bytes sends, as (PUT, POST): one
+/// PUT below the multipart threshold, else a POST to create the upload, a
+/// PUT per part and a POST to complete it (what a simulated bill counts).
+pub fn put_requests(len: u64) -> (u64, u64) {
+    if len < MULTIPART_MIN as u64 {
+        (1, 0)
+    } else {
+        (len.div_ceil(PART_SIZE as u64), 2)
+    }
+}
+
 /// Where an S3 volume lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct S3Location {
@@ -306,6 +317,16 @@ impl Backend for S3Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn puts_count_their_parts() {
+        assert_eq!(put_requests(0), (1, 0));
+        assert_eq!(put_requests(MULTIPART_MIN as u64 - 1), (1, 0));
+        let parts = |n: usize| vec![0u8; n].chunks(PART_SIZE).count() as u64;
+        for n in [MULTIPART_MIN, MULTIPART_MIN + 1, 64 << 20, (64 << 20) + 5] {
+            assert_eq!(put_requests(n as u64), (parts(n), 2), "{n}");
+        }
+    }
 
     #[test]
     fn urls_parse_and_bad_ones_say_why() {

@@ -5,6 +5,7 @@ mod daemon;
 mod edit;
 mod passphrase;
 mod progress;
+mod sim;
 mod size;
 mod target;
 
@@ -91,6 +92,12 @@ enum Cmd {
         /// metadata version naming it are in the bucket.
         #[arg(long, value_enum, default_value = "local")]
         durability: DurabilityArg,
+        /// Volume in a bucket: what the pack cache evicts first. `lru`: the
+        /// least recently used block. `kd` (Coral's policy): the blocks of
+        /// files read long ago and seldom per byte, a file's blocks together,
+        /// in batches that shrink for a while when the read/write mix changes.
+        #[arg(long, value_enum, default_value = "lru")]
+        cache_policy: CachePolicyArg,
         /// Volume in a bucket: seconds between metadata versions shipped to
         /// the bucket (what a lost machine can lose with `local` durability).
         #[arg(long, default_value_t = 5)]
@@ -99,6 +106,15 @@ enum Cmd {
         /// lease expired without an unmount (it died).
         #[arg(long)]
         force: bool,
+        /// Volume in a bucket: seconds between the cleaner's looks for packs
+        /// whose dead bytes have cost what cleaning them costs (0: never
+        /// clean inside the mount).
+        #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+        gc_interval: u64,
+        /// Volume in a bucket: the prices the cleaner weighs (aws, coral or
+        /// a TOML file, as for `cairn cost`).
+        #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
+        gc_prices: String,
         /// Stay in the foreground and log to the terminal.
         #[arg(short, long)]
         foreground: bool,
@@ -129,6 +145,11 @@ enum Cmd {
         /// promised after a crash).
         #[arg(long)]
         no_writeback_cache: bool,
+        /// Record an access trace into FILE (file reads and writes, where
+        /// flushed chunks went, what the bucket cache did) for `cairn sim`
+        /// (format: docs/trace.md). Replaces FILE.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
         #[command(flatten)]
         pass: PassArgs,
     },
@@ -219,7 +240,13 @@ enum Cmd {
         pass: PassArgs,
     },
     /// Free packs without live chunks and repack mostly-dead ones (the
-    /// volume must not be mounted).
+    /// volume must not be mounted), or with --dry-run show what would be
+    /// cleaned (mounted or not).
+    ///
+    /// A mount of a volume in a bucket cleans by itself, each pack at the
+    /// moment its dead bytes have cost in storage what cleaning it costs
+    /// (seed 004's theorem 1: the least total cost); `gc` cleans every pack
+    /// below --repack-below now, whatever that costs.
     Gc {
         #[arg(value_name = "VOLUME")]
         dir: String,
@@ -228,6 +255,15 @@ enum Cmd {
         /// Repack packs whose live share of bytes is below this fraction.
         #[arg(long, default_value_t = 0.5)]
         repack_below: f64,
+        /// Change nothing: list the packs `gc` would clean; for a volume in
+        /// a bucket also each pack's cost so far, cost of cleaning, and when
+        /// the mount's cleaner will clean it.
+        #[arg(long)]
+        dry_run: bool,
+        /// With --dry-run on a volume in a bucket: the price table (as for
+        /// `cairn cost`: aws, coral or a TOML file).
+        #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
+        prices: String,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -286,6 +322,48 @@ enum Cmd {
         #[command(subcommand)]
         op: SnapshotCmd,
     },
+    /// Replay an access trace (`cairn mount --trace`) against cache
+    /// policies, object layouts and cache sizes, and price each: hit ratio,
+    /// GETs, PUTs, bytes down and up, and the bill (requests, transfer, and
+    /// storage for the trace's duration).
+    ///
+    /// Layouts: `cairn` (the recorded placement; the cache fetches 4 MiB
+    /// blocks of packs, as the live cache), `cairn-segment` (the recorded
+    /// placement; a miss fetches each needed segment, the run of one file's
+    /// chunks in one pack, adjacent ones in one GET), `bluesky` (writes
+    /// appended to a log in request order, no dedup or compression, sealed
+    /// into 4 MiB objects; a miss fetches the missing 32 KiB blocks of an
+    /// object, one GET per run). Every layout caches what it writes. Cache
+    /// sizes are percentages of each layout's data set (the distinct stored
+    /// bytes the trace reads or writes). With --live, the live cache's own
+    /// records are replayed instead: the hit ratio the mount had, or would
+    /// have had with another policy or --capacity.
+    Sim {
+        /// The trace file.
+        trace: PathBuf,
+        /// Cache sizes, in percent of the data set.
+        #[arg(long, default_value = "2,5,10,20", value_delimiter = ',')]
+        cache_sizes: Vec<f64>,
+        /// Eviction policies: lru, kd (Coral's kd-tree), and kd on one
+        /// metric alone: ti (file recency), tb (block recency), h (hotness).
+        #[arg(long, default_value = "lru,kd,ti,tb,h", value_delimiter = ',')]
+        policies: Vec<String>,
+        /// Layouts: cairn, cairn-segment, bluesky.
+        #[arg(long, default_value = "cairn,cairn-segment,bluesky", value_delimiter = ',')]
+        layouts: Vec<String>,
+        /// The price table (as for `cairn cost`: aws, coral or a TOML file).
+        #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
+        prices: String,
+        /// Replay the live cache's own records (a volume in a bucket).
+        #[arg(long)]
+        live: bool,
+        /// With --live: the cache's size (default: the live cache's).
+        #[arg(long, value_parser = size::parse)]
+        capacity: Option<u64>,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Metadata versions of a volume in a bucket: list them, or roll the
     /// volume back to one (the volume must not be mounted).
     Meta {
@@ -325,6 +403,12 @@ enum MetaCmd {
 enum DurabilityArg {
     Local,
     Remote,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CachePolicyArg {
+    Lru,
+    Kd,
 }
 
 #[derive(Subcommand)]
@@ -500,7 +584,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, durability, meta_interval, force, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, trace, pass } => {
             let dir = target::open_dir(&volume, &cloud)?;
             // Ask for the passphrase before going to the background.
             let (_, _, _, cfg) = cairn_engine::read_config(&dir)?;
@@ -521,11 +605,17 @@ fn run(cli: Cli) -> Result<i32> {
                     DurabilityArg::Local => cairn_engine::cache::disk::Durability::Local,
                     DurabilityArg::Remote => cairn_engine::cache::disk::Durability::Remote,
                 },
+                cache_policy: match cache_policy {
+                    CachePolicyArg::Lru => cairn_engine::cache::PolicyChoice::Lru,
+                    CachePolicyArg::Kd => cairn_engine::cache::PolicyChoice::Kd,
+                },
                 meta_interval: std::time::Duration::from_secs(meta_interval.max(1)),
                 force,
+                gc_interval: (gc_interval > 0).then(|| std::time::Duration::from_secs(gc_interval)),
+                gc_prices: cairn_engine::cost::Prices::load(&gc_prices)?,
                 ..Default::default()
             };
-            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, ..Default::default() };
+            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, ..Default::default() };
             // The control socket answers what POSIX cannot ask (stats, sync).
             let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
                 Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)
@@ -603,6 +693,9 @@ fn run(cli: Cli) -> Result<i32> {
                     println!("cache hits         {:>13.1}%   ({} hits, {} misses)", ratio, c.hits, c.misses);
                     println!("fetched            {:>14}   in {} requests", h(c.bytes_fetched), c.remote_gets);
                     println!("cached             {:>14}   clean, {} evictions", h(c.clean_bytes), c.evictions);
+                    if !c.policy.is_empty() {
+                        println!("cache policy       {:>14}", c.policy);
+                    }
                     println!("not yet uploaded   {:>14}   in {} packs", h(c.dirty_bytes), c.dirty_objects);
                 }
             }
@@ -698,12 +791,16 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Gc { dir, cloud, repack_below, json, pass } => {
+        Cmd::Gc { dir, cloud, repack_below, dry_run, prices, json, pass } => {
             init_logging(cli.verbose, None)?;
             let volume_arg = dir.clone();
+            let prices = cairn_engine::cost::Prices::load(&prices)?;
             let dir = target::open_dir(&dir, &cloud)?;
             if !(0.0..=1.0).contains(&repack_below) {
                 bail!("--repack-below must be between 0 and 1");
+            }
+            if dry_run {
+                return gc_dry_run(&dir, target::is_url(&volume_arg), repack_below, &prices, json, &pass);
             }
             let rep = maintain(&dir, &pass, json, |vol, bars| maintenance::gc(vol, repack_below, bars))?;
             if json {
@@ -723,6 +820,10 @@ fn run(cli: Cli) -> Result<i32> {
                 );
             }
             Ok(0)
+        }
+        Cmd::Sim { trace, cache_sizes, policies, layouts, prices, live, capacity, json } => {
+            init_logging(cli.verbose, None)?;
+            sim::run(sim::Args { trace: &trace, cache_sizes, policies, layouts, prices: &prices, live, capacity, json })
         }
         Cmd::Meta { op } => {
             init_logging(cli.verbose, None)?;
@@ -788,6 +889,87 @@ fn save_requests(dir: &Path, remote: &dyn cairn_backend::Backend) {
 }
 
 /// `cairn cost` for a terminal.
+/// `cairn gc --dry-run`: what `gc` would clean and, in a bucket, the
+/// cleaner's plan (from the mount if there is one, else read-only).
+fn gc_dry_run(dir: &Path, in_bucket: bool, repack_below: f64, prices: &cairn_engine::cost::Prices, json: bool, pass: &PassArgs) -> Result<i32> {
+    use cairn_engine::cleaner::PackCost;
+    let sock = cairn_engine::control::socket_path(dir);
+    let mounted = cairn_engine::control::call(&sock, &cairn_engine::control::Request::GcPlan { prices: prices.clone() })?;
+    let (plan, candidates): (Option<Vec<PackCost>>, Option<Vec<maintenance::GcCandidate>>) = match mounted {
+        Some(v) => (Some(serde_json::from_value(v).context("reading the plan from the mount")?), None),
+        None => {
+            let vol = open_volume(dir, pass, true, None)?;
+            let now = cairn_engine::Timestamp::now().0;
+            let plan = if in_bucket { Some(cairn_engine::cleaner::plan(&vol, now, prices)?) } else { None };
+            let cands = maintenance::gc_candidates(&vol, repack_below)?;
+            vol.close()?;
+            (plan, Some(cands))
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "cleaner": plan, "gc": candidates }))?);
+        return Ok(0);
+    }
+    if let Some(c) = &candidates {
+        let (dead, stored): (u64, u64) = c.iter().fold((0, 0), |(d, s), x| (d + x.dead_bytes, s + x.size));
+        println!("`cairn gc` would clean {} packs ({} stored, {} of them dead; --repack-below {repack_below})", c.len(), size::human(stored), size::human(dead));
+        for x in c {
+            let what = if x.live_bytes == 0 { "delete".to_string() } else { format!("repack {} live", size::human(x.live_bytes)) };
+            println!("  {}  {:>10}  {:>10} dead  {what}", x.name, size::human(x.size), size::human(x.dead_bytes));
+        }
+    } else {
+        println!("(mounted: `cairn gc` needs the volume unmounted; the mount's cleaner works by the plan below)");
+    }
+    if let Some(plan) = &plan {
+        println!();
+        let now = cairn_engine::Timestamp::now().0;
+        let due: Vec<&PackCost> = plan.iter().filter(|p| p.due()).collect();
+        let what = if due.is_empty() {
+            match plan.iter().filter_map(|p| p.due_at).min() {
+                Some(t) => format!("the next is due in {}", human_duration((t - now).max(0) as f64 / 1e9)),
+                None => "none will be (storage is free)".to_string(),
+            }
+        } else {
+            let cost: f64 = due.iter().fold(0.0, |a, p| a + p.c_clean);
+            let save: f64 = due.iter().fold(0.0, |a, p| a + p.dead_per_month);
+            format!("cleaning them costs ${cost:.6} and saves ${save:.6} a month")
+        };
+        println!("the cost-optimal cleaner ({}): {} of {} packs with dead bytes are due; {what}", prices.name, due.len(), plan.len());
+        println!("  {:<40} {:>10} {:>10} {:>5} {:>12} {:>12} {:>12}  due", "pack", "dead", "live", "GETs", "dead so far", "to clean", "dead/month");
+        for p in plan {
+            let when = if p.uploading {
+                "after its upload".to_string()
+            } else if p.due() {
+                "now".to_string()
+            } else {
+                p.due_at.map_or("never (storage is free)".to_string(), |t| format!("in {}", human_duration((t - now).max(0) as f64 / 1e9)))
+            };
+            println!(
+                "  {:<40} {:>10} {:>10} {:>5} {:>12} {:>12} {:>12}  {when}",
+                p.name,
+                size::human(p.dead_bytes),
+                size::human(p.live_bytes),
+                p.gets,
+                format!("${:.3e}", p.c_store),
+                format!("${:.3e}", p.c_clean),
+                format!("${:.3e}", p.dead_per_month)
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// `3.2 days`, `5.0 hours`, `12 s`.
+fn human_duration(secs: f64) -> String {
+    match secs {
+        s if s >= 86_400.0 * 365.0 => format!("{:.1} years", s / (86_400.0 * 365.0)),
+        s if s >= 86_400.0 => format!("{:.1} days", s / 86_400.0),
+        s if s >= 3_600.0 => format!("{:.1} hours", s / 3_600.0),
+        s if s >= 60.0 => format!("{:.1} minutes", s / 60.0),
+        s => format!("{s:.0} s"),
+    }
+}
+
 fn print_bill(b: &cairn_engine::cost::Bill) {
     let from = b.since.as_deref().map_or("since counting began".to_string(), |d| format!("from {d}"));
     println!("bill {from}, prices: {}", b.prices.name);

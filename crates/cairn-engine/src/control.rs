@@ -48,6 +48,9 @@ pub enum Request {
         #[serde(default)]
         since_day: Option<i64>,
     },
+    /// What the cost-optimal cleaner would clean now, priced by `prices`
+    /// (docs/frugal.md §5). Changes nothing.
+    GcPlan { prices: crate::cost::Prices },
     /// Copy a file or tree sharing its data: `src` and `dst` are paths from
     /// the volume root (`dst` must not exist).
     Clone { src: Vec<u8>, dst: Vec<u8> },
@@ -144,7 +147,7 @@ fn peer_caller(conn: &UnixStream) -> Caller {
 }
 
 fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
-    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Cost { .. });
+    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Cost { .. } | Request::GcPlan { .. });
     let v = execute_one(vol, req, caller)?;
     // A command that reports success has made its change durable (one WAL
     // fsync): `cairn clone` or `cairn snapshot create` followed by a power
@@ -197,6 +200,10 @@ fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json:
             Ok(serde_json::Value::Null)
         }
         Request::Cost { since_day } => Ok(serde_json::to_value(vol.bill_usage(since_day, true)?).expect("rows serialise")),
+        Request::GcPlan { prices } => {
+            let plan = crate::cleaner::plan(vol, crate::types::Timestamp::now().0, &prices)?;
+            Ok(serde_json::to_value(plan).expect("plans serialise"))
+        }
     }
 }
 

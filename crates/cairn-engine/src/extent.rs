@@ -415,6 +415,20 @@ impl ExtentMap {
         self.recompute_starts();
     }
 
+    /// The extents of the pages changed since the last `take_changes`,
+    /// with their offsets: what the next commit stores (for the trace).
+    pub fn changed_extents(&self) -> Vec<(u64, Extent)> {
+        let mut out = Vec::new();
+        for (p, &start) in self.pages.iter().zip(&self.starts).filter(|(p, _)| self.changed.contains(&p.key)) {
+            let mut at = start;
+            for e in &p.extents {
+                out.push((at, *e));
+                at += e.len;
+            }
+        }
+        out
+    }
+
     /// Pages changed since the last call, for persisting.
     pub fn take_changes(&mut self) -> PageChanges {
         let changed = std::mem::take(&mut self.changed);

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod cache;
+pub mod cleaner;
 pub mod cloud;
 pub mod config;
 pub mod control;
@@ -30,6 +31,7 @@ pub mod journal;
 pub mod maintenance;
 pub mod meta;
 pub mod pack;
+pub mod trace;
 mod types;
 mod volume;
 

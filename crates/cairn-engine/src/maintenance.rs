@@ -359,7 +359,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
         let chunks = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?;
         let live: Vec<&meta::ChunkRow> = chunks.iter().filter(|c| c.refs > 0).collect();
         let live_bytes: u64 = live.iter().map(|c| c.stored_len as u64).sum();
-        if !live.is_empty() && (live_bytes as f64) >= repack_below * p.size as f64 {
+        if !worth_cleaning(live_bytes, p.size, repack_below) {
             continue;
         }
         for c in &live {
@@ -408,11 +408,36 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     Ok(rep)
 }
 
-fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)> {
+/// `gc`'s rule: a pack goes when nothing in it is live, and is repacked
+/// when its live share of bytes is below `repack_below`.
+fn worth_cleaning(live_bytes: u64, size: u64, repack_below: f64) -> bool {
+    live_bytes == 0 || (live_bytes as f64) < repack_below * size as f64
+}
+
+/// A pack `gc` would delete (no live bytes) or repack.
+#[derive(Debug, Clone, Serialize)]
+pub struct GcCandidate {
+    pub name: String,
+    pub size: u64,
+    pub dead_bytes: u64,
+    pub live_bytes: u64,
+}
+
+/// What `gc` with `repack_below` would clean, changing nothing.
+pub fn gc_candidates(vol: &Volume, repack_below: f64) -> Result<Vec<GcCandidate>> {
+    let mut out = Vec::new();
+    for p in vol.meta.read(meta::all_packs)?.into_iter().filter(|p| p.dead_bytes > 0) {
+        let live_bytes: u64 = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
+        if worth_cleaning(live_bytes, p.size, repack_below) {
+            out.push(GcCandidate { name: p.name, size: p.size, dead_bytes: p.dead_bytes, live_bytes });
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)> {
     let (bytes, entries) = b.finish(&vol.keys, &vol.vid);
-    let sum = vol.keys.checksum("cairn-pack-name", &bytes);
-    let h = hex::encode(&sum[..16]);
-    let name = format!("packs/{}/{}", &h[..2], h);
+    let name = pack::fresh_name();
     vol.backend.put(&name, &bytes)?;
     Ok((name, bytes.len() as u64, entries.len() as u64))
 }

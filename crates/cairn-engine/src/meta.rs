@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS pages(id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, 
 CREATE TABLE IF NOT EXISTS file_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL, page INTEGER NOT NULL,
   PRIMARY KEY(ino, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS packs(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, size INTEGER NOT NULL,
-  blobs INTEGER NOT NULL, dead_bytes INTEGER NOT NULL DEFAULT 0, dead_since INTEGER, created INTEGER NOT NULL);
+  blobs INTEGER NOT NULL, dead_bytes INTEGER NOT NULL DEFAULT 0, dead_since INTEGER, created INTEGER NOT NULL,
+  dead_acc REAL NOT NULL DEFAULT 0, dead_mark INTEGER);
 CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, pack INTEGER NOT NULL,
   offset INTEGER NOT NULL, stored_len INTEGER NOT NULL, raw_len INTEGER NOT NULL, flags INTEGER NOT NULL,
   refs INTEGER NOT NULL);
@@ -1001,7 +1002,9 @@ pub fn max_jseq(c: &Connection) -> Result<u64> {
 /// (new chunks start unreferenced; their first reference revives them).
 pub fn insert_pack(c: &Connection, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
     let now = Timestamp::now().0;
-    c.prepare_cached("INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created) VALUES(?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN ?5 END, ?5)")?
+    c.prepare_cached(
+        "INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark) VALUES(?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN ?5 END, ?5, ?5)",
+    )?
         .execute(params![name, size as i64, blobs as i64, dead_bytes as i64, now])?;
     Ok(c.last_insert_rowid() as u64)
 }
@@ -1094,10 +1097,14 @@ pub fn apply_ref_deltas(c: &Connection, deltas: &HashMap<u64, i64>) -> Result<()
 /// From this many changed counts on, `apply_ref_deltas` works in bulk.
 const BULK_DELTAS: usize = 64;
 
-/// Adds `?2` bytes to pack `?1`'s dead bytes; `dead_since` is set (to `?3`)
-/// when it holds dead bytes and cleared when it holds none.
+/// Adds `?2` bytes to pack `?1`'s dead bytes at time `?3` (ns); `dead_since`
+/// is set when it holds dead bytes and cleared when it holds none. The dead
+/// bytes held until now are first accrued into `dead_acc` (byte-seconds), so
+/// the cost of storing them is exact for any history of deaths
+/// (docs/frugal.md §5; SET sees the row as it was).
 const DEAD_BYTES_SQL: &str = "UPDATE packs SET dead_bytes=dead_bytes+?2,
-           dead_since=CASE WHEN ?2 > 0 AND dead_since IS NULL THEN ?3 WHEN dead_bytes+?2 = 0 THEN NULL ELSE dead_since END
+           dead_since=CASE WHEN ?2 > 0 AND dead_since IS NULL THEN ?3 WHEN dead_bytes+?2 = 0 THEN NULL ELSE dead_since END,
+           dead_acc=dead_acc + dead_bytes * ((?3 - COALESCE(dead_mark, dead_since, ?3)) / 1e9), dead_mark=?3
          WHERE id=?1";
 
 fn apply_ref_deltas_each(c: &Connection, rows: &[(u64, i64)]) -> Result<()> {
@@ -1186,11 +1193,60 @@ pub fn delete_pack(c: &Connection, pack: u64) -> Result<u64> {
     Ok(n as u64)
 }
 
-/// Sets a pack's dead-byte count (after repacking).
-pub fn set_dead_bytes(c: &Connection, pack: u64, dead: u64) -> Result<()> {
-    c.prepare_cached("UPDATE packs SET dead_bytes=?2, dead_since=CASE WHEN ?2=0 THEN NULL ELSE dead_since END WHERE id=?1")?
-        .execute(params![pack as i64, dead as i64])?;
-    Ok(())
+/// Adds the dead-byte accrual columns to a database from before them (the
+/// cost-optimal cleaner's clock, docs/frugal.md §5); true if they were
+/// missing. Dead bytes already there count from `dead_since`.
+pub fn ensure_dead_accrual(c: &Connection) -> Result<bool> {
+    if has_dead_accrual(c)? {
+        return Ok(false);
+    }
+    c.execute_batch(
+        "ALTER TABLE packs ADD COLUMN dead_acc REAL NOT NULL DEFAULT 0;
+         ALTER TABLE packs ADD COLUMN dead_mark INTEGER;
+         UPDATE packs SET dead_mark = COALESCE(dead_since, created);",
+    )?;
+    Ok(true)
+}
+
+/// Whether the packs table has the accrual columns (a read-only open of an
+/// older database may lack them).
+pub fn has_dead_accrual(c: &Connection) -> Result<bool> {
+    Ok(c.prepare_cached("SELECT 1 FROM pragma_table_info('packs') WHERE name='dead_acc'")?.exists([])?)
+}
+
+/// What the cleaner needs of a pack with dead bytes: dead byte-seconds
+/// accrued until `mark` (ns), dead bytes since then.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadPack {
+    pub id: u64,
+    pub name: String,
+    pub size: u64,
+    pub blobs: u64,
+    pub dead_bytes: u64,
+    pub dead_acc: f64,
+    pub mark: i64,
+}
+
+/// Every pack holding dead bytes.
+pub fn dead_packs(c: &Connection) -> Result<Vec<DeadPack>> {
+    let sql = if has_dead_accrual(c)? {
+        "SELECT id, name, size, dead_bytes, dead_acc, COALESCE(dead_mark, dead_since, created), blobs FROM packs WHERE dead_bytes > 0 ORDER BY id"
+    } else {
+        "SELECT id, name, size, dead_bytes, 0.0, COALESCE(dead_since, created), blobs FROM packs WHERE dead_bytes > 0 ORDER BY id"
+    };
+    let mut st = c.prepare(sql)?;
+    let rows = st.query_map([], |r| {
+        Ok(DeadPack {
+            id: r.get::<_, i64>(0)? as u64,
+            name: r.get(1)?,
+            size: r.get::<_, i64>(2)? as u64,
+            dead_bytes: r.get::<_, i64>(3)? as u64,
+            dead_acc: r.get(4)?,
+            mark: r.get(5)?,
+            blobs: r.get::<_, i64>(6)? as u64,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 #[cfg(test)]

@@ -126,6 +126,25 @@ impl PackBuilder {
     }
 }
 
+/// Bytes of blobs in a pack of `size` bytes holding `blobs` blobs: the pack
+/// less its header, index and trailer (whose sizes the format fixes), so a
+/// pack's live bytes are this less its dead bytes, without reading its
+/// chunk rows.
+pub fn blob_bytes(size: u64, blobs: u64, encrypted: bool) -> u64 {
+    let index = ENTRY_LEN as u64 * blobs + 4 + if encrypted { crate::crypto::SEAL_OVERHEAD as u64 } else { 32 };
+    size.saturating_sub((HEADER_LEN + TRAILER_LEN) as u64 + index)
+}
+
+/// A new pack's object name: `packs/XY/NAME`, NAME 32 random hex digits.
+/// Random, not the pack's checksum: an unencrypted pack is a deterministic
+/// function of its blobs, so the same chunks packed again (a file deleted and
+/// written back, a cleaner's output) would take the name of a pack that is
+/// in the trash, and the trash's deletion would then remove the new one.
+pub fn fresh_name() -> String {
+    let h = hex::encode(rand::random::<[u8; 16]>());
+    format!("packs/{}/{}", &h[..2], h)
+}
+
 fn index_aad(volume_id: &[u8; 16]) -> Vec<u8> {
     let mut a = b"cairn-pack-index".to_vec();
     a.extend_from_slice(volume_id);
@@ -262,6 +281,8 @@ mod tests {
             let idx = bytes[bytes.len() - TRAILER_LEN - n as usize..bytes.len() - TRAILER_LEN].to_vec();
             let parsed = decode_index(&keys, &vid, idx, size).unwrap();
             assert_eq!(parsed, entries);
+            let blobs: u64 = entries.iter().map(|e| e.stored_len as u64).sum();
+            assert_eq!(blob_bytes(size, entries.len() as u64, enc), blobs);
             for (e, c) in entries.iter().zip(&chunks) {
                 let stored = bytes[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
                 assert_eq!(&decode_blob(&keys, e, stored).unwrap(), c);

@@ -651,3 +651,49 @@ fn cost_counts_exactly_the_requests_the_bucket_served() {
     let bad = c.cairn("cost", "b", &["--since", "yesterday"]);
     assert!(!bad.ok() && bad.stderr.contains("YYYY-MM-DD"), "{bad}");
 }
+
+/// The cost-optimal cleaner through the CLI: `gc --dry-run` prices a pack
+/// with dead bytes (not due at AWS prices: storing 1 MiB dead costs less
+/// than re-uploading the live part for days), and a mount whose price table
+/// makes storage dear cleans it by itself, keeping every live byte, which a
+/// machine that never saw the volume then reads.
+#[test]
+fn the_mount_cleans_a_pack_when_its_dead_bytes_have_cost_its_cleaning() {
+    let _serial = serial();
+    let c = Cloud::new("cloud-cleaner", false, None);
+    let keep = expected(7, 0, 3 * MIB);
+    let m = c.mount("a", &["--gc-interval", "0"]);
+    fs::write(m.join("gone"), expected(8, 0, MIB)).unwrap();
+    fs::write(m.join("keep"), &keep).unwrap();
+    m.umount();
+    let m = c.mount("a", &["--gc-interval", "0"]);
+    fs::remove_file(m.join("gone")).unwrap();
+    m.umount();
+    let out = c.cairn("gc", "a", &["--dry-run"]);
+    assert!(out.ok() && out.stdout.contains("0 of 1 packs with dead bytes are due") && out.stdout.contains(" days"), "{out}");
+    let dear = c.env.path("dear.toml");
+    fs::write(&dear, "name = \"dear storage\"\nstorage_per_gb_month = 1e6\ntransfer_up_per_gb = 0\ntransfer_down_per_gb = 0.09\n[per_1000_requests]\nGET = 0.0004\nHEAD = 0.0004\nPUT = 0.005\nPOST = 0.005\nLIST = 0.005\nDELETE = 0\n").unwrap();
+    let out = c.cairn("gc", "a", &["--dry-run", "--prices", dear.to_str().unwrap()]);
+    assert!(out.ok() && out.stdout.contains("1 of 1 packs with dead bytes are due"), "{out}");
+    let m = c.mount("a", &["--gc-interval", "1", "--gc-prices", dear.to_str().unwrap()]);
+    let t = Instant::now();
+    loop {
+        let out = c.cairn("stats", "a", &["--json"]);
+        let s: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+        if s["dead_bytes"].as_u64() == Some(0) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "not cleaned after a minute: {s}\n{}", c.log("a"));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = c.cairn("gc", "a", &["--dry-run", "--json"]);
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(plan["cleaner"].as_array().map(Vec::len), Some(0), "{plan}");
+    assert_eq!(fs::read(m.join("keep")).unwrap(), keep);
+    m.umount();
+    let out = c.cairn("fsck", "a", &["--read-data", "--json"]);
+    assert!(out.ok(), "fsck after cleaning: {out}");
+    let m = c.mount("b", &[]);
+    assert_eq!(fs::read(m.join("keep")).unwrap(), keep, "a machine that never saw the volume");
+    m.umount();
+}

@@ -21,7 +21,9 @@
 //!   GET per contiguous run; two readers missing the same block cause one
 //!   GET. Sizes come from the outbox, memory, or one `size` per object.
 //! - Clean bytes stay within `capacity` minus the dirty bytes; victims come
-//!   from the [`CachePolicy`] and are never outbox objects.
+//!   from the [`CachePolicy`] and are never outbox objects. A read tells
+//!   the policy which file it is for when its thread says so
+//!   ([`super::policy::reading_for`]).
 //! - `delete` of a pack waits for its upload in progress, drops it from the
 //!   outbox and the cache, then deletes it on the remote. `list` is the
 //!   remote's listing plus the outbox.
@@ -38,6 +40,7 @@
 //!   fetched or deleted is marked in the index, and others wait for it.
 
 use super::policy::{CachePolicy, Lru};
+use crate::trace::{pack_id, CacheEvent, Event, TraceWriter};
 use cairn_backend::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
@@ -47,7 +50,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The default fetch granularity.
@@ -103,8 +106,12 @@ impl DiskCacheOptions {
 }
 
 /// What the cache has done, and holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheStats {
+    /// The eviction policy's name (`lru`, `kd`; empty from a mount older
+    /// than the field).
+    #[serde(default)]
+    pub policy: String,
     /// Pack reads served entirely locally.
     pub hits: u64,
     /// Pack reads that needed the remote.
@@ -214,7 +221,8 @@ impl State {
         self.objects.get(name).is_some_and(|o| o.dirty.is_some())
     }
 
-    fn add_entry(&mut self, name: &str, slot: u64, bytes: u64, touched: Instant) {
+    /// Indexes a clean file; its policy key.
+    fn add_entry(&mut self, name: &str, slot: u64, bytes: u64, touched: Instant) -> u64 {
         let key = self.next_key;
         self.next_key += 1;
         let o = self.obj(name);
@@ -228,6 +236,7 @@ impl State {
         self.entries.insert(key, Entry { name: name.to_string(), slot, bytes, touched });
         self.policy.admitted(key, bytes);
         self.clean_bytes += bytes;
+        key
     }
 
     /// Drops entry `key` from the index and the policy (the caller deletes
@@ -300,6 +309,8 @@ struct Inner {
     work: Condvar,
     n: Counters,
     tmp_seq: AtomicU64,
+    /// Where this cache's events are recorded (docs/trace.md, CACHE).
+    trace: OnceLock<Arc<TraceWriter>>,
 }
 
 /// A persistent cache and upload outbox in front of a remote backend (see
@@ -402,6 +413,21 @@ impl Inner {
 
     fn dirty_bound(&self) -> u64 {
         self.opts.capacity - self.opts.capacity / 4
+    }
+
+    /// Records a change of a whole pack (the state lock held, so events
+    /// are in the order of the changes).
+    fn trace(&self, event: CacheEvent, name: &str, size: u64) {
+        if let Some(t) = self.trace.get() {
+            t.record(Event::Cache { event, pack: pack_id(name), offset: 0, len: size, group: 0 });
+        }
+    }
+
+    /// Records a pack read, with the file it was for.
+    fn trace_read(&self, event: CacheEvent, name: &str, size: u64, off: u64, len: u64) {
+        if let Some(t) = self.trace.get() {
+            t.cache_read(event, pack_id(name), size, off, len, super::policy::current_group().unwrap_or(0));
+        }
     }
 
     fn tmp_path(&self, path: &Path) -> PathBuf {
@@ -575,6 +601,7 @@ impl Inner {
                 Plan::Done => {
                     let c = if missed { &self.n.misses } else { &self.n.hits };
                     c.fetch_add(1, Ordering::Relaxed);
+                    self.trace_read(if missed { CacheEvent::Miss } else { CacheEvent::Hit }, name, size, off, len);
                     let mut out = Vec::with_capacity(len as usize);
                     for p in pieces.values() {
                         out.extend_from_slice(p);
@@ -585,6 +612,12 @@ impl Inner {
                     Ok(data) => {
                         let c = if missed { &self.n.misses } else { &self.n.hits };
                         c.fetch_add(1, Ordering::Relaxed);
+                        let event = match key {
+                            _ if missed => CacheEvent::Miss,
+                            None => CacheEvent::Outbox,
+                            Some(_) => CacheEvent::Hit,
+                        };
+                        self.trace_read(event, name, size, off, len);
                         return Ok(data);
                     }
                     Err(e) => {
@@ -642,8 +675,12 @@ impl Inner {
     fn plan(&self, st: &mut State, name: &str, want: std::ops::RangeInclusive<u64>, pieces: &BTreeMap<u64, Vec<u8>>, touch: &mut Vec<u64>) -> Option<Plan> {
         let State { objects, entries, policy, .. } = st;
         let o = objects.get_mut(name).expect("the caller found it");
+        let group = super::policy::current_group();
         let mut hit = |key: u64, slot: u64| {
             policy.accessed(key);
+            if let Some(g) = group {
+                policy.grouped(key, g);
+            }
             if let Some(e) = entries.get_mut(&key) {
                 if e.touched.elapsed() >= TOUCH_EVERY {
                     e.touched = Instant::now();
@@ -718,10 +755,14 @@ impl Inner {
             }
             i = j + 1;
         }
+        let group = super::policy::current_group();
         let mut st = self.lock();
         let now = Instant::now();
         for (idx, bytes) in written {
-            st.add_entry(name, idx, bytes, now);
+            let key = st.add_entry(name, idx, bytes, now);
+            if let Some(g) = group {
+                st.policy.grouped(key, g);
+            }
         }
         if let Some(o) = st.objects.get_mut(name) {
             for c in claims {
@@ -777,6 +818,7 @@ impl Inner {
             o.version = version;
             st.outbox.insert(seq, name.to_string());
             st.dirty_bytes += size;
+            self.trace(CacheEvent::Queued, name, size);
         }
         let victims = st.evict(self.opts.capacity, &self.n.evictions);
         self.release(st, name);
@@ -828,6 +870,9 @@ impl Inner {
         let mut st = self.lock();
         if cached {
             st.add_entry(name, ALL, data.len() as u64, Instant::now());
+            self.trace(CacheEvent::Kept, name, data.len() as u64);
+        } else if r.is_ok() {
+            self.trace(CacheEvent::Dropped, name, 0);
         }
         let victims = st.evict(self.opts.capacity, &self.n.evictions);
         self.release(st, name);
@@ -841,6 +886,7 @@ impl Inner {
         let mut st = self.acquire(self.lock(), name);
         let stale = st.detach_clean(name);
         let had_dirty = st.drop_dirty(name).is_some();
+        self.trace(CacheEvent::Dropped, name, 0);
         drop(st);
         self.wake(); // the outbox may have shrunk
         self.unlink_slots(name, &stale);
@@ -940,6 +986,7 @@ impl Inner {
                     me.in_remote = false;
                     if st.objects.get(&name).and_then(|o| o.dirty).is_some_and(|d| d.0 == seq) {
                         st.drop_dirty(&name);
+                        self.trace(CacheEvent::Dropped, &name, 0);
                     }
                     self.release(st, &name);
                     continue;
@@ -994,6 +1041,9 @@ impl Inner {
         st.drop_dirty(name);
         if linked.is_ok() {
             st.add_entry(name, ALL, bytes, Instant::now());
+            self.trace(CacheEvent::Uploaded, name, bytes);
+        } else {
+            self.trace(CacheEvent::Dropped, name, 0);
         }
         self.n.uploads.fetch_add(1, Ordering::Relaxed);
         let victims = st.evict(self.opts.capacity, &self.n.evictions);
@@ -1194,6 +1244,7 @@ impl CachedBackend {
             work: Condvar::new(),
             n: Counters::default(),
             tmp_seq: AtomicU64::new(0),
+            trace: OnceLock::new(),
         });
         // A smaller capacity than last time.
         let victims = inner.lock().evict(inner.opts.capacity, &inner.n.evictions);
@@ -1210,12 +1261,35 @@ impl CachedBackend {
         Ok(Arc::new(CachedBackend { inner }))
     }
 
+    /// Records this cache's events into `t` from now on, starting with
+    /// what it holds (docs/trace.md, CACHE).
+    pub fn set_trace(&self, t: Arc<TraceWriter>) {
+        let inner = &self.inner;
+        let b = inner.opts.block;
+        let st = inner.lock();
+        let mut events = vec![Event::CacheOpened { block: b, capacity: inner.opts.capacity }];
+        // Keys grow with admissions: the policy's order.
+        let mut held: Vec<(&u64, &Entry)> = st.entries.iter().collect();
+        held.sort_unstable_by_key(|(k, _)| **k);
+        for (_, e) in held {
+            let (event, offset) = if e.slot == ALL { (CacheEvent::Kept, 0) } else { (CacheEvent::Held, e.slot * b) };
+            events.push(Event::Cache { event, pack: pack_id(&e.name), offset, len: e.bytes, group: 0 });
+        }
+        for name in st.outbox.values() {
+            let size = st.objects[name].dirty.map_or(0, |d| d.1);
+            events.push(Event::Cache { event: CacheEvent::Queued, pack: pack_id(name), offset: 0, len: size, group: 0 });
+        }
+        t.record_all(events);
+        let _ = inner.trace.set(t);
+    }
+
     /// Counts and sizes.
     pub fn stats(&self) -> CacheStats {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let n = &self.inner.n;
         let st = self.inner.lock();
         CacheStats {
+            policy: st.policy.name().to_string(),
             hits: g(&n.hits),
             misses: g(&n.misses),
             bytes_fetched: g(&n.bytes_fetched),
@@ -1227,6 +1301,24 @@ impl CachedBackend {
             uploads: g(&n.uploads),
             upload_retries: g(&n.upload_retries),
         }
+    }
+
+    /// Whether bytes `[off, off+len)` of `name` are here (in the outbox, a
+    /// whole cached object, or every block): reading them costs the bucket
+    /// nothing (the cleaner's cost of cleaning, docs/frugal.md §5).
+    pub fn holds(&self, name: &str, off: u64, len: u64) -> bool {
+        let st = self.inner.lock();
+        let Some(o) = st.objects.get(name) else { return false };
+        if o.dirty.is_some() || o.whole.is_some() {
+            return true;
+        }
+        let b = self.inner.opts.block;
+        len > 0 && (off / b..=(off + len - 1) / b).all(|i| o.blocks.contains_key(&i))
+    }
+
+    /// Whether `name` is written but not yet uploaded.
+    pub fn is_pending(&self, name: &str) -> bool {
+        self.inner.lock().is_dirty(name)
     }
 
     /// Names of objects written but not yet uploaded (the outbox), oldest

@@ -5,9 +5,11 @@
 //! [`CachePolicy`]'s decision (LRU by default).
 
 pub mod disk;
+pub mod kd;
 pub mod policy;
 
 pub use disk::{CacheStats, CachedBackend, DiskCacheOptions, Durability};
+pub use kd::{IoWindows, KdPolicy};
 pub use policy::{CachePolicy, Lru};
 
 use parking_lot::Mutex;
@@ -15,6 +17,29 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 const SHARDS: usize = 16;
+
+/// Which eviction policy the disk cache of a cloud volume uses (`cairn
+/// mount --cache-policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PolicyChoice {
+    /// Least recently used first.
+    #[default]
+    Lru,
+    /// Coral's kd-tree policy ([`kd`]).
+    Kd,
+}
+
+impl PolicyChoice {
+    /// A new policy of this kind; a KD one adapts its batches to the
+    /// read/write mix counted in `io`.
+    pub fn build(self, io: Option<IoWindows>) -> Box<dyn CachePolicy> {
+        match (self, io) {
+            (PolicyChoice::Lru, _) => Box::new(Lru::new()),
+            (PolicyChoice::Kd, Some(w)) => Box::new(KdPolicy::new().with_windows(w)),
+            (PolicyChoice::Kd, None) => Box::new(KdPolicy::new()),
+        }
+    }
+}
 
 struct Shard {
     entries: HashMap<u64, Arc<Vec<u8>>>,

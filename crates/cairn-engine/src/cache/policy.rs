@@ -1,7 +1,8 @@
 //! Which cached entry goes when room is needed: the seam between a cache,
-//! which holds bytes, and its policy, which sees only keys, sizes and
-//! accesses. LRU is the first implementation; Coral's kd-tree policy
-//! (docs/cloud.md §6, issue 14) is the second.
+//! which holds bytes, and its policy, which sees only keys, sizes, accesses
+//! and which file an access was for. LRU is the first implementation;
+//! Coral's kd-tree policy ([`super::kd`], docs/frugal.md §1–2) is the
+//! second.
 //!
 //! Contract, checked for every policy by [`conformance`]:
 //! - `victim` returns a key that was admitted and not removed since, or
@@ -9,7 +10,16 @@
 //!   cache calls `removed` once it has dropped the entry).
 //! - `removed` of a key that is not tracked is a no-op.
 //! - Admitting a tracked key again replaces it (one entry, the new size).
-//! - Each call costs at most O(log n) in the number of tracked keys.
+//! - `grouped` is a hint: it never adds or drops a key, and of a key that
+//!   is not tracked it is a no-op.
+//! - Each call costs at most O(log n) in the number of tracked keys
+//!   (amortized over the calls, for a policy that works in batches).
+//!
+//! Which file an access is for reaches the cache through a thread-local
+//! tag ([`reading_for`]) that the volume sets around its backend reads, so
+//! the backend seam does not change.
+
+use std::cell::Cell;
 
 /// An eviction policy over `u64` keys (chunk or segment ids).
 pub trait CachePolicy: Send {
@@ -21,6 +31,9 @@ pub trait CachePolicy: Send {
     fn accessed(&mut self, key: u64);
     /// `key` left the cache (evicted, replaced or invalidated).
     fn removed(&mut self, key: u64);
+    /// `key`, present, was just admitted or accessed for file `group` (an
+    /// inode). Policies that do not correlate files ignore it.
+    fn grouped(&mut self, _key: u64, _group: u64) {}
     /// The entry to evict next.
     fn victim(&mut self) -> Option<u64>;
     /// Keys tracked.
@@ -29,6 +42,35 @@ pub trait CachePolicy: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+thread_local! {
+    static GROUP: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The file the calling thread is reading for, if it said (see
+/// [`reading_for`]).
+pub fn current_group() -> Option<u64> {
+    GROUP.with(|g| g.get())
+}
+
+/// Restores the thread's previous file when dropped.
+#[must_use = "the tag lasts as long as the guard"]
+pub struct GroupGuard {
+    prev: Option<u64>,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        GROUP.with(|g| g.set(self.prev));
+    }
+}
+
+/// Tags the calling thread's cache accesses as made for file `group` (an
+/// inode) until the guard drops; a cache passes it on as
+/// [`CachePolicy::grouped`].
+pub fn reading_for(group: u64) -> GroupGuard {
+    GroupGuard { prev: GROUP.with(|g| g.replace(Some(group))) }
 }
 
 /// Least recently used first.
@@ -81,6 +123,7 @@ pub mod conformance {
         drains_exactly_what_was_admitted(make);
         removed_keys_never_come_back(make);
         readmission_keeps_one_entry(make);
+        grouping_never_breaks_the_contract(make);
         random_operations_against_a_model(make, 1);
         random_operations_against_a_model(make, 2);
     }
@@ -130,6 +173,31 @@ pub mod conformance {
         assert_eq!(p.victim(), None);
     }
 
+    fn grouping_never_breaks_the_contract(make: &dyn Fn() -> Box<dyn CachePolicy>) {
+        let mut p = make();
+        p.grouped(1, 1); // not tracked: a no-op
+        assert_eq!((p.len(), p.victim()), (0, None), "{}: grouping an untracked key tracked it", p.name());
+        for k in 0..50u64 {
+            p.admitted(k, 4096 * (1 + k % 3));
+            p.grouped(k, k % 5);
+        }
+        for k in (0..50u64).step_by(3) {
+            p.accessed(k);
+            p.grouped(k, 7); // a block shared by another file
+        }
+        for k in (0..50u64).step_by(4) {
+            p.removed(k);
+            p.grouped(k, 1);
+        }
+        let mut left = BTreeSet::new();
+        while let Some(v) = p.victim() {
+            assert!(left.insert(v), "{}: victim {v} twice", p.name());
+            p.removed(v);
+            p.grouped(v, 2);
+        }
+        assert_eq!(left, (0..50u64).filter(|k| k % 4 != 0).collect(), "{}", p.name());
+    }
+
     /// A random mix of every call, against the set of tracked keys.
     fn random_operations_against_a_model(make: &dyn Fn() -> Box<dyn CachePolicy>, seed: u64) {
         let mut p = make();
@@ -144,7 +212,7 @@ pub mod conformance {
         for step in 0..20_000 {
             let r = next();
             let key = (r >> 8) % 64;
-            match r % 5 {
+            match r % 6 {
                 0 | 1 => {
                     p.admitted(key, 1 + (r >> 20) % 4096);
                     model.insert(key);
@@ -158,6 +226,8 @@ pub mod conformance {
                     p.removed(key);
                     model.remove(&key);
                 }
+                // Tracked or not: a hint changes nothing the model sees.
+                4 => p.grouped(key, (r >> 32) % 8),
                 _ => match p.victim() {
                     Some(v) => {
                         assert!(model.contains(&v), "{}: step {step}: victim {v} is not tracked", p.name());

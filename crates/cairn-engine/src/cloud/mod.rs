@@ -11,9 +11,10 @@ pub mod lease;
 mod shipper;
 pub mod versions;
 
-pub use shipper::Shipper;
+pub use shipper::{Background, Shipper};
 
 use crate::cache::disk::{CachedBackend, DiskCacheOptions, Durability};
+use crate::cache::IoWindows;
 use crate::config::{Layout, LocalSettings};
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
@@ -47,11 +48,16 @@ pub struct CloudOptions {
     /// How often the cost-optimal cleaner looks for packs due for cleaning
     /// (docs/frugal.md §5); None: never inside the mount.
     pub gc_interval: Option<Duration>,
+    /// The prices the cleaner weighs (what storing dead bytes and cleaning
+    /// them cost).
+    pub gc_prices: crate::cost::Prices,
+    /// What the pack cache evicts first.
+    pub cache_policy: crate::cache::PolicyChoice,
 }
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, gc_interval: Some(Duration::from_secs(60)) }
+        CloudOptions { cache_bytes: 10 << 30, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
     }
 }
 
@@ -263,6 +269,8 @@ pub struct Cloud {
     /// mounted, so its changes since the last version are unknown).
     pub need_base: std::sync::atomic::AtomicBool,
     pub(crate) shipper: std::sync::OnceLock<Shipper>,
+    /// The cost-optimal cleaner's thread (docs/frugal.md §5).
+    pub(crate) cleaner: std::sync::OnceLock<Background>,
     /// Where the bucket's requests are counted (the bill; None: a backend
     /// that does not count, e.g. one injected by a test).
     pub meter: Option<Arc<cairn_backend::Meter>>,
@@ -273,17 +281,18 @@ pub struct Cloud {
 }
 
 impl Cloud {
-    /// Opens the cache in front of the bucket.
-    pub fn open_cache(layout: &Layout, remote: Arc<dyn Backend>, opts: &CloudOptions) -> Result<Arc<CachedBackend>> {
+    /// Opens the cache in front of the bucket, with the policy `opts`
+    /// choose (a KD one reads the volume's request counts from `io`).
+    pub fn open_cache(layout: &Layout, remote: Arc<dyn Backend>, opts: &CloudOptions, io: Option<IoWindows>) -> Result<Arc<CachedBackend>> {
         let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block: 4 << 20, durability: opts.durability, uploaders: 2 };
-        Ok(CachedBackend::open(remote, d)?)
+        Ok(CachedBackend::with_policy(remote, d, opts.cache_policy.build(io))?)
     }
 }
 
 impl Cloud {
     /// Takes the lease (read-write opens), brings the local database up to
     /// the bucket's latest version, and opens the cache.
-    pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &crate::volume::OpenOptions) -> Result<Cloud> {
+    pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &crate::volume::OpenOptions, io: Option<IoWindows>) -> Result<Cloud> {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let dir = layout.dir.display().to_string();
         let lease = if opts.read_only { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.cloud.force, url)?) };
@@ -294,7 +303,7 @@ impl Cloud {
             e
         };
         let state = sync_down(layout, remote.as_ref(), keys, url).map_err(release)?;
-        let cache = Self::open_cache(layout, remote.clone(), &opts.cloud).map_err(release)?;
+        let cache = Self::open_cache(layout, remote.clone(), &opts.cloud, io).map_err(release)?;
         let meter = remote.meter();
         Ok(Cloud {
             need_base: std::sync::atomic::AtomicBool::new(state.dirty),
@@ -306,6 +315,7 @@ impl Cloud {
             ship_lock: parking_lot::Mutex::new(()),
             lost: std::sync::atomic::AtomicBool::new(false),
             shipper: std::sync::OnceLock::new(),
+            cleaner: std::sync::OnceLock::new(),
             meter,
             bill_saved: parking_lot::Mutex::new(std::time::Instant::now()),
             done: std::sync::atomic::AtomicBool::new(false),
@@ -319,17 +329,28 @@ impl Cloud {
             s.dirty = true;
             s.save(&vol.layout.dir)?;
         }
-        let _ = self.shipper.set(Shipper::start(vol));
+        let _ = self.shipper.set(Shipper::shipper(vol));
+        if let Some(every) = self.opts.gc_interval {
+            let _ = self.cleaner.set(crate::cleaner::background(vol, every));
+        }
         Ok(())
+    }
+
+    /// Stops the background threads (after their rounds under way).
+    fn stop_threads(&self) {
+        if let Some(c) = self.cleaner.get() {
+            c.stop();
+        }
+        if let Some(s) = self.shipper.get() {
+            s.stop();
+        }
     }
 
     /// At unmount, after the last flush: waits for every upload, ships the
     /// last version (with the bill of those uploads), marks the directory
     /// clean and gives the lease back.
     pub(crate) fn close(&self, vol: &crate::volume::Volume) -> Result<()> {
-        if let Some(s) = self.shipper.get() {
-            s.stop();
-        }
+        self.stop_threads();
         let mut last = std::time::Instant::now();
         self.cache.drain(&mut |bytes, n| {
             if last.elapsed() >= Duration::from_secs(2) {
@@ -355,9 +376,7 @@ impl Cloud {
     /// simulated crash, or a failed close).
     pub(crate) fn abandon(&self) {
         self.done.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(s) = self.shipper.get() {
-            s.stop();
-        }
+        self.stop_threads();
         self.cache.shutdown();
     }
 }
@@ -366,9 +385,7 @@ impl Drop for Cloud {
     /// A volume that failed to open gives its lease back.
     fn drop(&mut self) {
         if !self.done.load(std::sync::atomic::Ordering::SeqCst) {
-            if let Some(s) = self.shipper.get() {
-                s.stop();
-            }
+            self.stop_threads();
             self.cache.shutdown();
             if let Some(l) = &self.lease {
                 let _ = l.release(self.remote.as_ref());

@@ -18,56 +18,69 @@ const DELTA_SHARE: u64 = 4;
 /// Bases kept in the bucket, with everything after the oldest of them.
 pub const KEEP_BASES: usize = 3;
 
-/// The background thread.
-pub struct Shipper {
+/// A thread that runs a round every interval until stopped: the metadata
+/// shipper, the cleaner.
+pub struct Background {
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Shipper {
-    /// Starts shipping every `vol`'s metadata interval and renewing its lease.
-    pub(crate) fn start(vol: &Arc<Volume>) -> Shipper {
+/// The metadata shipper's thread.
+pub type Shipper = Background;
+
+impl Background {
+    /// Runs `round` every `interval` (the first after one interval) on a
+    /// thread named `name`, until stopped or until `round` returns false.
+    pub(crate) fn start(name: &str, interval: Duration, mut round: impl FnMut() -> bool + Send + 'static) -> Background {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let weak: Weak<Volume> = Arc::downgrade(vol);
         let st = stop.clone();
-        let interval = vol.cloud.as_ref().map(|c| c.opts.meta_interval).unwrap_or(Duration::from_secs(5));
         let thread = std::thread::Builder::new()
-            .name("cairn-meta-ship".into())
-            .spawn(move || {
-                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-                let mut next_renew = Instant::now() + super::lease::RENEW;
-                loop {
-                    {
-                        let mut s = st.0.lock();
-                        if !*s {
-                            st.1.wait_for(&mut s, interval);
-                        }
-                        if *s {
-                            return;
-                        }
+            .name(name.into())
+            .spawn(move || loop {
+                {
+                    let mut s = st.0.lock();
+                    if !*s {
+                        st.1.wait_for(&mut s, interval);
                     }
-                    let Some(vol) = weak.upgrade() else { return };
-                    let Some(cloud) = vol.cloud.as_ref() else { return };
-                    if Instant::now() >= next_renew {
-                        next_renew = Instant::now() + super::lease::RENEW;
-                        if let Some(l) = &cloud.lease {
-                            match l.renew(cloud.remote.as_ref()) {
-                                Ok(()) => {}
-                                Err(e) if e.kind() == ErrorKind::Busy => {
-                                    tracing::error!("{e}: this mount stops writing");
-                                    cloud.lost.store(true, Ordering::SeqCst);
-                                }
-                                Err(e) => tracing::warn!("renewing the lease failed (will retry): {e}"),
-                            }
-                        }
-                    }
-                    if let Err(e) = vol.ship_metadata(false) {
-                        tracing::warn!("shipping metadata failed (will retry): {e}");
+                    if *s {
+                        return;
                     }
                 }
+                if !round() {
+                    return;
+                }
             })
-            .expect("spawning the metadata shipper");
-        Shipper { stop, thread: Mutex::new(Some(thread)) }
+            .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
+        Background { stop, thread: Mutex::new(Some(thread)) }
+    }
+
+    /// Starts shipping every `vol`'s metadata interval and renewing its lease.
+    pub(crate) fn shipper(vol: &Arc<Volume>) -> Shipper {
+        let weak: Weak<Volume> = Arc::downgrade(vol);
+        let interval = vol.cloud.as_ref().map(|c| c.opts.meta_interval).unwrap_or(Duration::from_secs(5));
+        let mut next_renew = Instant::now() + super::lease::RENEW;
+        Background::start("cairn-meta-ship", interval, move || {
+            let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+            let Some(vol) = weak.upgrade() else { return false };
+            let Some(cloud) = vol.cloud.as_ref() else { return false };
+            if Instant::now() >= next_renew {
+                next_renew = Instant::now() + super::lease::RENEW;
+                if let Some(l) = &cloud.lease {
+                    match l.renew(cloud.remote.as_ref()) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == ErrorKind::Busy => {
+                            tracing::error!("{e}: this mount stops writing");
+                            cloud.lost.store(true, Ordering::SeqCst);
+                        }
+                        Err(e) => tracing::warn!("renewing the lease failed (will retry): {e}"),
+                    }
+                }
+            }
+            if let Err(e) = vol.ship_metadata(false) {
+                tracing::warn!("shipping metadata failed (will retry): {e}");
+            }
+            true
+        })
     }
 
     /// Stops the thread (after the round under way).
@@ -198,7 +211,16 @@ impl Volume {
                 if let Some(bad) = names.iter().find(|n| !n.starts_with("packs/")) {
                     return Err(Error::corrupt(format!("{} lists {bad:?}, which is not a pack; deleting nothing", t.name)));
                 }
-                for n in &names {
+                // A second guard: never delete what the metadata names now.
+                let named = self.meta.read(|c| {
+                    let mut st = c.prepare_cached("SELECT 1 FROM packs WHERE name=?1")?;
+                    names.iter().map(|n| Ok(st.exists([n])?)).collect::<Result<Vec<bool>>>()
+                })?;
+                for (n, named) in names.iter().zip(named) {
+                    if named {
+                        tracing::error!("{} lists pack {n}, which the metadata names: keeping it", t.name);
+                        continue;
+                    }
                     self.backend.delete(n)?;
                 }
                 cloud.remote.delete(&t.name)?;

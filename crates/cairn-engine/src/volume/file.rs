@@ -11,6 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::extent::{ExtentMap, JLoc, Source};
 use crate::journal::RecordKind;
 use crate::meta;
+use crate::trace::Event;
 use crate::types::{Attr, FileKind, Ino, Timestamp};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -383,6 +384,9 @@ impl Volume {
 
     fn write_at(&self, ino: Ino, offset: u64, data: &[u8], stamp_times: bool) -> Result<u32> {
         self.check_writable()?;
+        if let Some(w) = &self.io {
+            w.note_write();
+        }
         let end = offset.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE_SIZE);
         let Some(end) = end else {
             return Err(Error::new(ErrorKind::TooBig, "write past the largest file size"));
@@ -398,6 +402,10 @@ impl Volume {
             g.overlay_insert(offset, Piece { len: data.len() as u64, src: PieceSrc::Data(loc), seq });
             g.size = g.size.max(end);
             g.last_seq = seq;
+            // Under the file's lock: before the flush that commits it.
+            if let Some(t) = &self.trace {
+                t.record(Event::Write { ino, offset, len: data.len() as u64 });
+            }
             if stamp_times {
                 g.touch(now);
             } else {
@@ -430,6 +438,9 @@ impl Volume {
             apply_truncate(&mut g, size);
             g.last_seq = seq;
             g.touch(now);
+            if let Some(t) = &self.trace {
+                t.record(Event::Truncate { ino, size });
+            }
             return Ok(());
         }
     }
@@ -526,6 +537,9 @@ impl Volume {
     /// `read`, with or without fetching the chunks that follow ahead of
     /// time (a tar parser hopping from header to header wants none of them).
     pub(crate) fn read_with(&self, ino: Ino, offset: u64, size: u32, read_ahead: bool) -> Result<Vec<u8>> {
+        if let Some(w) = &self.io {
+            w.note_read();
+        }
         let (parts, ahead) = self.with_file(ino, |_, g| {
             let end = offset.saturating_add(size as u64).min(g.size);
             if offset >= end {
@@ -533,6 +547,9 @@ impl Volume {
             }
             let mut parts = Vec::new();
             self.plan_read(g, offset, end, &mut parts)?;
+            if let Some(t) = &self.trace {
+                t.describe_once(ino, || described(ino, g));
+            }
             // Read-ahead: the chunks just past this read, when reads go
             // through the file in order. A large request is the kernel's
             // own read-ahead at work (it reads ahead only for sequential
@@ -554,12 +571,14 @@ impl Volume {
             Ok((parts, ahead))
         })?;
         if !ahead.is_empty() {
-            self.prefetch(ahead);
+            self.prefetch(ino, ahead);
         }
         let total: u64 = parts.iter().map(|p| match p { ReadPart::Zero(l) => *l, ReadPart::Journal { len, .. } => *len, ReadPart::Chunk { len, .. } => *len }).sum();
         // Parts are in order: append them (only holes and journal bytes are
         // zero-filled first, not the whole buffer).
         let mut buf = Vec::with_capacity(total as usize);
+        // The pack cache learns which file its blocks are read for.
+        let _for = crate::cache::policy::reading_for(ino);
         for p in parts {
             match p {
                 ReadPart::Zero(l) => buf.resize(buf.len() + l as usize, 0),
@@ -574,6 +593,10 @@ impl Volume {
                     buf.extend_from_slice(src);
                 }
             }
+        }
+        // Once done, so the CHUNK records of what it fetched come first.
+        if let (Some(t), false) = (&self.trace, buf.is_empty()) {
+            t.record(Event::Read { ino, offset, len: buf.len() as u64 });
         }
         Ok(buf)
     }
@@ -647,6 +670,15 @@ impl Volume {
             Ok(())
         })
     }
+}
+
+/// The trace's PLACE records of a file's committed map (docs/trace.md).
+fn described(ino: Ino, g: &FileInner) -> Vec<Event> {
+    let extents = g.base.range(0, g.base_valid).into_iter();
+    extents.filter_map(|(at, e)| match e.src {
+        Source::Chunk(chunk) => Some(Event::Place { ino, offset: at, len: e.len, chunk, described: true }),
+        _ => None,
+    }).collect()
 }
 
 fn apply_truncate(g: &mut FileInner, size: u64) {

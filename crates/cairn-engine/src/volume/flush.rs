@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::extent::{Extent, ExtentMap, JLoc, Source};
 use crate::meta::{self, ChunkRow};
 use crate::pack::{self, BlobEntry, PackBuilder};
+use crate::trace::{self, Event};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,6 +67,9 @@ struct SealedPack {
 /// Chunks and packs produced by one round.
 pub(crate) struct Batch<'a> {
     vol: &'a Volume,
+    /// Keeps the cleaner from deleting a dead chunk this batch found by
+    /// hash before the batch commits its reference (docs/frugal.md §5).
+    _chunk_guard: super::guard::Shared<'a>,
     builder: Option<PackBuilder>,
     sealed: Vec<SealedPack>,
     /// Pack uploads under way on their own threads (at most two).
@@ -96,7 +100,7 @@ pub struct FlushReport {
 
 impl<'a> Batch<'a> {
     pub(crate) fn new(vol: &'a Volume) -> Self {
-        Batch { vol, builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0, chunks_stored: 0, old_chunks_rechunked: 0, patches: 0 }
+        Batch { vol, _chunk_guard: vol.chunk_guard.shared(), builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0, chunks_stored: 0, old_chunks_rechunked: 0, patches: 0 }
     }
 
     /// Stores chunks (deduplicated); returns their metadata ids in order.
@@ -153,9 +157,7 @@ impl<'a> Batch<'a> {
         }
         let vol = self.vol;
         let (bytes, entries) = b.finish(&vol.keys, &vol.vid);
-        let sum = vol.keys.checksum("cairn-pack-name", &bytes);
-        let hexname = hex::encode(&sum[..16]);
-        let name = format!("packs/{}/{}", &hexname[..2], hexname);
+        let name = pack::fresh_name();
         self.sealed.push(SealedPack { name: name.clone(), size: bytes.len() as u64, blobs: entries.len() as u64 });
         while self.uploads.len() >= 2 {
             join_upload(self.uploads.pop_front().expect("non-empty"))?;
@@ -183,6 +185,14 @@ impl<'a> Batch<'a> {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// The trace's records of this round's new packs and chunks
+    /// (docs/trace.md: PACK, then CHUNK).
+    fn trace_events(&self) -> impl Iterator<Item = Event> + '_ {
+        let packs = self.sealed.iter().map(|p| Event::Pack { pack: trace::pack_id(&p.name), size: p.size });
+        let chunks = self.new_chunks.iter().map(|(id, pidx, e)| Event::Chunk { chunk: *id, pack: trace::pack_id(&self.sealed[*pidx].name), offset: e.offset, len: e.stored_len as u64 });
+        packs.chain(chunks)
     }
 
     /// Inserts this round's packs and chunks into a transaction.
@@ -256,6 +266,11 @@ impl Volume {
                 chosen.push(e.value().clone());
             }
         }
+        // Files in inode order, so packs hold related files together (a
+        // directory's files, created together, have neighbouring numbers):
+        // one ranged GET of a pack then brings the files read next too
+        // (docs/frugal.md §3).
+        chosen.sort_unstable_by_key(|st| st.ino);
         let mut report = FlushReport::default();
         if !chosen.is_empty() {
             let mut batch = Batch::new(self);
@@ -605,12 +620,24 @@ impl Volume {
     /// Commits a round: packs, chunks, every file's pages, sizes and
     /// reference counts, in one transaction.
     fn commit(&self, batch: &Batch, prepared: &mut [Prepared]) -> Result<()> {
+        // The trace's PLACE records: every extent of the changed pages.
+        let mut placed = Vec::new();
         self.meta.write(|tx| {
             batch.insert_into(tx)?;
             let mut deltas: HashMap<u64, i64> = HashMap::new();
             for p in prepared.iter_mut() {
                 if meta::get_inode(tx, p.st.ino)?.is_none() {
                     continue; // deleted meanwhile: its new chunks stay unreferenced
+                }
+                if self.trace.is_some() {
+                    let ino = p.st.ino;
+                    placed.extend(p.map.changed_extents().into_iter().map(|(at, e)| {
+                        let chunk = match e.src {
+                            Source::Chunk(id) => id,
+                            _ => 0,
+                        };
+                        Event::Place { ino, offset: at, len: e.len, chunk, described: false }
+                    }));
                 }
                 let ch = p.map.take_changes();
                 let ids = meta::save_extents(tx, p.st.ino, &ch, &mut deltas)?;
@@ -622,7 +649,11 @@ impl Volume {
                 meta::update_content(tx, p.st.ino, p.size, p.map.data_bytes(), mtime, ctime, p.committed_seq)?;
             }
             meta::apply_ref_deltas(tx, &deltas)
-        })
+        })?;
+        if let Some(t) = &self.trace {
+            t.record_all(batch.trace_events().chain(placed));
+        }
+        Ok(())
     }
 
     /// Replays journal records newer than each inode's committed position.

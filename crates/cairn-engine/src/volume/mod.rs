@@ -4,6 +4,7 @@
 
 mod file;
 mod flush;
+mod guard;
 mod archive;
 mod buffers;
 mod edit;
@@ -62,6 +63,8 @@ pub struct OpenOptions {
     pub backend: Option<crate::config::InjectedBackend>,
     /// Cache, durability, shipping and lease settings of a cloud volume.
     pub cloud: crate::cloud::CloudOptions,
+    /// Record an access trace into this file (docs/trace.md).
+    pub trace: Option<std::path::PathBuf>,
 }
 
 impl Default for OpenOptions {
@@ -76,6 +79,7 @@ impl Default for OpenOptions {
             group_commit: crate::meta::GROUP_WINDOW,
             backend: None,
             cloud: Default::default(),
+            trace: None,
         }
     }
 }
@@ -123,10 +127,11 @@ pub struct Volume {
     pub(crate) windows: buffers::BufferPool,
     /// Pack builders' buffers, given back by the upload threads.
     pub(crate) pack_buffers: Arc<buffers::BufferPool>,
-    pack_names: DashMap<u64, Arc<str>>,
-    /// Where chunks live. Locations change only in gc, which runs with the
-    /// volume closed, so reads of data never need the metadata lock twice.
-    chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
+    pub(crate) pack_names: DashMap<u64, Arc<str>>,
+    /// Where chunks live. Locations change only in gc: offline, or the
+    /// cleaner inside a mount, which drops the entries of what it moved
+    /// (the old packs stay readable meanwhile, docs/frugal.md §5).
+    pub(crate) chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
     prefetching: DashMap<u64, ()>,
     pub(crate) next_chunk_id: AtomicU64,
     /// Next inode number; see [`Volume::alloc_ino`].
@@ -135,6 +140,10 @@ pub struct Volume {
     /// as of `.1` rollbacks of the metadata store.
     ino_reserved: Mutex<(u64, u64)>,
     pub(crate) flush_mutex: Mutex<()>,
+    /// Held (read side) by every [`flush::Batch`] for its life, since a batch
+    /// may hold ids of dead chunks it found by hash; the cleaner deletes
+    /// dead chunk rows only under the write side (docs/frugal.md §5).
+    pub(crate) chunk_guard: guard::ChunkGuard,
     pub(crate) signal: Arc<FlushSignal>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     pub(crate) opts: OpenOptions,
@@ -144,6 +153,11 @@ pub struct Volume {
     kernel: OnceLock<Arc<dyn KernelCache>>,
     /// Bucket, cache, lease and metadata shipping of a cloud volume.
     pub(crate) cloud: Option<crate::cloud::Cloud>,
+    /// Where the access trace goes, when one is recorded.
+    pub(crate) trace: Option<Arc<crate::trace::TraceWriter>>,
+    /// Read and write requests, counted for a KD cache policy's mode
+    /// windows (docs/frugal.md §1).
+    pub(crate) io: Option<crate::cache::IoWindows>,
     _lock: Option<File>,
 }
 
@@ -323,8 +337,16 @@ impl Volume {
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
         let mut vid = [0u8; 16];
         hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
+        let io = (crate::cloud::is_cloud_url(&settings.backend) && opts.cloud.cache_policy == crate::cache::PolicyChoice::Kd).then(crate::cache::IoWindows::new);
+        let trace = match &opts.trace {
+            Some(p) => Some(crate::trace::TraceWriter::create(p).map_err(|e| Error::os(format_args!("creating the trace {}", p.display()), &e))?),
+            None => None,
+        };
         let (backend, cloud) = if crate::cloud::is_cloud_url(&settings.backend) {
-            let c = crate::cloud::Cloud::open(&layout, &settings.backend, backend, &keys, &opts)?;
+            let c = crate::cloud::Cloud::open(&layout, &settings.backend, backend, &keys, &opts, io.clone())?;
+            if let Some(t) = &trace {
+                c.cache.set_trace(t.clone());
+            }
             // The journal is local dirty data too: within the cache's bound,
             // so an outage blocks writers once the cache is full.
             opts.journal_limit = opts.journal_limit.min(opts.cloud.cache_bytes / 4).max(4 << 20);
@@ -333,11 +355,13 @@ impl Volume {
             (backend, None)
         };
         let meta = Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit)?;
+        // A volume from before the cleaner's accrual columns gets them.
+        let altered = !opts.read_only && meta.write(meta::ensure_dead_accrual)?;
         if let Some(c) = cloud.as_ref().filter(|_| !opts.read_only) {
-            // A volume from before the bill gets its table; the table is
-            // not in the versions shipped so far (a session records rows,
-            // not tables), so the next version is a base.
-            if meta.write(meta::ensure_bill_table)? {
+            // A volume from before the bill gets its table. New tables and
+            // columns are not in the versions shipped so far (a session
+            // records rows, not schema), so the next version is a base.
+            if meta.write(meta::ensure_bill_table)? || altered {
                 c.need_base.store(true, Ordering::SeqCst);
             }
             meta.capture_changes()?;
@@ -378,6 +402,7 @@ impl Volume {
             next_ino: AtomicU64::new(next_ino),
             ino_reserved: Mutex::new((0, 0)),
             flush_mutex: Mutex::new(()),
+            chunk_guard: guard::ChunkGuard::default(),
             signal,
             flusher: Mutex::new(None),
             opts,
@@ -385,6 +410,8 @@ impl Volume {
             self_ref: OnceLock::new(),
             kernel: OnceLock::new(),
             cloud,
+            trace,
+            io,
             _lock: lock,
         });
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
@@ -632,6 +659,11 @@ impl Volume {
         // What the bill counted since it was last saved (the last version's
         // upload, the lease's release, a read-only open's requests).
         self.save_bill_residue();
+        if let Some(t) = &self.trace {
+            if let Err(e) = t.flush() {
+                tracing::warn!("writing the access trace: {e}");
+            }
+        }
         if !self.opts.read_only {
             self.meta.checkpoint()?;
         }
@@ -678,6 +710,9 @@ impl Volume {
         // The bill: a read miss, unless gc or prefetch asked.
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
         let (name, entry) = self.chunk_location(id)?;
+        if let Some(t) = &self.trace {
+            t.chunk_at(id, crate::trace::pack_id(&name), entry.offset, entry.stored_len as u64);
+        }
         let data = self
             .backend
             .get_range(&name, entry.offset, entry.stored_len as u64)
@@ -713,7 +748,7 @@ impl Volume {
 
     /// Starts fetching chunks in the background so a sequential reader
     /// finds them decoded.
-    pub(crate) fn prefetch(&self, ids: Vec<u64>) {
+    pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
         let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
         for id in ids {
             if self.cache.contains(id) || self.prefetching.insert(id, ()).is_some() {
@@ -722,6 +757,7 @@ impl Volume {
             let me = me.clone();
             rayon::spawn(move || {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
+                let _for = crate::cache::policy::reading_for(ino);
                 let _ = me.chunk(id);
                 me.prefetching.remove(&id);
             });

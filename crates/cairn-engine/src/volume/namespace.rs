@@ -306,6 +306,8 @@ impl Volume {
         })?;
         if nlink == 0 && !freed {
             self.last_name_gone(ino)?;
+        } else if let (true, Some(t)) = (freed, &self.trace) {
+            t.record(crate::trace::Event::Remove { ino });
         }
         Ok(())
     }
@@ -518,14 +520,19 @@ impl Volume {
             g.overlay.clear();
             g.dirty_bytes = 0;
         }
-        self.meta.write(|tx| {
-            let Some(row) = meta::get_inode(tx, ino)? else { return Ok(()) };
+        let freed = self.meta.write(|tx| {
+            let Some(row) = meta::get_inode(tx, ino)? else { return Ok(false) };
             if row.attr.nlink > 0 {
-                return Ok(());
+                return Ok(false);
             }
             meta::release_pages(tx, ino)?;
-            meta::delete_inode(tx, ino)
-        })
+            meta::delete_inode(tx, ino)?;
+            Ok(true)
+        })?;
+        if let (Some(t), true) = (&self.trace, freed) {
+            t.record(crate::trace::Event::Remove { ino });
+        }
+        Ok(())
     }
 
     /// Frees inodes left without names by a crash while they were open.

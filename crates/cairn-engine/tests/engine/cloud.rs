@@ -12,9 +12,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-const URL: &str = "s3://bucket/vol";
+pub(crate) const URL: &str = "s3://bucket/vol";
 
-fn init_in(dir: &Path, b: &Arc<dyn Backend>, pass: Option<&str>) {
+pub(crate) fn init_in(dir: &Path, b: &Arc<dyn Backend>, pass: Option<&str>) {
     init_cloud(
         dir,
         URL,
@@ -32,7 +32,7 @@ fn init_in(dir: &Path, b: &Arc<dyn Backend>, pass: Option<&str>) {
     .unwrap();
 }
 
-fn opts(b: &Arc<dyn Backend>, durability: Durability) -> OpenOptions {
+pub(crate) fn opts(b: &Arc<dyn Backend>, durability: Durability) -> OpenOptions {
     OpenOptions {
         backend: Some(InjectedBackend(b.clone())),
         cloud: CloudOptions { cache_bytes: 64 << 20, durability, meta_interval: Duration::from_millis(200), gc_interval: None, ..Default::default() },
@@ -40,12 +40,12 @@ fn opts(b: &Arc<dyn Backend>, durability: Durability) -> OpenOptions {
     }
 }
 
-fn open_in(dir: &Path, b: &Arc<dyn Backend>, durability: Durability) -> Arc<Volume> {
+pub(crate) fn open_in(dir: &Path, b: &Arc<dyn Backend>, durability: Durability) -> Arc<Volume> {
     cloud::attach(dir, URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
     Volume::load(dir, opts(b, durability)).unwrap()
 }
 
-fn write_tree(v: &Volume, n: u64) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn write_tree(v: &Volume, n: u64) -> Vec<(String, Vec<u8>)> {
     let d = v.mkdir(ROOT_INO, b"dir", 0o755, root()).unwrap().ino;
     (0..n)
         .map(|i| {
@@ -57,7 +57,7 @@ fn write_tree(v: &Volume, n: u64) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn lookup_path(v: &Volume, path: &str) -> Ino {
+pub(crate) fn lookup_path(v: &Volume, path: &str) -> Ino {
     let mut ino = ROOT_INO;
     for part in path.split('/') {
         ino = v.lookup(ino, part.as_bytes()).unwrap_or_else(|e| panic!("{path}: {e}")).ino;
@@ -65,7 +65,7 @@ fn lookup_path(v: &Volume, path: &str) -> Ino {
     ino
 }
 
-fn check_tree(v: &Volume, tree: &[(String, Vec<u8>)]) {
+pub(crate) fn check_tree(v: &Volume, tree: &[(String, Vec<u8>)]) {
     for (path, data) in tree {
         let ino = lookup_path(v, path);
         assert!(&read_all(v, ino) == data, "{path} differs");

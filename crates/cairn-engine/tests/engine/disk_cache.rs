@@ -1,10 +1,13 @@
 //! The disk cache and upload outbox (`cache::disk::CachedBackend`) over the
 //! test doubles: the backend contract through it, read-through in coalesced
 //! blocks, the outbox through an outage, writers blocked by a full outbox,
-//! reopen, eviction, a flaky store, and one GET for concurrent misses.
+//! reopen, eviction (LRU and the kd-tree policy), a flaky store, and one
+//! GET for concurrent misses.
 
 use cairn_backend::{conformance, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result, RetryPolicy, Retrying};
 use cairn_engine::cache::disk::{CachedBackend, DiskCacheOptions, Durability};
+use cairn_engine::cache::policy::reading_for;
+use cairn_engine::cache::{IoWindows, PolicyChoice};
 use cairn_testing::{FaultPlan, FaultyBackend, MemoryBackend};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -628,4 +631,45 @@ fn other_objects_pass_straight_through() {
     assert!(files_in(&d.path().join("data")).is_empty());
     let s = c.stats();
     assert_eq!((s.hits, s.misses, s.dirty_objects), (0, 0, 0), "{s:?}");
+}
+
+/// The same random reads of three packs, tagged with the file they are
+/// for, through a cache evicting by LRU and one evicting by Coral's
+/// kd-tree policy (with the read/write mix counted): both return the
+/// stored bytes, stay within their capacity while evicting, and name their
+/// policy in the stats.
+#[test]
+fn lru_and_kd_policies_serve_the_same_reads_within_the_bound() {
+    const B: u64 = 16 * KIB;
+    let mem = Arc::new(MemoryBackend::new());
+    let packs: Vec<(String, Vec<u8>)> = (0..3).map(|i| (format!("packs/p{i}"), bytes(20 + i, 40 * B + 123))).collect();
+    for (name, data) in &packs {
+        mem.put(name, data).unwrap();
+    }
+    for policy in [PolicyChoice::Lru, PolicyChoice::Kd] {
+        let io = IoWindows::new();
+        let d = tempfile::tempdir().unwrap();
+        let c = CachedBackend::with_policy(mem.clone(), opts(d.path(), 8 * B, B, Durability::Local), policy.build(Some(io.clone()))).unwrap();
+        let mut x = 7u64;
+        for i in 0..400u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (name, data) = &packs[(x % 3) as usize];
+            let off = (x >> 8) % data.len() as u64;
+            let len = ((x >> 32) % (3 * B)).clamp(1, data.len() as u64 - off);
+            io.note_read();
+            if i % 7 == 0 {
+                io.note_write();
+            }
+            let _for = reading_for(x % 5);
+            assert_eq!(c.get_range(name, off, len).unwrap(), range(data, off, len), "{policy:?}: read {i} of {name} at {off}+{len}");
+            let s = c.stats();
+            assert!(s.clean_bytes <= 8 * B, "{policy:?}: {s:?}");
+        }
+        let s = c.stats();
+        assert_eq!(s.policy, if policy == PolicyChoice::Lru { "lru" } else { "kd" });
+        assert!(s.evictions > 0 && s.hits > 0, "{policy:?}: {s:?}");
+        println!("{policy:?}: {} hits, {} misses, {} bytes fetched", s.hits, s.misses, s.bytes_fetched);
+    }
 }

@@ -11,3 +11,5 @@ mod patches;
 mod backends;
 mod cloud;
 mod disk_cache;
+mod trace;
+mod cleaner;

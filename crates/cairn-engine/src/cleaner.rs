@@ -1,0 +1,350 @@
+//! The cost-optimal cleaner (docs/frugal.md §5; seed 004 §3.5.3, theorem 1).
+//!
+//! A pack's dead bytes cost storage for as long as they stay; cleaning the
+//! pack (download its live chunks, upload them into a new pack, delete the
+//! old one) costs requests and transfer once. Theorem 1: the total is least
+//! when the pack is cleaned at the moment the storage its dead bytes have
+//! cost so far, C_store, reaches the cost of cleaning it, C_clean; the total
+//! is then 2·C_clean. [`plan`] prices every pack with dead bytes at a given
+//! time (a parameter, so tests run a fake clock); [`clean_due`] cleans the
+//! packs that are due, inside a mount, without stopping writers.
+
+use crate::cost::{Prices, GB, MONTH_SECS};
+use crate::error::{Error, Result};
+use crate::meta::{self, ChunkRow};
+use crate::pack::{self, BlobEntry, PackBuilder};
+use crate::volume::Volume;
+use cairn_backend::meter::{RequestKind, Subsystem};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// How long a round waits for a moment with no write batch under way
+/// before it gives up (and tries again next round).
+const GUARD_PATIENCE: Duration = Duration::from_secs(30);
+
+/// What a pack with dead bytes costs, and when cleaning it is due.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PackCost {
+    pub id: u64,
+    pub name: String,
+    pub size: u64,
+    pub dead_bytes: u64,
+    pub live_bytes: u64,
+    /// Dead byte-seconds accrued until `mark` (ns since the epoch); the
+    /// pack has held `dead_bytes` dead since.
+    pub dead_acc: f64,
+    pub mark: i64,
+    /// Ranged GETs cleaning needs (runs of live chunks not held locally).
+    pub gets: u64,
+    /// Bytes those GETs download.
+    pub download_bytes: u64,
+    /// Dollars its dead bytes have cost so far (eq. 9–10).
+    pub c_store: f64,
+    /// Dollars cleaning it costs (eq. 12).
+    pub c_clean: f64,
+    /// When C_store reaches C_clean (ns since the epoch); None if never
+    /// (storage is free).
+    pub due_at: Option<i64>,
+    /// Dollars a month its dead bytes cost while they stay.
+    pub dead_per_month: f64,
+    /// Written but not uploaded yet: not cleaned before it is.
+    pub uploading: bool,
+}
+
+impl PackCost {
+    /// Theorem 1's moment has come.
+    pub fn due(&self) -> bool {
+        !self.uploading && self.c_store >= self.c_clean
+    }
+}
+
+/// Dollars per byte-second of storage.
+fn storage_per_byte_second(p: &Prices) -> f64 {
+    p.storage_per_gb_month / GB / MONTH_SECS
+}
+
+/// Dollars to upload `bytes` as one object, as the backend would.
+fn upload_cost(p: &Prices, bytes: u64) -> f64 {
+    if bytes == 0 {
+        return 0.0;
+    }
+    let r = &p.per_1000_requests;
+    let (puts, posts) = cairn_backend::put_requests(bytes);
+    (puts as f64 * r.of(RequestKind::Put) + posts as f64 * r.of(RequestKind::Post)) / 1000.0 + bytes as f64 / GB * p.transfer_up_per_gb
+}
+
+/// The runs of live chunks of a pack (offset order): maximal sequences not
+/// broken by a dead chunk, as (first index, last index) into `chunks`.
+fn live_runs(chunks: &[ChunkRow]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, c) in chunks.iter().enumerate() {
+        if c.refs == 0 {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(r) if r.1 + 1 == i => r.1 = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    runs
+}
+
+fn run_span(chunks: &[ChunkRow], (a, b): (usize, usize)) -> (u64, u64) {
+    let start = chunks[a].offset;
+    (start, chunks[b].offset + chunks[b].stored_len as u64 - start)
+}
+
+/// Prices every pack holding dead bytes at time `now` (ns since the epoch).
+pub fn plan(vol: &Volume, now: i64, prices: &Prices) -> Result<Vec<PackCost>> {
+    plan_where(vol, now, prices, false)
+}
+
+/// [`plan`]; with `due_only`, only the packs due at `now`, without reading
+/// the chunk rows of a pack whose C_store is below the least its cleaning
+/// can cost (its live bytes' upload, known from the pack's size), so a
+/// round costs a read of the packs table, not of every chunk.
+fn plan_where(vol: &Volume, now: i64, prices: &Prices, due_only: bool) -> Result<Vec<PackCost>> {
+    let packs = vol.meta.read(meta::dead_packs)?;
+    let s = storage_per_byte_second(prices);
+    let get = prices.per_1000_requests.of(RequestKind::Get) / 1000.0;
+    let delete = prices.per_1000_requests.of(RequestKind::Delete) / 1000.0;
+    let cache = vol.cloud().map(|c| c.cache.clone());
+    let mut out = Vec::with_capacity(packs.len());
+    for p in packs {
+        let dead_secs = p.dead_acc + p.dead_bytes as f64 * ((now - p.mark).max(0) as f64 / 1e9);
+        let c_store = dead_secs * s;
+        if due_only {
+            let live = pack::blob_bytes(p.size, p.blobs, vol.keys.encrypted()).saturating_sub(p.dead_bytes);
+            if c_store < upload_cost(prices, live) + delete {
+                continue;
+            }
+        }
+        let chunks = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?;
+        let live_bytes: u64 = chunks.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
+        let (mut gets, mut download_bytes) = (0, 0);
+        for run in live_runs(&chunks) {
+            let (off, len) = run_span(&chunks, run);
+            if !cache.as_ref().is_some_and(|c| c.holds(&p.name, off, len)) {
+                gets += 1;
+                download_bytes += len;
+            }
+        }
+        let c_clean = download_bytes as f64 / GB * prices.transfer_down_per_gb + gets as f64 * get + upload_cost(prices, live_bytes) + delete;
+        let due_at = (s > 0.0).then(|| {
+            let need = (c_clean / s - p.dead_acc) / p.dead_bytes as f64; // seconds after the mark
+            p.mark.saturating_add((need.max(0.0) * 1e9).min(i64::MAX as f64 / 2.0) as i64)
+        });
+        let cost = PackCost {
+            id: p.id,
+            name: p.name.clone(),
+            size: p.size,
+            dead_bytes: p.dead_bytes,
+            live_bytes,
+            dead_acc: p.dead_acc,
+            mark: p.mark,
+            gets,
+            download_bytes,
+            c_store,
+            c_clean,
+            due_at,
+            dead_per_month: p.dead_bytes as f64 / GB * prices.storage_per_gb_month,
+            uploading: cache.as_ref().is_some_and(|c| c.is_pending(&p.name)),
+        };
+        if !due_only || cost.due() {
+            out.push(cost);
+        }
+    }
+    Ok(out)
+}
+
+/// What a cleaning round did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CleanReport {
+    /// Packs cleaned (their live chunks moved, the old objects trashed).
+    pub packs_cleaned: u64,
+    /// Packs written with the moved chunks.
+    pub packs_written: u64,
+    pub chunks_moved: u64,
+    pub bytes_moved: u64,
+    /// Dead chunk rows deleted.
+    pub chunks_dropped: u64,
+    /// Dead bytes no longer stored.
+    pub dead_bytes_freed: u64,
+    /// The round gave up: a writer revived a chunk of a pack being cleaned,
+    /// or no moment without a write batch came. Nothing changed; the next
+    /// round tries again.
+    pub gave_up: Option<String>,
+}
+
+/// One chunk copied into a new pack: (chunk id, new pack index, new offset).
+type Moved = (u64, usize, u64);
+
+/// Cleans the packs due at `now`, moving at most about `max_bytes` of live
+/// chunks (the most overdue packs first, and at least one pack).
+pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Result<CleanReport> {
+    let _who = cairn_backend::meter::tag(Subsystem::Gc);
+    vol.check_writable()?;
+    let mut due = plan_where(vol, now, prices, true)?;
+    due.sort_by(|a, b| (b.c_store - b.c_clean).total_cmp(&(a.c_store - a.c_clean)));
+    let mut budget = 0u64;
+    due.retain(|p| {
+        let take = budget == 0 || budget + p.live_bytes <= max_bytes;
+        budget += p.live_bytes;
+        take
+    });
+    let mut rep = CleanReport::default();
+    if due.is_empty() {
+        return Ok(rep);
+    }
+    // Copy the live chunks, checked, into new packs (outside every lock:
+    // writers go on meanwhile).
+    let mut builder: Option<PackBuilder> = None;
+    let mut moved: Vec<Moved> = Vec::new();
+    let mut sealed: Vec<(String, u64, u64)> = Vec::new();
+    for p in &due {
+        let chunks = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?;
+        for run in live_runs(&chunks) {
+            let (start, len) = run_span(&chunks, run);
+            let data = vol.backend.get_range(&p.name, start, len)?;
+            for c in &chunks[run.0..=run.1] {
+                let at = (c.offset - start) as usize;
+                let blob = data.get(at..at + c.stored_len as usize).ok_or_else(|| Error::corrupt(format!("pack {}: short read", p.name)))?;
+                let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
+                // Never propagate corruption into a new pack.
+                pack::decode_blob(&vol.keys, &e, blob.to_vec()).map_err(|err| Error::corrupt(format!("pack {}: chunk #{} is corrupt, not cleaning: {err}", p.name, c.id)))?;
+                let b = builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
+                let ne = b.add(c.hash, blob, c.raw_len, c.flags);
+                moved.push((c.id, sealed.len(), ne.offset));
+                rep.bytes_moved += c.stored_len as u64;
+                if b.len() as u64 >= vol.cfg.pack_target {
+                    sealed.push(crate::maintenance::upload(vol, builder.take().expect("builder"))?);
+                }
+            }
+        }
+    }
+    if let Some(b) = builder.take().filter(|b| !b.is_empty()) {
+        sealed.push(crate::maintenance::upload(vol, b)?);
+    }
+    let abandon = |why: String, rep: &mut CleanReport| -> Result<()> {
+        // The new packs are named by no metadata: plain orphans.
+        for (name, _, _) in &sealed {
+            if let Err(e) = vol.backend.delete(name) {
+                tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
+            }
+        }
+        tracing::info!("cleaning round given up: {why}");
+        rep.gave_up = Some(why);
+        Ok(())
+    };
+    // Commit while no write batch holds a chunk id it found by hash.
+    let Some(guard) = vol.chunk_guard.exclusive(GUARD_PATIENCE) else {
+        abandon("writers kept the chunk guard".into(), &mut rep)?;
+        return Ok(rep);
+    };
+    let moved_ids: HashSet<u64> = moved.iter().map(|m| m.0).collect();
+    let committed = vol.meta.write(|tx| {
+        let mut dropped = 0;
+        let mut freed = 0;
+        for p in &due {
+            for c in meta::chunks_in_pack(tx, p.id)? {
+                if c.refs > 0 && !moved_ids.contains(&c.id) {
+                    return Ok(Err(format!("chunk #{} of pack {} came back to life while the pack was being cleaned", c.id, p.name)));
+                }
+                if c.refs == 0 && !moved_ids.contains(&c.id) {
+                    freed += c.stored_len as u64;
+                }
+            }
+        }
+        // A moved chunk that died meanwhile is dead in its new pack.
+        let mut dead_in: HashMap<usize, u64> = HashMap::new();
+        for &(id, pidx, _) in &moved {
+            if let Some(c) = meta::chunk_by_id(tx, id)?.filter(|c| c.refs == 0) {
+                *dead_in.entry(pidx).or_default() += c.stored_len as u64;
+            }
+        }
+        let mut ids = Vec::with_capacity(sealed.len());
+        for (i, (name, size, blobs)) in sealed.iter().enumerate() {
+            ids.push(meta::insert_pack(tx, name, *size, *blobs, dead_in.get(&i).copied().unwrap_or(0))?);
+        }
+        for &(id, pidx, off) in &moved {
+            meta::relocate_chunk(tx, id, ids[pidx], off)?;
+        }
+        for p in &due {
+            dropped += meta::delete_pack(tx, p.id)?;
+        }
+        Ok(Ok((dropped, freed)))
+    })?;
+    let (dropped, freed) = match committed {
+        Ok(x) => x,
+        Err(why) => {
+            drop(guard);
+            abandon(why, &mut rep)?;
+            return Ok(rep);
+        }
+    };
+    // Readers that resolved a location before the commit still find the old
+    // pack (it goes to the trash below, not away); new lookups must see the
+    // new one. Under the guard, no batch can insert a pack meanwhile.
+    for &(id, _, _) in &moved {
+        vol.chunk_locs.remove(&id);
+    }
+    for p in &due {
+        vol.pack_names.remove(&p.id);
+    }
+    drop(guard);
+    rep.packs_cleaned = due.len() as u64;
+    rep.packs_written = sealed.len() as u64;
+    rep.chunks_moved = moved.len() as u64;
+    rep.chunks_dropped = dropped;
+    rep.dead_bytes_freed = freed;
+    vol.delete_objects(due.iter().map(|p| p.name.as_str()))?;
+    tracing::info!(packs = rep.packs_cleaned, moved = rep.bytes_moved, freed = rep.dead_bytes_freed, "cleaned packs whose dead bytes had cost what cleaning them costs");
+    Ok(rep)
+}
+
+/// The cleaner's thread: a round every `every` with the mount's prices,
+/// moving at most two packs' worth of live chunks a round.
+pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration) -> crate::cloud::Background {
+    let weak = std::sync::Arc::downgrade(vol);
+    crate::cloud::Background::start("cairn-cleaner", every, move || {
+        let Some(vol) = weak.upgrade() else { return false };
+        let Some(cloud) = vol.cloud() else { return false };
+        if vol.check_writable().is_err() {
+            return true; // read-only or the lease was lost: nothing to do now
+        }
+        let now = crate::types::Timestamp::now().0;
+        if let Err(e) = clean_due(&vol, now, &cloud.opts.gc_prices, 2 * vol.cfg.pack_target) {
+            tracing::warn!("cleaning round failed (will retry): {e}");
+        }
+        true
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(offset: u64, len: u32, refs: i64) -> ChunkRow {
+        ChunkRow { id: offset, hash: [0; 32], pack: 1, offset, stored_len: len, raw_len: len, flags: 0, refs }
+    }
+
+    #[test]
+    fn runs_break_at_dead_chunks() {
+        let cs = [chunk(0, 10, 1), chunk(10, 10, 2), chunk(20, 5, 0), chunk(25, 10, 1), chunk(35, 1, 0), chunk(36, 1, 0)];
+        let runs = live_runs(&cs);
+        assert_eq!(runs, vec![(0, 1), (3, 3)]);
+        assert_eq!(run_span(&cs, runs[0]), (0, 20));
+        assert_eq!(run_span(&cs, runs[1]), (25, 10));
+        assert!(live_runs(&[chunk(0, 1, 0)]).is_empty());
+    }
+
+    #[test]
+    fn uploads_are_priced_as_the_backend_sends_them() {
+        let p = Prices::aws();
+        assert_eq!(upload_cost(&p, 0), 0.0);
+        assert!((upload_cost(&p, 1 << 20) - 0.005 / 1000.0).abs() < 1e-12);
+        // 64 MiB: create + complete (POST) and 8 parts (PUT).
+        assert!((upload_cost(&p, 64 << 20) - 10.0 * 0.005 / 1000.0).abs() < 1e-12);
+    }
+}

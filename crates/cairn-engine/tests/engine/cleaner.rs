@@ -1,0 +1,206 @@
+//! The cost-optimal cleaner (docs/frugal.md §5): due exactly when theorem 1
+//! says (a fake clock: `now` is a parameter), and never losing a chunk to
+//! writers that deduplicate against the chunks it is deleting.
+
+use crate::cloud::{init_in, open_in, opts};
+use crate::common::*;
+use cairn_backend::Backend;
+use cairn_engine::cache::disk::Durability;
+use cairn_engine::cleaner::{self, PackCost};
+use cairn_engine::cost::{Prices, GB, MONTH_SECS};
+use cairn_engine::*;
+use cairn_testing::MemoryBackend;
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Round prices so the hand computation below reads plainly.
+fn prices() -> Prices {
+    let mut p = Prices::aws();
+    p.storage_per_gb_month = 1.0;
+    p
+}
+
+const SEC: i64 = 1_000_000_000;
+
+fn the_pack(v: &Volume, now: i64) -> PackCost {
+    let plan = cleaner::plan(v, now, &prices()).unwrap();
+    assert_eq!(plan.len(), 1, "one pack holds dead bytes: {plan:?}");
+    plan.into_iter().next().unwrap()
+}
+
+fn fsck_clean(v: &Volume) {
+    let rep = maintenance::fsck(v, true, &maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
+}
+
+/// C_store = dead bytes × seconds × price; C_clean = download + GETs + the
+/// new pack's PUT. Not due a second before they meet, due a second after;
+/// a machine whose cache holds the pack pays no download, so it is due
+/// sooner there; the cleaning itself keeps every byte.
+#[test]
+fn cleaning_is_due_exactly_when_theorem_1_says() {
+    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let a = tempfile::tempdir().unwrap();
+    init_in(a.path(), &bucket, None);
+    let v = open_in(a.path(), &bucket, Durability::Local);
+    let (da, db) = (random_bytes(1, 300_000), random_bytes(2, 200_000));
+    mkfile(&v, ROOT_INO, "a", &da);
+    let b = mkfile(&v, ROOT_INO, "b", &db);
+    v.flush_now().unwrap();
+    v.unlink(ROOT_INO, b"a").unwrap();
+    v.sync().unwrap();
+    let stats = maintenance::stats(&v).unwrap();
+    let here = the_pack(&v, 0);
+    assert_eq!(here.dead_bytes, stats.dead_bytes);
+    assert_eq!(here.live_bytes, stats.live_stored_bytes);
+    assert!(here.dead_bytes >= 300_000 && here.live_bytes >= 200_000, "{here:?}");
+    assert_eq!((here.gets, here.download_bytes), (0, 0), "the writer's cache holds its pack: cleaning downloads nothing");
+    v.close().unwrap();
+    drop(v);
+
+    // Another machine: an empty cache, so cleaning downloads the live run.
+    let c = tempfile::tempdir().unwrap();
+    let v = open_in(c.path(), &bucket, Durability::Local);
+    let p = the_pack(&v, 0);
+    assert_eq!((p.gets, p.download_bytes), (1, p.live_bytes), "one run of live chunks after the dead one: {p:?}");
+    // Byte-seconds accrued before the last death (the new pack's chunks
+    // count dead from its insert to their references in the same commit).
+    assert!(p.dead_acc < 1e4, "{p:?}");
+    let per_byte_second = 1.0 / GB / MONTH_SECS;
+    let c_clean = p.live_bytes as f64 / GB * 0.09 + 0.0004 / 1000.0 + 0.005 / 1000.0;
+    let tau = p.mark + ((c_clean / per_byte_second - p.dead_acc) / p.dead_bytes as f64 * 1e9) as i64;
+    assert!((p.c_clean - c_clean).abs() < 1e-12, "C_clean {} vs {c_clean} by hand", p.c_clean);
+    assert!((p.due_at.unwrap() - tau).abs() < 1_000_000, "due at {} vs {tau} by hand", p.due_at.unwrap());
+    assert!(here.due_at.unwrap() < tau, "a cached pack is due sooner");
+    let before = the_pack(&v, tau - SEC);
+    assert!(!before.due(), "due a second early: C_store {} < C_clean {}", before.c_store, before.c_clean);
+    assert!(the_pack(&v, tau + SEC).due());
+
+    let r = cleaner::clean_due(&v, tau - SEC, &prices(), u64::MAX).unwrap();
+    assert_eq!(r.packs_cleaned, 0, "{r:?}");
+    let r = cleaner::clean_due(&v, tau + SEC, &prices(), u64::MAX).unwrap();
+    assert_eq!((r.packs_cleaned, r.packs_written, r.gave_up.as_deref()), (1, 1, None), "{r:?}");
+    assert_eq!(r.dead_bytes_freed, p.dead_bytes);
+    assert!(cleaner::plan(&v, tau + SEC, &prices()).unwrap().is_empty(), "no dead bytes left");
+    assert_eq!(read_all(&v, b), db);
+    fsck_clean(&v);
+    v.close().unwrap();
+    drop(v);
+    // The move shipped with the metadata: a third machine reads it.
+    let d = tempfile::tempdir().unwrap();
+    let v = open_in(d.path(), &bucket, Durability::Local);
+    assert_eq!(read_all(&v, v.lookup(ROOT_INO, b"b").unwrap().ino), db);
+    fsck_clean(&v);
+    v.close().unwrap();
+}
+
+/// A pack nobody references costs nothing to clean (a DELETE): due at once.
+#[test]
+fn a_wholly_dead_pack_is_due_at_once() {
+    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let a = tempfile::tempdir().unwrap();
+    init_in(a.path(), &bucket, None);
+    let v = open_in(a.path(), &bucket, Durability::Local);
+    mkfile(&v, ROOT_INO, "a", &random_bytes(3, 100_000));
+    v.flush_now().unwrap();
+    v.unlink(ROOT_INO, b"a").unwrap();
+    v.sync().unwrap();
+    let p = the_pack(&v, 0);
+    assert_eq!((p.live_bytes, p.c_clean), (0, 0.0));
+    assert!(the_pack(&v, p.mark).due());
+    let r = cleaner::clean_due(&v, p.mark, &prices(), u64::MAX).unwrap();
+    assert_eq!((r.packs_cleaned, r.packs_written, r.chunks_moved), (1, 0, 0), "{r:?}");
+    assert_eq!(maintenance::stats(&v).unwrap().packs, 0);
+    fsck_clean(&v);
+    v.close().unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Writers replace and delete files whose contents come from a few
+    /// blobs, so their chunks die and come back by deduplication, while a
+    /// cleaner thread cleans every pack with dead bytes as fast as it can.
+    /// Every file matches the model afterwards, and fsck reads every chunk.
+    #[test]
+    fn cleaning_races_writers_without_losing_a_chunk(ops in proptest::collection::vec((any::<bool>(), 0usize..5, 0usize..4), 15..35)) {
+        let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let dir = tempfile::tempdir().unwrap();
+        init_in(dir.path(), &bucket, None);
+        let mut o = opts(&bucket, Durability::Local);
+        o.cloud.meta_interval = std::time::Duration::from_secs(3600);
+        let v = Volume::load(dir.path(), o).unwrap();
+        let blobs: Vec<Vec<u8>> = (0..4).map(|i| random_bytes(100 + i, 120_000)).collect();
+        let mut model: HashMap<usize, Vec<u8>> = HashMap::new();
+        let stop = AtomicBool::new(false);
+        let (rounds, races) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::SeqCst) {
+                    // Far in the future: every pack with dead bytes is due.
+                    let r = cleaner::clean_due(&v, i64::MAX / 4, &Prices::aws(), 4 << 20).unwrap();
+                    rounds.fetch_add(r.packs_cleaned, Ordering::SeqCst);
+                    races.fetch_add(r.gave_up.is_some() as u64, Ordering::SeqCst);
+                }
+            });
+            for (i, &(write, slot, blob)) in ops.iter().enumerate() {
+                let name = format!("f{slot}");
+                if model.remove(&slot).is_some() {
+                    v.unlink(ROOT_INO, name.as_bytes()).unwrap();
+                }
+                if write {
+                    // A blob, sometimes with a few bytes of its own in front
+                    // (the same chunks after the first boundary).
+                    let mut data = if i % 3 == 0 { random_bytes(1000 + i as u64, 50) } else { Vec::new() };
+                    data.extend_from_slice(&blobs[blob]);
+                    mkfile(&v, ROOT_INO, &name, &data);
+                    model.insert(slot, data);
+                }
+                v.flush_now().unwrap();
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        v.sync().unwrap();
+        for (slot, data) in &model {
+            let ino = v.lookup(ROOT_INO, format!("f{slot}").as_bytes()).unwrap().ino;
+            prop_assert!(&read_all(&v, ino) == data, "f{} differs after {} packs cleaned, {} rounds given up", slot, rounds.load(Ordering::SeqCst), races.load(Ordering::SeqCst));
+        }
+        fsck_clean(&v);
+        // A last round with no writer cleans everything left.
+        let r = cleaner::clean_due(&v, i64::MAX / 4, &Prices::aws(), u64::MAX).unwrap();
+        prop_assert!(r.gave_up.is_none(), "{:?}", r);
+        prop_assert_eq!(maintenance::stats(&v).unwrap().dead_bytes, 0);
+        fsck_clean(&v);
+        v.close().unwrap();
+    }
+}
+
+/// The mount's own cleaner thread: a wholly dead pack is trashed within a
+/// few intervals, with no call from outside.
+#[test]
+fn the_mount_cleans_by_itself() {
+    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let a = tempfile::tempdir().unwrap();
+    init_in(a.path(), &bucket, None);
+    let mut o = opts(&bucket, Durability::Local);
+    o.cloud.gc_interval = Some(std::time::Duration::from_millis(100));
+    let v = Volume::load(a.path(), o).unwrap();
+    let keep = random_bytes(5, 50_000);
+    let b = mkfile(&v, ROOT_INO, "keep", &keep);
+    v.flush_now().unwrap();
+    mkfile(&v, ROOT_INO, "gone", &random_bytes(6, 100_000));
+    v.flush_now().unwrap();
+    v.unlink(ROOT_INO, b"gone").unwrap();
+    v.sync().unwrap();
+    assert!(maintenance::stats(&v).unwrap().dead_bytes >= 100_000);
+    let t0 = std::time::Instant::now();
+    while maintenance::stats(&v).unwrap().dead_bytes > 0 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "the cleaner never cleaned: {:?}", cleaner::plan(&v, 0, &Prices::aws()));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(read_all(&v, b), keep);
+    fsck_clean(&v);
+    v.close().unwrap();
+}

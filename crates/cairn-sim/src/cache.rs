@@ -1,0 +1,339 @@
+//! A simulated cache: fetch units under a [`CachePolicy`], bounded in
+//! bytes, counting reads, hits, GETs and bytes fetched. It replays a
+//! layout's operations in batches (several caches replay one batch at once
+//! on their own threads).
+
+use crate::layout::Unit;
+use crate::model::Io;
+use cairn_engine::cache::kd::{IoWindows, KdPolicy, Metric};
+use cairn_engine::cache::{CachePolicy, Lru};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// The policies the simulator knows, by name: LRU, Coral's kd-tree, and
+/// the kd-tree on t_i, t_b or h alone (seed 004, fig. 12–13).
+pub const POLICIES: [&str; 5] = ["lru", "kd", "ti", "tb", "h"];
+
+/// A policy, and the read/write counts it watches (KD's windows), which
+/// the replay bumps as the trace's file requests go by.
+pub(crate) struct Policy {
+    pub policy: Box<dyn CachePolicy>,
+    pub windows: Option<IoWindows>,
+}
+
+impl Policy {
+    /// The policy named `name` (one of [`POLICIES`]).
+    pub fn named(name: &str) -> Option<Policy> {
+        let kd = |p: KdPolicy| {
+            let w = IoWindows::new();
+            Policy {
+                policy: Box::new(p.with_windows(w.clone())),
+                windows: Some(w),
+            }
+        };
+        Some(match name {
+            "lru" => Policy {
+                policy: Box::new(Lru::new()),
+                windows: None,
+            },
+            "kd" => kd(KdPolicy::new()),
+            "ti" => kd(KdPolicy::single(Metric::Inode)),
+            "tb" => kd(KdPolicy::single(Metric::Block)),
+            "h" => kd(KdPolicy::single(Metric::Hotness)),
+            _ => return None,
+        })
+    }
+
+    pub fn note(&self, io: Io) {
+        if let Some(w) = &self.windows {
+            match io {
+                Io::Read => w.note_read(),
+                Io::Write => w.note_write(),
+            }
+        }
+    }
+}
+
+/// One thing a cache replays.
+pub(crate) enum Op {
+    /// A file request went by (KD's windows count it).
+    Io(Io),
+    /// A read of file `group` needing `units` of the batch (sorted by
+    /// place); `local`: it also read bytes that need no fetch.
+    Read {
+        group: u64,
+        local: bool,
+        units: Range<usize>,
+    },
+    /// A write of file `group` (0: none) stored `units`.
+    Admit { group: u64, units: Range<usize> },
+}
+
+/// Operations and the units they name.
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub ops: Vec<Op>,
+    pub units: Vec<Unit>,
+}
+
+impl Batch {
+    /// Adds an operation over `units`.
+    pub fn push(&mut self, units: &[Unit], op: impl FnOnce(Range<usize>) -> Op) {
+        let at = self.units.len();
+        self.units.extend_from_slice(units);
+        self.ops.push(op(at..self.units.len()));
+    }
+
+    pub fn clear(&mut self) {
+        self.ops.clear();
+        self.units.clear();
+    }
+}
+
+/// What a cache did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Reads of stored data.
+    pub reads: u64,
+    /// Reads that needed no GET.
+    pub hits: u64,
+    /// Ranged GETs: one per run of adjacent missing units.
+    pub gets: u64,
+    pub bytes_down: u64,
+    pub evictions: u64,
+}
+
+/// A cache of units (see the module docs).
+pub(crate) struct SimCache {
+    policy: Policy,
+    capacity: u64,
+    /// Key → bytes of the units held.
+    held: HashMap<u64, u64>,
+    bytes: u64,
+    missing: Vec<Unit>,
+    pub counts: Counts,
+}
+
+impl SimCache {
+    pub fn new(policy: Policy, capacity: u64) -> SimCache {
+        SimCache {
+            policy,
+            capacity,
+            held: HashMap::new(),
+            bytes: 0,
+            missing: Vec::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    pub fn run(&mut self, b: &Batch) {
+        for op in &b.ops {
+            match op {
+                Op::Io(io) => self.policy.note(*io),
+                Op::Read {
+                    group,
+                    local,
+                    units,
+                } => self.read(&b.units[units.clone()], *group, *local),
+                Op::Admit { group, units } => self.admit(&b.units[units.clone()], *group),
+            }
+        }
+    }
+
+    fn touch(&mut self, key: u64, group: u64) {
+        self.policy.policy.accessed(key);
+        if group != 0 {
+            self.policy.policy.grouped(key, group);
+        }
+    }
+
+    fn insert(&mut self, u: &Unit, group: u64) {
+        self.held.insert(u.key, u.len);
+        self.bytes += u.len;
+        self.policy.policy.admitted(u.key, u.len);
+        if group != 0 {
+            self.policy.policy.grouped(u.key, group);
+        }
+    }
+
+    fn read(&mut self, units: &[Unit], group: u64, local: bool) {
+        if units.is_empty() && !local {
+            return;
+        }
+        self.counts.reads += 1;
+        let mut missing = std::mem::take(&mut self.missing);
+        missing.clear();
+        for u in units {
+            if self.held.contains_key(&u.key) {
+                self.touch(u.key, group);
+            } else {
+                missing.push(*u);
+            }
+        }
+        if missing.is_empty() {
+            self.counts.hits += 1;
+        }
+        let mut prev: Option<&Unit> = None;
+        for u in &missing {
+            if !prev.is_some_and(|p| p.obj == u.obj && p.start + p.len == u.start) {
+                self.counts.gets += 1;
+            }
+            self.counts.bytes_down += u.len;
+            prev = Some(u);
+        }
+        for u in &missing {
+            self.insert(u, group);
+        }
+        self.missing = missing;
+        self.evict();
+    }
+
+    fn admit(&mut self, units: &[Unit], group: u64) {
+        for u in units {
+            if self.held.contains_key(&u.key) {
+                self.touch(u.key, group);
+            } else {
+                self.insert(u, group);
+            }
+        }
+        self.evict();
+    }
+
+    fn evict(&mut self) {
+        while self.bytes > self.capacity {
+            let Some(v) = self.policy.policy.victim() else {
+                break;
+            };
+            self.policy.policy.removed(v);
+            if let Some(n) = self.held.remove(&v) {
+                self.bytes -= n;
+                self.counts.evictions += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Unit `k` of object `obj`, at k*10, 10 bytes.
+    fn u(obj: u64, k: u64) -> Unit {
+        Unit {
+            key: obj * 100 + k,
+            obj,
+            start: k * 10,
+            len: 10,
+        }
+    }
+
+    fn read(c: &mut SimCache, units: &[Unit]) {
+        let mut b = Batch::default();
+        b.push(units, |r| Op::Read {
+            group: 1,
+            local: false,
+            units: r,
+        });
+        c.run(&b);
+    }
+
+    /// LRU over three 10-byte units, by hand: A B C A D B E A.
+    /// A miss, B miss, C miss, A hit (order B C A), D miss evicts B
+    /// (C A D), B miss evicts C (A D B), E miss evicts A (D B E), A miss.
+    #[test]
+    fn lru_hits_by_hand() {
+        let mut c = SimCache::new(Policy::named("lru").unwrap(), 30);
+        let [a, b, cc, d, e] = [u(1, 0), u(2, 0), u(3, 0), u(4, 0), u(5, 0)];
+        for x in [a, b, cc, a, d, b, e, a] {
+            read(&mut c, &[x]);
+        }
+        assert_eq!(
+            c.counts,
+            Counts {
+                reads: 8,
+                hits: 1,
+                gets: 7,
+                bytes_down: 70,
+                evictions: 4
+            }
+        );
+    }
+
+    /// Missing units of one object coalesce into one GET per adjacent run;
+    /// a read of held units and local bytes is a hit.
+    #[test]
+    fn gets_per_run_of_adjacent_missing_units() {
+        let mut c = SimCache::new(Policy::named("lru").unwrap(), 1000);
+        read(&mut c, &[u(1, 2)]);
+        // 0 1 _ 3 of object 1 and 0 of object 2: runs [0,1], [3], [obj 2].
+        read(&mut c, &[u(1, 0), u(1, 1), u(1, 2), u(1, 3), u(2, 0)]);
+        assert_eq!(
+            (
+                c.counts.reads,
+                c.counts.hits,
+                c.counts.gets,
+                c.counts.bytes_down
+            ),
+            (2, 0, 4, 50)
+        );
+        let mut b = Batch::default();
+        b.push(&[u(1, 3)], |r| Op::Read {
+            group: 1,
+            local: true,
+            units: r,
+        });
+        b.push(&[], |r| Op::Read {
+            group: 1,
+            local: true,
+            units: r,
+        });
+        b.push(&[], |r| Op::Read {
+            group: 1,
+            local: false,
+            units: r,
+        });
+        c.run(&b);
+        assert_eq!(
+            (c.counts.reads, c.counts.hits),
+            (4, 2),
+            "an empty read without local bytes is not counted"
+        );
+    }
+
+    /// Written units are cached; a write larger than the cache leaves it
+    /// within its bound.
+    #[test]
+    fn writes_are_cached_within_the_bound() {
+        let mut c = SimCache::new(Policy::named("lru").unwrap(), 25);
+        let mut b = Batch::default();
+        b.push(&[u(1, 0), u(1, 1), u(1, 2)], |r| Op::Admit {
+            group: 0,
+            units: r,
+        });
+        c.run(&b);
+        assert_eq!((c.bytes, c.counts.evictions), (20, 1));
+        read(&mut c, &[u(1, 1), u(1, 2)]);
+        assert_eq!(c.counts.hits, 1);
+    }
+
+    #[test]
+    fn every_named_policy_runs() {
+        for name in POLICIES {
+            let mut c = SimCache::new(Policy::named(name).unwrap(), 50);
+            let mut b = Batch::default();
+            for i in 0..200u64 {
+                b.ops
+                    .push(Op::Io(if i % 3 == 0 { Io::Write } else { Io::Read }));
+                b.push(&[u(i % 17, i % 5)], |r| Op::Read {
+                    group: i % 4 + 1,
+                    local: false,
+                    units: r,
+                });
+            }
+            c.run(&b);
+            assert!(c.bytes <= 50 && c.counts.reads == 200, "{name}");
+        }
+        assert!(Policy::named("mru").is_none());
+    }
+}

@@ -1,0 +1,366 @@
+//! How each layout (docs/frugal.md §4) turns what a record did into fetch
+//! units (what its cache holds, what its GETs fetch) and uploads (its PUTs
+//! and stored bytes):
+//!
+//! - `cairn`: the recorded placement; a unit is a 4 MiB block of a pack,
+//!   as the live disk cache fetches; each pack is PUT once, as the S3
+//!   backend sends it (multipart from 16 MiB).
+//! - `cairn-segment`: the recorded placement; a unit is a segment, the run
+//!   of one file's chunks that lie next to each other in one pack.
+//! - `bluesky`: every write appended to a log in request order (no dedup,
+//!   no compression), sealed into 4 MiB objects, one PUT each; a unit is a
+//!   32 KiB block of an object.
+//!
+//! Every layout caches what it writes as it writes it.
+
+use crate::model::{Model, Step};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+
+/// The cache unit of the `cairn` layout: the live disk cache's block.
+pub const PACK_BLOCK: u64 = cairn_engine::cache::disk::DEFAULT_BLOCK;
+/// The cache unit of the `bluesky` layout.
+pub const LOG_BLOCK: u64 = 32 << 10;
+
+/// A fetch unit: bytes `[start, start+len)` of object `obj`, cached as `key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unit {
+    pub key: u64,
+    pub obj: u64,
+    pub start: u64,
+    pub len: u64,
+}
+
+/// A layout (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(into = "&'static str")]
+pub enum LayoutKind {
+    Cairn,
+    CairnSegment,
+    BlueSky,
+}
+
+impl LayoutKind {
+    pub const ALL: [LayoutKind; 3] = [
+        LayoutKind::Cairn,
+        LayoutKind::CairnSegment,
+        LayoutKind::BlueSky,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LayoutKind::Cairn => "cairn",
+            LayoutKind::CairnSegment => "cairn-segment",
+            LayoutKind::BlueSky => "bluesky",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LayoutKind> {
+        LayoutKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+impl From<LayoutKind> for &'static str {
+    fn from(k: LayoutKind) -> Self {
+        k.name()
+    }
+}
+
+/// What the whole trace tells about packs, which the cairn layouts need
+/// from the first record on (gathered by a first pass).
+#[derive(Default)]
+pub(crate) struct Packs {
+    /// Pack id → size (as recorded, else the end of its last chunk).
+    pub sizes: HashMap<u64, u64>,
+    /// Packs uploaded during the trace.
+    pub new: HashSet<u64>,
+    /// Pack id → its segments as (start, end), sorted.
+    pub segments: HashMap<u64, Vec<(u64, u64)>>,
+}
+
+impl Packs {
+    /// Cuts each pack into segments: runs of chunks next to each other (in
+    /// offset order) that belong to one file, the first to place them.
+    /// `chunks`: (pack, offset, len, owner) of every chunk location.
+    pub fn segment(&mut self, mut chunks: Vec<(u64, u64, u64, u64)>) {
+        chunks.sort_unstable();
+        // Pack → (start, end, owner) of its segments so far.
+        let mut runs: HashMap<u64, Vec<(u64, u64, u64)>> = HashMap::new();
+        for (pack, off, len, owner) in chunks {
+            let segs = runs.entry(pack).or_default();
+            match segs.last_mut() {
+                Some((_, end, o)) if *o == owner => *end = (*end).max(off + len),
+                _ => segs.push((off, off + len, owner)),
+            }
+        }
+        self.segments = runs
+            .into_iter()
+            .map(|(p, v)| (p, v.into_iter().map(|(s, e, _)| (s, e)).collect()))
+            .collect();
+    }
+}
+
+/// What a layout stored in the bucket (the same whatever its cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Uploads {
+    pub puts: u64,
+    /// Multipart creations and completions.
+    pub posts: u64,
+    pub bytes_up: u64,
+    /// Stored byte-seconds over the trace's duration.
+    pub byte_seconds: f64,
+}
+
+/// One layout's bookkeeping during a replay.
+pub(crate) struct Layout {
+    pub kind: LayoutKind,
+    /// (object, start) → the unit's cache key.
+    keys: HashMap<(u64, u64), u64>,
+    up: Uploads,
+    /// The trace's end (ns): objects are stored until then.
+    end: u64,
+    /// Packs read that the trace did not see uploaded: stored throughout.
+    older: HashSet<u64>,
+}
+
+impl Layout {
+    pub fn new(kind: LayoutKind, end: u64) -> Layout {
+        Layout {
+            kind,
+            keys: HashMap::new(),
+            up: Uploads::default(),
+            end,
+            older: HashSet::new(),
+        }
+    }
+
+    fn unit(&mut self, obj: u64, start: u64, len: u64) -> Unit {
+        let next = self.keys.len() as u64;
+        let key = *self.keys.entry((obj, start)).or_insert(next);
+        Unit {
+            key,
+            obj,
+            start,
+            len,
+        }
+    }
+
+    /// The units of `[off, off+len)` of an object of `size` bytes cut into
+    /// blocks of `block`.
+    fn blocks(&mut self, obj: u64, off: u64, len: u64, size: u64, block: u64, out: &mut Vec<Unit>) {
+        if len == 0 {
+            return;
+        }
+        for idx in off / block..=(off + len - 1) / block {
+            let start = idx * block;
+            let n = block.min(size.saturating_sub(start));
+            if n > 0 {
+                out.push(self.unit(obj, start, n));
+            }
+        }
+    }
+
+    /// The units holding a stored chunk (pack, offset, len).
+    fn chunk_units(
+        &mut self,
+        (pack, off, len): (u64, u64, u64),
+        packs: &Packs,
+        out: &mut Vec<Unit>,
+    ) {
+        match self.kind {
+            LayoutKind::Cairn => {
+                let size = packs.sizes.get(&pack).copied().unwrap_or(off + len);
+                self.blocks(pack, off, len, size, PACK_BLOCK, out);
+            }
+            LayoutKind::CairnSegment => {
+                let seg = packs.segments.get(&pack).and_then(|segs| {
+                    let i = segs.partition_point(|&(s, _)| s <= off);
+                    segs[..i].last().filter(|&&(_, e)| e > off)
+                });
+                let (s, e) = seg.copied().unwrap_or((off, off + len));
+                out.push(self.unit(pack, s, e - s));
+            }
+            LayoutKind::BlueSky => {}
+        }
+    }
+
+    /// The units a read needs, sorted by place; true if it also read bytes
+    /// that need no fetch (Cairn's journal).
+    pub fn read_units(&mut self, s: &Step, packs: &Packs, out: &mut Vec<Unit>) -> bool {
+        out.clear();
+        let local = match self.kind {
+            LayoutKind::BlueSky => {
+                for &(obj, off, len) in &s.log_reads {
+                    self.blocks(obj, off, len, u64::MAX, LOG_BLOCK, out);
+                }
+                false
+            }
+            _ => {
+                for &c in &s.chunk_reads {
+                    if !packs.new.contains(&c.0) {
+                        self.older.insert(c.0);
+                    }
+                    self.chunk_units(c, packs, out);
+                }
+                s.journal_read
+            }
+        };
+        sort_units(out);
+        local
+    }
+
+    /// The units a step stored (cached as written), sorted by place.
+    pub fn write_units(&mut self, s: &Step, packs: &Packs, out: &mut Vec<Unit>) {
+        out.clear();
+        match (self.kind, s.pack) {
+            (LayoutKind::BlueSky, _) => {
+                for &(obj, off, len) in &s.log_writes {
+                    self.blocks(obj, off, len, u64::MAX, LOG_BLOCK, out);
+                }
+            }
+            (_, Some((pack, size))) => self.pack_units(pack, size, packs, out),
+            (_, None) => {}
+        }
+        sort_units(out);
+    }
+
+    /// Every unit of a new pack of `size` bytes.
+    pub fn pack_units(&mut self, pack: u64, size: u64, packs: &Packs, out: &mut Vec<Unit>) {
+        match (self.kind, packs.segments.get(&pack)) {
+            (LayoutKind::Cairn, _) => self.blocks(pack, 0, size, size, PACK_BLOCK, out),
+            (LayoutKind::CairnSegment, Some(segs)) => {
+                for &(s, e) in segs {
+                    out.push(self.unit(pack, s, e - s));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The objects a step uploaded at `time`.
+    pub fn uploaded(&mut self, s: &Step, time: u64) {
+        match (self.kind, s.pack) {
+            (LayoutKind::BlueSky, _) => {
+                for &(_, size) in &s.sealed {
+                    self.upload(size, time);
+                }
+            }
+            (_, Some((_, size))) => self.upload(size, time),
+            (_, None) => {}
+        }
+    }
+
+    /// The units holding one stored chunk, for the data set.
+    pub fn units_of_chunk(&mut self, chunk: (u64, u64, u64), packs: &Packs, out: &mut Vec<Unit>) {
+        out.clear();
+        self.chunk_units(chunk, packs, out);
+    }
+
+    /// A PUT of `size` bytes at `time`, stored until the end.
+    fn upload(&mut self, size: u64, time: u64) {
+        let (puts, posts) = cairn_backend::put_requests(size);
+        self.up.puts += puts;
+        self.up.posts += posts;
+        self.up.bytes_up += size;
+        self.up.byte_seconds += size as f64 * self.end.saturating_sub(time) as f64 / 1e9;
+    }
+
+    /// What the layout uploaded and stored, once the trace is over: the
+    /// log's last object goes up at the end; data older than the trace is
+    /// stored throughout.
+    pub fn finish(&mut self, model: &Model, packs: &Packs) -> Uploads {
+        let secs = self.end as f64 / 1e9;
+        match self.kind {
+            LayoutKind::BlueSky => {
+                if let Some((_, size)) = model.log.open_object() {
+                    self.upload(size, self.end);
+                }
+                self.up.byte_seconds += model.prior.bytes as f64 * secs;
+            }
+            _ => {
+                let older: u64 = self
+                    .older
+                    .iter()
+                    .map(|p| packs.sizes.get(p).copied().unwrap_or(0))
+                    .sum();
+                self.up.byte_seconds += older as f64 * secs;
+            }
+        }
+        self.up
+    }
+}
+
+/// Sorts units by place and drops repeats, so that runs of adjacent ones
+/// are next to each other.
+fn sort_units(v: &mut Vec<Unit>) {
+    v.sort_unstable_by_key(|u| (u.obj, u.start));
+    v.dedup_by_key(|u| u.key);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_runs_of_one_files_chunks() {
+        let mut p = Packs::default();
+        // Pack 1: file 5's chunks at 24 and 124, file 6's at 224, file 5's
+        // again at 324 (a later round), then an unplaced chunk.
+        p.segment(vec![
+            (1, 224, 100, 6),
+            (1, 24, 100, 5),
+            (1, 124, 100, 5),
+            (1, 324, 50, 5),
+            (1, 374, 10, 0),
+            (1, 24, 100, 5),
+        ]);
+        assert_eq!(
+            p.segments[&1],
+            vec![(24, 224), (224, 324), (324, 374), (374, 384)]
+        );
+        let mut l = Layout::new(LayoutKind::CairnSegment, 0);
+        let mut out = Vec::new();
+        l.units_of_chunk((1, 124, 100), &p, &mut out);
+        assert_eq!((out[0].start, out[0].len), (24, 200));
+        l.units_of_chunk((1, 24, 100), &p, &mut out);
+        assert_eq!(out[0].key, 0, "one key per segment");
+    }
+
+    #[test]
+    fn blocks_of_packs_and_puts_of_packs() {
+        let mb = 1 << 20;
+        let mut p = Packs::default();
+        p.sizes.insert(9, 10 * mb);
+        let mut l = Layout::new(LayoutKind::Cairn, 2_000_000_000);
+        let mut out = Vec::new();
+        // A chunk across the first block boundary: blocks 0 and 1.
+        l.units_of_chunk((9, 4 * mb - 10, 20), &p, &mut out);
+        assert_eq!(
+            out.iter().map(|u| (u.start, u.len)).collect::<Vec<_>>(),
+            vec![(0, 4 * mb), (4 * mb, 4 * mb)]
+        );
+        // Writing the pack caches its three blocks (the last one short).
+        let s = Step {
+            pack: Some((9, 10 * mb)),
+            ..Step::default()
+        };
+        l.write_units(&s, &p, &mut out);
+        l.uploaded(&s, 1_000_000_000);
+        assert_eq!(
+            out.iter().map(|u| u.len).collect::<Vec<_>>(),
+            vec![4 * mb, 4 * mb, 2 * mb]
+        );
+        // 10 MiB goes up in one PUT; 64 MiB in a multipart upload of 8 parts.
+        l.uploaded(
+            &Step {
+                pack: Some((10, 64 * mb)),
+                ..Step::default()
+            },
+            2_000_000_000,
+        );
+        let up = l.finish(&Model::new(), &p);
+        assert_eq!((up.puts, up.posts, up.bytes_up), (1 + 8, 2, 74 * mb));
+        // 10 MiB stored for the last second, the 64 MiB for none.
+        assert_eq!(up.byte_seconds, (10 * mb) as f64);
+    }
+}
