@@ -20,11 +20,7 @@ pub struct Args<'a> {
 
 pub fn run(a: Args) -> Result<i32> {
     if a.live {
-        let reports = a
-            .policies
-            .iter()
-            .map(|p| cairn_sim::replay_live(a.trace, p, a.capacity))
-            .collect::<Result<Vec<_>, _>>()?;
+        let reports = a.policies.iter().map(|p| cairn_sim::replay_live(a.trace, p, a.capacity)).collect::<Result<Vec<_>, _>>()?;
         if a.json {
             println!("{}", serde_json::to_string_pretty(&reports)?);
         } else {
@@ -36,22 +32,11 @@ pub fn run(a: Args) -> Result<i32> {
     for l in &a.layouts {
         match LayoutKind::parse(l) {
             Some(k) => layouts.push(k),
-            None => bail!(
-                "unknown layout {l:?} (known: {})",
-                LayoutKind::ALL.map(LayoutKind::name).join(", ")
-            ),
+            None => bail!("unknown layout {l:?} (known: {})", LayoutKind::ALL.map(LayoutKind::name).join(", ")),
         }
     }
     let prices = cairn_engine::cost::Prices::load(a.prices)?;
-    let r = cairn_sim::simulate(
-        a.trace,
-        &Options {
-            cache_percents: a.cache_sizes,
-            policies: a.policies,
-            layouts,
-            prices,
-        },
-    )?;
+    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, policies: a.policies, layouts, prices })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
@@ -70,29 +55,15 @@ fn print_report(r: &Report) {
         human(s.bytes_read),
         s.writes,
         human(s.bytes_written),
-        if s.torn_tail {
-            "; a torn last record was ignored"
-        } else {
-            ""
-        }
+        if s.torn_tail { "; a torn last record was ignored" } else { "" }
     );
     if s.unlocated_chunks > 0 {
-        println!(
-            "({} chunk reads had no recorded place and are left out of the cairn layouts)",
-            s.unlocated_chunks
-        );
+        println!("({} chunk reads had no recorded place and are left out of the cairn layouts)", s.unlocated_chunks);
     }
-    let sets: Vec<String> = r
-        .data_sets
-        .iter()
-        .map(|d| format!("{} {}", d.layout.name(), human(d.bytes)))
-        .collect();
+    let sets: Vec<String> = r.data_sets.iter().map(|d| format!("{} {}", d.layout.name(), human(d.bytes))).collect();
     println!("data sets: {}; prices: {}", sets.join(", "), r.prices.name);
     println!();
-    println!(
-        "{:<14} {:<6} {:>16} {:>7} {:>9} {:>7} {:>7} {:>6} {:>10} {:>10} {:>12}",
-        "layout", "policy", "cache", "hit%", "reads", "GET", "PUT", "POST", "down", "up", "cost"
-    );
+    println!("{:<14} {:<6} {:>16} {:>7} {:>9} {:>7} {:>7} {:>6} {:>10} {:>10} {:>12}", "layout", "policy", "cache", "hit%", "reads", "GET", "PUT", "POST", "down", "up", "cost");
     for row in &r.rows {
         println!(
             "{:<14} {:<6} {:>16} {:>6.1}% {:>9} {:>7} {:>7} {:>6} {:>10} {:>10} {:>12}",
@@ -122,20 +93,8 @@ fn print_live(reports: &[LiveReport]) {
         first.recorded_misses
     );
     println!();
-    println!(
-        "{:<6} {:>7} {:>9} {:>9} {:>9} {:>10} {:>10}",
-        "policy", "hit%", "hits", "misses", "GET", "fetched", "evictions"
-    );
+    println!("{:<6} {:>7} {:>9} {:>9} {:>9} {:>10} {:>10}", "policy", "hit%", "hits", "misses", "GET", "fetched", "evictions");
     for r in reports {
-        println!(
-            "{:<6} {:>6.1}% {:>9} {:>9} {:>9} {:>10} {:>10}",
-            r.policy,
-            100.0 * r.hit_ratio,
-            r.hits,
-            r.misses,
-            r.gets,
-            human(r.bytes_fetched),
-            r.evictions
-        );
+        println!("{:<6} {:>6.1}% {:>9} {:>9} {:>9} {:>10} {:>10}", r.policy, 100.0 * r.hit_ratio, r.hits, r.misses, r.gets, human(r.bytes_fetched), r.evictions);
     }
 }

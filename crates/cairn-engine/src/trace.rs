@@ -97,10 +97,7 @@ impl CacheEvent {
     /// Whether the event is a read of the pack (its `group` is the inode
     /// read for).
     pub fn is_read(self) -> bool {
-        matches!(
-            self,
-            CacheEvent::Hit | CacheEvent::Miss | CacheEvent::Outbox
-        )
+        matches!(self, CacheEvent::Hit | CacheEvent::Miss | CacheEvent::Outbox)
     }
 }
 
@@ -179,31 +176,10 @@ impl Record {
             Event::Write { ino, offset, len } => (WRITE, 0, [ino, offset, len, 0]),
             Event::Truncate { ino, size } => (TRUNCATE, 0, [ino, size, 0, 0]),
             Event::Remove { ino } => (REMOVE, 0, [ino, 0, 0, 0]),
-            Event::Place {
-                ino,
-                offset,
-                len,
-                chunk,
-                described,
-            } => (
-                PLACE,
-                if described { DESCRIBED } else { 0 },
-                [ino, offset, len, chunk],
-            ),
-            Event::Chunk {
-                chunk,
-                pack,
-                offset,
-                len,
-            } => (CHUNK, 0, [chunk, pack, offset, len]),
+            Event::Place { ino, offset, len, chunk, described } => (PLACE, if described { DESCRIBED } else { 0 }, [ino, offset, len, chunk]),
+            Event::Chunk { chunk, pack, offset, len } => (CHUNK, 0, [chunk, pack, offset, len]),
             Event::Pack { pack, size } => (PACK, 0, [pack, size, 0, 0]),
-            Event::Cache {
-                event,
-                pack,
-                offset,
-                len,
-                group,
-            } => (CACHE, event.code(), [pack, offset, len, group]),
+            Event::Cache { event, pack, offset, len, group } => (CACHE, event.code(), [pack, offset, len, group]),
             Event::CacheOpened { block, capacity } => (CACHE, OPENED, [0, block, capacity, 0]),
             Event::CacheSize { pack, size } => (CACHE, SIZE, [pack, 0, size, 0]),
         };
@@ -233,25 +209,15 @@ impl Record {
             _ => 0,
         };
         if flags & !allowed != 0 {
-            return Err(bad(format!(
-                "flags {flags:#04x} are not defined for kind {kind}"
-            )));
+            return Err(bad(format!("flags {flags:#04x} are not defined for kind {kind}")));
         }
         let event = match kind {
             READ | WRITE => {
                 range(bb, c)?;
                 if kind == READ {
-                    Event::Read {
-                        ino: a,
-                        offset: bb,
-                        len: c,
-                    }
+                    Event::Read { ino: a, offset: bb, len: c }
                 } else {
-                    Event::Write {
-                        ino: a,
-                        offset: bb,
-                        len: c,
-                    }
+                    Event::Write { ino: a, offset: bb, len: c }
                 }
             }
             TRUNCATE => {
@@ -261,22 +227,11 @@ impl Record {
             REMOVE => Event::Remove { ino: a },
             PLACE => {
                 range(bb, c)?;
-                Event::Place {
-                    ino: a,
-                    offset: bb,
-                    len: c,
-                    chunk: d,
-                    described: flags & DESCRIBED != 0,
-                }
+                Event::Place { ino: a, offset: bb, len: c, chunk: d, described: flags & DESCRIBED != 0 }
             }
             CHUNK => {
                 range(c, d)?;
-                Event::Chunk {
-                    chunk: a,
-                    pack: bb,
-                    offset: c,
-                    len: d,
-                }
+                Event::Chunk { chunk: a, pack: bb, offset: c, len: d }
             }
             PACK => {
                 range(0, bb)?;
@@ -284,25 +239,15 @@ impl Record {
             }
             CACHE => match flags {
                 OPENED if bb == 0 => return Err(bad("a cache with block size 0".into())),
-                OPENED => Event::CacheOpened {
-                    block: bb,
-                    capacity: c,
-                },
+                OPENED => Event::CacheOpened { block: bb, capacity: c },
                 SIZE => {
                     range(0, c)?;
                     Event::CacheSize { pack: a, size: c }
                 }
                 e => {
-                    let event = CacheEvent::from_code(e)
-                        .ok_or_else(|| bad(format!("unknown cache event {e}")))?;
+                    let event = CacheEvent::from_code(e).ok_or_else(|| bad(format!("unknown cache event {e}")))?;
                     range(bb, c)?;
-                    Event::Cache {
-                        event,
-                        pack: a,
-                        offset: bb,
-                        len: c,
-                        group: d,
-                    }
+                    Event::Cache { event, pack: a, offset: bb, len: c, group: d }
                 }
             },
             k => return Err(bad(format!("unknown kind {k}"))),
@@ -374,13 +319,7 @@ impl<R: Read> TraceReader<R> {
             (v, _) => return Err(TraceError::Version(v)),
         }
         let start_unix_ns = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
-        Ok(TraceReader {
-            r,
-            at: HEADER_LEN as u64,
-            start_unix_ns,
-            done: false,
-            torn_tail: false,
-        })
+        Ok(TraceReader { r, at: HEADER_LEN as u64, start_unix_ns, done: false, torn_tail: false })
     }
 
     /// When recording began, in ns since the Unix epoch.
@@ -421,16 +360,9 @@ impl<R: Read> Iterator for TraceReader<R> {
 /// its last component, else the first 8 bytes of its BLAKE3 hash.
 pub fn pack_id(name: &str) -> u64 {
     let last = name.rsplit('/').next().unwrap_or(name);
-    match last
-        .get(..16)
-        .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
-    {
+    match last.get(..16).filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit())) {
         Some(h) => u64::from_str_radix(h, 16).expect("16 hex digits"),
-        None => u64::from_le_bytes(
-            blake3::hash(name.as_bytes()).as_bytes()[..8]
-                .try_into()
-                .expect("8 bytes"),
-        ),
+        None => u64::from_le_bytes(blake3::hash(name.as_bytes()).as_bytes()[..8].try_into().expect("8 bytes")),
     }
 }
 
@@ -455,25 +387,15 @@ impl TraceWriter {
     /// Creates (or truncates) `path` and writes the header.
     pub fn create(path: &Path) -> io::Result<Arc<TraceWriter>> {
         let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
-        let start_unix_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let start_unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let mut h = [0u8; HEADER_LEN];
         h[..8].copy_from_slice(MAGIC);
         h[8..12].copy_from_slice(&VERSION.to_le_bytes());
         h[12..16].copy_from_slice(&(RECORD_LEN as u32).to_le_bytes());
         h[16..24].copy_from_slice(&start_unix_ns.to_le_bytes());
         out.write_all(&h)?;
-        let state = WriterState {
-            out: Some(out),
-            described: HashSet::new(),
-            chunks: HashMap::new(),
-            sized: HashSet::new(),
-        };
-        Ok(Arc::new(TraceWriter {
-            start: Instant::now(),
-            state: Mutex::new(state),
-        }))
+        let state = WriterState { out: Some(out), described: HashSet::new(), chunks: HashMap::new(), sized: HashSet::new() };
+        Ok(Arc::new(TraceWriter { start: Instant::now(), state: Mutex::new(state) }))
     }
 
     /// Appends events in order, none of another thread's between them.
@@ -496,12 +418,7 @@ impl TraceWriter {
                 Event::Chunk { chunk, pack, .. } => {
                     st.chunks.insert(chunk, pack);
                 }
-                Event::Cache {
-                    pack,
-                    event: CacheEvent::Queued | CacheEvent::Uploaded | CacheEvent::Kept,
-                    ..
-                }
-                | Event::CacheSize { pack, .. } => {
+                Event::Cache { pack, event: CacheEvent::Queued | CacheEvent::Uploaded | CacheEvent::Kept, .. } | Event::CacheSize { pack, .. } => {
                     st.sized.insert(pack);
                 }
                 _ => {}
@@ -518,15 +435,7 @@ impl TraceWriter {
     pub fn chunk_at(&self, chunk: u64, pack: u64, offset: u64, len: u64) {
         let mut st = self.state.lock();
         if st.chunks.get(&chunk) != Some(&pack) {
-            self.append(
-                &mut st,
-                [Event::Chunk {
-                    chunk,
-                    pack,
-                    offset,
-                    len,
-                }],
-            );
+            self.append(&mut st, [Event::Chunk { chunk, pack, offset, len }]);
         }
     }
 
@@ -541,24 +450,10 @@ impl TraceWriter {
 
     /// Records a read event of the disk cache, preceded by the pack's size
     /// the first time the trace mentions the pack.
-    pub fn cache_read(
-        &self,
-        event: CacheEvent,
-        pack: u64,
-        size: u64,
-        offset: u64,
-        len: u64,
-        group: u64,
-    ) {
+    pub fn cache_read(&self, event: CacheEvent, pack: u64, size: u64, offset: u64, len: u64, group: u64) {
         let mut st = self.state.lock();
         let sized = !st.sized.insert(pack);
-        let read = Event::Cache {
-            event,
-            pack,
-            offset,
-            len,
-            group,
-        };
+        let read = Event::Cache { event, pack, offset, len, group };
         if sized {
             self.append(&mut st, [read]);
         } else {
@@ -582,95 +477,22 @@ mod tests {
 
     fn sample() -> Vec<Event> {
         vec![
-            Event::Write {
-                ino: 7,
-                offset: 0,
-                len: 4096,
-            },
-            Event::Pack {
-                pack: 0xab12,
-                size: 1 << 20,
-            },
-            Event::Chunk {
-                chunk: 3,
-                pack: 0xab12,
-                offset: 24,
-                len: 4000,
-            },
-            Event::Place {
-                ino: 7,
-                offset: 0,
-                len: 4096,
-                chunk: 3,
-                described: false,
-            },
-            Event::Place {
-                ino: 9,
-                offset: 10,
-                len: 5,
-                chunk: 0,
-                described: true,
-            },
-            Event::Read {
-                ino: 7,
-                offset: 100,
-                len: 200,
-            },
+            Event::Write { ino: 7, offset: 0, len: 4096 },
+            Event::Pack { pack: 0xab12, size: 1 << 20 },
+            Event::Chunk { chunk: 3, pack: 0xab12, offset: 24, len: 4000 },
+            Event::Place { ino: 7, offset: 0, len: 4096, chunk: 3, described: false },
+            Event::Place { ino: 9, offset: 10, len: 5, chunk: 0, described: true },
+            Event::Read { ino: 7, offset: 100, len: 200 },
             Event::Truncate { ino: 7, size: 10 },
             Event::Remove { ino: 7 },
-            Event::CacheOpened {
-                block: 4 << 20,
-                capacity: 8 << 20,
-            },
-            Event::Cache {
-                event: CacheEvent::Held,
-                pack: 5,
-                offset: 4 << 20,
-                len: 100,
-                group: 0,
-            },
-            Event::Cache {
-                event: CacheEvent::Queued,
-                pack: 0xab12,
-                offset: 0,
-                len: 1 << 20,
-                group: 0,
-            },
-            Event::Cache {
-                event: CacheEvent::Uploaded,
-                pack: 0xab12,
-                offset: 0,
-                len: 1 << 20,
-                group: 0,
-            },
-            Event::Cache {
-                event: CacheEvent::Kept,
-                pack: 6,
-                offset: 0,
-                len: 9,
-                group: 0,
-            },
-            Event::Cache {
-                event: CacheEvent::Dropped,
-                pack: 6,
-                offset: 0,
-                len: 0,
-                group: 0,
-            },
-            Event::Cache {
-                event: CacheEvent::Outbox,
-                pack: 1,
-                offset: 2,
-                len: 3,
-                group: 4,
-            },
-            Event::Cache {
-                event: CacheEvent::Hit,
-                pack: 0xab12,
-                offset: 24,
-                len: 4000,
-                group: 7,
-            },
+            Event::CacheOpened { block: 4 << 20, capacity: 8 << 20 },
+            Event::Cache { event: CacheEvent::Held, pack: 5, offset: 4 << 20, len: 100, group: 0 },
+            Event::Cache { event: CacheEvent::Queued, pack: 0xab12, offset: 0, len: 1 << 20, group: 0 },
+            Event::Cache { event: CacheEvent::Uploaded, pack: 0xab12, offset: 0, len: 1 << 20, group: 0 },
+            Event::Cache { event: CacheEvent::Kept, pack: 6, offset: 0, len: 9, group: 0 },
+            Event::Cache { event: CacheEvent::Dropped, pack: 6, offset: 0, len: 0, group: 0 },
+            Event::Cache { event: CacheEvent::Outbox, pack: 1, offset: 2, len: 3, group: 4 },
+            Event::Cache { event: CacheEvent::Hit, pack: 0xab12, offset: 24, len: 4000, group: 7 },
         ]
     }
 
@@ -683,15 +505,7 @@ mod tests {
         // Told once per location; described once per file.
         w.chunk_at(3, 0xab12, 24, 4000);
         w.chunk_at(3, 0xcd, 0, 4000);
-        w.describe_once(9, || {
-            vec![Event::Place {
-                ino: 9,
-                offset: 0,
-                len: 1,
-                chunk: 2,
-                described: true,
-            }]
-        });
+        w.describe_once(9, || vec![Event::Place { ino: 9, offset: 0, len: 1, chunk: 2, described: true }]);
         w.describe_once(9, || panic!("described twice"));
         w.flush().unwrap();
     }
@@ -699,37 +513,11 @@ mod tests {
     fn expected() -> Vec<Event> {
         let mut want = sample();
         want.extend([
-            Event::CacheSize {
-                pack: 8,
-                size: 5000,
-            },
-            Event::Cache {
-                event: CacheEvent::Miss,
-                pack: 8,
-                offset: 0,
-                len: 10,
-                group: 7,
-            },
-            Event::Cache {
-                event: CacheEvent::Hit,
-                pack: 8,
-                offset: 0,
-                len: 10,
-                group: 7,
-            },
-            Event::Chunk {
-                chunk: 3,
-                pack: 0xcd,
-                offset: 0,
-                len: 4000,
-            },
-            Event::Place {
-                ino: 9,
-                offset: 0,
-                len: 1,
-                chunk: 2,
-                described: true,
-            },
+            Event::CacheSize { pack: 8, size: 5000 },
+            Event::Cache { event: CacheEvent::Miss, pack: 8, offset: 0, len: 10, group: 7 },
+            Event::Cache { event: CacheEvent::Hit, pack: 8, offset: 0, len: 10, group: 7 },
+            Event::Chunk { chunk: 3, pack: 0xcd, offset: 0, len: 4000 },
+            Event::Place { ino: 9, offset: 0, len: 1, chunk: 2, described: true },
         ]);
         want
     }
@@ -743,10 +531,7 @@ mod tests {
         assert!(r.start_unix_ns() > 0);
         let got: Vec<Record> = r.by_ref().collect::<Result<_, _>>().unwrap();
         assert_eq!(got.iter().map(|r| r.event).collect::<Vec<_>>(), expected());
-        assert!(
-            got.windows(2).all(|w| w[0].time <= w[1].time),
-            "times go backwards"
-        );
+        assert!(got.windows(2).all(|w| w[0].time <= w[1].time), "times go backwards");
         assert!(!r.torn_tail());
     }
 
@@ -800,22 +585,13 @@ mod tests {
             let got: Vec<_> = TraceReader::new(&b[..]).unwrap().collect();
             assert_eq!(got.len(), 3, "{what}: reading stops at the bad record");
             let e = got[2].as_ref().unwrap_err().to_string();
-            assert!(
-                e.contains(&format!("at byte {third}")) && e.contains(what),
-                "{e}"
-            );
+            assert!(e.contains(&format!("at byte {third}")) && e.contains(what), "{e}");
         };
         check(&|r| r[0] = 99, "unknown kind 99");
         check(&|r| r[0] = 0, "unknown kind 0");
         check(&|r| r[1] = 2, "flags 0x02");
-        check(
-            &|r| r[32..40].copy_from_slice(&u64::MAX.to_le_bytes()),
-            "past 16 TiB",
-        );
-        check(
-            &|r| r[32..40].copy_from_slice(&MAX_END.to_le_bytes()),
-            "past 16 TiB",
-        );
+        check(&|r| r[32..40].copy_from_slice(&u64::MAX.to_le_bytes()), "past 16 TiB");
+        check(&|r| r[32..40].copy_from_slice(&MAX_END.to_le_bytes()), "past 16 TiB");
         check(&|r| (r[0], r[1]) = (CACHE, 10), "unknown cache event 10");
         check(
             &|r| {
@@ -828,10 +604,7 @@ mod tests {
 
     #[test]
     fn pack_ids_come_from_names() {
-        assert_eq!(
-            pack_id("packs/ab/ab0123456789cdef0011223344556677"),
-            0xab01_2345_6789_cdef
-        );
+        assert_eq!(pack_id("packs/ab/ab0123456789cdef0011223344556677"), 0xab01_2345_6789_cdef);
         assert_eq!(pack_id("packs/ab/AB0123456789CDEF"), 0xab01_2345_6789_cdef);
         assert_ne!(pack_id("packs/x/short"), pack_id("packs/x/other"));
         assert_eq!(pack_id("packs/x/short"), pack_id("packs/x/short"));

@@ -27,16 +27,10 @@ impl Policy {
     pub fn named(name: &str) -> Option<Policy> {
         let kd = |p: KdPolicy| {
             let w = IoWindows::new();
-            Policy {
-                policy: Box::new(p.with_windows(w.clone())),
-                windows: Some(w),
-            }
+            Policy { policy: Box::new(p.with_windows(w.clone())), windows: Some(w) }
         };
         Some(match name {
-            "lru" => Policy {
-                policy: Box::new(Lru::new()),
-                windows: None,
-            },
+            "lru" => Policy { policy: Box::new(Lru::new()), windows: None },
             "kd" => kd(KdPolicy::new()),
             "ti" => kd(KdPolicy::single(Metric::Inode)),
             "tb" => kd(KdPolicy::single(Metric::Block)),
@@ -61,11 +55,7 @@ pub(crate) enum Op {
     Io(Io),
     /// A read of file `group` needing `units` of the batch (sorted by
     /// place); `local`: it also read bytes that need no fetch.
-    Read {
-        group: u64,
-        local: bool,
-        units: Range<usize>,
-    },
+    Read { group: u64, local: bool, units: Range<usize> },
     /// A write of file `group` (0: none) stored `units`.
     Admit { group: u64, units: Range<usize> },
 }
@@ -117,25 +107,14 @@ pub(crate) struct SimCache {
 
 impl SimCache {
     pub fn new(policy: Policy, capacity: u64) -> SimCache {
-        SimCache {
-            policy,
-            capacity,
-            held: HashMap::new(),
-            bytes: 0,
-            missing: Vec::new(),
-            counts: Counts::default(),
-        }
+        SimCache { policy, capacity, held: HashMap::new(), bytes: 0, missing: Vec::new(), counts: Counts::default() }
     }
 
     pub fn run(&mut self, b: &Batch) {
         for op in &b.ops {
             match op {
                 Op::Io(io) => self.policy.note(*io),
-                Op::Read {
-                    group,
-                    local,
-                    units,
-                } => self.read(&b.units[units.clone()], *group, *local),
+                Op::Read { group, local, units } => self.read(&b.units[units.clone()], *group, *local),
                 Op::Admit { group, units } => self.admit(&b.units[units.clone()], *group),
             }
         }
@@ -220,21 +199,12 @@ mod tests {
 
     /// Unit `k` of object `obj`, at k*10, 10 bytes.
     fn u(obj: u64, k: u64) -> Unit {
-        Unit {
-            key: obj * 100 + k,
-            obj,
-            start: k * 10,
-            len: 10,
-        }
+        Unit { key: obj * 100 + k, obj, start: k * 10, len: 10 }
     }
 
     fn read(c: &mut SimCache, units: &[Unit]) {
         let mut b = Batch::default();
-        b.push(units, |r| Op::Read {
-            group: 1,
-            local: false,
-            units: r,
-        });
+        b.push(units, |r| Op::Read { group: 1, local: false, units: r });
         c.run(&b);
     }
 
@@ -248,16 +218,7 @@ mod tests {
         for x in [a, b, cc, a, d, b, e, a] {
             read(&mut c, &[x]);
         }
-        assert_eq!(
-            c.counts,
-            Counts {
-                reads: 8,
-                hits: 1,
-                gets: 7,
-                bytes_down: 70,
-                evictions: 4
-            }
-        );
+        assert_eq!(c.counts, Counts { reads: 8, hits: 1, gets: 7, bytes_down: 70, evictions: 4 });
     }
 
     /// Missing units of one object coalesce into one GET per adjacent run;
@@ -268,37 +229,13 @@ mod tests {
         read(&mut c, &[u(1, 2)]);
         // 0 1 _ 3 of object 1 and 0 of object 2: runs [0,1], [3], [obj 2].
         read(&mut c, &[u(1, 0), u(1, 1), u(1, 2), u(1, 3), u(2, 0)]);
-        assert_eq!(
-            (
-                c.counts.reads,
-                c.counts.hits,
-                c.counts.gets,
-                c.counts.bytes_down
-            ),
-            (2, 0, 4, 50)
-        );
+        assert_eq!((c.counts.reads, c.counts.hits, c.counts.gets, c.counts.bytes_down), (2, 0, 4, 50));
         let mut b = Batch::default();
-        b.push(&[u(1, 3)], |r| Op::Read {
-            group: 1,
-            local: true,
-            units: r,
-        });
-        b.push(&[], |r| Op::Read {
-            group: 1,
-            local: true,
-            units: r,
-        });
-        b.push(&[], |r| Op::Read {
-            group: 1,
-            local: false,
-            units: r,
-        });
+        b.push(&[u(1, 3)], |r| Op::Read { group: 1, local: true, units: r });
+        b.push(&[], |r| Op::Read { group: 1, local: true, units: r });
+        b.push(&[], |r| Op::Read { group: 1, local: false, units: r });
         c.run(&b);
-        assert_eq!(
-            (c.counts.reads, c.counts.hits),
-            (4, 2),
-            "an empty read without local bytes is not counted"
-        );
+        assert_eq!((c.counts.reads, c.counts.hits), (4, 2), "an empty read without local bytes is not counted");
     }
 
     /// Written units are cached; a write larger than the cache leaves it
@@ -307,10 +244,7 @@ mod tests {
     fn writes_are_cached_within_the_bound() {
         let mut c = SimCache::new(Policy::named("lru").unwrap(), 25);
         let mut b = Batch::default();
-        b.push(&[u(1, 0), u(1, 1), u(1, 2)], |r| Op::Admit {
-            group: 0,
-            units: r,
-        });
+        b.push(&[u(1, 0), u(1, 1), u(1, 2)], |r| Op::Admit { group: 0, units: r });
         c.run(&b);
         assert_eq!((c.bytes, c.counts.evictions), (20, 1));
         read(&mut c, &[u(1, 1), u(1, 2)]);
@@ -323,13 +257,8 @@ mod tests {
             let mut c = SimCache::new(Policy::named(name).unwrap(), 50);
             let mut b = Batch::default();
             for i in 0..200u64 {
-                b.ops
-                    .push(Op::Io(if i % 3 == 0 { Io::Write } else { Io::Read }));
-                b.push(&[u(i % 17, i % 5)], |r| Op::Read {
-                    group: i % 4 + 1,
-                    local: false,
-                    units: r,
-                });
+                b.ops.push(Op::Io(if i % 3 == 0 { Io::Write } else { Io::Read }));
+                b.push(&[u(i % 17, i % 5)], |r| Op::Read { group: i % 4 + 1, local: false, units: r });
             }
             c.run(&b);
             assert!(c.bytes <= 50 && c.counts.reads == 200, "{name}");

@@ -41,11 +41,7 @@ pub enum LayoutKind {
 }
 
 impl LayoutKind {
-    pub const ALL: [LayoutKind; 3] = [
-        LayoutKind::Cairn,
-        LayoutKind::CairnSegment,
-        LayoutKind::BlueSky,
-    ];
+    pub const ALL: [LayoutKind; 3] = [LayoutKind::Cairn, LayoutKind::CairnSegment, LayoutKind::BlueSky];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -93,10 +89,7 @@ impl Packs {
                 _ => segs.push((off, off + len, owner)),
             }
         }
-        self.segments = runs
-            .into_iter()
-            .map(|(p, v)| (p, v.into_iter().map(|(s, e, _)| (s, e)).collect()))
-            .collect();
+        self.segments = runs.into_iter().map(|(p, v)| (p, v.into_iter().map(|(s, e, _)| (s, e)).collect())).collect();
     }
 }
 
@@ -125,24 +118,13 @@ pub(crate) struct Layout {
 
 impl Layout {
     pub fn new(kind: LayoutKind, end: u64) -> Layout {
-        Layout {
-            kind,
-            keys: HashMap::new(),
-            up: Uploads::default(),
-            end,
-            older: HashSet::new(),
-        }
+        Layout { kind, keys: HashMap::new(), up: Uploads::default(), end, older: HashSet::new() }
     }
 
     fn unit(&mut self, obj: u64, start: u64, len: u64) -> Unit {
         let next = self.keys.len() as u64;
         let key = *self.keys.entry((obj, start)).or_insert(next);
-        Unit {
-            key,
-            obj,
-            start,
-            len,
-        }
+        Unit { key, obj, start, len }
     }
 
     /// The units of `[off, off+len)` of an object of `size` bytes cut into
@@ -161,12 +143,7 @@ impl Layout {
     }
 
     /// The units holding a stored chunk (pack, offset, len).
-    fn chunk_units(
-        &mut self,
-        (pack, off, len): (u64, u64, u64),
-        packs: &Packs,
-        out: &mut Vec<Unit>,
-    ) {
+    fn chunk_units(&mut self, (pack, off, len): (u64, u64, u64), packs: &Packs, out: &mut Vec<Unit>) {
         match self.kind {
             LayoutKind::Cairn => {
                 let size = packs.sizes.get(&pack).copied().unwrap_or(off + len);
@@ -278,11 +255,7 @@ impl Layout {
                 self.up.byte_seconds += model.prior.bytes as f64 * secs;
             }
             _ => {
-                let older: u64 = self
-                    .older
-                    .iter()
-                    .map(|p| packs.sizes.get(p).copied().unwrap_or(0))
-                    .sum();
+                let older: u64 = self.older.iter().map(|p| packs.sizes.get(p).copied().unwrap_or(0)).sum();
                 self.up.byte_seconds += older as f64 * secs;
             }
         }
@@ -306,18 +279,8 @@ mod tests {
         let mut p = Packs::default();
         // Pack 1: file 5's chunks at 24 and 124, file 6's at 224, file 5's
         // again at 324 (a later round), then an unplaced chunk.
-        p.segment(vec![
-            (1, 224, 100, 6),
-            (1, 24, 100, 5),
-            (1, 124, 100, 5),
-            (1, 324, 50, 5),
-            (1, 374, 10, 0),
-            (1, 24, 100, 5),
-        ]);
-        assert_eq!(
-            p.segments[&1],
-            vec![(24, 224), (224, 324), (324, 374), (374, 384)]
-        );
+        p.segment(vec![(1, 224, 100, 6), (1, 24, 100, 5), (1, 124, 100, 5), (1, 324, 50, 5), (1, 374, 10, 0), (1, 24, 100, 5)]);
+        assert_eq!(p.segments[&1], vec![(24, 224), (224, 324), (324, 374), (374, 384)]);
         let mut l = Layout::new(LayoutKind::CairnSegment, 0);
         let mut out = Vec::new();
         l.units_of_chunk((1, 124, 100), &p, &mut out);
@@ -335,29 +298,14 @@ mod tests {
         let mut out = Vec::new();
         // A chunk across the first block boundary: blocks 0 and 1.
         l.units_of_chunk((9, 4 * mb - 10, 20), &p, &mut out);
-        assert_eq!(
-            out.iter().map(|u| (u.start, u.len)).collect::<Vec<_>>(),
-            vec![(0, 4 * mb), (4 * mb, 4 * mb)]
-        );
+        assert_eq!(out.iter().map(|u| (u.start, u.len)).collect::<Vec<_>>(), vec![(0, 4 * mb), (4 * mb, 4 * mb)]);
         // Writing the pack caches its three blocks (the last one short).
-        let s = Step {
-            pack: Some((9, 10 * mb)),
-            ..Step::default()
-        };
+        let s = Step { pack: Some((9, 10 * mb)), ..Step::default() };
         l.write_units(&s, &p, &mut out);
         l.uploaded(&s, 1_000_000_000);
-        assert_eq!(
-            out.iter().map(|u| u.len).collect::<Vec<_>>(),
-            vec![4 * mb, 4 * mb, 2 * mb]
-        );
+        assert_eq!(out.iter().map(|u| u.len).collect::<Vec<_>>(), vec![4 * mb, 4 * mb, 2 * mb]);
         // 10 MiB goes up in one PUT; 64 MiB in a multipart upload of 8 parts.
-        l.uploaded(
-            &Step {
-                pack: Some((10, 64 * mb)),
-                ..Step::default()
-            },
-            2_000_000_000,
-        );
+        l.uploaded(&Step { pack: Some((10, 64 * mb)), ..Step::default() }, 2_000_000_000);
         let up = l.finish(&Model::new(), &p);
         assert_eq!((up.puts, up.posts, up.bytes_up), (1 + 8, 2, 74 * mb));
         // 10 MiB stored for the last second, the 64 MiB for none.

@@ -111,18 +111,11 @@ impl Lane {
         }
         if s.io == Some(Io::Read) {
             let local = self.layout.read_units(s, packs, scratch);
-            self.batch.push(scratch, |units| Op::Read {
-                group: s.ino,
-                local,
-                units,
-            });
+            self.batch.push(scratch, |units| Op::Read { group: s.ino, local, units });
         }
         self.layout.write_units(s, packs, scratch);
         if !scratch.is_empty() {
-            self.batch.push(scratch, |units| Op::Admit {
-                group: s.ino,
-                units,
-            });
+            self.batch.push(scratch, |units| Op::Admit { group: s.ino, units });
         }
         self.layout.uploaded(s, time);
     }
@@ -144,19 +137,10 @@ fn run_caches(lanes: &mut [Lane]) {
 /// Replays the trace at `path` (see the crate docs).
 pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
     if let Some(p) = o.policies.iter().find(|p| Policy::named(p).is_none()) {
-        return Err(SimError::Invalid(format!(
-            "unknown policy {p:?} (known: {})",
-            POLICIES.join(", ")
-        )));
+        return Err(SimError::Invalid(format!("unknown policy {p:?} (known: {})", POLICIES.join(", "))));
     }
-    if let Some(p) = o
-        .cache_percents
-        .iter()
-        .find(|p| !(p.is_finite() && **p > 0.0))
-    {
-        return Err(SimError::Invalid(format!(
-            "cache size {p}% is not a positive percentage"
-        )));
+    if let Some(p) = o.cache_percents.iter().find(|p| !(p.is_finite() && **p > 0.0)) {
+        return Err(SimError::Invalid(format!("cache size {p}% is not a positive percentage")));
     }
     let s = survey::survey(path)?;
     let end = s.summary.duration_ns;
@@ -169,19 +153,10 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
             for name in &o.policies {
                 for &pct in &o.cache_percents {
                     let capacity = (data as f64 * pct / 100.0) as u64;
-                    caches.push((
-                        name.clone(),
-                        pct,
-                        capacity,
-                        SimCache::new(Policy::named(name).expect("checked above"), capacity),
-                    ));
+                    caches.push((name.clone(), pct, capacity, SimCache::new(Policy::named(name).expect("checked above"), capacity)));
                 }
             }
-            Lane {
-                layout: Layout::new(kind, end),
-                caches,
-                batch: Batch::default(),
-            }
+            Lane { layout: Layout::new(kind, end), caches, batch: Batch::default() }
         })
         .collect();
     let mut model = Model::new();
@@ -202,47 +177,18 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
     for l in &mut lanes {
         let up = l.layout.finish(&model, &s.packs);
         for (policy, pct, capacity, c) in &l.caches {
-            rows.push(row(
-                l.layout.kind,
-                policy,
-                *pct,
-                *capacity,
-                &c.counts,
-                &up,
-                &o.prices,
-            ));
+            rows.push(row(l.layout.kind, policy, *pct, *capacity, &c.counts, &up, &o.prices));
         }
     }
-    let data_sets = o
-        .layouts
-        .iter()
-        .map(|&layout| DataSet {
-            layout,
-            bytes: s.data_set(layout),
-        })
-        .collect();
-    Ok(Report {
-        summary: s.summary,
-        prices: o.prices.clone(),
-        data_sets,
-        rows,
-    })
+    let data_sets = o.layouts.iter().map(|&layout| DataSet { layout, bytes: s.data_set(layout) }).collect();
+    Ok(Report { summary: s.summary, prices: o.prices.clone(), data_sets, rows })
 }
 
-fn row(
-    layout: LayoutKind,
-    policy: &str,
-    pct: f64,
-    capacity: u64,
-    c: &Counts,
-    up: &Uploads,
-    p: &Prices,
-) -> Row {
+fn row(layout: LayoutKind, policy: &str, pct: f64, capacity: u64, c: &Counts, up: &Uploads, p: &Prices) -> Row {
     let per = |price_per_1000: f64, n: u64| n as f64 * price_per_1000 / 1000.0;
     let r = &p.per_1000_requests;
     let cost_requests = per(r.get, c.gets) + per(r.put, up.puts) + per(r.post, up.posts);
-    let cost_transfer = c.bytes_down as f64 / GB * p.transfer_down_per_gb
-        + up.bytes_up as f64 / GB * p.transfer_up_per_gb;
+    let cost_transfer = c.bytes_down as f64 / GB * p.transfer_down_per_gb + up.bytes_up as f64 / GB * p.transfer_up_per_gb;
     let storage_gb_months = up.byte_seconds / GB / MONTH_SECS;
     let cost_storage = storage_gb_months * p.storage_per_gb_month;
     Row {
@@ -252,11 +198,7 @@ fn row(
         cache_bytes: capacity,
         reads: c.reads,
         hits: c.hits,
-        hit_ratio: if c.reads == 0 {
-            0.0
-        } else {
-            c.hits as f64 / c.reads as f64
-        },
+        hit_ratio: if c.reads == 0 { 0.0 } else { c.hits as f64 / c.reads as f64 },
         gets: c.gets,
         puts: up.puts,
         posts: up.posts,

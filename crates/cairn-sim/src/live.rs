@@ -71,13 +71,7 @@ impl LiveCache {
     fn add(&mut self, pack: u64, slot: u64, bytes: u64, group: u64) {
         let key = self.next_key;
         self.next_key += 1;
-        if let Some(old) = self
-            .objects
-            .entry(pack)
-            .or_default()
-            .slots
-            .insert(slot, key)
-        {
+        if let Some(old) = self.objects.entry(pack).or_default().slots.insert(slot, key) {
             self.policy.policy.removed(old);
             if let Some((_, _, b)) = self.entries.remove(&old) {
                 self.clean -= b;
@@ -176,16 +170,8 @@ impl LiveCache {
         match *e {
             Event::Read { .. } => self.policy.note(Io::Read),
             Event::Write { .. } => self.policy.note(Io::Write),
-            Event::CacheSize { pack, size } => {
-                self.objects.entry(pack).or_default().size = Some(size)
-            }
-            Event::Cache {
-                event,
-                pack,
-                offset,
-                len,
-                group,
-            } => match event {
+            Event::CacheSize { pack, size } => self.objects.entry(pack).or_default().size = Some(size),
+            Event::Cache { event, pack, offset, len, group } => match event {
                 CacheEvent::Hit | CacheEvent::Miss | CacheEvent::Outbox => {
                     if event == CacheEvent::Miss {
                         self.r.recorded_misses += 1;
@@ -218,17 +204,8 @@ impl LiveCache {
 /// Replays the CACHE records of the trace at `path` through policy
 /// `policy` (one of [`crate::POLICIES`]) at `capacity` bytes (default: the
 /// live cache's own).
-pub fn replay_live(
-    path: &Path,
-    policy: &str,
-    capacity: Option<u64>,
-) -> Result<LiveReport, SimError> {
-    let p = Policy::named(policy).ok_or_else(|| {
-        SimError::Invalid(format!(
-            "unknown policy {policy:?} (known: {})",
-            crate::POLICIES.join(", ")
-        ))
-    })?;
+pub fn replay_live(path: &Path, policy: &str, capacity: Option<u64>) -> Result<LiveReport, SimError> {
+    let p = Policy::named(policy).ok_or_else(|| SimError::Invalid(format!("unknown policy {policy:?} (known: {})", crate::POLICIES.join(", "))))?;
     let mut reader = TraceReader::open(path)?;
     // Everything before OPENED is no cache's business.
     let (block, live_capacity) = loop {
@@ -238,12 +215,7 @@ pub fn replay_live(
                     break (block, capacity);
                 }
             }
-            None => {
-                return Err(SimError::Invalid(format!(
-                    "{} holds no cache records (the trace of a volume in a bucket has them)",
-                    path.display()
-                )))
-            }
+            None => return Err(SimError::Invalid(format!("{} holds no cache records (the trace of a volume in a bucket has them)", path.display()))),
         }
     };
     let capacity = capacity.unwrap_or(live_capacity);
@@ -261,17 +233,7 @@ pub fn replay_live(
         recorded_misses: 0,
         recorded_hit_ratio: 0.0,
     };
-    let mut c = LiveCache {
-        policy: p,
-        block,
-        capacity,
-        objects: HashMap::new(),
-        entries: HashMap::new(),
-        next_key: 0,
-        clean: 0,
-        dirty: 0,
-        r,
-    };
+    let mut c = LiveCache { policy: p, block, capacity, objects: HashMap::new(), entries: HashMap::new(), next_key: 0, clean: 0, dirty: 0, r };
     for rec in reader {
         c.apply(&rec?.event);
     }
@@ -287,13 +249,7 @@ mod tests {
     use cairn_engine::trace::TraceWriter;
 
     fn cache(event: CacheEvent, pack: u64, offset: u64, len: u64) -> Event {
-        Event::Cache {
-            event,
-            pack,
-            offset,
-            len,
-            group: 1,
-        }
+        Event::Cache { event, pack, offset, len, group: 1 }
     }
 
     /// A cache of two 100-byte blocks, LRU, by hand: blocks of pack 1 read
@@ -306,15 +262,8 @@ mod tests {
         let w = TraceWriter::create(&p).unwrap();
         use CacheEvent::*;
         let events = vec![
-            Event::Write {
-                ino: 1,
-                offset: 0,
-                len: 1,
-            },
-            Event::CacheOpened {
-                block: 100,
-                capacity: 200,
-            },
+            Event::Write { ino: 1, offset: 0, len: 1 },
+            Event::CacheOpened { block: 100, capacity: 200 },
             Event::CacheSize { pack: 1, size: 450 },
             cache(Miss, 1, 0, 10),     // fetch 0: {0}
             cache(Miss, 1, 150, 10),   // fetch 1: {0 1}
@@ -347,15 +296,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("t");
         let w = TraceWriter::create(&p).unwrap();
-        w.record(Event::Read {
-            ino: 1,
-            offset: 0,
-            len: 1,
-        });
+        w.record(Event::Read { ino: 1, offset: 0, len: 1 });
         w.flush().unwrap();
-        assert!(replay_live(&p, "lru", None)
-            .unwrap_err()
-            .to_string()
-            .contains("no cache records"));
+        assert!(replay_live(&p, "lru", None).unwrap_err().to_string().contains("no cache records"));
     }
 }

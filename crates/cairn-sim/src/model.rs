@@ -74,11 +74,7 @@ impl<V: Piece> RangeMap<V> {
     /// Calls `f(start, len, value)` for each range overlapping `[start,
     /// end)`, clipped to it, in order.
     pub fn overlaps(&self, start: u64, end: u64, mut f: impl FnMut(u64, u64, V)) {
-        let first = self
-            .m
-            .range(..start)
-            .next_back()
-            .filter(|(_, &(e, _))| e > start);
+        let first = self.m.range(..start).next_back().filter(|(_, &(e, _))| e > start);
         for (&s, &(e, v)) in first.into_iter().chain(self.m.range(start..end)) {
             let (a, b) = (s.max(start), e.min(end));
             f(a, b - a, if a > s { v.skip(a - s) } else { v });
@@ -126,10 +122,7 @@ struct LogPos {
 
 impl Piece for LogPos {
     fn skip(self, by: u64) -> Self {
-        LogPos {
-            obj: self.obj,
-            off: self.off + by,
-        }
+        LogPos { obj: self.obj, off: self.off + by }
     }
 }
 
@@ -148,12 +141,7 @@ pub(crate) struct Log {
 impl Log {
     /// Appends `len` bytes; `put(object, offset, len)` for each piece, and
     /// the objects filled up go to `sealed` as (object, size).
-    fn append(
-        &mut self,
-        mut len: u64,
-        sealed: &mut Vec<(u64, u64)>,
-        mut put: impl FnMut(u64, u64, u64),
-    ) {
+    fn append(&mut self, mut len: u64, sealed: &mut Vec<(u64, u64)>, mut put: impl FnMut(u64, u64, u64)) {
         self.bytes += len;
         while len > 0 {
             let n = len.min(LOG_OBJECT - self.fill);
@@ -233,16 +221,7 @@ pub(crate) struct Model {
 
 impl Model {
     pub fn new() -> Model {
-        Model {
-            cairn: HashMap::new(),
-            blue: HashMap::new(),
-            chunks: HashMap::new(),
-            log: Log::default(),
-            prior: Log {
-                base: PRIOR,
-                ..Log::default()
-            },
-        }
+        Model { cairn: HashMap::new(), blue: HashMap::new(), chunks: HashMap::new(), log: Log::default(), prior: Log { base: PRIOR, ..Log::default() } }
     }
 
     /// Applies one record; `s` says what it did.
@@ -265,18 +244,13 @@ impl Model {
                     s.chunk_reads.dedup();
                 }
                 if let Some(m) = self.blue.get(&ino) {
-                    m.overlaps(offset, end, |_, len, p| {
-                        s.log_reads.push((p.obj, p.off, len))
-                    });
+                    m.overlaps(offset, end, |_, len, p| s.log_reads.push((p.obj, p.off, len)));
                 }
             }
             Event::Write { ino, offset, len } => {
                 s.io = Some(Io::Write);
                 s.ino = ino;
-                self.cairn
-                    .entry(ino)
-                    .or_default()
-                    .set(offset, offset + len, Stored::Journal);
+                self.cairn.entry(ino).or_default().set(offset, offset + len, Stored::Journal);
                 let map = self.blue.entry(ino).or_default();
                 let mut at = offset;
                 self.log.append(len, &mut s.sealed, |obj, off, n| {
@@ -297,13 +271,7 @@ impl Model {
                 self.cairn.remove(&ino);
                 self.blue.remove(&ino);
             }
-            Event::Place {
-                ino,
-                offset,
-                len,
-                chunk,
-                described: false,
-            } => {
+            Event::Place { ino, offset, len, chunk, described: false } => {
                 let m = self.cairn.entry(ino).or_default();
                 match chunk {
                     0 => m.clear(offset, offset + len),
@@ -312,13 +280,7 @@ impl Model {
             }
             // Older than anything the trace said about these bytes: it
             // fills only what is unknown.
-            Event::Place {
-                ino,
-                offset,
-                len,
-                chunk,
-                described: true,
-            } => {
+            Event::Place { ino, offset, len, chunk, described: true } => {
                 let m = self.cairn.entry(ino).or_default();
                 for (a, b) in m.gaps(offset, offset + len) {
                     m.set(a, b, Stored::Chunk(chunk));
@@ -333,12 +295,7 @@ impl Model {
                     });
                 }
             }
-            Event::Chunk {
-                chunk,
-                pack,
-                offset,
-                len,
-            } => {
+            Event::Chunk { chunk, pack, offset, len } => {
                 self.chunks.insert(chunk, (pack, offset, len));
             }
             Event::Pack { pack, size } => s.pack = Some((pack, size)),
@@ -368,18 +325,12 @@ mod tests {
         let mut m = RangeMap::default();
         m.set(0, 100, 1000);
         m.set(40, 60, 5000);
-        assert_eq!(
-            ranges(&m),
-            vec![(0, 40, 1000), (40, 60, 5000), (60, 100, 1060)]
-        );
+        assert_eq!(ranges(&m), vec![(0, 40, 1000), (40, 60, 5000), (60, 100, 1060)]);
         assert_eq!(m.gaps(0, 120), vec![(100, 120)]);
         m.clear(10, 50);
         assert_eq!(m.gaps(0, 100), vec![(10, 50)]);
         m.truncate(70);
-        assert_eq!(
-            ranges(&m),
-            vec![(0, 10, 1000), (50, 60, 5010), (60, 70, 1060)]
-        );
+        assert_eq!(ranges(&m), vec![(0, 10, 1000), (50, 60, 5010), (60, 70, 1060)]);
         let mut seen = Vec::new();
         m.overlaps(5, 55, |s, l, x| seen.push((s, l, x)));
         assert_eq!(seen, vec![(5, 5, 1005), (50, 5, 5010)]);
@@ -393,64 +344,22 @@ mod tests {
         let mut s = Step::default();
         let mb = 1 << 20;
         for i in 0..3 {
-            m.apply(
-                &Event::Write {
-                    ino: 1,
-                    offset: i * 2 * mb,
-                    len: 2 * mb,
-                },
-                &mut s,
-            );
-            m.apply(
-                &Event::Write {
-                    ino: 2,
-                    offset: i * mb,
-                    len: mb,
-                },
-                &mut s,
-            );
+            m.apply(&Event::Write { ino: 1, offset: i * 2 * mb, len: 2 * mb }, &mut s);
+            m.apply(&Event::Write { ino: 2, offset: i * mb, len: mb }, &mut s);
         }
         // 9 MiB: objects 0 and 1 sealed, 1 MiB in object 2.
         assert_eq!(m.log.open_object(), Some((2, mb)));
         assert_eq!(m.log.bytes, 9 * mb);
         // File 1's third write (at 4 MiB) went to 6 MiB of the log: object
         // 1 from 2 MiB; file 2's last write opened object 2.
-        m.apply(
-            &Event::Read {
-                ino: 1,
-                offset: 4 * mb + 10,
-                len: 20,
-            },
-            &mut s,
-        );
+        m.apply(&Event::Read { ino: 1, offset: 4 * mb + 10, len: 20 }, &mut s);
         assert_eq!(s.log_reads, vec![(1, 2 * mb + 10, 20)]);
-        m.apply(
-            &Event::Read {
-                ino: 2,
-                offset: 2 * mb,
-                len: mb,
-            },
-            &mut s,
-        );
+        m.apply(&Event::Read { ino: 2, offset: 2 * mb, len: mb }, &mut s);
         assert_eq!(s.log_reads, vec![(2, 0, mb)]);
         // An overwrite moves the bytes to the log's end.
-        m.apply(
-            &Event::Write {
-                ino: 2,
-                offset: 0,
-                len: 10,
-            },
-            &mut s,
-        );
+        m.apply(&Event::Write { ino: 2, offset: 0, len: 10 }, &mut s);
         assert_eq!(s.log_writes, vec![(2, mb, 10)]);
-        m.apply(
-            &Event::Read {
-                ino: 2,
-                offset: 0,
-                len: 20,
-            },
-            &mut s,
-        );
+        m.apply(&Event::Read { ino: 2, offset: 0, len: 20 }, &mut s);
         assert_eq!(s.log_reads, vec![(2, mb, 10), (0, 2 * mb + 10, 10)]);
     }
 
@@ -460,113 +369,20 @@ mod tests {
     fn placements_follow_commits_and_descriptions() {
         let mut m = Model::new();
         let mut s = Step::default();
-        m.apply(
-            &Event::Chunk {
-                chunk: 7,
-                pack: 9,
-                offset: 24,
-                len: 500,
-            },
-            &mut s,
-        );
-        m.apply(
-            &Event::Chunk {
-                chunk: 8,
-                pack: 9,
-                offset: 524,
-                len: 300,
-            },
-            &mut s,
-        );
-        m.apply(
-            &Event::Write {
-                ino: 1,
-                offset: 1000,
-                len: 100,
-            },
-            &mut s,
-        );
-        m.apply(
-            &Event::Place {
-                ino: 1,
-                offset: 0,
-                len: 2000,
-                chunk: 7,
-                described: true,
-            },
-            &mut s,
-        );
-        m.apply(
-            &Event::Read {
-                ino: 1,
-                offset: 900,
-                len: 300,
-            },
-            &mut s,
-        );
-        assert_eq!(
-            (s.chunk_reads.clone(), s.journal_read),
-            (vec![(9, 24, 500)], true)
-        );
-        m.apply(
-            &Event::Place {
-                ino: 1,
-                offset: 1000,
-                len: 100,
-                chunk: 8,
-                described: false,
-            },
-            &mut s,
-        );
-        m.apply(
-            &Event::Read {
-                ino: 1,
-                offset: 900,
-                len: 300,
-            },
-            &mut s,
-        );
-        assert_eq!(
-            (s.chunk_reads.clone(), s.journal_read),
-            (vec![(9, 24, 500), (9, 524, 300)], false)
-        );
-        m.apply(
-            &Event::Place {
-                ino: 1,
-                offset: 0,
-                len: 2000,
-                chunk: 0,
-                described: false,
-            },
-            &mut s,
-        );
-        m.apply(
-            &Event::Read {
-                ino: 1,
-                offset: 0,
-                len: 2000,
-            },
-            &mut s,
-        );
+        m.apply(&Event::Chunk { chunk: 7, pack: 9, offset: 24, len: 500 }, &mut s);
+        m.apply(&Event::Chunk { chunk: 8, pack: 9, offset: 524, len: 300 }, &mut s);
+        m.apply(&Event::Write { ino: 1, offset: 1000, len: 100 }, &mut s);
+        m.apply(&Event::Place { ino: 1, offset: 0, len: 2000, chunk: 7, described: true }, &mut s);
+        m.apply(&Event::Read { ino: 1, offset: 900, len: 300 }, &mut s);
+        assert_eq!((s.chunk_reads.clone(), s.journal_read), (vec![(9, 24, 500)], true));
+        m.apply(&Event::Place { ino: 1, offset: 1000, len: 100, chunk: 8, described: false }, &mut s);
+        m.apply(&Event::Read { ino: 1, offset: 900, len: 300 }, &mut s);
+        assert_eq!((s.chunk_reads.clone(), s.journal_read), (vec![(9, 24, 500), (9, 524, 300)], false));
+        m.apply(&Event::Place { ino: 1, offset: 0, len: 2000, chunk: 0, described: false }, &mut s);
+        m.apply(&Event::Read { ino: 1, offset: 0, len: 2000 }, &mut s);
         assert!(s.chunk_reads.is_empty());
-        m.apply(
-            &Event::Place {
-                ino: 2,
-                offset: 0,
-                len: 10,
-                chunk: 99,
-                described: false,
-            },
-            &mut s,
-        );
-        m.apply(
-            &Event::Read {
-                ino: 2,
-                offset: 0,
-                len: 10,
-            },
-            &mut s,
-        );
+        m.apply(&Event::Place { ino: 2, offset: 0, len: 10, chunk: 99, described: false }, &mut s);
+        m.apply(&Event::Read { ino: 2, offset: 0, len: 10 }, &mut s);
         assert_eq!(s.unlocated, 1);
     }
 }

@@ -55,10 +55,7 @@ fn count(seen: &mut HashSet<u64>, bytes: &mut u64, units: &[crate::layout::Unit]
 /// Reads the whole trace once (see the module docs).
 pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
     let mut reader = TraceReader::open(path)?;
-    let mut summary = Summary {
-        start_unix_ns: reader.start_unix_ns(),
-        ..Summary::default()
-    };
+    let mut summary = Summary { start_unix_ns: reader.start_unix_ns(), ..Summary::default() };
     let mut packs = Packs::default();
     let mut recorded: HashMap<u64, u64> = HashMap::new();
     // (pack, offset, len, chunk) of every place a chunk was said to be.
@@ -77,35 +74,19 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
         summary.records += 1;
         summary.duration_ns = summary.duration_ns.max(r.time);
         match r.event {
-            Event::Read { len, .. } => {
-                (summary.reads, summary.bytes_read) = (summary.reads + 1, summary.bytes_read + len)
-            }
-            Event::Write { len, .. } => {
-                (summary.writes, summary.bytes_written) =
-                    (summary.writes + 1, summary.bytes_written + len)
-            }
+            Event::Read { len, .. } => (summary.reads, summary.bytes_read) = (summary.reads + 1, summary.bytes_read + len),
+            Event::Write { len, .. } => (summary.writes, summary.bytes_written) = (summary.writes + 1, summary.bytes_written + len),
             Event::Place { ino, chunk, .. } if chunk != 0 => {
                 owners.entry(chunk).or_insert(ino);
             }
-            Event::Chunk {
-                chunk,
-                pack,
-                offset,
-                len,
-            } => {
+            Event::Chunk { chunk, pack, offset, len } => {
                 places.insert((pack, offset, len, chunk));
             }
             Event::Pack { pack, size } => {
                 recorded.insert(pack, size);
                 packs.new.insert(pack);
             }
-            Event::CacheSize { pack, size }
-            | Event::Cache {
-                event: CacheEvent::Queued | CacheEvent::Uploaded | CacheEvent::Kept,
-                pack,
-                len: size,
-                ..
-            } => {
+            Event::CacheSize { pack, size } | Event::Cache { event: CacheEvent::Queued | CacheEvent::Uploaded | CacheEvent::Kept, pack, len: size, .. } => {
                 recorded.insert(pack, size);
             }
             _ => {}
@@ -130,12 +111,7 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
         let s = packs.sizes.entry(pack).or_insert(0);
         *s = (*s).max(size);
     }
-    packs.segment(
-        places
-            .into_iter()
-            .map(|(p, off, len, c)| (p, off, len, owners.get(&c).copied().unwrap_or(0)))
-            .collect(),
-    );
+    packs.segment(places.into_iter().map(|(p, off, len, c)| (p, off, len, owners.get(&c).copied().unwrap_or(0))).collect());
     let mut data = HashMap::from([(LayoutKind::BlueSky, blue_bytes)]);
     for kind in [LayoutKind::Cairn, LayoutKind::CairnSegment] {
         let mut l = Layout::new(kind, 0);
@@ -146,19 +122,10 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
         }
         for &p in &packs.new {
             scratch.clear();
-            l.pack_units(
-                p,
-                packs.sizes.get(&p).copied().unwrap_or(0),
-                &packs,
-                &mut scratch,
-            );
+            l.pack_units(p, packs.sizes.get(&p).copied().unwrap_or(0), &packs, &mut scratch);
             count(&mut seen, &mut bytes, &scratch);
         }
         data.insert(kind, bytes);
     }
-    Ok(Survey {
-        summary,
-        packs,
-        data,
-    })
+    Ok(Survey { summary, packs, data })
 }

@@ -6,10 +6,7 @@
 
 use cairn_backend::Backend;
 use cairn_engine::cloud::{self, CloudOptions};
-use cairn_engine::{
-    init_cloud, Caller, ChunkerParams, FileKind, InitOptions, InjectedBackend, OpenOptions, Volume,
-    ROOT_INO,
-};
+use cairn_engine::{init_cloud, Caller, ChunkerParams, FileKind, InitOptions, InjectedBackend, OpenOptions, Volume, ROOT_INO};
 use cairn_testing::MemoryBackend;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,43 +46,14 @@ fn the_live_replay_reproduces_the_live_hit_ratio() {
     let dir = d.path().join("vol");
     let trace = d.path().join("trace");
     let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    let chunker = ChunkerParams {
-        min: 4 << 10,
-        avg: 16 << 10,
-        max: 64 << 10,
-        ..Default::default()
-    };
-    init_cloud(
-        &dir,
-        URL,
-        None,
-        None,
-        &InitOptions {
-            chunker,
-            pack_target: Some(1 << 20),
-            backend: Some(InjectedBackend(bucket.clone())),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    cloud::attach(
-        &dir,
-        URL,
-        None,
-        None,
-        Some(&InjectedBackend(bucket.clone())),
-    )
-    .unwrap();
+    let chunker = ChunkerParams { min: 4 << 10, avg: 16 << 10, max: 64 << 10, ..Default::default() };
+    init_cloud(&dir, URL, None, None, &InitOptions { chunker, pack_target: Some(1 << 20), backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap();
+    cloud::attach(&dir, URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
     let opts = OpenOptions {
         backend: Some(InjectedBackend(bucket.clone())),
         // Nearly no decoded chunks in memory: reads reach the pack cache.
         cache_bytes: 0,
-        cloud: CloudOptions {
-            cache_bytes: CACHE,
-            meta_interval: Duration::from_secs(3600),
-            gc_interval: None,
-            ..Default::default()
-        },
+        cloud: CloudOptions { cache_bytes: CACHE, meta_interval: Duration::from_secs(3600), gc_interval: None, ..Default::default() },
         trace: Some(trace.clone()),
         ..Default::default()
     };
@@ -98,16 +66,7 @@ fn the_live_replay_reproduces_the_live_hit_ratio() {
     let mut written = 0u64;
     while written < 40 << 20 {
         let len = 4096 + (rng.next() % (56 << 10)) as usize;
-        let a = v
-            .create(
-                ROOT_INO,
-                format!("f{}", files.len()).as_bytes(),
-                FileKind::File,
-                0o644,
-                0,
-                who,
-            )
-            .unwrap();
+        let a = v.create(ROOT_INO, format!("f{}", files.len()).as_bytes(), FileKind::File, 0o644, 0, who).unwrap();
         v.open(a.ino).unwrap();
         v.write(a.ino, 0, &rng.bytes(len)).unwrap();
         v.release(a.ino).unwrap();
@@ -128,17 +87,11 @@ fn the_live_replay_reproduces_the_live_hit_ratio() {
     drop(v);
 
     let live = cache.stats();
-    assert!(
-        live.misses > 100 && live.evictions > 100,
-        "the workload must miss and evict: {live:?}"
-    );
+    assert!(live.misses > 100 && live.evictions > 100, "the workload must miss and evict: {live:?}");
     let live_ratio = live.hits as f64 / (live.hits + live.misses) as f64;
     let r = cairn_sim::replay_live(&trace, "lru", Some(CACHE)).unwrap();
     // Every counted read is in the trace.
-    assert_eq!(
-        (r.recorded_hits, r.recorded_misses),
-        (live.hits, live.misses)
-    );
+    assert_eq!((r.recorded_hits, r.recorded_misses), (live.hits, live.misses));
     assert!(
         (r.hit_ratio - live_ratio).abs() < 0.03,
         "the replay's hit ratio {:.4} ({} hits, {} misses) is not within 3 points of the live cache's {:.4} ({} hits, {} misses)",

@@ -26,91 +26,20 @@ fn write_trace(path: &Path, records: &[(u64, Event)]) {
 /// file 1 at 5 MiB, file 1 at 0.
 fn trace() -> Vec<(u64, Event)> {
     let pack = 0xabcd;
-    let place = |ino, offset, len, chunk| Event::Place {
-        ino,
-        offset,
-        len,
-        chunk,
-        described: false,
-    };
+    let place = |ino, offset, len, chunk| Event::Place { ino, offset, len, chunk, described: false };
     vec![
-        (
-            SEC,
-            Event::Write {
-                ino: 1,
-                offset: 0,
-                len: 6 * MB,
-            },
-        ),
-        (
-            SEC,
-            Event::Write {
-                ino: 2,
-                offset: 0,
-                len: MB,
-            },
-        ),
-        (
-            2 * SEC,
-            Event::Pack {
-                pack,
-                size: 7 * MB + 100,
-            },
-        ),
-        (
-            2 * SEC,
-            Event::Chunk {
-                chunk: 1,
-                pack,
-                offset: 0,
-                len: 3 * MB,
-            },
-        ),
-        (
-            2 * SEC,
-            Event::Chunk {
-                chunk: 2,
-                pack,
-                offset: 3 * MB,
-                len: 3 * MB,
-            },
-        ),
-        (
-            2 * SEC,
-            Event::Chunk {
-                chunk: 3,
-                pack,
-                offset: 6 * MB,
-                len: MB,
-            },
-        ),
+        (SEC, Event::Write { ino: 1, offset: 0, len: 6 * MB }),
+        (SEC, Event::Write { ino: 2, offset: 0, len: MB }),
+        (2 * SEC, Event::Pack { pack, size: 7 * MB + 100 }),
+        (2 * SEC, Event::Chunk { chunk: 1, pack, offset: 0, len: 3 * MB }),
+        (2 * SEC, Event::Chunk { chunk: 2, pack, offset: 3 * MB, len: 3 * MB }),
+        (2 * SEC, Event::Chunk { chunk: 3, pack, offset: 6 * MB, len: MB }),
         (2 * SEC, place(1, 0, 3 * MB, 1)),
         (2 * SEC, place(1, 3 * MB, 3 * MB, 2)),
         (2 * SEC, place(2, 0, MB, 3)),
-        (
-            3 * SEC,
-            Event::Read {
-                ino: 2,
-                offset: 0,
-                len: 4096,
-            },
-        ),
-        (
-            4 * SEC,
-            Event::Read {
-                ino: 1,
-                offset: 5 * MB,
-                len: 4096,
-            },
-        ),
-        (
-            5 * SEC,
-            Event::Read {
-                ino: 1,
-                offset: 0,
-                len: 4096,
-            },
-        ),
+        (3 * SEC, Event::Read { ino: 2, offset: 0, len: 4096 }),
+        (4 * SEC, Event::Read { ino: 1, offset: 5 * MB, len: 4096 }),
+        (5 * SEC, Event::Read { ino: 1, offset: 0, len: 4096 }),
     ]
 }
 
@@ -118,33 +47,13 @@ fn run(percent: f64) -> Vec<Row> {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options {
-        cache_percents: vec![percent],
-        policies: vec!["lru".into()],
-        layouts: LayoutKind::ALL.to_vec(),
-        prices: Prices::aws(),
-    };
+    let o = Options { cache_percents: vec![percent], policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws() };
     let r = simulate(&p, &o).unwrap();
-    assert_eq!(
-        (
-            r.summary.records,
-            r.summary.duration_ns,
-            r.summary.reads,
-            r.summary.writes
-        ),
-        (12, 5 * SEC, 3, 2)
-    );
+    assert_eq!((r.summary.records, r.summary.duration_ns, r.summary.reads, r.summary.writes), (12, 5 * SEC, 3, 2));
     let sets: Vec<(LayoutKind, u64)> = r.data_sets.iter().map(|d| (d.layout, d.bytes)).collect();
     // cairn: the pack's two blocks; segments: file 1's 6 MiB and file 2's
     // 1 MiB; bluesky: the 7 MiB written, 224 blocks of 32 KiB.
-    assert_eq!(
-        sets,
-        vec![
-            (LayoutKind::Cairn, 7 * MB + 100),
-            (LayoutKind::CairnSegment, 7 * MB),
-            (LayoutKind::BlueSky, 7 * MB)
-        ]
-    );
+    assert_eq!(sets, vec![(LayoutKind::Cairn, 7 * MB + 100), (LayoutKind::CairnSegment, 7 * MB), (LayoutKind::BlueSky, 7 * MB)]);
     r.rows
 }
 
@@ -158,22 +67,13 @@ fn three_layouts_by_hand() {
     // (chunk 2, pack bytes 3-6 MiB) needs blocks 0 and 1: one GET of block
     // 0, which evicts block 1. File 1 at 0 (chunk 1) is in block 0: hit.
     assert_eq!(cairn.cache_bytes, ((7 * MB + 100) as f64 * 0.6) as u64);
-    assert_eq!(
-        (cairn.reads, cairn.hits, cairn.gets, cairn.bytes_down),
-        (3, 2, 1, 4 * MB)
-    );
-    assert_eq!(
-        (cairn.puts, cairn.posts, cairn.bytes_up),
-        (1, 0, 7 * MB + 100)
-    );
+    assert_eq!((cairn.reads, cairn.hits, cairn.gets, cairn.bytes_down), (3, 2, 1, 4 * MB));
+    assert_eq!((cairn.puts, cairn.posts, cairn.bytes_up), (1, 0, 7 * MB + 100));
 
     // cairn-segment, 4.2 MiB: segment B (file 2, 1 MiB) stays, A (file 1,
     // 6 MiB) is larger than the cache and never does: both reads of file 1
     // fetch it whole (the second time evicting B as well).
-    assert_eq!(
-        (seg.reads, seg.hits, seg.gets, seg.bytes_down),
-        (3, 1, 2, 12 * MB)
-    );
+    assert_eq!((seg.reads, seg.hits, seg.gets, seg.bytes_down), (3, 1, 2, 12 * MB));
 
     // bluesky, 134 blocks of 32 KiB: file 1's 6 MiB fill object 0 and 2
     // MiB of object 1 (192 blocks, the first 58 go), file 2's 1 MiB the
@@ -181,26 +81,19 @@ fn three_layouts_by_hand() {
     // 90-127). Reads: file 2 at 0 (object 1 block 64) and file 1 at 5 MiB
     // (object 1 block 32) hit; file 1 at 0 (object 0 block 0) fetches one
     // block.
-    assert_eq!(
-        (blue.reads, blue.hits, blue.gets, blue.bytes_down),
-        (3, 2, 1, 32 << 10)
-    );
+    assert_eq!((blue.reads, blue.hits, blue.gets, blue.bytes_down), (3, 2, 1, 32 << 10));
     // Object 0 sealed at 1 s, object 1 (3 MiB) put at the end.
     assert_eq!((blue.puts, blue.posts, blue.bytes_up), (2, 0, 7 * MB));
 
     // Storage over the 5 s: the pack from 2 s, object 0 from 1 s.
-    let gb_months =
-        |byte_secs: f64| byte_secs / cairn_engine::cost::GB / cairn_engine::cost::MONTH_SECS;
+    let gb_months = |byte_secs: f64| byte_secs / cairn_engine::cost::GB / cairn_engine::cost::MONTH_SECS;
     assert!((cairn.storage_gb_months - gb_months((7 * MB + 100) as f64 * 3.0)).abs() < 1e-15);
     assert!((blue.storage_gb_months - gb_months((4 * MB) as f64 * 4.0)).abs() < 1e-15);
     // Requests at AWS's prices: a GET and a PUT.
     assert!((cairn.cost_requests - (0.0004 + 0.005) / 1000.0).abs() < 1e-12);
     let down = 4.0 / 1024.0 * 0.09;
     assert!((cairn.cost_transfer - down).abs() < 1e-12);
-    assert!(
-        (cairn.cost - (cairn.cost_requests + cairn.cost_transfer + cairn.cost_storage)).abs()
-            < 1e-12
-    );
+    assert!((cairn.cost - (cairn.cost_requests + cairn.cost_transfer + cairn.cost_storage)).abs() < 1e-12);
 }
 
 /// With room for everything, only what was never cached misses: nothing,
@@ -208,12 +101,7 @@ fn three_layouts_by_hand() {
 #[test]
 fn a_cache_as_large_as_the_data_set_never_misses() {
     for r in run(100.0) {
-        assert_eq!(
-            (r.reads, r.hits, r.gets, r.bytes_down),
-            (3, 3, 0, 0),
-            "{:?}",
-            r.layout
-        );
+        assert_eq!((r.reads, r.hits, r.gets, r.bytes_down), (3, 3, 0, 0), "{:?}", r.layout);
     }
 }
 
@@ -222,32 +110,11 @@ fn bad_options_and_traces_are_refused() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options {
-        cache_percents: vec![10.0],
-        policies: vec!["mru".into()],
-        layouts: vec![LayoutKind::Cairn],
-        prices: Prices::aws(),
-    };
-    assert!(simulate(&p, &o)
-        .unwrap_err()
-        .to_string()
-        .contains("unknown policy"));
-    let o = Options {
-        cache_percents: vec![0.0],
-        policies: vec!["lru".into()],
-        ..o
-    };
-    assert!(simulate(&p, &o)
-        .unwrap_err()
-        .to_string()
-        .contains("not a positive"));
+    let o = Options { cache_percents: vec![10.0], policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws() };
+    assert!(simulate(&p, &o).unwrap_err().to_string().contains("unknown policy"));
+    let o = Options { cache_percents: vec![0.0], policies: vec!["lru".into()], ..o };
+    assert!(simulate(&p, &o).unwrap_err().to_string().contains("not a positive"));
     std::fs::write(&p, b"not a trace at all, no").unwrap();
-    let o = Options {
-        cache_percents: vec![10.0],
-        ..o
-    };
-    assert!(simulate(&p, &o)
-        .unwrap_err()
-        .to_string()
-        .contains("not a Cairn trace"));
+    let o = Options { cache_percents: vec![10.0], ..o };
+    assert!(simulate(&p, &o).unwrap_err().to_string().contains("not a Cairn trace"));
 }

@@ -15,10 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn events(path: &Path) -> Vec<Event> {
-    TraceReader::open(path)
-        .unwrap()
-        .map(|r| r.unwrap().event)
-        .collect()
+    TraceReader::open(path).unwrap().map(|r| r.unwrap().event).collect()
 }
 
 /// The extents of `ino` in PLACE records (described or not), by offset,
@@ -33,22 +30,13 @@ fn check_placed(ev: &[Event], ino: Ino, size: u64, described: bool) {
             Event::Chunk { chunk, .. } => {
                 located.insert(chunk);
             }
-            Event::Place {
-                ino: i,
-                offset,
-                len,
-                chunk,
-                described: d,
-            } if i == ino && d == described => {
+            Event::Place { ino: i, offset, len, chunk, described: d } if i == ino && d == described => {
                 placed.insert(chunk);
                 at.insert(offset, len);
             }
             Event::Read { ino: i, .. } if i == ino => {
                 assert!(!at.is_empty(), "inode {ino} read before it was placed");
-                assert!(
-                    placed.is_subset(&located),
-                    "inode {ino} read before its chunks were located"
-                );
+                assert!(placed.is_subset(&located), "inode {ino} read before its chunks were located");
             }
             _ => {}
         }
@@ -84,18 +72,7 @@ fn a_cloud_mount_records_what_it_did() {
     o.trace = Some(t.path().join("one"));
     let v = Volume::load(a.path(), o.clone()).unwrap();
     let sizes = [300_000u64, 100_000, 70_000];
-    let inos: Vec<Ino> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| {
-            mkfile(
-                &v,
-                ROOT_INO,
-                &format!("f{i}"),
-                &random_bytes(i as u64, n as usize),
-            )
-        })
-        .collect();
+    let inos: Vec<Ino> = sizes.iter().enumerate().map(|(i, &n)| mkfile(&v, ROOT_INO, &format!("f{i}"), &random_bytes(i as u64, n as usize))).collect();
     v.flush_now().unwrap();
     let cache = v.cloud().unwrap().cache.clone();
     cache.drain(&mut |_, _| {});
@@ -109,52 +86,21 @@ fn a_cloud_mount_records_what_it_did() {
     drop(cache); // records the clean shutdown: the next mount keeps what is cached
 
     let ev = events(&t.path().join("one"));
-    assert_eq!(
-        ev[0],
-        Event::CacheOpened {
-            block: 4 << 20,
-            capacity: 4 << 20
-        }
-    );
+    assert_eq!(ev[0], Event::CacheOpened { block: 4 << 20, capacity: 4 << 20 });
     // (The flush at unmount commits the truncated file again.)
-    let before_truncate = ev
-        .iter()
-        .position(|e| matches!(e, Event::Truncate { .. }))
-        .unwrap();
+    let before_truncate = ev.iter().position(|e| matches!(e, Event::Truncate { .. })).unwrap();
     for (&ino, &size) in inos.iter().zip(&sizes) {
-        assert_eq!(
-            bytes_of(&ev, ino, false),
-            size,
-            "inode {ino}: bytes written"
-        );
+        assert_eq!(bytes_of(&ev, ino, false), size, "inode {ino}: bytes written");
         check_placed(&ev[..before_truncate], ino, size, false);
     }
-    assert_eq!(
-        (bytes_of(&ev, inos[0], true), bytes_of(&ev, inos[1], true)),
-        (sizes[0], sizes[1])
-    );
-    assert!(ev.contains(&Event::Truncate {
-        ino: inos[1],
-        size: 50_000
-    }));
+    assert_eq!((bytes_of(&ev, inos[0], true), bytes_of(&ev, inos[1], true)), (sizes[0], sizes[1]));
+    assert!(ev.contains(&Event::Truncate { ino: inos[1], size: 50_000 }));
     assert!(ev.contains(&Event::Remove { ino: inos[2] }));
     // Each new pack: PACK before its chunks, then into the outbox and up.
-    let packs: HashSet<u64> = ev
-        .iter()
-        .filter_map(|e| {
-            if let Event::Pack { pack, .. } = e {
-                Some(*pack)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let packs: HashSet<u64> = ev.iter().filter_map(|e| if let Event::Pack { pack, .. } = e { Some(*pack) } else { None }).collect();
     let mut cache_events: HashMap<CacheEvent, u64> = HashMap::new();
     for e in &ev {
-        if let Event::Cache {
-            event, pack, group, ..
-        } = *e
-        {
+        if let Event::Cache { event, pack, group, .. } = *e {
             *cache_events.entry(event).or_default() += 1;
             if event.is_read() {
                 assert!(packs.contains(&pack), "a read of a pack never written");
@@ -163,18 +109,8 @@ fn a_cloud_mount_records_what_it_did() {
         }
     }
     let n = |e| cache_events.get(&e).copied().unwrap_or(0);
-    assert_eq!(
-        (n(CacheEvent::Queued), n(CacheEvent::Uploaded)),
-        (packs.len() as u64, packs.len() as u64)
-    );
-    assert_eq!(
-        (
-            n(CacheEvent::Hit) + n(CacheEvent::Outbox),
-            n(CacheEvent::Miss)
-        ),
-        (stats.hits, stats.misses),
-        "the cache's reads, as it counted them"
-    );
+    assert_eq!((n(CacheEvent::Queued), n(CacheEvent::Uploaded)), (packs.len() as u64, packs.len() as u64));
+    assert_eq!((n(CacheEvent::Hit) + n(CacheEvent::Outbox), n(CacheEvent::Miss)), (stats.hits, stats.misses), "the cache's reads, as it counted them");
     assert!(stats.hits + stats.misses > 0);
 
     // A second mount describes what it finds: the cache's whole packs,
@@ -185,17 +121,7 @@ fn a_cloud_mount_records_what_it_did() {
     v.close().unwrap();
     let ev = events(&t.path().join("two"));
     assert!(matches!(ev[0], Event::CacheOpened { .. }));
-    assert!(
-        matches!(
-            ev[1],
-            Event::Cache {
-                event: CacheEvent::Kept,
-                ..
-            }
-        ),
-        "the whole packs cached at the last unmount: {:?}",
-        ev[1]
-    );
+    assert!(matches!(ev[1], Event::Cache { event: CacheEvent::Kept, .. }), "the whole packs cached at the last unmount: {:?}", ev[1]);
     check_placed(&ev, inos[0], sizes[0], true);
     assert_eq!(bytes_of(&ev, inos[0], true), sizes[0]);
 }
