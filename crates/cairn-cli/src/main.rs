@@ -86,6 +86,14 @@ enum Cmd {
         /// evicted, and writers wait when they fill it during an outage).
         #[arg(long, default_value = "10G", value_parser = size::parse)]
         cache_dir_size: u64,
+        /// Volume in a bucket: the least a read miss fetches, in aligned
+        /// blocks of a pack (one ranged GET per run of missing blocks).
+        /// Smaller blocks download less around each miss (the bill's
+        /// transfer), larger ones bring more neighbours along; `cairn sim
+        /// --pack-block` compares them on a recorded trace. Changing it
+        /// empties the clean part of the cache.
+        #[arg(long, default_value = "256K", value_parser = size::parse)]
+        cache_block: u64,
         /// Volume in a bucket: when fsync returns. `local`: the data is safe
         /// in the local journal and is uploaded in the background (within
         /// about 10 s while the bucket answers). `remote`: the pack and the
@@ -360,6 +368,11 @@ enum Cmd {
         /// With --live: the cache's size (default: the live cache's).
         #[arg(long, value_parser = size::parse)]
         capacity: Option<u64>,
+        /// The `cairn` layout's fetch unit (the live cache's default block
+        /// by default; a mount's is `--cache-block`): smaller blocks fetch
+        /// less around each miss.
+        #[arg(long, default_value = "256K", value_parser = size::parse)]
+        pack_block: u64,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -584,7 +597,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, trace, pass } => {
             let dir = target::open_dir(&volume, &cloud)?;
             // Ask for the passphrase before going to the background.
             let (_, _, _, cfg) = cairn_engine::read_config(&dir)?;
@@ -599,8 +612,12 @@ fn run(cli: Cli) -> Result<i32> {
                 // (the source names the local directory: umount finds the lock there)
                 writeback_cache: !no_writeback_cache,
             };
+            if !(4 << 10..=64 << 20).contains(&cache_block) {
+                bail!("--cache-block must be between 4K and 64M");
+            }
             let cloud_opts = cairn_engine::cloud::CloudOptions {
                 cache_bytes: cache_dir_size,
+                cache_block,
                 durability: match durability {
                     DurabilityArg::Local => cairn_engine::cache::disk::Durability::Local,
                     DurabilityArg::Remote => cairn_engine::cache::disk::Durability::Remote,
@@ -821,9 +838,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Sim { trace, cache_sizes, policies, layouts, prices, live, capacity, json } => {
+        Cmd::Sim { trace, cache_sizes, policies, layouts, prices, live, capacity, pack_block, json } => {
             init_logging(cli.verbose, None)?;
-            sim::run(sim::Args { trace: &trace, cache_sizes, policies, layouts, prices: &prices, live, capacity, json })
+            sim::run(sim::Args { trace: &trace, cache_sizes, policies, layouts, prices: &prices, live, capacity, pack_block, json })
         }
         Cmd::Meta { op } => {
             init_logging(cli.verbose, None)?;

@@ -15,6 +15,7 @@ pub struct Args<'a> {
     pub prices: &'a str,
     pub live: bool,
     pub capacity: Option<u64>,
+    pub pack_block: u64,
     pub json: bool,
 }
 
@@ -36,7 +37,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     let prices = cairn_engine::cost::Prices::load(a.prices)?;
-    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, policies: a.policies, layouts, prices })?;
+    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, policies: a.policies, layouts, prices, pack_block: a.pack_block })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

@@ -17,7 +17,7 @@ use crate::model::{Model, Step};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
-/// The cache unit of the `cairn` layout: the live disk cache's block.
+/// The default cache unit of the `cairn` layout: the live disk cache's block.
 pub const PACK_BLOCK: u64 = cairn_engine::cache::disk::DEFAULT_BLOCK;
 /// The cache unit of the `bluesky` layout.
 pub const LOG_BLOCK: u64 = 32 << 10;
@@ -114,11 +114,18 @@ pub(crate) struct Layout {
     end: u64,
     /// Packs read that the trace did not see uploaded: stored throughout.
     older: HashSet<u64>,
+    /// The `cairn` layout's fetch unit.
+    pack_block: u64,
 }
 
 impl Layout {
     pub fn new(kind: LayoutKind, end: u64) -> Layout {
-        Layout { kind, keys: HashMap::new(), up: Uploads::default(), end, older: HashSet::new() }
+        Layout::with_block(kind, end, PACK_BLOCK)
+    }
+
+    /// A layout whose `cairn` kind fetches blocks of `pack_block` bytes.
+    pub fn with_block(kind: LayoutKind, end: u64, pack_block: u64) -> Layout {
+        Layout { kind, keys: HashMap::new(), up: Uploads::default(), end, older: HashSet::new(), pack_block: pack_block.max(1) }
     }
 
     fn unit(&mut self, obj: u64, start: u64, len: u64) -> Unit {
@@ -147,7 +154,7 @@ impl Layout {
         match self.kind {
             LayoutKind::Cairn => {
                 let size = packs.sizes.get(&pack).copied().unwrap_or(off + len);
-                self.blocks(pack, off, len, size, PACK_BLOCK, out);
+                self.blocks(pack, off, len, size, self.pack_block, out);
             }
             LayoutKind::CairnSegment => {
                 let seg = packs.segments.get(&pack).and_then(|segs| {
@@ -204,7 +211,7 @@ impl Layout {
     /// Every unit of a new pack of `size` bytes.
     pub fn pack_units(&mut self, pack: u64, size: u64, packs: &Packs, out: &mut Vec<Unit>) {
         match (self.kind, packs.segments.get(&pack)) {
-            (LayoutKind::Cairn, _) => self.blocks(pack, 0, size, size, PACK_BLOCK, out),
+            (LayoutKind::Cairn, _) => self.blocks(pack, 0, size, size, self.pack_block, out),
             (LayoutKind::CairnSegment, Some(segs)) => {
                 for &(s, e) in segs {
                     out.push(self.unit(pack, s, e - s));

@@ -50,6 +50,8 @@ pub struct Options {
     pub policies: Vec<String>,
     pub layouts: Vec<LayoutKind>,
     pub prices: Prices,
+    /// The `cairn` layout's fetch unit (the live cache's block by default).
+    pub pack_block: u64,
 }
 
 /// What one layout, policy and cache size cost.
@@ -156,7 +158,7 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
                     caches.push((name.clone(), pct, capacity, SimCache::new(Policy::named(name).expect("checked above"), capacity)));
                 }
             }
-            Lane { layout: Layout::new(kind, end), caches, batch: Batch::default() }
+            Lane { layout: Layout::with_block(kind, end, o.pack_block), caches, batch: Batch::default() }
         })
         .collect();
     let mut model = Model::new();

@@ -38,6 +38,9 @@ pub fn trash_version(name: &str) -> Option<u64> {
 pub struct CloudOptions {
     /// Bound on the local pack cache (clean and not yet uploaded bytes).
     pub cache_bytes: u64,
+    /// What a read miss fetches at least: aligned blocks of this many bytes
+    /// of a pack (one ranged GET per run of missing blocks).
+    pub cache_block: u64,
     /// When fsync returns: data safe locally, or in the bucket.
     pub durability: Durability,
     /// How often metadata changes are shipped (at most this much is lost
@@ -57,7 +60,7 @@ pub struct CloudOptions {
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
     }
 }
 
@@ -284,7 +287,7 @@ impl Cloud {
     /// Opens the cache in front of the bucket, with the policy `opts`
     /// choose (a KD one reads the volume's request counts from `io`).
     pub fn open_cache(layout: &Layout, remote: Arc<dyn Backend>, opts: &CloudOptions, io: Option<IoWindows>) -> Result<Arc<CachedBackend>> {
-        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block: 4 << 20, durability: opts.durability, uploaders: 2 };
+        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block: opts.cache_block, durability: opts.durability, uploaders: 2 };
         Ok(CachedBackend::with_policy(remote, d, opts.cache_policy.build(io))?)
     }
 }

@@ -99,6 +99,8 @@ pub(crate) struct FileInner {
     /// Where the last read ended: reads near it are sequential and fetch
     /// the chunks after them ahead of time.
     pub last_read_end: u64,
+    /// How far read-ahead has been asked for (0: not reading in order).
+    pub read_ahead_to: u64,
 }
 
 impl FileInner {
@@ -198,6 +200,7 @@ impl FileState {
                 unlinked,
                 read_only,
                 last_read_end: 0,
+                read_ahead_to: 0,
             }),
             flush_lock: Arc::new(Mutex::new(())),
         })
@@ -560,11 +563,28 @@ impl Volume {
             // prefetching two chunk-sizes after each 4 KiB read made random
             // reads decode megabytes each.
             let near = READ_AHEAD_SLACK;
-            let sequential = size >= KERNEL_READ_AHEAD_MIN || offset == 0 || (offset + near >= g.last_read_end && offset <= g.last_read_end + near);
+            let contiguous = offset + near >= g.last_read_end && offset <= g.last_read_end + near;
+            let sequential = size >= KERNEL_READ_AHEAD_MIN || offset == 0 || contiguous;
+            if !contiguous {
+                g.read_ahead_to = 0; // a jump (or a new pass from the start): a new window
+            }
             g.last_read_end = end;
-            let ahead_end = if read_ahead && sequential { (end + 2 * self.cfg.chunker.max as u64).min(g.base_valid) } else { 0 };
-            let ahead: Vec<u64> = if end < ahead_end {
-                g.base.range(end, ahead_end).into_iter().filter_map(|(_, e)| match e.src { Source::Chunk(id) => Some(id), _ => None }).collect()
+            // The window ahead is asked for in halves: once less than half
+            // of it is left, the next half goes at once, so its chunks come
+            // in few ranged reads (adjacent ones coalesce, see prefetch).
+            let window = 4 * self.cfg.chunker.max as u64;
+            let (from, ahead_end) = if !(read_ahead && sequential) {
+                g.read_ahead_to = 0;
+                (0, 0)
+            } else if g.read_ahead_to < end + window / 2 {
+                let from = g.read_ahead_to.max(end);
+                g.read_ahead_to = (end + window).min(g.base_valid);
+                (from, g.read_ahead_to)
+            } else {
+                (0, 0)
+            };
+            let ahead: Vec<u64> = if from < ahead_end {
+                g.base.range(from, ahead_end).into_iter().filter_map(|(_, e)| match e.src { Source::Chunk(id) => Some(id), _ => None }).collect()
             } else {
                 Vec::new()
             };

@@ -748,22 +748,65 @@ impl Volume {
 
     /// Starts fetching chunks in the background so a sequential reader
     /// finds them decoded.
+    ///
+    /// Chunks that lie next to each other in one pack (a file's segment,
+    /// and the segments of files flushed with it) are fetched by one ranged
+    /// read, so a sequential reader costs one GET per run, whatever block
+    /// size the cache fetches by (docs/frugal.md §3).
     pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
         let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
+        let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry)>)> = Vec::new();
         for id in ids {
             if self.cache.contains(id) || self.prefetching.insert(id, ()).is_some() {
                 continue;
             }
+            let Ok((name, e)) = self.chunk_location(id) else {
+                self.prefetching.remove(&id);
+                continue;
+            };
+            match runs.last_mut() {
+                Some((n, run)) if *n == name && run.last().is_some_and(|(_, p)| p.offset + p.stored_len as u64 == e.offset) && run.len() < PREFETCH_RUN_CHUNKS => run.push((id, e)),
+                _ => runs.push((name, vec![(id, e)])),
+            }
+        }
+        for (name, run) in runs {
             let me = me.clone();
             rayon::spawn(move || {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                 let _for = crate::cache::policy::reading_for(ino);
-                let _ = me.chunk(id);
-                me.prefetching.remove(&id);
+                me.prefetch_run(&name, &run);
+                for (id, _) in &run {
+                    me.prefetching.remove(id);
+                }
             });
         }
     }
+
+    /// Reads a run of adjacent blobs of pack `name` at once and caches the
+    /// chunks; a blob that fails is left for the reader, whose own read
+    /// reports the error.
+    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry)]) {
+        let (Some((_, first)), Some((_, last))) = (run.first(), run.last()) else { return };
+        if let Some(t) = &self.trace {
+            for (id, e) in run {
+                t.chunk_at(*id, crate::trace::pack_id(name), e.offset, e.stored_len as u64);
+            }
+        }
+        let start = first.offset;
+        let Ok(bytes) = self.backend.get_range(name, start, last.offset + last.stored_len as u64 - start) else { return };
+        for (id, e) in run {
+            let at = (e.offset - start) as usize;
+            let Some(blob) = bytes.get(at..at + e.stored_len as usize) else { return };
+            if let Ok(data) = pack::decode_blob(&self.keys, e, blob.to_vec()) {
+                self.cache.insert(*id, Arc::new(data));
+            }
+        }
+    }
 }
+
+/// At most this many chunks in one prefetch read (a run of 1 MiB chunks:
+/// 16 MiB at most).
+const PREFETCH_RUN_CHUNKS: usize = 16;
 
 impl Drop for Volume {
     fn drop(&mut self) {
