@@ -15,6 +15,11 @@ prints one JSON object, or exits non-zero with a message naming what failed.
                                      Content-Length or chunked encoding) and
                                      logged to LOG as one line: time, method,
                                      target, body bytes
+                                     [--latency-ms MS] [--mbit MBIT]: a
+                                     simulated WAN (section 14): each request
+                                     is held MS ms before it is forwarded, and
+                                     bodies pass at most MBIT Mbit/s in each
+                                     direction, shared by all connections
   cloud.py count LOG FROM TO [MOTOLOG MFROM MTO]
                                      the requests of LOG's lines FROM+1..TO by
                                      kind (PUT, PUT part, POST, GET, LIST, HEAD,
@@ -41,7 +46,8 @@ prints one JSON object, or exits non-zero with a message naming what failed.
   cloud.py put|get ENDPOINT BUCKET KEY FILE
                                      one object from a file / into a file
 
-fsbench.py imports this module to render section 13 of the report.
+fsbench.py imports this module to render section 13 of the report (and,
+through bench/frugal.py, section 14).
 """
 
 import http.client
@@ -95,9 +101,11 @@ class _Reader:
         the rest spliced from socket to socket in the kernel."""
         if self.buf:
             b, self.buf = self.buf[:n], self.buf[n:]
+            if _WAN["up"]:
+                _WAN["up"].take(len(b))
             out.sendall(b)
             n -= len(b)
-        if n > 0 and _splice(self.sock, out, n) < n:
+        if n > 0 and _splice(self.sock, out, n, _WAN["up"]) < n:
             raise ConnectionError("connection closed inside a body")
 
 
@@ -114,17 +122,22 @@ def _pipe():
     return r, w
 
 
-def _splice(src, dst, n=None):
+def _splice(src, dst, n=None, link=None):
     """Moves n bytes (None: until EOF) from socket src to socket dst through
-    a pipe, without copying them into Python; returns how many."""
+    a pipe, without copying them into Python; returns how many. With a link
+    (a simulated WAN), in pieces of at most _LINK_PIECE bytes, each let
+    through when the link has room for it."""
     r, w = _pipe()
     moved = 0
+    piece = _LINK_PIECE if link else _PIPE_SIZE
     try:
         while n is None or moved < n:
-            want = _PIPE_SIZE if n is None else min(_PIPE_SIZE, n - moved)
+            want = piece if n is None else min(piece, n - moved)
             k = os.splice(src.fileno(), w, want)
             if k == 0:
                 break
+            if link:
+                link.take(k)
             left = k
             while left:
                 left -= os.splice(r, dst.fileno(), left)
@@ -156,6 +169,8 @@ def _requests(client, upstream, log, lock):
                 clen = int(v.strip())
             elif k == b"transfer-encoding" and b"chunked" in v.lower():
                 chunked = True
+        if _WAN["latency"]:
+            time.sleep(_WAN["latency"])
         upstream.sendall(head)
         body = 0
         if chunked:
@@ -181,8 +196,50 @@ def _requests(client, upstream, log, lock):
 
 
 def _raw(src, dst):
-    """Server to client, untouched."""
-    _splice(src, dst)
+    """Server to client, untouched (through the download link of a
+    simulated WAN, if any)."""
+    _splice(src, dst, None, _WAN["down"])
+
+
+# --- a simulated WAN (section 14, bench/frugal.sh) ----------------------------
+# Off unless `proxy` gets --latency-ms or --mbit: then every request is held
+# that long before it is forwarded (one added delay per request, as a round
+# trip to a distant region adds), and request and response bodies pass
+# through one link per direction of that many Mbit/s, shared by every
+# connection (a token bucket: a piece of k bytes leaves k / rate seconds after
+# the previous one, whichever connection sent it).
+_LINK_PIECE = 64 << 10
+_WAN = {"latency": 0.0, "up": None, "down": None}
+
+
+class _Link:
+    def __init__(self, bytes_per_s):
+        import threading
+        self.rate, self.next, self.lock = float(bytes_per_s), 0.0, threading.Lock()
+
+    def take(self, n):
+        """Returns once n more bytes may have passed the link."""
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next)
+            self.next = start + n / self.rate
+            wait = self.next - now
+        if wait > 0:
+            time.sleep(wait)
+
+
+def _wan_options(args):
+    """proxy's options after LOG: --latency-ms MS, --mbit MBIT."""
+    i = 0
+    while i < len(args):
+        if args[i] == "--latency-ms":
+            _WAN["latency"] = float(args[i + 1]) / 1000
+        elif args[i] == "--mbit":
+            rate = float(args[i + 1]) * 1e6 / 8
+            _WAN["up"], _WAN["down"] = _Link(rate), _Link(rate)
+        else:
+            sys.exit(f"proxy: unknown option {args[i]} (--latency-ms MS, --mbit MBIT)")
+        i += 2
 
 
 def _connection(client, upstream_port, log, lock):
@@ -220,8 +277,9 @@ def _connection(client, upstream_port, log, lock):
     upstream.close()
 
 
-def proxy(port, upstream, logpath):
+def proxy(port, upstream, logpath, *wan):
     import threading
+    _wan_options(list(wan))
     log = open(logpath, "a")
     lock = threading.Lock()
     srv = socket.socket()
@@ -765,13 +823,25 @@ def render(rows, b, summary, h):
         b("")
 
 
+# Section 14 (frugality in a bucket, bench/frugal.sh) reuses this section's
+# server and proxy; fsbench.py renders it through this module, after
+# section 13.
+_render_cloud = render
+
+
+def render(rows, b, summary, h):  # noqa: F811 (section 13, then 14)
+    _render_cloud(rows, b, summary, h)
+    import frugal
+    frugal.render(rows, b, summary, h)
+
+
 def main(args=None):
     a = sys.argv[1:] if args is None else args
     cmd = a[0] if a else "-h"
     if cmd == "freeport":
         return freeport()
     if cmd == "proxy":
-        return proxy(int(a[1]), int(a[2]), a[3])
+        return proxy(int(a[1]), int(a[2]), a[3], *a[4:])
     if cmd == "count":
         return count(a[1], int(a[2]), int(a[3]), *( [a[4], int(a[5]), int(a[6])] if len(a) > 4 else []))
     if cmd == "smalltree":

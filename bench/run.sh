@@ -4,7 +4,7 @@
 # and writes BENCHMARKS.md at the repo root.
 set -euo pipefail
 
-ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud
+ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud,frugal
 
 usage() {
     cat <<'EOF'
@@ -84,6 +84,29 @@ Cairn run by run:
                About 30 minutes. (Target: <= 0.1 PUT per small file.) Needs
                moto_server (pip install 'moto[server]'), juicefs and
                linux-source-6.1; stops at the start if one is missing
+ 14. frugal    frugality in a bucket (issue 14; seed 004 §4, figures 9, 10,
+               12, 13, 15), on one moto S3 server as section 13, each
+               workload on a fresh bucket: a kernel workload (untar of the
+               1/16 sample of the Linux tree plus the files a partial build
+               reads, then cold: md5sum of every file, make defconfig and
+               make -j2 lib/math/ lib/crypto/) and Filebench's fileserver,
+               webserver and varmail (bench/frugal.py: their flowops, one
+               thread, a fixed seed, a few hundred MB each). Each on Cairn
+               with --cache-policy lru and kd, through the counting proxy
+               simulating a WAN (40 ms per request, 100 Mbit/s), the pack
+               cache bounded to 10% of the data, recording --trace; then on
+               JuiceFS (SQLite metadata) through the plain proxy. The bills
+               (cairn cost, the proxy's counts, JuiceFS's own counters);
+               `cairn sim` on each trace: Cairn's layout against a
+               BlueSky-like log, policies lru, kd, ti, tb, h at 2-20% cache
+               (target: Cairn's bill >= 40% lower than BlueSky's); wall
+               times under the WAN, LRU vs KD. Then the cleaner: two volumes
+               rewriting 50% of 160 MB in 32 KiB writes, one with
+               --gc-interval 5 and the storage price x10,000, one with 0,
+               dead bytes sampled every second. About 30 minutes. Needs
+               moto_server, juicefs, linux-source-6.1 (stops at the start if
+               one is missing) and build-essential flex bison bc libelf-dev
+               libssl-dev (installed with apt-get if missing)
 
 Results are kept per section. Every row a section records carries the
 section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
@@ -98,7 +121,7 @@ the sections it finished; `--report-only` renders the report again.
 Options:
   --only LIST           comma-separated sections to run (default: all):
                         ingest,seq,meta,dedup,clone,nine,insert,cow,
-                        archive,memory,mount,datapath,cloud
+                        archive,memory,mount,datapath,cloud,frugal
   --quick               smoke run: small sizes, one or two runs each (about
                         5 minutes for sections 1-11, 4 more for datapath).
                         Results and report go to /var/tmp/cairn-bench-quick/
@@ -174,6 +197,9 @@ if [[ $QUICK == 1 ]]; then
     MOUNT_FILES=256 MOUNT_MIB=64 MOUNT_RUNS=1
     DP_RUNS=1 DP_SEQ_MIB=128 DP_TREE_EVERY=100 DP_PM_FILES=200 DP_PM_TX=500 DP_DBENCH_S=10 DP_RAND_MIB=64 DP_RAND_S=5
     CL_RUNS=1 CL_FILE_RUNS=1 CL_FILE_BUDGET_S=0 CL_SEQ_MIB=128 CL_SMALL_FILES=1000 CL_TREE_EVERY=100 CL_MOUNT_FILES="1000 10000"
+    FR_RUNS=1 FR_WORKLOADS="kernel fileserver webserver varmail" FR_TREE_EVERY=64 FR_FILEBENCH="fileserver:400:100 webserver:400:30 varmail:400:60"
+    FR_CACHE_PCT=10 FR_MEM=16M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
+    FR_GC="4:4:1048576:0.5:262144:1" FR_GC_FACTOR=10000 FR_GC_INTERVAL=5 FR_GC_TAIL=10
 else
     INGEST_MIB=1024 INGEST_RUNS=5 SEQ_MIB=2048 SEQ_RUNS=3 META_FILES=20000 META_RUNS=5 DEDUP_MIB=256 DEDUP_RUNS=3
     CLONE_MIB=1024 CLONE_REPEAT=16 CLONE_RUNS=5 CLONE_BIG_EXT_RUNS=2
@@ -214,6 +240,16 @@ else
     # files and the untar get up to CL_FILE_RUNS runs, but runs after the
     # first only while the section has taken less than CL_FILE_BUDGET_S.
     CL_RUNS=3 CL_FILE_RUNS=3 CL_FILE_BUDGET_S=900 CL_SEQ_MIB=2048 CL_SMALL_FILES=10000 CL_TREE_EVERY=16 CL_MOUNT_FILES="1000 10000 100000"
+    # Section 14 (bench/frugal.sh). FR_FILEBENCH: PERSONALITY:FILES:ITERATIONS
+    # (bench/frugal.py has each personality's other sizes). FR_GC: seed 004
+    # §4.3.3's cleaning workload as SETS:FILES:FILE_BYTES:FRACTION:REGION:PERIOD
+    # (10 sets of 8 files of 2 MiB; half of it rewritten, 1 MiB a second in
+    # 32 KiB writes). FR_GC_FACTOR multiplies the storage price the cleaner
+    # weighs, so that theorem 1's moment comes within the run.
+    FR_RUNS=1 FR_WORKLOADS="kernel fileserver webserver varmail" FR_TREE_EVERY=16
+    FR_FILEBENCH="fileserver:1600:600 webserver:2000:300 varmail:2000:500"
+    FR_CACHE_PCT=10 FR_MEM=16M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
+    FR_GC="10:8:2097152:0.5:1048576:1" FR_GC_FACTOR=10000 FR_GC_INTERVAL=5 FR_GC_TAIL=30
 fi
 
 # The interpreter itself, not a version manager's shim (pyenv's costs 0.2 s a
@@ -224,6 +260,7 @@ source "$BENCH_DIR/lib.sh"
 source "$BENCH_DIR/archive.sh"
 source "$BENCH_DIR/datapath.sh"
 source "$BENCH_DIR/cloud.sh"
+source "$BENCH_DIR/frugal.sh"
 FSB=("${PY[@]}" "$BENCH_DIR/fsbench.py")
 
 render_report() {
@@ -242,6 +279,7 @@ for t in python3 fusermount3 mountpoint dd pgrep mkfs.ext4 truncate du cmp diff 
 done
 if selected datapath; then datapath_check_tools; fi
 if selected cloud; then cloud_check_tools; fi
+if selected frugal; then frugal_check_tools; fi
 
 SECONDS=0
 
