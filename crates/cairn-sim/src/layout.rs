@@ -301,7 +301,7 @@ mod tests {
         let mb = 1 << 20;
         let mut p = Packs::default();
         p.sizes.insert(9, 10 * mb);
-        let mut l = Layout::new(LayoutKind::Cairn, 2_000_000_000);
+        let mut l = Layout::with_block(LayoutKind::Cairn, 2_000_000_000, 4 * mb);
         let mut out = Vec::new();
         // A chunk across the first block boundary: blocks 0 and 1.
         l.units_of_chunk((9, 4 * mb - 10, 20), &p, &mut out);
