@@ -3,6 +3,8 @@
 # integration, FUSE end-to-end (real mounts), the S3 backend against a real
 # S3-compatible server (moto, started here on loopback), and short fuzz runs.
 #   scripts/test.sh [--no-fuzz]
+# Fuzz runs need a nightly toolchain; without one they are skipped and the
+# closing summary line says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ=1
@@ -17,6 +19,7 @@ command -v cc >/dev/null || need+=(gcc)   # the C ABI test compiles against cair
 command -v curl >/dev/null || need+=(curl)
 command -v tar >/dev/null || need+=(tar)
 command -v attr >/dev/null 2>&1 || command -v getfattr >/dev/null || need+=(attr)
+command -v man >/dev/null || need+=(man-db)   # generated man pages render with man -l
 # SQLite's session extension (metadata deltas of cloud volumes) is built
 # with bindgen, which loads libclang.
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
@@ -46,10 +49,19 @@ start=$(date +%s)
 # Release build: the end-to-end tests move hundreds of MiB through the mount.
 cargo build --release --workspace
 cargo test --release --workspace 2>&1 | tee "$log"
-if [ $FUZZ = 1 ]; then
+# cargo fuzz needs a nightly toolchain (sanitizer flags). Without one the
+# fuzz runs are skipped, and the closing line says so, rather than failing
+# a machine with only stable Rust.
+if [ $FUZZ = 0 ]; then
+  fuzz="fuzz skipped (--no-fuzz)"
+elif ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  fuzz="fuzz SKIPPED: no nightly Rust toolchain (cargo fuzz needs one: rustup toolchain install nightly)"
+  echo "test.sh: $fuzz" >&2
+else
   scripts/fuzz.sh 20
+  fuzz="fuzz: every target 20s, no crashes"
 fi
 echo "test.sh: all tests passed in $(( $(date +%s) - start ))s"
 # One closing line over every cargo test target (the last target's own
 # summary is a doc-test run that may well count zero).
-awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
+awk -v fuzz="$fuzz" '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed; %s\n", p, f, fuzz }' "$log"

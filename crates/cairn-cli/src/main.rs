@@ -3,6 +3,8 @@
 mod archive;
 mod daemon;
 mod edit;
+mod generate;
+mod mount_helper;
 mod passphrase;
 mod progress;
 mod sim;
@@ -42,6 +44,24 @@ struct PassArgs {
     passphrase_file: Option<PathBuf>,
 }
 
+/// How `cairn mount` is spelled for mount(8), fstab and systemd.
+const MOUNT_HELPER_HELP: &str = "\
+With /sbin/mount.fuse.cairn and /sbin/umount.fuse.cairn linked to this binary, mount(8), \
+/etc/fstab and systemd mount units mount volumes too:
+
+    mount -t fuse.cairn VOLUME MOUNTPOINT -o cache_dir=/var/cache/c,ro
+    VOLUME  MOUNTPOINT  fuse.cairn  defaults,_netdev,passphrase_file=/etc/cairn/pass  0 0
+
+Every flag above is an -o option without its dashes (cache_dir=DIR or cache-dir=DIR; ro for \
+--read-only). defaults, rw, auto, noauto, nofail, _netdev, user, users, nosuid, nodev, \
+allow_other, x-* and comment= are passed over; any other option is an error. The passphrase \
+comes from passphrase_file=FILE or the systemd credential cairn-passphrase \
+(LoadCredential=cairn-passphrase:FILE), never from the options. The daemon always flushes \
+everything before it exits; plain umount MOUNTPOINT also waits for that, as cairn umount does, \
+when umount(8) learns the type fuse.cairn: under systemd, or when the line has a user-space \
+option such as _netdev or uhelper=fuse.cairn (kept in /run/mount/utab); otherwise it returns \
+at once. Examples: dist/fstab.example, dist/systemd/.";
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Create a new volume in DIR (a new or empty directory), or in a bucket
@@ -75,6 +95,7 @@ enum Cmd {
         zstd_level: i32,
     },
     /// Mount VOLUME at MOUNTPOINT (in the background unless -f).
+    #[command(after_long_help = MOUNT_HELPER_HELP)]
     Mount {
         #[arg(value_name = "VOLUME")]
         dir: String,
@@ -383,6 +404,13 @@ enum Cmd {
         #[command(subcommand)]
         op: MetaCmd,
     },
+    /// Write man pages or shell completions generated from these
+    /// definitions (for packaging).
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: generate::What,
+    },
 }
 
 #[derive(Subcommand)]
@@ -504,6 +532,12 @@ enum SnapshotCmd {
 }
 
 fn main() {
+    // mount(8) and umount(8) run /sbin/mount.fuse.cairn and
+    // /sbin/umount.fuse.cairn: links to this binary.
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    if let Some(code) = mount_helper::main_as(Path::new(&argv0)) {
+        std::process::exit(code);
+    }
     let cli = Cli::parse();
     let code = match run(cli) {
         Ok(code) => code,
@@ -846,6 +880,7 @@ fn run(cli: Cli) -> Result<i32> {
             init_logging(cli.verbose, None)?;
             meta_command(op)
         }
+        Cmd::Generate { what } => generate::run(<Cli as clap::CommandFactory>::command(), what),
     }
 }
 

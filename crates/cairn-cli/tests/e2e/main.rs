@@ -23,3 +23,4 @@ mod powercut;
 mod roundtrip;
 mod writeback;
 mod cloud;
+mod system;

@@ -1,0 +1,211 @@
+//! Cairn as a Linux citizen: mount(8) and fstab through the helpers
+//! /sbin/mount.fuse.cairn and /sbin/umount.fuse.cairn (mount(8) looks for
+//! helpers in /sbin only, so the test links them there and removes them
+//! after), generated man pages and completions, the shipped systemd unit.
+
+use crate::common::*;
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const HELPERS: [&str; 2] = ["/sbin/mount.fuse.cairn", "/sbin/umount.fuse.cairn"];
+
+/// The helpers linked to the binary under test; whatever was there before
+/// (an installed package) is put back on drop.
+struct Helpers {
+    saved: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Helpers {
+    fn install() -> Helpers {
+        let mut saved = Vec::new();
+        for h in HELPERS {
+            let h = Path::new(h);
+            if fs::symlink_metadata(h).is_ok() {
+                let keep = h.with_extension("cairn-e2e-saved");
+                fs::rename(h, &keep).unwrap();
+                saved.push((h.to_path_buf(), keep));
+            }
+            std::os::unix::fs::symlink(CAIRN, h).unwrap_or_else(|e| panic!("linking {}: {e}", h.display()));
+        }
+        Helpers { saved }
+    }
+}
+
+impl Drop for Helpers {
+    fn drop(&mut self) {
+        for h in HELPERS {
+            let _ = fs::remove_file(h);
+        }
+        for (h, keep) in &self.saved {
+            let _ = fs::rename(keep, h);
+        }
+    }
+}
+
+/// The daemon a helper mount left: a process named by the helper's
+/// command line (`mount.fuse.cairn VOL MNT -o ...`).
+fn helper_daemon(vol: &Path) -> Option<i32> {
+    let me = std::process::id() as i32;
+    fs::read_dir("/proc").ok()?.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()).filter(|&pid| pid != me && alive(pid)).find(|pid| {
+        let Ok(raw) = fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+        let args: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
+        args.first().is_some_and(|a| a.ends_with(b"mount.fuse.cairn")) && args.iter().any(|a| *a == vol.as_os_str().as_encoded_bytes())
+    })
+}
+
+/// Unmounts whatever a failed assertion left at `mnt`.
+struct Unmounter<'a>(&'a Path);
+
+impl Drop for Unmounter<'_> {
+    fn drop(&mut self) {
+        if is_mounted(self.0) {
+            let _ = cairn([OsStr::new("umount"), self.0.as_os_str()]);
+            force_unmount(self.0);
+        }
+    }
+}
+
+#[test]
+fn an_fstab_line_mounts_and_plain_umount_flushes() {
+    let _serial = serial();
+    let env = Env::bare("fstab");
+    let pass = env.path("pass");
+    fs::write(&pass, "correct horse\n").unwrap();
+    cairn_ok([OsStr::new("init"), env.vol.as_os_str(), OsStr::new("--encrypt"), OsStr::new("--passphrase-file"), pass.as_os_str()]);
+    let _helpers = Helpers::install();
+    let _unmount = Unmounter(&env.mnt);
+    let fstab = env.path("fstab");
+    // The line of the issue, plus options a boot would carry.
+    fs::write(
+        &fstab,
+        format!(
+            "# scratch fstab\n{} {} fuse.cairn defaults,_netdev,nofail,x-systemd.requires=network-online.target,passphrase_file={},cache_size=300M,threads=2 0 0\n",
+            env.vol.display(),
+            env.mnt.display(),
+            pass.display()
+        ),
+    )
+    .unwrap();
+    let out = run(Command::new("mount").arg("-a").arg("-T").arg(&fstab));
+    assert!(out.ok(), "{out}");
+    let m = cairn_fuse::mount_at(&env.mnt).unwrap().expect("mounted by mount -a");
+    assert_eq!(m.fstype, "fuse.cairn");
+    let pid = helper_daemon(&env.vol).expect("the daemon of the helper mount");
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains("correct horse"));
+
+    // Neither fsync'd nor flushed: only the umount can make these durable.
+    let len = 24 << 20;
+    write_random_file(&env.mnt.join("big"), 16, len);
+    fs::write(env.mnt.join("small"), b"written before a plain umount").unwrap();
+    let out = run(Command::new("umount").arg(&env.mnt));
+    assert!(out.ok(), "{out}");
+    assert!(!is_mounted(&env.mnt));
+    // umount.fuse.cairn waited for the flush: the daemon is gone already.
+    assert!(wait_dead(pid, Duration::from_millis(500)), "daemon {pid} still running when umount returned");
+    assert!(env.log().contains("flushing and closing the volume"), "{}", env.log());
+
+    let out = run(Command::new("mount").arg("-a").arg("-T").arg(&fstab));
+    assert!(out.ok(), "remount: {out}");
+    check_stream(&env.mnt.join("big"), 16, len, true).unwrap();
+    assert_eq!(fs::read(env.mnt.join("small")).unwrap(), b"written before a plain umount");
+    let out = run(Command::new("umount").arg(&env.mnt));
+    assert!(out.ok(), "{out}");
+    assert!(!is_mounted(&env.mnt));
+    assert_fsck_clean_at(&env.vol, true, &["--passphrase-file".into(), pass.clone().into()], |_| false);
+}
+
+#[test]
+fn mount_t_fuse_cairn_takes_options_and_names_a_bad_one() {
+    let _serial = serial();
+    let env = Env::new("mount-t");
+    {
+        let m = env.mount();
+        fs::write(m.join("f"), b"before").unwrap();
+        m.umount();
+    }
+    let _helpers = Helpers::install();
+    let _unmount = Unmounter(&env.mnt);
+    let mount = |opts: &str| run(Command::new("mount").arg("-t").arg("fuse.cairn").arg(&env.vol).arg(&env.mnt).arg("-o").arg(opts));
+
+    let out = mount("cache_dri=/tmp/x,ro");
+    assert!(!out.ok(), "{out}");
+    assert!(out.stderr.contains("unknown mount option `cache_dri`"), "{out}");
+    assert!(!is_mounted(&env.mnt));
+    let out = mount("passphrase=hunter2");
+    assert!(!out.ok() && out.stderr.contains("passphrase_file=FILE") && !out.stderr.contains("hunter2"), "{out}");
+    let out = mount("durability=sometimes");
+    assert!(!out.ok() && out.stderr.contains("sometimes"), "{out}");
+    assert!(!is_mounted(&env.mnt));
+
+    // ro and private, no user-space option: umount(8) sees type "fuse" and
+    // unmounts by itself; the daemon still flushes and exits.
+    let out = mount("ro,private,no-writeback-cache");
+    assert!(out.ok(), "{out}");
+    let pid = helper_daemon(&env.vol).expect("daemon");
+    assert_eq!(fs::read(env.mnt.join("f")).unwrap(), b"before");
+    let e = fs::write(env.mnt.join("g"), b"no").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let out = run(Command::new("umount").arg(&env.mnt));
+    assert!(out.ok(), "{out}");
+    assert!(wait_dead(pid, Duration::from_secs(60)));
+}
+
+/// man's output to a pipe without its overstrikes (bold is `X\x08X`).
+fn plain(s: &str) -> String {
+    let mut out: Vec<char> = Vec::new();
+    for c in s.chars() {
+        if c == '\x08' {
+            out.pop();
+        } else {
+            out.push(c);
+        }
+    }
+    out.into_iter().collect()
+}
+
+#[test]
+fn generated_man_pages_render_and_completions_parse() {
+    if !have("man") {
+        panic!("man is missing (scripts/test.sh installs man-db)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let man = dir.path().join("man");
+    cairn_ok([OsStr::new("generate"), OsStr::new("man"), man.as_os_str()]);
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/man/cairn.7");
+    for (page, want) in [(man.join("cairn.1"), "SUBCOMMANDS"), (man.join("cairn-mount.1"), "fuse.cairn"), (man.join("cairn-snapshot-create.1"), "cairn-snapshot-create"), (dist, "snapshot")] {
+        let out = run(Command::new("man").arg("-l").arg(&page).env("MANWIDTH", "100"));
+        assert!(out.ok() && out.stderr.trim().is_empty(), "{}: {out}", page.display());
+        assert!(plain(&out.stdout).contains(want), "{} lacks {want}:\n{}", page.display(), plain(&out.stdout));
+    }
+    let mount = run(Command::new("man").arg("-l").arg(man.join("cairn-mount.1")).env("MANWIDTH", "100"));
+    assert!(plain(&mount.stdout).contains("--cache-dir-size"), "{}", plain(&mount.stdout));
+    assert!(!man.join("cairn-generate.1").exists(), "the hidden generate command got a page");
+
+    let comp = dir.path().join("comp");
+    cairn_ok([OsStr::new("generate"), OsStr::new("completions"), comp.as_os_str()]);
+    for f in ["cairn.bash", "_cairn", "cairn.fish"] {
+        assert!(comp.join(f).exists(), "{f} missing");
+    }
+    let out = run(Command::new("bash").arg("-c").arg(format!("source {} && complete -p cairn", comp.join("cairn.bash").display())));
+    assert!(out.ok(), "{out}");
+}
+
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/systemd/mnt-cairn.mount");
+    assert!(unit.exists());
+    if !have("systemd-analyze") {
+        // (--man=no: the pages of Documentation= are not installed here)
+        // scripts/test.sh does not install systemd (it would take over a
+        // container); say so rather than pass silently.
+        eprintln!("SKIPPED the_systemd_unit_verifies: systemd-analyze is not installed");
+        return;
+    }
+    let out = run(Command::new("systemd-analyze").arg("verify").arg("--man=no").arg(&unit));
+    assert!(out.ok(), "{out}");
+    assert!(!out.stderr.contains("mnt-cairn.mount:"), "warnings about the unit: {out}");
+}
