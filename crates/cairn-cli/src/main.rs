@@ -113,7 +113,7 @@ enum Cmd {
         /// transfer), larger ones bring more neighbours along; `cairn sim
         /// --pack-block` compares them on a recorded trace. Changing it
         /// empties the clean part of the cache.
-        #[arg(long, default_value = "256K", value_parser = size::parse)]
+        #[arg(long, default_value = "64K", value_parser = size::parse)]
         cache_block: u64,
         /// Volume in a bucket: when fsync returns. `local`: the data is safe
         /// in the local journal and is uploaded in the background (within
@@ -392,7 +392,7 @@ enum Cmd {
         /// The `cairn` layout's fetch unit (the live cache's default block
         /// by default; a mount's is `--cache-block`): smaller blocks fetch
         /// less around each miss.
-        #[arg(long, default_value = "256K", value_parser = size::parse)]
+        #[arg(long, default_value = "64K", value_parser = size::parse)]
         pack_block: u64,
         /// Print as JSON.
         #[arg(long)]

@@ -56,10 +56,11 @@ use std::time::{Duration, Instant, SystemTime};
 /// The default fetch granularity. Small: at AWS prices a MiB downloaded
 /// costs what 220 GETs do, so a miss should bring little beyond what was
 /// asked; sequential readers still get large reads, since read-ahead asks
-/// for runs of adjacent chunks at once (`Volume::prefetch`). On a trace of
-/// an untar and a read of every file, 256 KiB blocks missed 3% of reads
-/// with a cache of 2% of the data, 4 MiB blocks 98% (docs/frugal.md §3).
-pub const DEFAULT_BLOCK: u64 = 256 << 10;
+/// for runs of adjacent chunks at once (`Volume::prefetch`). Simulated on
+/// recorded traces (docs/frugal.md §3): an untar and a read of every file
+/// cost least with 64 KiB blocks (4 MiB blocks: 240x more), a
+/// webserver-like random read of whole files half of what 256 KiB cost.
+pub const DEFAULT_BLOCK: u64 = 64 << 10;
 
 /// The names this cache handles; everything else passes through.
 const PACKS: &str = "packs/";
