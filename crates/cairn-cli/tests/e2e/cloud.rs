@@ -691,6 +691,11 @@ fn the_mount_cleans_a_pack_when_its_dead_bytes_have_cost_its_cleaning() {
     assert_eq!(plan["cleaner"].as_array().map(Vec::len), Some(0), "{plan}");
     assert_eq!(fs::read(m.join("keep")).unwrap(), keep);
     m.umount();
+    // The bill charges the new pack's upload to gc, not to the writes.
+    let out = c.cairn("cost", "a", &["--json"]);
+    let bill: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let gc = bill["subsystems"].as_array().unwrap().iter().find(|s| s["subsystem"] == "gc").cloned().unwrap_or_default();
+    assert!(gc["requests"]["PUT"].as_u64().unwrap_or(0) >= 1, "no PUT charged to gc: {bill}");
     let out = c.cairn("fsck", "a", &["--read-data", "--json"]);
     assert!(out.ok(), "fsck after cleaning: {out}");
     let m = c.mount("b", &[]);

@@ -196,6 +196,9 @@ struct State {
     /// Bytes of puts admitted and being written to the outbox.
     reserved: u64,
     shutdown: bool,
+    /// Who the bill charges for an outbox object's upload, when not the
+    /// writes (the cleaner's packs are gc's).
+    payer: HashMap<String, cairn_backend::Subsystem>,
     /// Uploader threads still running, and how many of them are inside a
     /// remote call (which shutdown cannot interrupt and does not wait for).
     alive: usize,
@@ -295,6 +298,7 @@ impl State {
     }
 
     fn drop_dirty(&mut self, name: &str) -> Option<u64> {
+        self.payer.remove(name);
         let (seq, bytes) = self.objects.get_mut(name)?.dirty.take()?;
         self.outbox.remove(&seq);
         self.dirty_bytes -= bytes;
@@ -824,6 +828,10 @@ impl Inner {
             o.version = version;
             st.outbox.insert(seq, name.to_string());
             st.dirty_bytes += size;
+            match cairn_backend::meter::current() {
+                cairn_backend::Subsystem::Other | cairn_backend::Subsystem::Write => st.payer.remove(name),
+                who => st.payer.insert(name.to_string(), who),
+            };
             self.trace(CacheEvent::Queued, name, size);
         }
         let victims = st.evict(self.opts.capacity, &self.n.evictions);
@@ -979,10 +987,14 @@ impl Inner {
             st.obj(&name).busy = true;
             st.in_remote += 1;
             me.in_remote = true;
+            let payer = st.payer.get(&name).copied();
             drop(st);
             let path = self.outbox_path(&name);
             let r = match fs::read(&path) {
-                Ok(data) => self.remote.put(&name, &data).map(|()| data.len() as u64),
+                Ok(data) => {
+                    let _who = payer.map(cairn_backend::meter::tag);
+                    self.remote.put(&name, &data).map(|()| data.len() as u64)
+                }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     // Someone removed the file behind our back: nothing is
                     // left to upload.
@@ -1206,6 +1218,7 @@ impl CachedBackend {
             dirty_bytes: 0,
             reserved: 0,
             shutdown: false,
+            payer: HashMap::new(),
             alive: 0,
             in_remote: 0,
         };
