@@ -301,7 +301,7 @@ def overwrite(path, fraction, seed, data_seed, verify=None):
 # --- report ---------------------------------------------------------------
 
 SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow", "archive", "memory", "mount", "datapath",
-            "cloud"]
+            "cloud", "frugal"]
 
 
 def med(xs):
@@ -376,6 +376,7 @@ SECTION_TITLES = {
     "memory": "10. Memory (AvaTar table 1)", "mount": "11. Archive mount vs ratarmount",
     "datapath": "12. Data path vs ext4 and JuiceFS",
     "cloud": "13. Volumes in a bucket: Cairn vs JuiceFS on S3 (moto)",
+    "frugal": "14. Frugality in a bucket (seed 004)",
 }
 
 
