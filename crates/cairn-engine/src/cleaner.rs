@@ -10,13 +10,14 @@
 //! packs that are due, inside a mount, without stopping writers.
 
 use crate::cost::{Prices, GB, MONTH_SECS};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::maintenance::{live_runs, run_span, Mover};
 use crate::meta::{self, ChunkRow};
-use crate::pack::{self, BlobEntry, PackBuilder};
+use crate::pack;
 use crate::volume::Volume;
 use cairn_backend::meter::{RequestKind, Subsystem};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 /// How long a round waits for a moment with no write batch under way
@@ -74,37 +75,17 @@ fn upload_cost(p: &Prices, bytes: u64) -> f64 {
     (puts as f64 * r.of(RequestKind::Put) + posts as f64 * r.of(RequestKind::Post)) / 1000.0 + bytes as f64 / GB * p.transfer_up_per_gb
 }
 
-/// The runs of live chunks of a pack (offset order): maximal sequences not
-/// broken by a dead chunk, as (first index, last index) into `chunks`.
-fn live_runs(chunks: &[ChunkRow]) -> Vec<(usize, usize)> {
-    let mut runs: Vec<(usize, usize)> = Vec::new();
-    for (i, c) in chunks.iter().enumerate() {
-        if c.refs == 0 {
-            continue;
-        }
-        match runs.last_mut() {
-            Some(r) if r.1 + 1 == i => r.1 = i,
-            _ => runs.push((i, i)),
-        }
-    }
-    runs
-}
-
-fn run_span(chunks: &[ChunkRow], (a, b): (usize, usize)) -> (u64, u64) {
-    let start = chunks[a].offset;
-    (start, chunks[b].offset + chunks[b].stored_len as u64 - start)
-}
-
 /// Prices every pack holding dead bytes at time `now` (ns since the epoch).
 pub fn plan(vol: &Volume, now: i64, prices: &Prices) -> Result<Vec<PackCost>> {
-    plan_where(vol, now, prices, false)
+    Ok(plan_where(vol, now, prices, false)?.into_iter().map(|(c, _)| c).collect())
 }
 
 /// [`plan`]; with `due_only`, only the packs due at `now`, without reading
 /// the chunk rows of a pack whose C_store is below the least its cleaning
 /// can cost (its live bytes' upload, known from the pack's size), so a
-/// round costs a read of the packs table, not of every chunk.
-fn plan_where(vol: &Volume, now: i64, prices: &Prices, due_only: bool) -> Result<Vec<PackCost>> {
+/// round costs a read of the packs table, not of every chunk. Each pack
+/// comes with its chunk rows (offset order), which cleaning needs too.
+fn plan_where(vol: &Volume, now: i64, prices: &Prices, due_only: bool) -> Result<Vec<(PackCost, Vec<ChunkRow>)>> {
     let packs = vol.meta.read(meta::dead_packs)?;
     let s = storage_per_byte_second(prices);
     let get = prices.per_1000_requests.of(RequestKind::Get) / 1000.0;
@@ -152,7 +133,7 @@ fn plan_where(vol: &Volume, now: i64, prices: &Prices, due_only: bool) -> Result
             uploading: cache.as_ref().is_some_and(|c| c.is_pending(&p.name)),
         };
         if !due_only || cost.due() {
-            out.push(cost);
+            out.push((cost, chunks));
         }
     }
     Ok(out)
@@ -177,18 +158,15 @@ pub struct CleanReport {
     pub gave_up: Option<String>,
 }
 
-/// One chunk copied into a new pack: (chunk id, new pack index, new offset).
-type Moved = (u64, usize, u64);
-
 /// Cleans the packs due at `now`, moving at most about `max_bytes` of live
 /// chunks (the most overdue packs first, and at least one pack).
 pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Result<CleanReport> {
     let _who = cairn_backend::meter::tag(Subsystem::Gc);
     vol.check_writable()?;
     let mut due = plan_where(vol, now, prices, true)?;
-    due.sort_by(|a, b| (b.c_store - b.c_clean).total_cmp(&(a.c_store - a.c_clean)));
+    due.sort_by(|(a, _), (b, _)| (b.c_store - b.c_clean).total_cmp(&(a.c_store - a.c_clean)));
     let mut budget = 0u64;
-    due.retain(|p| {
+    due.retain(|(p, _)| {
         let take = budget == 0 || budget + p.live_bytes <= max_bytes;
         budget += p.live_bytes;
         take
@@ -197,108 +175,64 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
     if due.is_empty() {
         return Ok(rep);
     }
-    // Copy the live chunks, checked, into new packs (outside every lock:
-    // writers go on meanwhile).
-    let mut builder: Option<PackBuilder> = None;
-    let mut moved: Vec<Moved> = Vec::new();
-    let mut sealed: Vec<(String, u64, u64)> = Vec::new();
-    for p in &due {
-        let chunks = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?;
-        for run in live_runs(&chunks) {
-            let (start, len) = run_span(&chunks, run);
-            let data = vol.backend.get_range(&p.name, start, len)?;
-            for c in &chunks[run.0..=run.1] {
-                let at = (c.offset - start) as usize;
-                let blob = data.get(at..at + c.stored_len as usize).ok_or_else(|| Error::corrupt(format!("pack {}: short read", p.name)))?;
-                let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
-                // Never propagate corruption into a new pack.
-                pack::decode_blob(&vol.keys, &e, blob.to_vec()).map_err(|err| Error::corrupt(format!("pack {}: chunk #{} is corrupt, not cleaning: {err}", p.name, c.id)))?;
-                let b = builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
-                let ne = b.add(c.hash, blob, c.raw_len, c.flags);
-                moved.push((c.id, sealed.len(), ne.offset));
-                rep.bytes_moved += c.stored_len as u64;
-                if b.len() as u64 >= vol.cfg.pack_target {
-                    sealed.push(crate::maintenance::upload(vol, builder.take().expect("builder"))?);
-                }
-            }
-        }
+    // Copy the live chunks into new packs outside every lock: writers go on
+    // meanwhile.
+    let mut mover = Mover::new(vol);
+    for (p, chunks) in &due {
+        mover.copy_live(&p.name, chunks)?;
     }
-    if let Some(b) = builder.take().filter(|b| !b.is_empty()) {
-        sealed.push(crate::maintenance::upload(vol, b)?);
-    }
-    let abandon = |why: String, rep: &mut CleanReport| -> Result<()> {
-        // The new packs are named by no metadata: plain orphans.
-        for (name, _, _) in &sealed {
-            if let Err(e) = vol.backend.delete(name) {
-                tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
-            }
-        }
+    mover.finish()?;
+    let give_up = |why: String, mut rep: CleanReport| -> Result<CleanReport> {
+        mover.discard();
         tracing::info!("cleaning round given up: {why}");
         rep.gave_up = Some(why);
-        Ok(())
+        Ok(rep)
     };
     // Commit while no write batch holds a chunk id it found by hash.
     let Some(guard) = vol.chunk_guard.exclusive(GUARD_PATIENCE) else {
-        abandon("writers kept the chunk guard".into(), &mut rep)?;
-        return Ok(rep);
+        return give_up("writers kept the chunk guard".into(), rep);
     };
-    let moved_ids: HashSet<u64> = moved.iter().map(|m| m.0).collect();
+    let moved_ids: HashSet<u64> = mover.moved.iter().map(|m| m.0).collect();
     let committed = vol.meta.write(|tx| {
-        let mut dropped = 0;
         let mut freed = 0;
-        for p in &due {
+        for (p, _) in &due {
             for c in meta::chunks_in_pack(tx, p.id)? {
-                if c.refs > 0 && !moved_ids.contains(&c.id) {
+                if moved_ids.contains(&c.id) {
+                    continue;
+                }
+                if c.refs > 0 {
                     return Ok(Err(format!("chunk #{} of pack {} came back to life while the pack was being cleaned", c.id, p.name)));
                 }
-                if c.refs == 0 && !moved_ids.contains(&c.id) {
-                    freed += c.stored_len as u64;
-                }
+                freed += c.stored_len as u64;
             }
         }
-        // A moved chunk that died meanwhile is dead in its new pack.
-        let mut dead_in: HashMap<usize, u64> = HashMap::new();
-        for &(id, pidx, _) in &moved {
-            if let Some(c) = meta::chunk_by_id(tx, id)?.filter(|c| c.refs == 0) {
-                *dead_in.entry(pidx).or_default() += c.stored_len as u64;
-            }
-        }
-        let mut ids = Vec::with_capacity(sealed.len());
-        for (i, (name, size, blobs)) in sealed.iter().enumerate() {
-            ids.push(meta::insert_pack(tx, name, *size, *blobs, dead_in.get(&i).copied().unwrap_or(0))?);
-        }
-        for &(id, pidx, off) in &moved {
-            meta::relocate_chunk(tx, id, ids[pidx], off)?;
-        }
-        for p in &due {
-            dropped += meta::delete_pack(tx, p.id)?;
-        }
+        let dropped = mover.commit(tx, due.iter().map(|(p, _)| p.id))?;
         Ok(Ok((dropped, freed)))
     })?;
     let (dropped, freed) = match committed {
         Ok(x) => x,
         Err(why) => {
             drop(guard);
-            abandon(why, &mut rep)?;
-            return Ok(rep);
+            return give_up(why, rep);
         }
     };
     // Readers that resolved a location before the commit still find the old
     // pack (it goes to the trash below, not away); new lookups must see the
     // new one. Under the guard, no batch can insert a pack meanwhile.
-    for &(id, _, _) in &moved {
+    for &(id, _, _) in &mover.moved {
         vol.chunk_locs.remove(&id);
     }
-    for p in &due {
+    for (p, _) in &due {
         vol.pack_names.remove(&p.id);
     }
     drop(guard);
     rep.packs_cleaned = due.len() as u64;
-    rep.packs_written = sealed.len() as u64;
-    rep.chunks_moved = moved.len() as u64;
+    rep.packs_written = mover.sealed.len() as u64;
+    rep.chunks_moved = mover.moved.len() as u64;
+    rep.bytes_moved = mover.bytes;
     rep.chunks_dropped = dropped;
     rep.dead_bytes_freed = freed;
-    vol.delete_objects(due.iter().map(|p| p.name.as_str()))?;
+    vol.delete_objects(due.iter().map(|(p, _)| p.name.as_str()))?;
     tracing::info!(packs = rep.packs_cleaned, moved = rep.bytes_moved, freed = rep.dead_bytes_freed, "cleaned packs whose dead bytes had cost what cleaning them costs");
     Ok(rep)
 }

@@ -347,9 +347,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     // `vol.sync()` above made every commit durable, so none refers to them.
     progress.inc(listed.len() as u64);
     rep.orphans_deleted = vol.delete_objects(listed.iter().map(|o| o.name.as_str()).filter(|n| !known.contains(n)))?;
-    let mut builder: Option<PackBuilder> = None;
-    let mut moved: Vec<(u64, usize, u64)> = Vec::new(); // chunk id, sealed pack index, new offset
-    let mut sealed: Vec<(String, u64, u64)> = Vec::new();
+    let mut mover = Mover::new(vol);
     let mut emptied: Vec<meta::PackRow> = Vec::new();
     for p in packs {
         progress.inc(1);
@@ -357,50 +355,20 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
             continue;
         }
         let chunks = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?;
-        let live: Vec<&meta::ChunkRow> = chunks.iter().filter(|c| c.refs > 0).collect();
-        let live_bytes: u64 = live.iter().map(|c| c.stored_len as u64).sum();
+        let live_bytes: u64 = chunks.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
         if !worth_cleaning(live_bytes, p.size, repack_below) {
             continue;
         }
-        for c in &live {
-            // Blobs are position-independent: copy them as stored, after
-            // checking them so corruption is never propagated.
-            let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
-            let blob = vol.backend.get_range(&p.name, c.offset, c.stored_len as u64)?;
-            pack::decode_blob(&vol.keys, &e, blob.clone()).map_err(|err| Error::corrupt(format!("pack {}: chunk #{} is corrupt, not repacking it: {err}", p.name, c.id)))?;
-            let b = builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
-            let ne = b.add(c.hash, &blob, c.raw_len, c.flags);
-            moved.push((c.id, sealed.len(), ne.offset));
-            if b.len() as u64 >= vol.cfg.pack_target {
-                sealed.push(upload(vol, builder.take().expect("builder"))?);
-            }
-        }
-        if !live.is_empty() {
+        mover.copy_live(&p.name, &chunks)?;
+        if live_bytes > 0 {
             rep.packs_repacked += 1;
         }
         emptied.push(p);
     }
-    if let Some(b) = builder.take() {
-        if !b.is_empty() {
-            sealed.push(upload(vol, b)?);
-        }
-    }
+    mover.finish()?;
     // Point chunks at their new packs and drop the old rows in one
     // transaction; only then delete the old objects.
-    rep.chunks_deleted = vol.meta.write(|tx| {
-        let mut ids = Vec::new();
-        for (name, size, blobs) in &sealed {
-            ids.push(meta::insert_pack(tx, name, *size, *blobs, 0)?);
-        }
-        for (id, pidx, off) in &moved {
-            meta::relocate_chunk(tx, *id, ids[*pidx], *off)?;
-        }
-        let mut n = 0;
-        for p in &emptied {
-            n += meta::delete_pack(tx, p.id)?;
-        }
-        Ok(n)
-    })?;
+    rep.chunks_deleted = vol.meta.write(|tx| mover.commit(tx, emptied.iter().map(|p| p.id)))?;
     // The old objects go only once that transaction is durable (rule 3):
     // before, a power cut would bring back rows pointing into them.
     rep.packs_deleted = vol.delete_objects(emptied.iter().map(|p| p.name.as_str()))?;
@@ -433,6 +401,117 @@ pub fn gc_candidates(vol: &Volume, repack_below: f64) -> Result<Vec<GcCandidate>
         }
     }
     Ok(out)
+}
+
+/// The runs of live chunks of a pack (its rows in offset order): maximal
+/// sequences not broken by a dead chunk, as (first index, last index).
+pub(crate) fn live_runs(chunks: &[meta::ChunkRow]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, c) in chunks.iter().enumerate() {
+        if c.refs == 0 {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(r) if r.1 + 1 == i => r.1 = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    runs
+}
+
+/// Where a run of chunks lies in its pack: (offset, length).
+pub(crate) fn run_span(chunks: &[meta::ChunkRow], (a, b): (usize, usize)) -> (u64, u64) {
+    let start = chunks[a].offset;
+    (start, chunks[b].offset + chunks[b].stored_len as u64 - start)
+}
+
+/// Moves the live chunks of packs being emptied into new packs (gc and the
+/// cleaner): one ranged read per run of adjacent live chunks, every blob
+/// checked before it is copied (corruption is never propagated), new packs
+/// uploaded as they fill. Blobs are position-independent, so they are
+/// copied as stored.
+pub(crate) struct Mover<'a> {
+    vol: &'a Volume,
+    builder: Option<PackBuilder>,
+    /// (chunk id, index into `sealed`, offset in that pack).
+    pub(crate) moved: Vec<(u64, usize, u64)>,
+    /// Uploaded packs: (name, size, blobs).
+    pub(crate) sealed: Vec<(String, u64, u64)>,
+    /// Stored bytes copied.
+    pub(crate) bytes: u64,
+}
+
+impl<'a> Mover<'a> {
+    pub(crate) fn new(vol: &'a Volume) -> Self {
+        Mover { vol, builder: None, moved: Vec::new(), sealed: Vec::new(), bytes: 0 }
+    }
+
+    /// Copies the live chunks of pack `name`, whose rows (offset order) are
+    /// `chunks`.
+    pub(crate) fn copy_live(&mut self, name: &str, chunks: &[meta::ChunkRow]) -> Result<()> {
+        let vol = self.vol;
+        for run in live_runs(chunks) {
+            let (start, len) = run_span(chunks, run);
+            let data = vol.backend.get_range(name, start, len)?;
+            for c in &chunks[run.0..=run.1] {
+                let at = (c.offset - start) as usize;
+                let blob = data.get(at..at + c.stored_len as usize).ok_or_else(|| Error::corrupt(format!("pack {name}: short read")))?;
+                let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
+                pack::decode_blob(&vol.keys, &e, blob.to_vec()).map_err(|err| Error::corrupt(format!("pack {name}: chunk #{} is corrupt, not moving it: {err}", c.id)))?;
+                let b = self.builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
+                let ne = b.add(c.hash, blob, c.raw_len, c.flags);
+                self.moved.push((c.id, self.sealed.len(), ne.offset));
+                self.bytes += c.stored_len as u64;
+                if b.len() as u64 >= vol.cfg.pack_target {
+                    self.sealed.push(upload(vol, self.builder.take().expect("builder"))?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Uploads the last, partly filled pack.
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        if let Some(b) = self.builder.take().filter(|b| !b.is_empty()) {
+            self.sealed.push(upload(self.vol, b)?);
+        }
+        Ok(())
+    }
+
+    /// In transaction `tx`: the new packs' rows (a moved chunk that died
+    /// meanwhile is dead in its new pack), the moved chunks pointed at
+    /// them, and the `emptied` packs' rows dropped with their dead chunks.
+    /// Returns the dead chunk rows dropped.
+    pub(crate) fn commit(&self, tx: &rusqlite::Connection, emptied: impl IntoIterator<Item = u64>) -> Result<u64> {
+        let mut dead_in: HashMap<usize, u64> = HashMap::new();
+        for &(id, pidx, _) in &self.moved {
+            if let Some(c) = meta::chunk_by_id(tx, id)?.filter(|c| c.refs == 0) {
+                *dead_in.entry(pidx).or_default() += c.stored_len as u64;
+            }
+        }
+        let mut ids = Vec::with_capacity(self.sealed.len());
+        for (i, (name, size, blobs)) in self.sealed.iter().enumerate() {
+            ids.push(meta::insert_pack(tx, name, *size, *blobs, dead_in.get(&i).copied().unwrap_or(0))?);
+        }
+        for &(id, pidx, off) in &self.moved {
+            meta::relocate_chunk(tx, id, ids[pidx], off)?;
+        }
+        let mut n = 0;
+        for p in emptied {
+            n += meta::delete_pack(tx, p)?;
+        }
+        Ok(n)
+    }
+
+    /// Deletes the uploaded packs, which no metadata names (a round given
+    /// up before its commit).
+    pub(crate) fn discard(&self) {
+        for (name, _, _) in &self.sealed {
+            if let Err(e) = self.vol.backend.delete(name) {
+                tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
+            }
+        }
+    }
 }
 
 pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)> {

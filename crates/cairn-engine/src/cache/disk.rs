@@ -169,6 +169,9 @@ struct Obj {
     size: Option<u64>,
     /// In the outbox: (queue position, bytes).
     dirty: Option<(u64, u64)>,
+    /// Who the bill charges for the outbox object's upload, when not the
+    /// writes (the cleaner's packs are gc's).
+    payer: Option<cairn_backend::Subsystem>,
     /// Policy key of the whole-object entry.
     whole: Option<u64>,
     /// Block index → policy key.
@@ -196,9 +199,6 @@ struct State {
     /// Bytes of puts admitted and being written to the outbox.
     reserved: u64,
     shutdown: bool,
-    /// Who the bill charges for an outbox object's upload, when not the
-    /// writes (the cleaner's packs are gc's).
-    payer: HashMap<String, cairn_backend::Subsystem>,
     /// Uploader threads still running, and how many of them are inside a
     /// remote call (which shutdown cannot interrupt and does not wait for).
     alive: usize,
@@ -214,7 +214,7 @@ impl State {
     fn obj(&mut self, name: &str) -> &mut Obj {
         if !self.objects.contains_key(name) {
             let version = self.bump();
-            let o = Obj { version, size: None, dirty: None, whole: None, blocks: BTreeMap::new(), claimed: BTreeSet::new(), busy: false };
+            let o = Obj { version, size: None, dirty: None, payer: None, whole: None, blocks: BTreeMap::new(), claimed: BTreeSet::new(), busy: false };
             self.objects.insert(name.to_string(), o);
         }
         self.objects.get_mut(name).expect("just inserted")
@@ -298,8 +298,9 @@ impl State {
     }
 
     fn drop_dirty(&mut self, name: &str) -> Option<u64> {
-        self.payer.remove(name);
-        let (seq, bytes) = self.objects.get_mut(name)?.dirty.take()?;
+        let o = self.objects.get_mut(name)?;
+        o.payer = None;
+        let (seq, bytes) = o.dirty.take()?;
         self.outbox.remove(&seq);
         self.dirty_bytes -= bytes;
         Some(bytes)
@@ -824,14 +825,11 @@ impl Inner {
             let version = st.bump();
             let o = st.obj(name);
             o.dirty = Some((seq, size));
+            o.payer = Some(cairn_backend::meter::current()).filter(|w| !matches!(w, cairn_backend::Subsystem::Other | cairn_backend::Subsystem::Write));
             o.size = Some(size);
             o.version = version;
             st.outbox.insert(seq, name.to_string());
             st.dirty_bytes += size;
-            match cairn_backend::meter::current() {
-                cairn_backend::Subsystem::Other | cairn_backend::Subsystem::Write => st.payer.remove(name),
-                who => st.payer.insert(name.to_string(), who),
-            };
             self.trace(CacheEvent::Queued, name, size);
         }
         let victims = st.evict(self.opts.capacity, &self.n.evictions);
@@ -987,7 +985,7 @@ impl Inner {
             st.obj(&name).busy = true;
             st.in_remote += 1;
             me.in_remote = true;
-            let payer = st.payer.get(&name).copied();
+            let payer = st.objects.get(&name).and_then(|o| o.payer);
             drop(st);
             let path = self.outbox_path(&name);
             let r = match fs::read(&path) {
@@ -1218,7 +1216,6 @@ impl CachedBackend {
             dirty_bytes: 0,
             reserved: 0,
             shutdown: false,
-            payer: HashMap::new(),
             alive: 0,
             in_remote: 0,
         };
