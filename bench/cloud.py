@@ -61,6 +61,8 @@ import sys
 import time
 import urllib.parse
 
+from datapath import num, ratio
+
 MiB = 1 << 20
 
 
@@ -522,17 +524,6 @@ def render(rows, b, summary, h):
     def val(fs, metric, key="value"):
         return med([r[key] for r in cl if r["fs"] == fs and r["metric"] == metric and key in r])
 
-    def num(x, unit):
-        if x != x:
-            return "n/a"
-        if unit == "s":
-            return f"{x:,.2f}" if x < 100 else f"{x:,.0f}"
-        return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
-
-    def ratio(a, c):
-        if not (a == a and c == c and c):
-            return "—"
-        return f"{a / c:.2f}" if a / c >= 0.1 else f"{a / c:.3f}"
 
     def reqs(fs, wl, ph):
         return [r for r in rq if r["fs"] == fs and r["workload"] == wl and r["phase"] == ph]

@@ -36,19 +36,40 @@ import time
 MiB = 1 << 20
 
 
+# --- table cells (also bench/cloud.py's) ----------------------------------------
+
+def num(x, unit):
+    """A measured figure for a table: n/a for NaN, seconds with two
+    decimals below 100, other units with one decimal below 100."""
+    if x != x:
+        return "n/a"
+    if unit == "s":
+        return f"{x:,.2f}" if x < 100 else f"{x:,.0f}"
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
+
+
+def ratio(a, c):
+    """a / c for a table: two decimals, three below 0.1, a dash if either is
+    missing or c is 0."""
+    if not (a == a and c == c and c):
+        return "—"
+    return f"{a / c:.2f}" if a / c >= 0.1 else f"{a / c:.3f}"
+
+
 # --- helpers run by bench/datapath.sh -----------------------------------------
 
-def subset(src, dst, every):
+def copy_sample(src, dst, every, extra=frozenset()):
     """Streams SRC once (xz is decoded here, outside every timing). Keeps the
     files and symlinks of every EVERY-th directory, in archive order, so the
     sample has the whole tree's mix of file sizes, depths and files per
-    directory; the entries of the directories leading to a kept one are
-    written before it (directories with nothing kept below them are dropped
-    unless EVERY is 1). Hard links are skipped (their target may not be kept;
-    the kernel tarball has none)."""
-    files = dirs = links = total = members = 0
+    directory, and the files whose path below the top directory is in
+    EXTRA; the entries of the directories leading to a kept one are written
+    before it (directories with nothing kept below them are dropped unless
+    EVERY is 1). Hard links are skipped (their target may not be kept; the
+    kernel tarball has none). Returns counts, and the EXTRA paths seen."""
+    c = {"files": 0, "dirs": 0, "symlinks": 0, "file_bytes": 0, "of_files": 0, "from_extra_only": 0}
     top = None
-    index, pending, written = {}, {}, set()
+    index, pending, written, seen = {}, {}, set(), set()
     with tarfile.open(src, "r|xz") as tin, tarfile.open(dst, "w", format=tarfile.PAX_FORMAT) as tout:
         for m in tin:
             name = m.name.rstrip("/")
@@ -59,32 +80,45 @@ def subset(src, dst, every):
                 continue
             if m.islnk():
                 continue
-            members += 1
-            parent = name.rpartition("/")[0]
-            if index.get(parent, 1) % every != 0:
+            c["of_files"] += 1
+            rel = name.partition("/")[2]
+            sample = index.get(name.rpartition("/")[0], 1) % every == 0
+            listed = rel in extra
+            if not (sample or listed):
                 continue
+            if listed:
+                seen.add(rel)
             parts = name.split("/")
             for i in range(1, len(parts)):
                 d = "/".join(parts[:i])
                 if d not in written and d in pending:
                     tout.addfile(pending[d])
                     written.add(d)
-                    dirs += 1
+                    c["dirs"] += 1
             if m.isreg():
                 tout.addfile(m, tin.extractfile(m))
-                total += m.size
-                files += 1
+                c["file_bytes"] += m.size
+                c["files"] += 1
             else:
                 tout.addfile(m)
-                links += 1
+                c["symlinks"] += 1
+            if listed and not sample:
+                c["from_extra_only"] += 1
         if every == 1:  # the whole tree: empty directories too
             for d, m in pending.items():
                 if d not in written:
                     tout.addfile(m)
-                    dirs += 1
+                    c["dirs"] += 1
     os.sync()
-    print(json.dumps({"files": files, "dirs": dirs, "symlinks": links, "file_bytes": total,
-                      "of_files": members, "of_dirs": len(index), "every": every, "top": top, "tar_bytes": os.path.getsize(dst)}))
+    c.update(of_dirs=len(index), every=every, top=top, tar_bytes=os.path.getsize(dst), seen=seen)
+    return c
+
+
+def subset(src, dst, every):
+    """Writes DST, the 1/EVERY sample of SRC (see copy_sample), and prints
+    its counts as JSON."""
+    c = copy_sample(src, dst, every)
+    print(json.dumps({k: c[k] for k in ("files", "dirs", "symlinks", "file_bytes", "of_files", "of_dirs", "every", "top", "tar_bytes")}))
 
 
 def fio(args):
@@ -208,17 +242,6 @@ def render(rows, b, summary, h):
     def nruns(fs, metric):
         return len([r for r in dp if r["fs"] == fs and r["metric"] == metric])
 
-    def num(x, unit):
-        if x != x:
-            return "n/a"
-        if unit == "s":
-            return f"{x:,.2f}" if x < 100 else f"{x:,.0f}"
-        return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
-
-    def ratio(a, c):
-        if not (a == a and c == c and c):
-            return "—"
-        return f"{a / c:.2f}" if a / c >= 0.1 else f"{a / c:.3f}"
 
     tree = st.get("tree", {})
     b("## 12. Data path vs ext4 and JuiceFS")

@@ -357,51 +357,16 @@ def filebench(name, root, a, io=True):
 # --- the kernel workload's tree ---------------------------------------------------
 
 def kernel_tar(src, every, listfile, dst):
-    """Section 12's 1/EVERY sample (datapath.subset's rule: the files and
-    symlinks of every EVERY-th directory in archive order) plus the files of
-    LIST, in one pass over SRC."""
+    """Section 12's 1/EVERY sample (datapath.copy_sample's rule: the files
+    and symlinks of every EVERY-th directory in archive order) plus the
+    files of LIST, in one pass over SRC."""
+    import datapath
     want = {l.strip() for l in open(listfile) if l.strip() and not l.startswith("#")}
-    files = dirs = links = total = from_list = 0
-    top = None
-    index, pending, written, seen = {}, {}, set(), set()
-    with tarfile.open(src, "r|xz") as tin, tarfile.open(dst, "w", format=tarfile.PAX_FORMAT) as tout:
-        for m in tin:
-            name = m.name.rstrip("/")
-            top = top or name.split("/")[0]
-            if m.isdir():
-                index[name] = len(index)
-                pending[name] = m
-                continue
-            if m.islnk():
-                continue
-            rel = name.partition("/")[2]
-            parent = name.rpartition("/")[0]
-            sample = index.get(parent, 1) % every == 0
-            listed = rel in want
-            if not (sample or listed):
-                continue
-            seen.add(rel)
-            parts = name.split("/")
-            for i in range(1, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in written and d in pending:
-                    tout.addfile(pending[d])
-                    written.add(d)
-                    dirs += 1
-            if m.isreg():
-                tout.addfile(m, tin.extractfile(m))
-                total += m.size
-                files += 1
-            else:
-                tout.addfile(m)
-                links += 1
-            if listed and not sample:
-                from_list += 1
-    missing = sorted(want - seen)
-    os.sync()
-    print(json.dumps({"files": files, "dirs": dirs, "symlinks": links, "file_bytes": total, "every": every,
-                      "listed": len(want), "from_list_only": from_list, "missing_from_list": len(missing),
-                      "missing_examples": missing[:5], "top": top, "tar_bytes": os.path.getsize(dst)}))
+    c = datapath.copy_sample(src, dst, every, frozenset(want))
+    missing = sorted(want - c["seen"])
+    print(json.dumps({"files": c["files"], "dirs": c["dirs"], "symlinks": c["symlinks"], "file_bytes": c["file_bytes"], "every": every,
+                      "listed": len(want), "from_list_only": c["from_extra_only"], "missing_from_list": len(missing),
+                      "missing_examples": missing[:5], "top": c["top"], "tar_bytes": c["tar_bytes"]}))
 
 
 def kbuild_list(src, work, out, build):
