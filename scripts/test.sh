@@ -20,6 +20,7 @@ command -v curl >/dev/null || need+=(curl)
 command -v tar >/dev/null || need+=(tar)
 command -v attr >/dev/null 2>&1 || command -v getfattr >/dev/null || need+=(attr)
 command -v man >/dev/null || need+=(man-db)   # generated man pages render with man -l
+command -v systemd-analyze >/dev/null || need+=(systemd)   # the shipped mount unit is verified (installing it starts nothing)
 # SQLite's session extension (metadata deltas of cloud volumes) is built
 # with bindgen, which loads libclang.
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
