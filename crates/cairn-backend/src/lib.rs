@@ -35,7 +35,11 @@ pub use s3::{put_requests, S3Backend, S3Location};
 ///   and `.`; no empty component, no `..`.
 /// - `put` is atomic and durable when it returns: a reader sees the whole old
 ///   object (or none) or the whole new one, never a prefix, and a crash after
-///   `put` returned does not lose the object.
+///   `put` returned does not lose the object. A store that declares
+///   [`Capabilities::deferred_durability`] (a tape drive's buffer) makes a
+///   put durable only when a later [`Backend::sync`] returns; until then a
+///   power cut may lose it, but never a part of an object that a `sync`
+///   covered, and objects become durable in the order they were put.
 /// - `get_range` returns exactly `len` bytes or fails; reading past the end
 ///   is an error of kind [`ErrorKind::OutOfRange`], a missing object
 ///   [`ErrorKind::NotFound`].
@@ -65,6 +69,12 @@ pub trait Backend: Send + Sync {
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
     /// What this backend does cheaply.
     fn capabilities(&self) -> Capabilities;
+    /// Makes every object put so far durable (see the contract: only
+    /// stores with deferred durability need it; for the others it does
+    /// nothing).
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
     /// A short description for messages, e.g. `local:/srv/vol/store`.
     fn describe(&self) -> String;
     /// Where the requests this backend sends are counted, for the bill
@@ -88,11 +98,16 @@ pub struct Capabilities {
     pub frees_on_delete: bool,
     /// The pack size that suits the store (bytes).
     pub preferred_pack_size: u64,
+    /// One process at a time can open the store (a tape in a drive): the
+    /// open itself excludes others, so no lease object is kept.
+    pub exclusive: bool,
+    /// `put` is durable only after [`Backend::sync`] (see the contract).
+    pub deferred_durability: bool,
 }
 
 impl Capabilities {
     /// A local directory.
-    pub const LOCAL: Capabilities = Capabilities { remote: false, cheap_ranged_reads: true, frees_on_delete: true, preferred_pack_size: 32 << 20 };
+    pub const LOCAL: Capabilities = Capabilities { remote: false, cheap_ranged_reads: true, frees_on_delete: true, preferred_pack_size: 32 << 20, exclusive: false, deferred_durability: false };
 }
 
 impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
@@ -119,6 +134,9 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+    fn sync(&self) -> Result<()> {
+        (**self).sync()
     }
     fn describe(&self) -> String {
         (**self).describe()

@@ -349,6 +349,9 @@ impl<B: Backend> Backend for Metered<B> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
     fn describe(&self) -> String {
         self.inner.describe()
     }

@@ -298,7 +298,7 @@ impl Backend for S3Backend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { remote: true, cheap_ranged_reads: true, frees_on_delete: true, preferred_pack_size: 32 << 20 }
+        Capabilities { remote: true, cheap_ranged_reads: true, frees_on_delete: true, preferred_pack_size: 32 << 20, exclusive: false, deferred_durability: false }
     }
 
     fn meter(&self) -> Option<Arc<Meter>> {

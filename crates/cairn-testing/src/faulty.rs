@@ -197,6 +197,9 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
     fn describe(&self) -> String {
         format!("faulty:{}", self.inner.describe())
     }

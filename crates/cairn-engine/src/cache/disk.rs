@@ -1458,6 +1458,10 @@ impl Backend for CachedBackend {
         self.inner.remote.capabilities()
     }
 
+    fn sync(&self) -> Result<()> {
+        self.inner.remote.sync()
+    }
+
     fn describe(&self) -> String {
         format!("cache {} over {}", self.inner.opts.dir.display(), self.inner.remote.describe())
     }

@@ -298,7 +298,10 @@ impl Cloud {
     pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &crate::volume::OpenOptions, io: Option<IoWindows>) -> Result<Cloud> {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let dir = layout.dir.display().to_string();
-        let lease = if opts.read_only { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.cloud.force, url)?) };
+        // A store only one process can open (a tape in its drive) is its
+        // own lease: the open excluded every other mount already.
+        let caps = remote.capabilities();
+        let lease = if opts.read_only || caps.exclusive { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.cloud.force, url)?) };
         let release = |e: Error| {
             if let Some(l) = &lease {
                 let _ = l.release(remote.as_ref());
@@ -306,14 +309,26 @@ impl Cloud {
             e
         };
         let state = sync_down(layout, remote.as_ref(), keys, url).map_err(release)?;
-        let cache = Self::open_cache(layout, remote.clone(), &opts.cloud, io).map_err(release)?;
+        let mut cloud_opts = opts.cloud.clone();
+        if caps.deferred_durability {
+            // Where a put lasts only after a sync, every fsync must reach
+            // the store (docs/tape.md §1): there is no local durability to
+            // fall back on once the journal is retired.
+            cloud_opts.durability = Durability::Remote;
+        }
+        if !caps.frees_on_delete {
+            // Cleaning copies live data to free space a delete would not
+            // free (a tape reclaims by copying to another tape).
+            cloud_opts.gc_interval = None;
+        }
+        let cache = Self::open_cache(layout, remote.clone(), &cloud_opts, io).map_err(release)?;
         let meter = remote.meter();
         Ok(Cloud {
             need_base: std::sync::atomic::AtomicBool::new(state.dirty),
             state: parking_lot::Mutex::new(state),
             remote,
             cache,
-            opts: opts.cloud.clone(),
+            opts: cloud_opts,
             lease,
             ship_lock: parking_lot::Mutex::new(()),
             lost: std::sync::atomic::AtomicBool::new(false),
@@ -361,7 +376,7 @@ impl Cloud {
                 tracing::info!("waiting for {n} uploads ({bytes} bytes) before unmounting");
             }
         });
-        vol.ship_metadata(false)?;
+        vol.ship_durably()?;
         {
             let mut s = self.state.lock();
             s.dirty = false;

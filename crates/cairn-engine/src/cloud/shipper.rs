@@ -233,6 +233,22 @@ impl Volume {
         }
     }
 
+    /// What `fsync`, `sync` and unmount call under `--durability remote`:
+    /// ships what changed, then, on a store whose puts last only after a
+    /// sync (a tape), makes everything put so far durable. The sync runs
+    /// even when nothing new shipped: the background shipper may have
+    /// published the version naming the fsync'd data without one.
+    pub(crate) fn ship_durably(&self) -> Result<()> {
+        self.ship_metadata(false)?;
+        if let Some(cloud) = self.cloud.as_ref() {
+            if cloud.remote.capabilities().deferred_durability {
+                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+                cloud.remote.sync()?;
+            }
+        }
+        Ok(())
+    }
+
     /// Ships a base now and prunes what it allows (tests of retention).
     #[doc(hidden)]
     pub fn ship_base_now(&self) -> Result<Option<u64>> {

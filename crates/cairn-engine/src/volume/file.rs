@@ -343,7 +343,7 @@ impl Volume {
             // bucket, then the metadata version that names them.
             self.flush_round_of(true, Some(ino))?;
             self.meta.sync()?;
-            self.ship_metadata(false)?;
+            self.ship_durably()?;
             return Ok(());
         }
         let unflushed = |v: &Self| v.files.get(&ino).map(|st| {

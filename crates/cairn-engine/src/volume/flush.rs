@@ -234,7 +234,30 @@ impl<'a> Drop for Batch<'a> {
     }
 }
 
+/// Bounds of a file's run on a store where positioning costs seconds.
+const RUN_MIN: u64 = 64 << 20;
+const RUN_MAX: u64 = 1 << 30;
+/// How long an open file's data may wait for its run to fill there.
+const RUN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The run size on a sequential store (docs/tape.md §2): the journal's
+/// room shared among the `writers` files with dirty data, half of it left
+/// for the next runs to fill while one drains.
+pub(crate) fn run_size(journal_limit: u64, writers: u64) -> u64 {
+    (journal_limit / (2 * writers.max(1))).clamp(RUN_MIN, RUN_MAX)
+}
+
 impl Volume {
+    /// When a dirty file is due on a store where reads must position the
+    /// medium (a tape): when closed or fsync'd, or when its dirty bytes
+    /// fill a run, so that one file's data lies in few long runs however
+    /// many files are written at once; age flushes only after
+    /// [`RUN_AGE`].
+    fn run_policy(&self) -> (std::time::Duration, u64) {
+        let writers = self.files.iter().filter(|e| e.value().inner.lock().is_dirty()).count() as u64;
+        (self.opts.flush_age.max(RUN_AGE), run_size(self.opts.journal_limit, writers))
+    }
+
     /// One flush round: every due file (or every dirty file if `all`).
     pub(crate) fn flush_round(&self, all: bool) -> Result<FlushReport> {
         self.flush_round_of(all, None)
@@ -250,8 +273,7 @@ impl Volume {
     }
 
     fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
-        let age = self.opts.flush_age;
-        let flush_bytes = self.opts.flush_bytes;
+        let (age, flush_bytes) = if self.backend.capabilities().cheap_ranged_reads { (self.opts.flush_age, self.opts.flush_bytes) } else { self.run_policy() };
         let mut chosen: Vec<Arc<FileState>> = Vec::new();
         for e in self.files.iter() {
             if only.is_some_and(|i| i != *e.key()) {
@@ -667,5 +689,20 @@ impl Volume {
             }
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_size;
+
+    #[test]
+    fn runs_share_the_journal_among_writers_within_bounds() {
+        let j = 2u64 << 30;
+        assert_eq!(run_size(j, 0), 1 << 30);
+        assert_eq!(run_size(j, 1), 1 << 30);
+        assert_eq!(run_size(j, 4), 256 << 20);
+        assert_eq!(run_size(j, 1000), 64 << 20);
+        assert_eq!(run_size(8u64 << 30, 1), 1 << 30);
     }
 }

@@ -558,7 +558,7 @@ impl Volume {
         self.flush_round(true)?;
         self.meta.sync()?;
         if self.durable_remotely() {
-            self.ship_metadata(false)?;
+            self.ship_durably()?;
         }
         Ok(())
     }
@@ -572,7 +572,7 @@ impl Volume {
         }
         self.meta.sync()?;
         if self.durable_remotely() {
-            self.ship_metadata(false)?;
+            self.ship_durably()?;
         }
         Ok(())
     }

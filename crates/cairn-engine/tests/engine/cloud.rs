@@ -427,6 +427,9 @@ impl Backend for Referee {
     fn capabilities(&self) -> cairn_backend::Capabilities {
         self.inner.capabilities()
     }
+    fn sync(&self) -> cairn_backend::Result<()> {
+        self.inner.sync()
+    }
     fn describe(&self) -> String {
         "referee".into()
     }

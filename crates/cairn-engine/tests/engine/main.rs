@@ -13,3 +13,4 @@ mod cloud;
 mod disk_cache;
 mod trace;
 mod cleaner;
+mod sequential;

@@ -1,0 +1,200 @@
+//! A home that declares what a tape cannot do cheaply (docs/tape.md §1):
+//! puts that last only after `sync`, one opener at a time, deletes that
+//! free nothing, costly positioning. The engine must fsync through `sync`,
+//! keep no lease, run no cleaner, and flush files in long runs. The store
+//! here is the memory store behind a buffer that a "power cut" empties,
+//! as a drive's buffer is lost when the power goes.
+
+use crate::cloud::{init_in, lookup_path, URL};
+use crate::common::*;
+use cairn_backend::{Backend, Capabilities, ObjectInfo, Result};
+use cairn_engine::cache::disk::Durability;
+use cairn_engine::cloud::{self, CloudOptions};
+use cairn_engine::*;
+use cairn_testing::MemoryBackend;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Objects reach `durable` only at `sync`; until then they sit in `buffer`
+/// (readable, as a drive reads its own buffer) and a power cut drops them.
+#[derive(Default)]
+struct Buffered {
+    durable: MemoryBackend,
+    buffer: Mutex<BTreeMap<String, Vec<u8>>>,
+    syncs: AtomicU64,
+    puts: Mutex<Vec<String>>,
+}
+
+impl Buffered {
+    fn power_cut(&self) {
+        self.buffer.lock().clear();
+    }
+}
+
+impl Backend for Buffered {
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        cairn_backend::validate_name(name)?;
+        self.puts.lock().push(name.to_string());
+        self.buffer.lock().insert(name.to_string(), data.to_vec());
+        Ok(())
+    }
+    fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
+        if self.buffer.lock().contains_key(name) || self.durable.size(name).is_ok() {
+            return Err(cairn_backend::Error::new(cairn_backend::ErrorKind::AlreadyExists, format!("{name} exists")).with_object(name));
+        }
+        self.put(name, data)
+    }
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if let Some(d) = self.buffer.lock().get(name) {
+            return Ok(d[offset as usize..(offset + len) as usize].to_vec());
+        }
+        self.durable.get_range(name, offset, len)
+    }
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        if let Some(d) = self.buffer.lock().get(name) {
+            return Ok(d.clone());
+        }
+        self.durable.get(name)
+    }
+    fn size(&self, name: &str) -> Result<u64> {
+        if let Some(d) = self.buffer.lock().get(name) {
+            return Ok(d.len() as u64);
+        }
+        self.durable.size(name)
+    }
+    fn delete(&self, name: &str) -> Result<()> {
+        self.buffer.lock().remove(name);
+        self.durable.delete(name)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let mut out = self.durable.list(prefix)?;
+        out.retain(|o| !self.buffer.lock().contains_key(&o.name));
+        out.extend(self.buffer.lock().iter().filter(|(n, _)| n.starts_with(prefix)).map(|(n, d)| ObjectInfo {
+            name: n.clone(),
+            size: d.len() as u64,
+        }));
+        Ok(out)
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            remote: true,
+            cheap_ranged_reads: false,
+            frees_on_delete: false,
+            preferred_pack_size: 1 << 20,
+            exclusive: true,
+            deferred_durability: true,
+        }
+    }
+    fn sync(&self) -> Result<()> {
+        let buffered = std::mem::take(&mut *self.buffer.lock());
+        for (n, d) in buffered {
+            self.durable.put(&n, &d)?;
+        }
+        self.syncs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "buffered".into()
+    }
+}
+
+fn opts(b: &Arc<dyn Backend>) -> OpenOptions {
+    OpenOptions {
+        backend: Some(InjectedBackend(b.clone())),
+        // Asked for local durability and a cleaner: the store's
+        // capabilities overrule both.
+        cloud: CloudOptions {
+            cache_bytes: 64 << 20,
+            durability: Durability::Local,
+            meta_interval: Duration::from_secs(3600),
+            gc_interval: Some(Duration::from_millis(50)),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// fsync'd files survive a power cut that empties the store's buffer; the
+/// volume never wrote a lease or trash, and reopens on a machine that only
+/// has the store.
+#[test]
+fn fsync_reaches_a_store_whose_puts_last_only_after_sync() {
+    let store = Arc::new(Buffered::default());
+    let b: Arc<dyn Backend> = store.clone();
+    let a = tempfile::tempdir().unwrap();
+    init_in(a.path(), &b, None);
+    store.sync().unwrap(); // init's objects were made durable by whoever initialised
+    cloud::attach(a.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
+    let v = Volume::load(a.path(), opts(&b)).unwrap();
+
+    let kept = random_bytes(1, 300_000);
+    let ino = mkfile(&v, ROOT_INO, "kept", &kept);
+    let before = store.syncs.load(Ordering::SeqCst);
+    v.fsync(ino, false).unwrap();
+    assert!(store.syncs.load(Ordering::SeqCst) > before, "fsync ended with the store's sync");
+    assert!(store.buffer.lock().is_empty(), "nothing put before the fsync returned is left unsynced");
+
+    // A wholly dead pack: a cleaner would trash it at once (it is due
+    // at any price); here deletes free nothing, so none runs.
+    let gone = mkfile(&v, ROOT_INO, "gone", &random_bytes(4, 100_000));
+    v.flush_file_now(gone).unwrap();
+    v.unlink(ROOT_INO, b"gone").unwrap();
+    v.sync().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(maintenance::stats(&v).unwrap().dead_bytes >= 100_000, "the dead bytes stay where they are");
+
+    // Written after the fsync, never synced: the power cut may take it.
+    let lost = random_bytes(2, 200_000);
+    let ino2 = mkfile(&v, ROOT_INO, "unsynced", &lost);
+    v.flush_file_now(ino2).unwrap();
+    v.simulate_crash();
+    store.power_cut();
+
+    let puts = store.puts.lock().clone();
+    assert!(!puts.iter().any(|n| n == "lease"), "an exclusive store keeps no lease: {puts:?}");
+    assert!(!puts.iter().any(|n| n.starts_with("trash/")), "no cleaner on a store whose deletes free nothing: {puts:?}");
+
+    // A machine with only the store.
+    let c = tempfile::tempdir().unwrap();
+    cloud::attach(c.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
+    let w = Volume::load(c.path(), opts(&b)).unwrap();
+    assert_eq!(read_all(&w, lookup_path(&w, "kept")), kept);
+    w.close().unwrap();
+}
+
+/// On such a store an open file is flushed in runs: not by age (5 s) nor
+/// at 64 MiB, but when closed (or when its run fills); and unmount syncs.
+#[test]
+fn files_are_flushed_whole_when_positioning_is_costly() {
+    let store = Arc::new(Buffered::default());
+    let b: Arc<dyn Backend> = store.clone();
+    let a = tempfile::tempdir().unwrap();
+    init_in(a.path(), &b, None);
+    cloud::attach(a.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
+    let v = Volume::load(
+        a.path(),
+        OpenOptions {
+            flush_age: Duration::from_millis(10),
+            ..opts(&b)
+        },
+    )
+    .unwrap();
+    let attr = v.create(ROOT_INO, b"open", FileKind::File, 0o644, 0, root()).unwrap();
+    v.open(attr.ino).unwrap();
+    let data = random_bytes(3, 3 << 20);
+    v.write(attr.ino, 0, &data).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let packs = |s: &Buffered| s.puts.lock().iter().filter(|n| n.starts_with("packs/")).count();
+    assert_eq!(v.flush_due().unwrap().files, 0, "an open file younger than a minute waits for its run");
+    assert_eq!(packs(&store), 0);
+    v.release(attr.ino).unwrap();
+    assert_eq!(v.flush_due().unwrap().files, 1, "closed: due");
+    assert!(packs(&store) >= 1);
+    let before = store.syncs.load(Ordering::SeqCst);
+    v.close().unwrap();
+    assert!(store.syncs.load(Ordering::SeqCst) > before, "unmount syncs the store");
+    assert!(store.buffer.lock().is_empty());
+}
