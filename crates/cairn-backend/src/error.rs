@@ -23,6 +23,9 @@ pub enum ErrorKind {
     /// The store returned bytes that are not what was stored (a short
     /// body, a checksum mismatch).
     Corrupt,
+    /// The medium is full (a tape at its end): nothing more can be stored
+    /// on it, though everything stored before stays readable.
+    NoSpace,
 }
 
 impl ErrorKind {

@@ -167,6 +167,7 @@ impl From<cairn_backend::Error> for Error {
             B::Corrupt => (ErrorKind::Corrupt, "damaged in the backend"),
             B::Transient => (ErrorKind::Io, "backend unavailable"),
             B::Permanent => (ErrorKind::Io, "backend refused the request"),
+            B::NoSpace => (ErrorKind::NoSpace, "the backend's medium is full"),
             _ => (ErrorKind::Io, "backend error"),
         };
         Error::new(kind, format!("{what}: {e}"))
