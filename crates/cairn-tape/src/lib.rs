@@ -3,7 +3,7 @@
 //! - [`TapeDevice`] is the device seam: fixed-size records, filemarks,
 //!   locate/position, rewind, space to end of data, status — the Linux st
 //!   driver's semantics, written down as a contract on the trait.
-//! - [`StDrive`] drives a real drive through `/dev/nstN` and the mtio ioctls.
+//! - `StDrive` (module `st`, Linux) drives a real drive through `/dev/nstN` and the mtio ioctls.
 //! - [`EmuDrive`] is an emulated drive in a directory, with tape semantics
 //!   and a timing model (speed matching, backhitches, locate time growing
 //!   with distance) on a virtual or a real clock.
@@ -17,23 +17,27 @@
 //! bytes.
 //!
 //! ```
-//! use cairn_tape::{Clock, EmuDrive, EmuParams, ReadOutcome, TapeDevice};
+//! use cairn_tape::{layout, Clock, EmuDrive, EmuParams, TapeDevice};
 //! let dir = tempfile::tempdir().unwrap();
 //! let mut params = EmuParams::default();
 //! params.block_size = 4096;
 //! let mut dev = EmuDrive::create(&dir.path().join("tape"), params, Clock::virtual_clock()).unwrap();
-//! dev.write_blocks(&[7u8; 8192]).unwrap();
-//! dev.write_filemarks(1).unwrap();
-//! dev.rewind().unwrap();
-//! let mut buf = vec![0u8; 4 * 4096];
-//! assert_eq!(dev.read_blocks(&mut buf).unwrap(), ReadOutcome::Blocks(2));
-//! assert_eq!(dev.read_blocks(&mut buf).unwrap(), ReadOutcome::Filemark);
+//! let label = layout::Label::new(layout::VolumeId([7; 16]), 4096, 0, b"");
+//! let cat = layout::format(&mut dev, &label, b"empty catalog").unwrap();
+//! let mut w = layout::TapeWriter::new(&label, cat.append_point());
+//! let extent = w.write(&mut dev, 1, b"hello tape", true).unwrap();
+//! let cat = w.write_catalog(&mut dev, b"catalog naming object 1").unwrap();
+//! let got = layout::read_object(&mut dev, &label, &[extent]).unwrap();
+//! assert_eq!(got, b"hello tape");
+//! let read = layout::read_catalog(&mut dev, &label, Some(cat.start)).unwrap();
+//! assert_eq!(read.bytes, b"catalog naming object 1");
 //! ```
 #![deny(missing_docs)]
 
 pub mod conformance;
 mod device;
 mod emu;
+pub mod layout;
 
 pub use device::{read_exact_blocks, DeviceError, ReadOutcome, Result, Status, TapeDevice};
 pub use emu::{Clock, CrashModel, EmuDrive, EmuParams, EmuStats, VirtualClock, EMU_FORMAT};

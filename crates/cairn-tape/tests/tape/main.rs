@@ -6,3 +6,4 @@ mod emu_conformance;
 mod emu_crash;
 mod emu_model;
 mod emu_timing;
+mod layout;
