@@ -3,7 +3,7 @@
 //! - [`TapeDevice`] is the device seam: fixed-size records, filemarks,
 //!   locate/position, rewind, space to end of data, status — the Linux st
 //!   driver's semantics, written down as a contract on the trait.
-//! - `StDrive` (module `st`, Linux) drives a real drive through `/dev/nstN` and the mtio ioctls.
+//! - [`StDrive`] drives a real drive through `/dev/nstN` and the mtio ioctls.
 //! - [`EmuDrive`] is an emulated drive in a directory, with tape semantics
 //!   and a timing model (speed matching, backhitches, locate time growing
 //!   with distance) on a virtual or a real clock.
@@ -38,6 +38,10 @@ pub mod conformance;
 mod device;
 mod emu;
 pub mod layout;
+#[cfg(target_os = "linux")]
+pub mod st;
 
 pub use device::{read_exact_blocks, DeviceError, ReadOutcome, Result, Status, TapeDevice};
 pub use emu::{Clock, CrashModel, EmuDrive, EmuParams, EmuStats, VirtualClock, EMU_FORMAT};
+#[cfg(target_os = "linux")]
+pub use st::StDrive;

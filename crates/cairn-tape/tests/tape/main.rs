@@ -7,3 +7,4 @@ mod emu_crash;
 mod emu_model;
 mod emu_timing;
 mod layout;
+mod st_conformance;
