@@ -40,6 +40,7 @@ mod emu;
 pub mod layout;
 #[cfg(target_os = "linux")]
 pub mod st;
+pub mod store;
 
 pub use device::{read_exact_blocks, DeviceError, ReadOutcome, Result, Status, TapeDevice};
 pub use emu::{Clock, CrashModel, EmuDrive, EmuParams, EmuStats, VirtualClock, EMU_FORMAT};

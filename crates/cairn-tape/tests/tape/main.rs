@@ -8,3 +8,4 @@ mod emu_model;
 mod emu_timing;
 mod layout;
 mod st_conformance;
+mod store;

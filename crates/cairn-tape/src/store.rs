@@ -1,0 +1,852 @@
+//! A tape as a [`Backend`] (docs/tape.md §1–3): objects appended as runs of
+//! blocks by one drive thread, an in-memory index of them written as the
+//! catalog at every sync, reads served in batches sorted by tape position
+//! with streaming read-ahead within the run being read.
+//!
+//! Contract beyond [`Backend`]'s, declared in [`Capabilities`]: a put is
+//! durable once a later [`Backend::sync`] returns (it lands in memory and
+//! then the drive's buffer); deletes are logical (the index marks the
+//! object dead, its blocks stay until the tape is reclaimed); one process
+//! has a tape open at a time (the device is locked while open).
+//!
+//! Every object starts with a small head naming it (docs/format.md, "Tape
+//! objects"), so [`recover`] can rebuild the index from the blocks alone.
+
+use crate::layout::{self, AppendPoint, Extent, Label, LayoutError, VolumeId};
+use crate::TapeDevice;
+use cairn_backend::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Magic of an object's head.
+pub const OBJECT_MAGIC: &[u8; 4] = b"CTO1";
+/// Format of the catalog's payload.
+pub const INDEX_FORMAT: &str = "cairn-tape-index";
+/// Its version.
+pub const INDEX_VERSION: u32 = 1;
+/// Bytes read from the tape per step of a streaming read.
+const READ_STEP: u64 = 8 << 20;
+
+/// How the store uses memory and batches reads.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Bytes of objects waiting for the drive; a put blocks beyond it.
+    pub queue_bytes: u64,
+    /// A read streams on this far ahead of what was asked, within the
+    /// object, while nothing else needs the drive.
+    pub read_ahead: u64,
+    /// Bytes of read data kept in memory (oldest dropped first).
+    pub read_buffer: u64,
+    /// A read waits this long for others to join its batch.
+    pub batch_window: Duration,
+    /// The pack size the engine should build (a run of the tape).
+    pub pack_size: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { queue_bytes: 1 << 30, read_ahead: 64 << 20, read_buffer: 256 << 20, batch_window: Duration::from_millis(50), pack_size: 128 << 20 }
+    }
+}
+
+/// One object in the index.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Its id in the block headers.
+    pub id: u64,
+    /// Bytes of the object (its head not counted).
+    pub size: u64,
+    /// Bytes of its head before the object's first byte.
+    pub head: u64,
+    /// Where its bytes (head included) lie, in object order.
+    pub extents: Vec<Extent>,
+    /// Deleted (logically: the blocks stay).
+    #[serde(default)]
+    pub dead: bool,
+}
+
+/// The catalog's payload (docs/format.md, "Tape catalog").
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Index {
+    /// Objects by name; a name put again points at its newest copy, the
+    /// older copy's bytes are dead.
+    pub objects: BTreeMap<String, IndexEntry>,
+    /// Bytes of object copies that no name points at any more.
+    #[serde(default)]
+    pub replaced_bytes: u64,
+    /// The next object id.
+    pub next_id: u64,
+}
+
+impl Index {
+    /// Bytes of live objects and of dead ones (deleted or replaced).
+    pub fn space(&self) -> (u64, u64) {
+        self.objects.values().fold((0, self.replaced_bytes), |(l, d), o| if o.dead { (l, d + o.size) } else { (l + o.size, d) })
+    }
+}
+
+/// Encodes the catalog's payload: zstd of one JSON document.
+pub fn encode_index(index: &Index) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Doc<'a> {
+        format: &'static str,
+        version: u32,
+        #[serde(flatten)]
+        index: &'a Index,
+    }
+    let json = serde_json::to_vec(&Doc { format: INDEX_FORMAT, version: INDEX_VERSION, index }).expect("the index serialises");
+    zstd::bulk::compress(&json, 3).expect("compressing in memory")
+}
+
+/// Parses a catalog payload written by [`encode_index`]; untrusted bytes
+/// give an error, never a panic.
+pub fn decode_index(bytes: &[u8]) -> std::result::Result<Index, String> {
+    #[derive(Deserialize)]
+    struct Doc {
+        format: String,
+        version: u32,
+        #[serde(flatten)]
+        index: Index,
+    }
+    let json = zstd::bulk::decompress(bytes, 256 << 20).map_err(|e| format!("not a compressed index ({e})"))?;
+    let d: Doc = serde_json::from_slice(&json).map_err(|e| format!("malformed index ({e})"))?;
+    if d.format != INDEX_FORMAT {
+        return Err(format!("not a Cairn tape index ({:?})", d.format));
+    }
+    if d.version != INDEX_VERSION {
+        return Err(format!("index version {} is not supported (this Cairn reads version {INDEX_VERSION})", d.version));
+    }
+    Ok(d.index)
+}
+
+/// The head written before an object's bytes: magic, name length, name.
+pub fn object_head(name: &str) -> Vec<u8> {
+    let mut h = Vec::with_capacity(6 + name.len());
+    h.extend_from_slice(OBJECT_MAGIC);
+    h.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    h.extend_from_slice(name.as_bytes());
+    h
+}
+
+/// Parses an object head from the start of an object's bytes: the name and
+/// the head's length.
+pub fn parse_object_head(b: &[u8]) -> std::result::Result<(String, u64), String> {
+    if b.len() < 6 || &b[..4] != OBJECT_MAGIC {
+        return Err("no object head".into());
+    }
+    let n = u16::from_le_bytes([b[4], b[5]]) as usize;
+    let name = b.get(6..6 + n).ok_or("object head cut short")?;
+    let name = std::str::from_utf8(name).map_err(|_| "object name is not UTF-8")?;
+    validate_name(name).map_err(|e| e.to_string())?;
+    Ok((name.to_string(), 6 + n as u64))
+}
+
+/// What the drive thread is asked to write.
+struct Job {
+    name: String,
+    id: u64,
+    data: Arc<Vec<u8>>,
+}
+
+/// A read waiting for its batch.
+struct ReadReq {
+    name: String,
+    off: u64,
+    len: u64,
+    at: Instant,
+    done: Mutex<Option<Result<Vec<u8>>>>,
+}
+
+/// Counters for `cairn stats` and the benchmarks.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Bytes of objects written to the tape (heads not counted).
+    pub bytes_written: u64,
+    /// Objects written.
+    pub objects_written: u64,
+    /// Read batches the drive served.
+    pub read_batches: u64,
+    /// Reads that needed the drive.
+    pub reads_from_tape: u64,
+    /// Reads served from memory (objects not yet written, read-ahead).
+    pub reads_from_memory: u64,
+    /// Bytes read from the tape, read-ahead included.
+    pub bytes_read: u64,
+    /// Catalogs written.
+    pub catalogs_written: u64,
+    /// The most bytes the write queue held.
+    pub peak_queue_bytes: u64,
+}
+
+/// A streaming read: the object and how far it has been read and used.
+struct Stream {
+    name: String,
+    /// Next byte to read from the tape.
+    next: u64,
+    /// Highest byte a reader has taken.
+    used: u64,
+}
+
+struct State {
+    index: Index,
+    queue: VecDeque<Job>,
+    queued_bytes: u64,
+    /// Objects put and not yet on tape (queued or being written): readable.
+    in_flight: HashMap<String, Arc<Vec<u8>>>,
+    reads: Vec<Arc<ReadReq>>,
+    /// Read data kept: (object, first byte, bytes), oldest first.
+    read_buf: VecDeque<(String, u64, Arc<Vec<u8>>)>,
+    read_buf_bytes: u64,
+    stream: Option<Stream>,
+    want_sync: u64,
+    synced: u64,
+    /// Written or deleted since the last catalog.
+    dirty: bool,
+    /// A write failed: every later put and sync fails so (the data before
+    /// it stays readable).
+    failed: Option<(ErrorKind, String)>,
+    stop: bool,
+    stats: StoreStats,
+}
+
+struct Inner {
+    describe: String,
+    opts: StoreOptions,
+    st: Mutex<State>,
+    cv: Condvar,
+}
+
+/// A tape behind the [`Backend`] trait.
+pub struct TapeStore {
+    inner: Arc<Inner>,
+    thread: Mutex<Option<std::thread::JoinHandle<Box<dyn TapeDevice>>>>,
+    label: Label,
+}
+
+fn layout_err(dev: &str, e: LayoutError) -> Error {
+    let kind = match &e {
+        LayoutError::EndOfMedium { .. } => ErrorKind::NoSpace,
+        LayoutError::Device(crate::DeviceError::EndOfMedium { .. }) => ErrorKind::NoSpace,
+        LayoutError::BadBlock { .. } | LayoutError::DamagedCatalog { .. } | LayoutError::DamagedLabel { .. } | LayoutError::NoCatalog { .. } => ErrorKind::Corrupt,
+        _ => ErrorKind::Permanent,
+    };
+    let msg = e.to_string();
+    let msg = if msg.contains(dev) { msg } else { format!("{dev}: {msg}") };
+    Error::new(kind, msg).with_source(e)
+}
+
+impl TapeStore {
+    /// Opens the tape in `dev`: reads its label (checking the volume when
+    /// `expect` is given) and its catalog, and starts the drive thread,
+    /// which appends after the last data. A blank tape is formatted first
+    /// when `format_blank`.
+    pub fn open(mut dev: Box<dyn TapeDevice>, opts: StoreOptions, expect: Option<VolumeId>, format_blank: bool) -> Result<TapeStore> {
+        let name = dev.name().to_string();
+        let (label, index, at) = match layout::read_label(dev.as_mut(), expect) {
+            Ok(label) => {
+                let cat = layout::read_catalog(dev.as_mut(), &label, None).map_err(|e| layout_err(&name, e))?;
+                let index = decode_index(&cat.bytes).map_err(|e| Error::new(ErrorKind::Corrupt, format!("{name}: damaged catalog: {e}; run `cairn tape recover` to rebuild it from the blocks")))?;
+                (label, index, cat.append_point())
+            }
+            Err(LayoutError::BlankTape { .. }) if format_blank => {
+                let label = Label::new(VolumeId(rand::random()), dev.block_size() as u32, now_secs(), b"");
+                let index = Index::default();
+                let loc = layout::format(dev.as_mut(), &label, &encode_index(&index)).map_err(|e| layout_err(&name, e))?;
+                dev.flush().map_err(|e| layout_err(&name, e.into()))?;
+                (label, index, loc.append_point())
+            }
+            Err(e) => return Err(layout_err(&name, e)),
+        };
+        Ok(Self::start(dev, opts, label, index, at))
+    }
+
+    fn start(dev: Box<dyn TapeDevice>, opts: StoreOptions, label: Label, index: Index, at: AppendPoint) -> TapeStore {
+        let describe = format!("tape {} (volume {})", dev.name(), label.volume_id);
+        let inner = Arc::new(Inner {
+            describe,
+            opts,
+            st: Mutex::new(State {
+                index,
+                queue: VecDeque::new(),
+                queued_bytes: 0,
+                in_flight: HashMap::new(),
+                reads: Vec::new(),
+                read_buf: VecDeque::new(),
+                read_buf_bytes: 0,
+                stream: None,
+                want_sync: 0,
+                synced: 0,
+                dirty: false,
+                failed: None,
+                stop: false,
+                stats: StoreStats::default(),
+            }),
+            cv: Condvar::new(),
+        });
+        let writer = layout::TapeWriter::new(&label, at);
+        let (i2, l2) = (inner.clone(), label.clone());
+        let thread = std::thread::Builder::new().name("cairn-tape-drive".into()).spawn(move || drive(&i2, dev, &l2, writer)).expect("spawning the drive thread");
+        TapeStore { inner, thread: Mutex::new(Some(thread)), label }
+    }
+
+    /// The tape's label.
+    pub fn label(&self) -> &Label {
+        &self.label
+    }
+
+    /// Counters since the store was opened.
+    pub fn stats(&self) -> StoreStats {
+        self.inner.st.lock().stats
+    }
+
+    /// Live and dead bytes of the objects on the tape.
+    pub fn space(&self) -> (u64, u64) {
+        self.inner.st.lock().index.space()
+    }
+
+    /// A copy of the index (for `tape reclaim` and tests).
+    pub fn index(&self) -> Index {
+        self.inner.st.lock().index.clone()
+    }
+
+    /// Reads many ranges in one pass in tape order (`cairn tape recall`):
+    /// they join one batch at once.
+    pub fn read_many(&self, reqs: &[(String, u64, u64)]) -> Vec<Result<Vec<u8>>> {
+        let past = Instant::now().checked_sub(self.inner.opts.batch_window).unwrap_or_else(Instant::now);
+        let rs: Vec<Arc<ReadReq>> = reqs.iter().map(|(n, o, l)| Arc::new(ReadReq { name: n.clone(), off: *o, len: *l, at: past, done: Mutex::new(None) })).collect();
+        {
+            let mut st = self.inner.st.lock();
+            st.reads.extend(rs.iter().cloned());
+            self.inner.cv.notify_all();
+        }
+        rs.iter().map(|r| self.inner.wait_read(r)).collect()
+    }
+
+    /// Stops the drive thread after what is queued and gives the device
+    /// back, writing no catalog (a store closed without a sync is a crash
+    /// as far as the tape can tell).
+    pub fn into_device(self) -> Option<Box<dyn TapeDevice>> {
+        self.stop()
+    }
+
+    fn stop(&self) -> Option<Box<dyn TapeDevice>> {
+        {
+            let mut st = self.inner.st.lock();
+            st.stop = true;
+            self.inner.cv.notify_all();
+        }
+        self.thread.lock().take().and_then(|t| t.join().ok())
+    }
+
+    fn live(&self, name: &str) -> Result<IndexEntry> {
+        match self.inner.st.lock().index.objects.get(name) {
+            Some(e) if !e.dead => Ok(e.clone()),
+            _ => Err(not_found(name)),
+        }
+    }
+}
+
+fn not_found(name: &str) -> Error {
+    Error::new(ErrorKind::NotFound, format!("object {name} does not exist")).with_object(name)
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Inner {
+    fn wait_read(&self, r: &ReadReq) -> Result<Vec<u8>> {
+        let mut st = self.st.lock();
+        loop {
+            if let Some(res) = r.done.lock().take() {
+                return res;
+            }
+            if st.stop {
+                return Err(Error::new(ErrorKind::Permanent, format!("{}: closed", self.describe)));
+            }
+            self.cv.wait(&mut st);
+        }
+    }
+}
+
+/// Serves `[off, off+len)` of `name` from memory: an object not yet on
+/// tape, or data read earlier.
+fn from_memory(st: &mut State, name: &str, off: u64, len: u64) -> Option<Vec<u8>> {
+    let end = off.checked_add(len)?;
+    if let Some(d) = st.in_flight.get(name) {
+        if end <= d.len() as u64 {
+            st.stats.reads_from_memory += 1;
+            return Some(d[off as usize..end as usize].to_vec());
+        }
+        return None;
+    }
+    // A range may span pieces read one after another.
+    let mut out = Vec::with_capacity(len as usize);
+    let mut at = off;
+    while at < end {
+        let piece = st.read_buf.iter().rev().find(|(n, s, d)| n == name && *s <= at && at < s + d.len() as u64)?;
+        let a = (at - piece.1) as usize;
+        let b = ((end - piece.1) as usize).min(piece.2.len());
+        out.extend_from_slice(&piece.2[a..b]);
+        at = piece.1 + b as u64;
+    }
+    st.stats.reads_from_memory += 1;
+    if let Some(s) = st.stream.as_mut().filter(|s| s.name == name) {
+        s.used = s.used.max(end);
+    }
+    Some(out)
+}
+
+/// Blocks of `e` (an object's run, head included) holding bytes
+/// `[a, b)` of the object as stored.
+fn sub_extent(e: &Extent, a: u64, b: u64, cap: u64) -> Option<Extent> {
+    let (lo, hi) = (a.max(e.offset), b.min(e.offset + e.len));
+    if lo >= hi {
+        return None;
+    }
+    let i0 = (lo - e.offset) / cap;
+    let i1 = (hi - e.offset).div_ceil(cap);
+    Some(Extent { object_id: e.object_id, start: e.start + i0, blocks: i1 - i0, first_seq: e.first_seq + i0, offset: e.offset + i0 * cap, len: (i1 * cap).min(e.len) - i0 * cap })
+}
+
+/// Reads bytes `[off, off+len)` of an object (offsets past its head).
+fn read_range(dev: &mut dyn TapeDevice, label: &Label, e: &IndexEntry, off: u64, len: u64) -> layout::Result<Vec<u8>> {
+    let cap = (label.block_size as usize - layout::HEADER_LEN) as u64;
+    let (a, b) = (e.head + off, e.head + off + len);
+    let mut subs: Vec<Extent> = e.extents.iter().filter_map(|x| sub_extent(x, a, b, cap)).collect();
+    subs.sort_by_key(|x| x.start);
+    let mut out = vec![0u8; len as usize];
+    layout::read_extents(dev, label, &subs, |_, at, payload| {
+        let (p0, p1) = (at, at + payload.len() as u64);
+        let (lo, hi) = (p0.max(a), p1.min(b));
+        if lo < hi {
+            out[(lo - a) as usize..(hi - a) as usize].copy_from_slice(&payload[(lo - p0) as usize..(hi - p0) as usize]);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The drive thread: writes queued objects in order; serves read batches
+/// in position order; writes the catalog when a sync asks; streams the
+/// current read ahead when nothing else needs the drive. Returns the
+/// device when stopped.
+fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer: layout::TapeWriter) -> Box<dyn TapeDevice> {
+    let name = dev.name().to_string();
+    let mut st = inner.st.lock();
+    loop {
+        if let Some(job) = st.queue.pop_front() {
+            if st.failed.is_some() {
+                // Nothing more goes on a tape that failed a write.
+                st.queued_bytes -= job.data.len() as u64;
+                st.in_flight.remove(&job.name);
+                inner.cv.notify_all();
+                continue;
+            }
+            st.stream = None;
+            let r = MutexGuard::unlocked(&mut st, || {
+                let mut bytes = object_head(&job.name);
+                bytes.extend_from_slice(&job.data);
+                writer.write(dev.as_mut(), job.id, &bytes, true).map(|x| (x, bytes.len() as u64 - job.data.len() as u64))
+            });
+            st.queued_bytes -= job.data.len() as u64;
+            // Deleted while it waited: on the tape all the same, but dead.
+            let deleted = !st.in_flight.contains_key(&job.name);
+            match r {
+                Ok((extent, head)) => {
+                    let size = job.data.len() as u64;
+                    if let Some(old) = st.index.objects.insert(job.name.clone(), IndexEntry { id: job.id, size, head, extents: vec![extent], dead: deleted }) {
+                        if !old.dead {
+                            st.index.replaced_bytes += old.size;
+                        }
+                    }
+                    st.stats.bytes_written += size;
+                    st.stats.objects_written += 1;
+                    st.dirty = true;
+                }
+                Err(e) => {
+                    let e = layout_err(&name, e);
+                    tracing::error!("writing {} to the tape: {e}", job.name);
+                    st.failed.get_or_insert((e.kind(), e.to_string()));
+                    if e.kind() == ErrorKind::NoSpace {
+                        // The append erased the last catalog; the early
+                        // warning zone keeps room for one naming what is
+                        // on the tape, so it still mounts.
+                        let c = encode_index(&st.index);
+                        match MutexGuard::unlocked(&mut st, || writer.write_catalog(dev.as_mut(), &c)) {
+                            Ok(_) => st.dirty = false,
+                            Err(e) => tracing::error!("writing the catalog at the end of the medium: {e}"),
+                        }
+                    }
+                }
+            }
+            if st.in_flight.get(&job.name).is_some_and(|d| Arc::ptr_eq(d, &job.data)) {
+                st.in_flight.remove(&job.name);
+            }
+            inner.cv.notify_all();
+            continue;
+        }
+        if !st.reads.is_empty() {
+            let oldest = st.reads.iter().map(|r| r.at).min().expect("not empty");
+            let due = oldest + inner.opts.batch_window;
+            if Instant::now() < due && !st.stop && st.want_sync == st.synced {
+                inner.cv.wait_until(&mut st, due);
+                continue;
+            }
+            let batch = std::mem::take(&mut st.reads);
+            st.stats.read_batches += 1;
+            serve_batch(inner, &mut st, dev.as_mut(), label, batch);
+            inner.cv.notify_all();
+            continue;
+        }
+        if st.want_sync > st.synced {
+            let want = st.want_sync;
+            let catalog = (st.dirty && st.failed.is_none()).then(|| encode_index(&st.index));
+            let r = MutexGuard::unlocked(&mut st, || match catalog {
+                Some(c) => writer.write_catalog(dev.as_mut(), &c).map(Some),
+                None => writer.flush(dev.as_mut()).map(|()| None),
+            });
+            match r {
+                Ok(Some(_)) => {
+                    st.dirty = false;
+                    st.stats.catalogs_written += 1;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let e = layout_err(&name, e);
+                    tracing::error!("syncing the tape: {e}");
+                    st.failed.get_or_insert((e.kind(), e.to_string()));
+                }
+            }
+            st.synced = want;
+            inner.cv.notify_all();
+            continue;
+        }
+        if st.stop {
+            return dev;
+        }
+        if stream_ahead(inner, &mut st, dev.as_mut(), label) {
+            inner.cv.notify_all();
+            continue;
+        }
+        inner.cv.wait(&mut st);
+    }
+}
+
+/// Keeps a sequential reader fed: reads the next step of the object being
+/// streamed while less than the read-ahead lies ahead of what was used.
+/// Returns whether it read.
+fn stream_ahead(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn TapeDevice, label: &Label) -> bool {
+    let Some(s) = st.stream.as_ref() else { return false };
+    let Some(e) = st.index.objects.get(&s.name).filter(|e| !e.dead).cloned() else {
+        st.stream = None;
+        return false;
+    };
+    if s.next >= e.size || s.next - s.used.min(s.next) >= inner.opts.read_ahead {
+        return false;
+    }
+    let (name, off) = (s.name.clone(), s.next);
+    let len = READ_STEP.min(e.size - off);
+    match MutexGuard::unlocked(st, || read_range(dev, label, &e, off, len)) {
+        Ok(bytes) => {
+            keep_read(inner, st, &name, off, bytes);
+            if let Some(s) = st.stream.as_mut().filter(|s| s.name == name) {
+                s.next = off + len;
+            }
+        }
+        Err(err) => {
+            tracing::warn!("reading ahead in {name}: {err}");
+            st.stream = None;
+        }
+    }
+    true
+}
+
+fn keep_read(inner: &Inner, st: &mut State, name: &str, off: u64, bytes: Vec<u8>) {
+    st.stats.bytes_read += bytes.len() as u64;
+    st.read_buf_bytes += bytes.len() as u64;
+    st.read_buf.push_back((name.to_string(), off, Arc::new(bytes)));
+    while st.read_buf_bytes > inner.opts.read_buffer {
+        let (_, _, old) = st.read_buf.pop_front().expect("bytes were counted");
+        st.read_buf_bytes -= old.len() as u64;
+    }
+}
+
+/// Serves a batch in order of tape position, each read taking at least one
+/// read step so the reader's next request finds its data in memory.
+fn serve_batch(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn TapeDevice, label: &Label, mut batch: Vec<Arc<ReadReq>>) {
+    let cap = (label.block_size as usize - layout::HEADER_LEN) as u64;
+    let pos = |st: &State, r: &ReadReq| {
+        st.index.objects.get(&r.name).and_then(|e| e.extents.iter().find_map(|x| sub_extent(x, e.head + r.off, e.head + r.off + 1, cap)).map(|x| x.start)).unwrap_or(u64::MAX)
+    };
+    batch.sort_by_cached_key(|r| pos(st, r));
+    for r in batch {
+        let res = (|| {
+            if let Some(d) = from_memory(st, &r.name, r.off, r.len) {
+                return Ok(d);
+            }
+            let e = st.index.objects.get(&r.name).filter(|e| !e.dead).cloned().ok_or_else(|| not_found(&r.name))?;
+            let end = r.off.checked_add(r.len).filter(|&x| x <= e.size).ok_or_else(|| {
+                Error::new(ErrorKind::OutOfRange, format!("object {}: range {}+{} past its end ({} bytes)", r.name, r.off, r.len, e.size)).with_object(&r.name)
+            })?;
+            let len = (end - r.off).max(READ_STEP.min(e.size - r.off));
+            st.stats.reads_from_tape += 1;
+            let bytes = MutexGuard::unlocked(st, || read_range(dev, label, &e, r.off, len)).map_err(|x| layout_err(&inner.describe, x).with_object(&r.name))?;
+            let out = bytes[..r.len as usize].to_vec();
+            keep_read(inner, st, &r.name, r.off, bytes);
+            st.stream = Some(Stream { name: r.name.clone(), next: r.off + len, used: end });
+            Ok(out)
+        })();
+        *r.done.lock() = Some(res);
+    }
+}
+
+impl Backend for TapeStore {
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        validate_name(name)?;
+        let data = Arc::new(data.to_vec());
+        let mut st = self.inner.st.lock();
+        loop {
+            if let Some((k, m)) = &st.failed {
+                return Err(Error::new(*k, m.clone()).with_object(name));
+            }
+            if st.queued_bytes == 0 || st.queued_bytes + data.len() as u64 <= self.inner.opts.queue_bytes {
+                break;
+            }
+            self.inner.cv.wait(&mut st);
+        }
+        let id = st.index.next_id;
+        st.index.next_id += 1;
+        st.queued_bytes += data.len() as u64;
+        st.stats.peak_queue_bytes = st.stats.peak_queue_bytes.max(st.queued_bytes);
+        st.in_flight.insert(name.to_string(), data.clone());
+        st.queue.push_back(Job { name: name.to_string(), id, data });
+        self.inner.cv.notify_all();
+        Ok(())
+    }
+
+    fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
+        {
+            let st = self.inner.st.lock();
+            if st.in_flight.contains_key(name) || st.index.objects.get(name).is_some_and(|e| !e.dead) {
+                return Err(Error::new(ErrorKind::AlreadyExists, format!("object {name} already exists")).with_object(name));
+            }
+        }
+        // One process holds the tape, and the engine serialises its
+        // conditional creates, so nothing slips in between.
+        self.put(name, data)
+    }
+
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        validate_name(name)?;
+        {
+            let mut st = self.inner.st.lock();
+            if let Some(d) = from_memory(&mut st, name, offset, len) {
+                return Ok(d);
+            }
+            if let Some(d) = st.in_flight.get(name) {
+                return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: range {offset}+{len} past its end ({} bytes)", d.len())).with_object(name));
+            }
+        }
+        let e = self.live(name)?;
+        if offset.checked_add(len).is_none_or(|end| end > e.size) {
+            return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: range {offset}+{len} past its end ({} bytes)", e.size)).with_object(name));
+        }
+        let r = Arc::new(ReadReq { name: name.to_string(), off: offset, len, at: Instant::now(), done: Mutex::new(None) });
+        {
+            let mut st = self.inner.st.lock();
+            st.reads.push(r.clone());
+            self.inner.cv.notify_all();
+        }
+        self.inner.wait_read(&r)
+    }
+
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        let size = self.size(name)?;
+        self.get_range(name, 0, size)
+    }
+
+    fn size(&self, name: &str) -> Result<u64> {
+        validate_name(name)?;
+        if let Some(d) = self.inner.st.lock().in_flight.get(name) {
+            return Ok(d.len() as u64);
+        }
+        Ok(self.live(name)?.size)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let mut st = self.inner.st.lock();
+        st.in_flight.remove(name);
+        if let Some(e) = st.index.objects.get_mut(name).filter(|e| !e.dead) {
+            e.dead = true;
+            st.dirty = true;
+        }
+        Ok(())
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let st = self.inner.st.lock();
+        let mut out: Vec<ObjectInfo> = st
+            .index
+            .objects
+            .range(prefix.to_string()..)
+            .take_while(|(n, _)| n.starts_with(prefix))
+            .filter(|(n, e)| !e.dead && !st.in_flight.contains_key(*n))
+            .map(|(n, e)| ObjectInfo { name: n.clone(), size: e.size })
+            .collect();
+        out.extend(st.in_flight.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(n, d)| ObjectInfo { name: n.clone(), size: d.len() as u64 }));
+        Ok(out)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { remote: true, cheap_ranged_reads: false, frees_on_delete: false, preferred_pack_size: self.inner.opts.pack_size, exclusive: true, deferred_durability: true }
+    }
+
+    /// Waits until everything put is written, then makes it durable and
+    /// writes the catalog after it (docs/tape.md §2).
+    fn sync(&self) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        st.want_sync += 1;
+        let want = st.want_sync;
+        self.inner.cv.notify_all();
+        while st.synced < want {
+            self.inner.cv.wait(&mut st);
+        }
+        match &st.failed {
+            Some((k, m)) => Err(Error::new(*k, m.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe.clone()
+    }
+}
+
+impl Drop for TapeStore {
+    /// Stops the drive thread after what is queued, writing no catalog: an
+    /// unmount syncs first, and a store dropped without a sync is, as far
+    /// as the tape can tell, a crash.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What [`recover`] found and did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Recovery {
+    /// Objects whose every block was found, now in the index.
+    pub recovered: Vec<String>,
+    /// Objects with missing blocks (by name when their head was readable).
+    pub incomplete: Vec<String>,
+    /// Blocks that failed their checks.
+    pub bad_blocks: u64,
+    /// Whether a catalog was found and kept as the base (its deletes and
+    /// names are trusted for the objects it lists).
+    pub had_catalog: bool,
+}
+
+/// Rebuilds the catalog of a tape from its blocks (`cairn tape recover`):
+/// every object whose blocks all arrived comes back under the name in its
+/// head; a newer copy of a name wins. Writes the new catalog after the last
+/// good data block, then returns the device.
+pub fn recover(mut dev: Box<dyn TapeDevice>, expect: Option<VolumeId>, progress: &mut dyn FnMut(u64, u64)) -> std::result::Result<(Recovery, Box<dyn TapeDevice>), Error> {
+    let name = dev.name().to_string();
+    let report = layout::scan(dev.as_mut(), expect).map_err(|e| layout_err(&name, e))?;
+    let label = report.label.clone();
+    let mut out = Recovery { bad_blocks: report.bad_blocks.len() as u64, ..Default::default() };
+    // A catalog that survived describes everything before it; objects
+    // after it are added. Without one, the index starts empty.
+    let mut index = match report.catalog.as_ref().map(|c| decode_index(&c.bytes)) {
+        Some(Ok(i)) => {
+            out.had_catalog = true;
+            i
+        }
+        _ => Index::default(),
+    };
+    let known: HashMap<u64, String> = index.objects.iter().map(|(n, e)| (e.id, n.clone())).collect();
+    let total = report.objects.len() as u64;
+    let cap = (label.block_size as usize - layout::HEADER_LEN) as u64;
+    let mut done = 0;
+    let mut objects: Vec<&layout::ScannedObject> = report.objects.values().collect();
+    objects.sort_by_key(|o| o.extents.first().map_or(u64::MAX, |e| e.start));
+    for o in objects {
+        done += 1;
+        progress(done, total);
+        if known.contains_key(&o.object_id) {
+            continue;
+        }
+        // Its name is in its first block.
+        let first = o.extents.iter().find(|e| e.offset == 0).and_then(|e| sub_extent(e, 0, 6 + u16::MAX as u64, cap).map(|x| Extent { blocks: x.blocks.min(2), len: x.len.min(2 * cap), ..x }));
+        let head = first.and_then(|x| {
+            let mut b = Vec::new();
+            layout::read_extents(dev.as_mut(), &label, &[x], |_, _, p| {
+                b.extend_from_slice(p);
+                Ok(())
+            })
+            .ok()?;
+            parse_object_head(&b).ok()
+        });
+        match (o.complete, head) {
+            (true, Some((n, head))) => {
+                let size = o.len - head;
+                if let Some(old) = index.objects.get(&n) {
+                    if old.id > o.object_id {
+                        continue;
+                    }
+                    if !old.dead {
+                        index.replaced_bytes += old.size;
+                    }
+                }
+                index.objects.insert(n.clone(), IndexEntry { id: o.object_id, size, head, extents: o.extents.clone(), dead: false });
+                out.recovered.push(n);
+            }
+            (_, Some((n, _))) => out.incomplete.push(n),
+            (_, None) => out.incomplete.push(format!("object {} (its name is unreadable)", o.object_id)),
+        }
+    }
+    index.next_id = index.next_id.max(report.max_object_id.map_or(0, |m| m + 1));
+    let mut w = layout::TapeWriter::new(&label, report.append_point());
+    w.write_catalog(dev.as_mut(), &encode_index(&index)).map_err(|e| layout_err(&name, e))?;
+    dev.flush().map_err(|e| layout_err(&name, e.into()))?;
+    Ok((out, dev))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_round_trips_and_refuses_what_it_does_not_know() {
+        let mut i = Index { next_id: 9, ..Default::default() };
+        i.objects.insert("packs/ab/cd".into(), IndexEntry { id: 3, size: 10, head: 17, extents: vec![Extent { object_id: 3, start: 2, blocks: 1, first_seq: 0, offset: 0, len: 27 }], dead: false });
+        assert_eq!(decode_index(&encode_index(&i)).unwrap(), i);
+        let other = zstd::bulk::compress(br#"{"format":"cairn-tape-index","version":2,"objects":{},"next_id":0}"#, 1).unwrap();
+        assert!(decode_index(&other).unwrap_err().contains("version 2"));
+        assert!(decode_index(b"garbage").is_err());
+    }
+
+    #[test]
+    fn object_heads_round_trip_and_bad_ones_are_refused() {
+        let h = object_head("meta/0000000000000001.base");
+        assert_eq!(parse_object_head(&h).unwrap(), ("meta/0000000000000001.base".to_string(), h.len() as u64));
+        assert!(parse_object_head(b"CTO1\xff\xff").is_err());
+        assert!(parse_object_head(b"XXXX\x01\x00a").is_err());
+        assert!(parse_object_head(b"CTO1\x02\x00..").is_err(), "names follow the backend's rules");
+    }
+
+    #[test]
+    fn sub_extents_cover_exactly_the_blocks_of_a_range() {
+        let e = Extent { object_id: 1, start: 100, blocks: 10, first_seq: 5, offset: 5 * 8, len: 75 };
+        // Payload 8 bytes a block; the run holds object bytes 40..115.
+        let s = sub_extent(&e, 50, 60, 8).unwrap();
+        assert_eq!((s.start, s.blocks, s.first_seq, s.offset, s.len), (101, 2, 6, 48, 16));
+        let s = sub_extent(&e, 100, 200, 8).unwrap();
+        assert_eq!((s.start, s.blocks, s.offset, s.len), (107, 3, 96, 19));
+        assert!(sub_extent(&e, 0, 40, 8).is_none());
+    }
+}

@@ -1,0 +1,241 @@
+//! The tape store (a tape behind the Backend trait) on the emulated drive,
+//! virtual clock: the backend contract, the self-describing tape (reopen
+//! from the tape alone), recovery after a crash, logical deletes, reads in
+//! position order, streaming read-ahead, end of medium.
+
+use crate::common::small_params;
+use cairn_backend::{Backend, ErrorKind};
+use cairn_tape::store::{self, StoreOptions, TapeStore};
+use cairn_tape::{Clock, EmuDrive, EmuParams, TapeDevice};
+use std::path::Path;
+use std::time::Duration;
+
+fn opts() -> StoreOptions {
+    StoreOptions { queue_bytes: 8 << 20, read_ahead: 1 << 20, read_buffer: 4 << 20, batch_window: Duration::from_millis(5), pack_size: 1 << 20 }
+}
+
+fn create(dir: &Path, p: EmuParams) -> TapeStore {
+    let dev = EmuDrive::create(dir, p, Clock::virtual_clock()).unwrap();
+    TapeStore::open(Box::new(dev), opts(), None, true).unwrap()
+}
+
+fn reopen(dir: &Path) -> cairn_backend::Result<TapeStore> {
+    TapeStore::open(Box::new(EmuDrive::open(dir, Clock::virtual_clock()).unwrap()), opts(), None, false)
+}
+
+fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn the_store_keeps_the_backend_contract() {
+    let t = tempfile::tempdir().unwrap();
+    let s = create(&t.path().join("tape"), small_params());
+    cairn_backend::conformance::run_all(&s);
+    s.sync().unwrap();
+    // Again once everything is on tape and read from there.
+    let s = {
+        drop(s);
+        reopen(&t.path().join("tape")).unwrap()
+    };
+    assert_eq!(s.get_range("conf/range", 3, 4).unwrap(), b"3456");
+    assert_eq!(s.get_range("conf/range", 8, 5).unwrap_err().kind(), ErrorKind::OutOfRange);
+}
+
+/// What a sync covered is read back from the tape alone by a new store,
+/// byte for byte and across block boundaries; a blank tape is refused
+/// without format_blank, a store closed without a sync leaves the catalog
+/// of the last sync, which tells to run recover.
+#[test]
+fn a_synced_tape_mounts_from_the_tape_alone() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let s = create(&dir, small_params());
+    let objs: Vec<(String, Vec<u8>)> = (0..20).map(|i| (format!("packs/{i:02}/p{i}"), bytes(i, 1_000 + 9_973 * i as usize))).collect();
+    for (n, d) in &objs {
+        s.put(n, d).unwrap();
+    }
+    s.sync().unwrap();
+    let vid = s.label().volume_id;
+    drop(s);
+    let s = reopen(&dir).unwrap();
+    assert_eq!(s.label().volume_id, vid);
+    for (n, d) in &objs {
+        assert_eq!(&s.get(n).unwrap(), d, "{n}");
+        if d.len() > 9000 {
+            // A range across the 4 KiB blocks (4032 payload bytes each).
+            assert_eq!(s.get_range(n, 4000, 5000).unwrap(), d[4000..9000]);
+        }
+    }
+    let mut names: Vec<String> = s.list("packs/").unwrap().into_iter().map(|o| o.name).collect();
+    names.sort();
+    assert_eq!(names.len(), 20);
+
+    // Appending after the catalog, then a crash (no sync).
+    s.put("packs/late", &bytes(99, 50_000)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    drop(s);
+    let e = reopen(&dir).err().expect("the catalog was overwritten by the append");
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.to_string().contains("recover"), "{e}");
+
+    let blank = t.path().join("blank");
+    EmuDrive::create(&blank, small_params(), Clock::virtual_clock()).unwrap();
+    let e = reopen(&blank).err().unwrap();
+    assert!(e.to_string().contains("blank"), "{e}");
+}
+
+/// After a crash, recover brings back every object whose blocks all
+/// arrived, under its own name, newest copy winning, and names the rest.
+#[test]
+fn recover_rebuilds_the_catalog_from_the_blocks() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let s = create(&dir, small_params());
+    s.put("config", b"the config").unwrap();
+    s.put("meta/1", &bytes(1, 30_000)).unwrap();
+    s.sync().unwrap();
+    s.put("meta/1", &bytes(2, 20_000)).unwrap(); // a newer copy
+    s.put("packs/aa/x", &bytes(3, 100_000)).unwrap();
+    s.delete("config").unwrap(); // a delete after the last catalog is forgotten
+    s.put("packs/bb/cut", &bytes(4, 200_000)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let dev = s.into_device().unwrap();
+    drop(dev);
+    // Cut the last object short, as a power cut in its middle would.
+    let img = dir.join("tape.img");
+    let len = std::fs::metadata(&img).unwrap().len();
+    let slot = len / EmuDrive::open(&dir, Clock::virtual_clock()).unwrap().end_of_data();
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(len - 3 * slot).unwrap();
+
+    let dev = EmuDrive::open(&dir, Clock::virtual_clock()).unwrap();
+    let mut calls = 0;
+    let (r, dev) = store::recover(Box::new(dev), None, &mut |_, _| calls += 1).unwrap();
+    assert!(calls > 0);
+    assert!(!r.had_catalog, "appending erased the last catalog");
+    assert_eq!(r.incomplete, vec!["packs/bb/cut".to_string()]);
+    let mut got = r.recovered.clone();
+    got.sort();
+    assert_eq!(got, vec!["config".to_string(), "meta/1".to_string(), "meta/1".to_string(), "packs/aa/x".to_string()]);
+    let s = TapeStore::open(dev, opts(), None, false).unwrap();
+    assert_eq!(s.get("meta/1").unwrap(), bytes(2, 20_000));
+    assert_eq!(s.get("packs/aa/x").unwrap(), bytes(3, 100_000));
+    assert_eq!(s.get("config").unwrap(), b"the config");
+    assert_eq!(s.get("packs/bb/cut").unwrap_err().kind(), ErrorKind::NotFound);
+    // The replaced copy is dead space.
+    assert_eq!(s.space().1, 30_000);
+    // And the tape takes appends again.
+    s.put("packs/cc/new", b"after recovery").unwrap();
+    s.sync().unwrap();
+    drop(s);
+    assert_eq!(reopen(&dir).unwrap().get("packs/cc/new").unwrap(), b"after recovery");
+}
+
+/// Deletes are logical: the bytes stay and count as dead.
+#[test]
+fn deletes_free_nothing_and_are_counted() {
+    let t = tempfile::tempdir().unwrap();
+    let s = create(&t.path().join("tape"), small_params());
+    s.put("a", &bytes(1, 10_000)).unwrap();
+    s.put("b", &bytes(2, 5_000)).unwrap();
+    s.sync().unwrap();
+    s.delete("a").unwrap();
+    s.delete("a").unwrap();
+    assert_eq!(s.space(), (5_000, 10_000));
+    assert_eq!(s.get("a").unwrap_err().kind(), ErrorKind::NotFound);
+    assert!(!s.capabilities().frees_on_delete);
+    s.sync().unwrap();
+    drop(s);
+    assert_eq!(reopen(&t.path().join("tape")).unwrap().space(), (5_000, 10_000));
+}
+
+/// A batch of reads is served in tape order in one pass: fewer locates
+/// than reading the same objects in the order asked.
+#[test]
+fn batched_reads_go_in_tape_order() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let s = create(&dir, small_params());
+    for i in 0..40u64 {
+        s.put(&format!("o/{i:02}"), &bytes(i, 40_000)).unwrap();
+    }
+    s.sync().unwrap();
+    drop(s);
+    let reqs: Vec<(String, u64, u64)> = (0..40u64).rev().step_by(3).map(|i| (format!("o/{i:02}"), 100, 30_000)).collect();
+    let run = |batched: bool| {
+        let dev = EmuDrive::open(&dir, Clock::virtual_clock()).unwrap();
+        let o = StoreOptions { read_ahead: 0, ..opts() };
+        let s = TapeStore::open(Box::new(dev), o, None, false).unwrap();
+        if batched {
+            for (r, (n, off, len)) in s.read_many(&reqs).into_iter().zip(&reqs) {
+                let i: u64 = n[2..].parse().unwrap();
+                assert_eq!(r.unwrap(), bytes(i, 40_000)[*off as usize..(off + len) as usize]);
+            }
+        } else {
+            for (n, off, len) in &reqs {
+                s.get_range(n, *off, *len).unwrap();
+            }
+        }
+        s.into_device().unwrap().position().unwrap()
+    };
+    // In tape order the last request served is the highest-numbered
+    // object's; in the order asked (descending) it is the lowest's.
+    assert!(run(true) > run(false));
+}
+
+/// A sequential reader is fed by the read-ahead: a few tape reads serve
+/// many requests.
+#[test]
+fn sequential_reads_stream_ahead() {
+    let t = tempfile::tempdir().unwrap();
+    let s = create(&t.path().join("tape"), small_params());
+    let d = bytes(7, 3 << 20);
+    s.put("big", &d).unwrap();
+    s.sync().unwrap();
+    drop(s);
+    let s = reopen(&t.path().join("tape")).unwrap();
+    let mut got = Vec::new();
+    while got.len() < d.len() {
+        let n = (64 << 10).min(d.len() - got.len()) as u64;
+        got.extend(s.get_range("big", got.len() as u64, n).unwrap());
+    }
+    assert_eq!(got, d);
+    let st = s.stats();
+    assert!(st.reads_from_tape <= 2, "{st:?}");
+    assert!(st.reads_from_memory >= 40, "{st:?}");
+}
+
+/// The end of the medium fails the put or the sync that meets it with
+/// NoSpace; what was synced before stays readable after a reopen.
+#[test]
+fn end_of_medium_is_no_space_and_keeps_earlier_data() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let mut p = small_params();
+    p.capacity_bytes = 2 << 20;
+    p.early_warning_bytes = 256 << 10;
+    let s = create(&dir, p);
+    s.put("kept", &bytes(1, 500_000)).unwrap();
+    s.sync().unwrap();
+    let mut failed = None;
+    for i in 0..10 {
+        if let Err(e) = s.put(&format!("more/{i}"), &bytes(i + 10, 400_000)).and_then(|()| s.sync()) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let e = failed.expect("the tape filled up");
+    assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+    assert_eq!(s.put("after", b"x").unwrap_err().kind(), ErrorKind::NoSpace);
+    drop(s);
+    let s = reopen(&dir).unwrap();
+    assert_eq!(s.get("kept").unwrap(), bytes(1, 500_000));
+}
