@@ -9,6 +9,7 @@ mod passphrase;
 mod progress;
 mod sim;
 mod size;
+mod tape;
 mod target;
 
 use anyhow::{bail, Context, Result};
@@ -144,6 +145,12 @@ enum Cmd {
         /// a TOML file, as for `cairn cost`).
         #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
         gc_prices: String,
+        /// Volume on a tape: memory for data waiting for the drive (a write
+        /// waits beyond it). Each file goes down in runs as long as its
+        /// share of the write-back journal (docs/tape.md §2); this bounds
+        /// the packs queued between the flusher and the drive.
+        #[arg(long, default_value = "1G", value_parser = size::parse)]
+        tape_memory: u64,
         /// Stay in the foreground and log to the terminal.
         #[arg(short, long)]
         foreground: bool,
@@ -404,6 +411,13 @@ enum Cmd {
         #[command(subcommand)]
         op: MetaCmd,
     },
+    /// Tapes: rebuild a lost catalog, show what a tape holds, stream raw
+    /// blocks (docs/tape.md). A volume on a tape is created and mounted as
+    /// any other: `cairn init tape-emu:DIR`, `cairn mount tape:/dev/nst0 MNT`.
+    Tape {
+        #[command(subcommand)]
+        op: tape::TapeCmd,
+    },
     /// Write man pages or shell completions generated from these
     /// definitions (for packaging).
     #[command(hide = true)]
@@ -615,6 +629,10 @@ fn run(cli: Cli) -> Result<i32> {
             let passphrase = if encrypt { Some(passphrase::get(pass.passphrase_file.as_deref(), true)?) } else { None };
             let io = InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None };
             let cfg = if target::is_url(&volume) {
+                let volume = target::canonical(&volume)?;
+                // A blank tape is formatted (an emulated one created) and
+                // held while the volume is created on it.
+                let _tape = if cairn_engine::tape::is_tape_url(&volume) { Some(cairn_engine::tape::create(&volume, None)?) } else { None };
                 cairn_engine::init_cloud(&dir, &volume, cloud.endpoint.as_deref(), cloud.region.as_deref(), &io)?
             } else {
                 cairn_engine::init(&dir, &io)?
@@ -631,7 +649,8 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, tape_memory, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, trace, pass } => {
+            cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, ..Default::default() }, ..Default::default() });
             let dir = target::open_dir(&volume, &cloud)?;
             // Ask for the passphrase before going to the background.
             let (_, _, _, cfg) = cairn_engine::read_config(&dir)?;
@@ -879,6 +898,10 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Meta { op } => {
             init_logging(cli.verbose, None)?;
             meta_command(op)
+        }
+        Cmd::Tape { op } => {
+            init_logging(cli.verbose, None)?;
+            tape::run(op)
         }
         Cmd::Generate { what } => generate::run(<Cli as clap::CommandFactory>::command(), what),
     }

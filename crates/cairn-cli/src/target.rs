@@ -1,5 +1,6 @@
-//! Where a volume is: a local directory, or `s3://BUCKET/PREFIX` with a
-//! local directory for its metadata, journal and cache.
+//! Where a volume is: a local directory, or `s3://BUCKET/PREFIX` or a tape
+//! (`tape:/dev/nstN`, `tape-emu:DIR`) with a local directory for its
+//! metadata, journal and cache.
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -7,11 +8,12 @@ use std::path::PathBuf;
 /// Options of a volume kept in a bucket.
 #[derive(clap::Args, Clone, Default)]
 pub struct CloudArgs {
-    /// Local directory of a volume kept in a bucket (VOLUME is
-    /// s3://BUCKET/PREFIX): its working metadata, write-back journal and
-    /// pack cache. Default: /var/cache/cairn/BUCKET/PREFIX as root,
-    /// ~/.cache/cairn/BUCKET/PREFIX otherwise. A machine that has never
-    /// seen the volume starts with an empty one.
+    /// Local directory of a volume kept in a bucket or on a tape (VOLUME is
+    /// s3://BUCKET/PREFIX, tape:/dev/nstN or tape-emu:DIR): its working
+    /// metadata, write-back journal and pack cache. Default:
+    /// /var/cache/cairn/BUCKET/PREFIX as root, ~/.cache/cairn/BUCKET/PREFIX
+    /// otherwise (for a tape, the device path with / turned into _). A
+    /// machine that has never seen the volume starts with an empty one.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// S3 service URL of an S3-compatible store (MinIO, Ceph RGW, R2,
@@ -24,9 +26,15 @@ pub struct CloudArgs {
     pub region: Option<String>,
 }
 
-/// Whether VOLUME names a bucket.
+/// Whether VOLUME names a bucket or a tape.
 pub fn is_url(volume: &str) -> bool {
-    volume.contains("://")
+    volume.contains("://") || cairn_engine::tape::is_tape_url(volume)
+}
+
+/// VOLUME as the volume's settings keep it (an emulated tape's directory
+/// made absolute, so the name works from any directory).
+pub fn canonical(volume: &str) -> Result<String> {
+    Ok(cairn_engine::tape::absolute(volume)?)
 }
 
 /// The local directory of `volume`, without touching it.
@@ -37,13 +45,17 @@ pub fn local_dir(volume: &str, c: &CloudArgs) -> Result<PathBuf> {
         }
         return Ok(PathBuf::from(volume));
     }
-    if !cairn_engine::cloud::is_cloud_url(volume) {
-        anyhow::bail!("{volume}: only s3://BUCKET/PREFIX URLs are supported");
+    if !cairn_engine::cloud::is_remote_url(volume) {
+        anyhow::bail!("{volume}: not a volume location (a directory, s3://BUCKET/PREFIX, tape:/dev/nstN or tape-emu:DIR)");
     }
     if let Some(d) = &c.cache_dir {
         return Ok(d.clone());
     }
-    let rest = volume.trim_start_matches("s3://").trim_end_matches('/');
+    let volume = canonical(volume)?;
+    let rest = match volume.split_once(':') {
+        Some((scheme, path)) if cairn_engine::tape::is_tape_url(&volume) => format!("{scheme}{}", path.replace('/', "_")),
+        _ => volume.trim_start_matches("s3://").trim_end_matches('/').to_string(),
+    };
     // SAFETY: geteuid has no preconditions.
     let base = if unsafe { libc::geteuid() } == 0 {
         PathBuf::from("/var/cache/cairn")
@@ -59,7 +71,7 @@ pub fn local_dir(volume: &str, c: &CloudArgs) -> Result<PathBuf> {
 pub fn open_dir(volume: &str, c: &CloudArgs) -> Result<PathBuf> {
     let dir = local_dir(volume, c)?;
     if is_url(volume) {
-        cairn_engine::cloud::attach(&dir, volume, c.endpoint.as_deref(), c.region.as_deref(), None)?;
+        cairn_engine::cloud::attach(&dir, &canonical(volume)?, c.endpoint.as_deref(), c.region.as_deref(), None)?;
     }
     Ok(dir)
 }

@@ -307,7 +307,7 @@ mod tests {
 /// The backend a volume's settings name, with retries around it: a local
 /// directory (`local:PATH`, relative to the volume directory) or a bucket.
 pub fn open_backend(layout: &Layout, settings: &LocalSettings) -> Result<std::sync::Arc<dyn cairn_backend::Backend>> {
-    if crate::cloud::is_cloud_url(&settings.backend) {
+    if crate::cloud::is_remote_url(&settings.backend) {
         return crate::cloud::open_remote(settings);
     }
     Ok(with_retries(cairn_backend::LocalBackend::open(&layout.store_path(settings)?)?))

@@ -31,6 +31,7 @@ pub mod journal;
 pub mod maintenance;
 pub mod meta;
 pub mod pack;
+pub mod tape;
 pub mod trace;
 mod types;
 mod volume;

@@ -235,7 +235,7 @@ fn layout_err(dev: &str, e: LayoutError) -> Error {
     };
     let msg = e.to_string();
     let msg = if msg.contains(dev) { msg } else { format!("{dev}: {msg}") };
-    Error::new(kind, msg).with_source(e)
+    Error::new(kind, msg)
 }
 
 impl TapeStore {

@@ -130,7 +130,7 @@ fn a_mixed_tree_mounts_from_the_bucket_alone() {
 
 /// Writes `n` files of `len` bytes with fsync each (python, so each file
 /// is fsync'd before the next starts); returns their names and seeds.
-fn fsync_files(dir: &Path, n: u64, len: u64, seed: u64) -> Out {
+pub(crate) fn fsync_files(dir: &Path, n: u64, len: u64, seed: u64) -> Out {
     let script = r#"
 import os, sys, random
 d, n, ln, seed = sys.argv[-4], int(sys.argv[-3]), int(sys.argv[-2]), int(sys.argv[-1])
@@ -146,7 +146,7 @@ for i in range(n):
     python(script, &[dir.as_os_str(), OsStr::new(&n.to_string()), OsStr::new(&len.to_string()), OsStr::new(&seed.to_string())], None)
 }
 
-fn expected(seed: u64, i: u64, len: u64) -> Vec<u8> {
+pub(crate) fn expected(seed: u64, i: u64, len: u64) -> Vec<u8> {
     let script = "import random,sys; sys.stdout.buffer.write(random.Random(int(sys.argv[1])).randbytes(int(sys.argv[2])))";
     let out = Command::new("python3").args(["-c", script, &(seed + i).to_string(), &len.to_string()]).output().unwrap();
     assert!(out.status.success());

@@ -24,3 +24,4 @@ mod roundtrip;
 mod writeback;
 mod cloud;
 mod system;
+mod tape;

@@ -69,6 +69,12 @@ pub fn is_cloud_url(s: &str) -> bool {
     s.starts_with("s3://")
 }
 
+/// Whether a location is a home away from the local directory: a bucket
+/// or a tape (both run this module's machinery).
+pub fn is_remote_url(s: &str) -> bool {
+    is_cloud_url(s) || crate::tape::is_tape_url(s)
+}
+
 /// The bucket a volume's settings name, behind retries.
 pub fn open_remote(settings: &LocalSettings) -> Result<Arc<dyn Backend>> {
     open_remote_with(settings, cairn_backend::RetryPolicy::cloud())
@@ -77,6 +83,10 @@ pub fn open_remote(settings: &LocalSettings) -> Result<Arc<dyn Backend>> {
 /// [`open_remote`] with a retry policy of the caller's (a short one for the
 /// first request of a command, so a wrong endpoint fails in seconds).
 pub fn open_remote_with(settings: &LocalSettings, policy: cairn_backend::RetryPolicy) -> Result<Arc<dyn Backend>> {
+    if crate::tape::is_tape_url(&settings.backend) {
+        // A tape does not fail and then succeed: no retries.
+        return crate::tape::open_backend(&settings.backend);
+    }
     let loc = cairn_backend::S3Location::parse(&settings.backend, settings.endpoint.as_deref(), settings.region.as_deref())
         .map_err(|e| Error::invalid(e.to_string()))?;
     let s3 = cairn_backend::S3Backend::open(loc).map_err(|e| explain(e, &settings.backend, settings.endpoint.as_deref()))?;
@@ -88,6 +98,12 @@ pub fn open_remote_with(settings: &LocalSettings, policy: cairn_backend::RetryPo
 /// volume there.
 pub fn explain(e: cairn_backend::Error, url: &str, endpoint: Option<&str>) -> Error {
     use cairn_backend::ErrorKind as B;
+    if crate::tape::is_tape_url(url) {
+        return match e.kind() {
+            B::NotFound => Error::config(format!("{url} holds no Cairn volume (a formatted tape without its config); `cairn tape recover {url}` looks for one in the blocks")),
+            _ => Error::from(e).context(url),
+        };
+    }
     let full = {
         let mut d = e.to_string();
         let mut src = std::error::Error::source(&e);

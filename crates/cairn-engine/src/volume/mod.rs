@@ -246,6 +246,9 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     if let Err(e) = crate::cost::save_unsaved(dir, remote.as_ref()) {
         tracing::warn!("counting the requests of the creation into the bill: {e}");
     }
+    // A store that keeps puts only after a sync (a tape) has the volume
+    // once this returns.
+    remote.sync()?;
     Ok(cfg)
 }
 
@@ -293,7 +296,7 @@ fn read_config_with(dir: &Path, injected: Option<&crate::config::InjectedBackend
     if settings.version != FORMAT_VERSION {
         return Err(Error::config(format!("volume settings version {} is not supported (this build reads {FORMAT_VERSION})", settings.version)));
     }
-    let cloud = crate::cloud::is_cloud_url(&settings.backend);
+    let cloud = crate::cloud::is_remote_url(&settings.backend);
     let backend = match injected {
         Some(b) => b.0.clone(),
         None => crate::config::open_backend(&layout, &settings)?,
@@ -337,12 +340,12 @@ impl Volume {
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
         let mut vid = [0u8; 16];
         hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
-        let io = (crate::cloud::is_cloud_url(&settings.backend) && opts.cloud.cache_policy == crate::cache::PolicyChoice::Kd).then(crate::cache::IoWindows::new);
+        let io = (crate::cloud::is_remote_url(&settings.backend) && opts.cloud.cache_policy == crate::cache::PolicyChoice::Kd).then(crate::cache::IoWindows::new);
         let trace = match &opts.trace {
             Some(p) => Some(crate::trace::TraceWriter::create(p).map_err(|e| Error::os(format_args!("creating the trace {}", p.display()), &e))?),
             None => None,
         };
-        let (backend, cloud) = if crate::cloud::is_cloud_url(&settings.backend) {
+        let (backend, cloud) = if crate::cloud::is_remote_url(&settings.backend) {
             let c = crate::cloud::Cloud::open(&layout, &settings.backend, backend, &keys, &opts, io.clone())?;
             if let Some(t) = &trace {
                 c.cache.set_trace(t.clone());

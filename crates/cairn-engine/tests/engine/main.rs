@@ -14,3 +14,4 @@ mod disk_cache;
 mod trace;
 mod cleaner;
 mod sequential;
+mod tape;

@@ -1,0 +1,164 @@
+//! `cairn tape ...`: what a tape needs beyond a mount (docs/tape.md).
+
+use anyhow::{bail, Context, Result};
+use cairn_engine::tape::{self, TapeOptions};
+use cairn_tape::store::{self, TapeStore};
+use cairn_tape::{layout, EmuParams, TapeDevice};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Subcommand)]
+pub enum TapeCmd {
+    /// Rebuild a tape's catalog from its blocks, after a crash or power cut
+    /// left the tape without one (or with a damaged one). Every object
+    /// whose blocks all arrived comes back under its name; the others are
+    /// listed. The volume then mounts as usual.
+    Recover {
+        /// tape:/dev/nstN or tape-emu:DIR
+        tape: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a tape's label and catalog: volume id, block size, objects, live
+    /// and dead bytes, and for an emulated tape its drive parameters.
+    Info {
+        /// tape:/dev/nstN or tape-emu:DIR
+        tape: String,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stream raw fixed-size blocks to or from a tape, with no file system:
+    /// standard input to the tape (--to) or the tape to standard output
+    /// (--from), as `dd` does with /dev/nst0. Measures the drive's raw rate
+    /// and carries conventional archives (`tar -cf - DIR | cairn tape dd
+    /// --to tape-emu:T`). Overwrites the tape from its beginning.
+    Dd {
+        /// Write standard input to this tape.
+        #[arg(long, value_name = "TAPE", conflicts_with = "from", required_unless_present = "from")]
+        to: Option<String>,
+        /// Read this tape to standard output (up to its first filemark).
+        #[arg(long, value_name = "TAPE")]
+        from: Option<String>,
+        /// Create the emulated tape first (tape-emu: only), with the drive
+        /// parameters in this JSON file (default: the scaled LTO-9).
+        #[arg(long, value_name = "FILE")]
+        create: Option<Option<PathBuf>>,
+    },
+}
+
+fn emu_params(file: Option<PathBuf>) -> Result<Option<EmuParams>> {
+    file.map(|f| {
+        let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{}: not emulated drive parameters", f.display()))
+    })
+    .transpose()
+}
+
+pub fn run(cmd: TapeCmd) -> Result<i32> {
+    match cmd {
+        TapeCmd::Recover { tape: url, json } => {
+            let url = tape::absolute(&url)?;
+            let dev = tape::open_device(&url, &TapeOptions::default(), None)?;
+            use cairn_engine::maintenance::Progress;
+            let bars = crate::progress::Bars::new(!json);
+            eprintln!("{url}: reading every block header (the whole tape)...");
+            let (r, _dev) = store::recover(dev, None, &mut |done, total| {
+                if done == 1 {
+                    bars.phase("objects", total);
+                }
+                bars.inc(1);
+            })?;
+            bars.finish();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("{url}: {} objects recovered, {} incomplete, {} bad blocks; a new catalog follows the data", r.recovered.len(), r.incomplete.len(), r.bad_blocks);
+                for n in &r.incomplete {
+                    println!("  incomplete (its blocks did not all reach the tape): {n}");
+                }
+            }
+            Ok(0)
+        }
+        TapeCmd::Info { tape: url, json } => {
+            let url = tape::absolute(&url)?;
+            let s = TapeStore::open(tape::open_device(&url, &TapeOptions::default(), None)?, Default::default(), None, false)?;
+            let (live, dead) = s.space();
+            let idx = s.index();
+            let l = s.label();
+            let live_objects = idx.objects.values().filter(|o| !o.dead).count();
+            if json {
+                println!("{}", serde_json::json!({"tape": url, "volume_id": l.volume_id.to_string(), "block_size": l.block_size, "created": l.created, "objects": live_objects, "live_bytes": live, "dead_bytes": dead}));
+            } else {
+                println!("tape        {url}");
+                println!("label       volume {}, {}-byte blocks, format version {}", l.volume_id, l.block_size, layout::FORMAT_VERSION);
+                println!("objects     {live_objects} live");
+                println!("live        {}", crate::size::human(live));
+                println!("dead        {}   (deleted or replaced; `cairn tape reclaim` copies the live data to a new tape)", crate::size::human(dead));
+            }
+            Ok(0)
+        }
+        TapeCmd::Dd { to, from, create } => {
+            let url = tape::absolute(to.as_deref().or(from.as_deref()).expect("clap requires one"))?;
+            let o = TapeOptions::default();
+            let mut dev = match create {
+                Some(params) => {
+                    if !url.starts_with(tape::EMU_SCHEME) {
+                        bail!("--create makes emulated tapes (tape-emu:DIR) only");
+                    }
+                    tape::open_device(&url, &o, Some(emu_params(params)?))?
+                }
+                None => tape::open_device(&url, &o, None)?,
+            };
+            let bs = dev.block_size();
+            let t0 = Instant::now();
+            let mut total = 0u64;
+            if to.is_some() {
+                dev.rewind()?;
+                let mut buf = vec![0u8; bs * 32];
+                let mut stdin = std::io::stdin().lock();
+                loop {
+                    let mut n = 0;
+                    while n < buf.len() {
+                        let k = stdin.read(&mut buf[n..])?;
+                        if k == 0 {
+                            break;
+                        }
+                        n += k;
+                    }
+                    if n == 0 {
+                        break;
+                    }
+                    let padded = n.div_ceil(bs) * bs;
+                    buf[n..padded].fill(0);
+                    dev.write_blocks(&buf[..padded])?;
+                    total += n as u64;
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                dev.write_filemarks(1)?;
+                dev.flush()?;
+            } else {
+                dev.rewind()?;
+                let mut buf = vec![0u8; bs * 32];
+                let mut out = std::io::stdout().lock();
+                loop {
+                    match dev.read_blocks(&mut buf)? {
+                        cairn_tape::ReadOutcome::Blocks(n) => {
+                            out.write_all(&buf[..n * bs])?;
+                            total += (n * bs) as u64;
+                        }
+                        _ => break,
+                    }
+                }
+                out.flush()?;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            eprintln!("{} bytes in {secs:.2} s: {:.1} MB/s", total, total as f64 / secs / 1e6);
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Volumes on tape (docs/tape.md): the home is a tape, reached as
+//! `tape:/dev/nstN` (a drive through the Linux st driver) or `tape-emu:DIR`
+//! (the emulated drive of `cairn-tape`), and everything else is a volume in
+//! a bucket's machinery (`cloud`) obeying the store's capabilities.
+//!
+//! A tape can be opened by one process once; the engine opens its home in
+//! several places (the config probe, the volume), so the open store is
+//! shared within the process for as long as anyone holds it.
+
+use crate::error::{Error, ErrorKind, Result};
+use cairn_backend::Backend;
+use cairn_tape::store::{StoreOptions, TapeStore};
+use cairn_tape::{Clock, EmuDrive, EmuParams, TapeDevice};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Scheme of a real drive.
+pub const DRIVE_SCHEME: &str = "tape:";
+/// Scheme of an emulated drive.
+pub const EMU_SCHEME: &str = "tape-emu:";
+/// `virtual` runs emulated drives on a virtual clock (tests): positioning
+/// and streaming take no real time.
+pub const CLOCK_ENV: &str = "CAIRN_TAPE_CLOCK";
+
+/// Whether a location names a tape.
+pub fn is_tape_url(s: &str) -> bool {
+    s.starts_with(DRIVE_SCHEME) || s.starts_with(EMU_SCHEME)
+}
+
+/// How this process opens tapes (set by the command before the first open).
+#[derive(Clone, Debug, Default)]
+pub struct TapeOptions {
+    /// Memory, read-ahead and batching of the store.
+    pub store: StoreOptions,
+    /// Run emulated drives on a virtual clock (also with
+    /// `CAIRN_TAPE_CLOCK=virtual`).
+    pub virtual_clock: bool,
+}
+
+fn options() -> &'static Mutex<TapeOptions> {
+    static O: std::sync::OnceLock<Mutex<TapeOptions>> = std::sync::OnceLock::new();
+    O.get_or_init(Default::default)
+}
+
+/// Sets how tapes are opened from now on in this process.
+pub fn configure(o: TapeOptions) {
+    *options().lock().expect("tape options lock") = o;
+}
+
+fn open_stores() -> &'static Mutex<HashMap<String, Weak<TapeStore>>> {
+    static S: std::sync::OnceLock<Mutex<HashMap<String, Weak<TapeStore>>>> = std::sync::OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+/// The device a tape URL names, opened.
+/// With `create`, an emulated tape that does not exist is made with
+/// `params` (default: the scaled LTO-9 of `cairn-tape`).
+pub fn open_device(url: &str, o: &TapeOptions, create: Option<Option<EmuParams>>) -> Result<Box<dyn TapeDevice>> {
+    let params = create.clone().flatten();
+    let create = create.is_some();
+    if let Some(dir) = url.strip_prefix(EMU_SCHEME) {
+        let dir = Path::new(dir);
+        let clock = if o.virtual_clock || std::env::var(CLOCK_ENV).is_ok_and(|v| v == "virtual") { Clock::virtual_clock() } else { Clock::real() };
+        let exists = dir.join("params.json").exists();
+        let dev = if !exists && create {
+            EmuDrive::create(dir, params.unwrap_or_default(), clock)
+        } else if !exists {
+            return Err(Error::config(format!("{url}: no emulated tape in {} (`cairn init {url}` creates one)", dir.display())));
+        } else {
+            EmuDrive::open(dir, clock)
+        };
+        return dev.map(|d| Box::new(d) as Box<dyn TapeDevice>).map_err(|e| Error::new(ErrorKind::Io, e.to_string()));
+    }
+    if let Some(path) = url.strip_prefix(DRIVE_SCHEME) {
+        #[cfg(target_os = "linux")]
+        {
+            let path = PathBuf::from(path);
+            // The label's record size is the tape's block size; a blank tape
+            // being formatted takes the default.
+            let bs = match cairn_tape::st::StDrive::detect_block_size(&path) {
+                Ok(n) => n,
+                Err(cairn_tape::DeviceError::EndOfData { .. }) if create => params.map_or(EmuParams::default().block_size, |p| p.block_size) as usize,
+                Err(e) => return Err(Error::new(ErrorKind::Io, e.to_string())),
+            };
+            return cairn_tape::st::StDrive::open(&path, bs).map(|d| Box::new(d) as Box<dyn TapeDevice>).map_err(|e| Error::new(ErrorKind::Io, e.to_string()));
+        }
+        #[cfg(not(target_os = "linux"))]
+        return Err(Error::new(ErrorKind::NotSupported, format!("{url}: tape drives are reached through the Linux st driver")));
+    }
+    Err(Error::invalid(format!("{url} is not a tape (tape:/dev/nstN or tape-emu:DIR)")))
+}
+
+/// The tape at `url` as a backend: the store already open in this process,
+/// or a new one.
+pub fn open(url: &str) -> Result<Arc<TapeStore>> {
+    open_with(url, None)
+}
+
+/// Opens the tape at `url` for `cairn init`, formatting it if it is blank
+/// (an emulated tape that does not exist is created with `params`). Hold
+/// the store while the volume is created: the engine's own opens share it.
+pub fn create(url: &str, params: Option<EmuParams>) -> Result<Arc<TapeStore>> {
+    open_with(url, Some(params))
+}
+
+fn open_with(url: &str, create: Option<Option<EmuParams>>) -> Result<Arc<TapeStore>> {
+    let mut open = open_stores().lock().expect("open tapes lock");
+    if let Some(s) = open.get(url).and_then(Weak::upgrade) {
+        return Ok(s);
+    }
+    let o = options().lock().expect("tape options lock").clone();
+    let format = create.is_some();
+    let dev = open_device(url, &o, create)?;
+    let s = Arc::new(TapeStore::open(dev, o.store, None, format).map_err(|e| Error::from(e).context(url))?);
+    open.insert(url.to_string(), Arc::downgrade(&s));
+    Ok(s)
+}
+
+/// [`open`] as the engine's backend.
+pub fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
+    Ok(open(url)? as Arc<dyn Backend>)
+}
+
+/// The absolute form of a tape URL (an emulated tape's directory made
+/// absolute, so the volume's settings name it from anywhere).
+pub fn absolute(url: &str) -> Result<String> {
+    match url.strip_prefix(EMU_SCHEME) {
+        Some(dir) if !dir.starts_with('/') => {
+            let cwd = std::env::current_dir().map_err(|e| Error::io(format!("the current directory: {e}")))?;
+            Ok(format!("{EMU_SCHEME}{}", cwd.join(dir).display()))
+        }
+        _ => Ok(url.to_string()),
+    }
+}
