@@ -430,7 +430,10 @@ impl TapeDevice for EmuDrive {
         if fit > 0 {
             let mut slots = Vec::with_capacity(fit as usize * self.slot as usize);
             for b in data.chunks(self.bs).take(fit as usize) {
-                slots.extend_from_slice(&self.slot_bytes(KIND_BLOCK, b));
+                // Built in place: this is the hot path of a streaming write.
+                slots.extend_from_slice(SLOT_MAGIC);
+                slots.extend_from_slice(&[KIND_BLOCK, 0, 0, 0]);
+                slots.extend_from_slice(b);
             }
             self.put_slots(slots, fit)?;
             let t = self
