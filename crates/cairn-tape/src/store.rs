@@ -383,21 +383,40 @@ fn from_memory(st: &mut State, name: &str, off: u64, len: u64) -> Option<Vec<u8>
         }
         return None;
     }
-    // A range may span pieces read one after another.
-    let mut out = Vec::with_capacity(len as usize);
-    let mut at = off;
-    while at < end {
-        let piece = st.read_buf.iter().rev().find(|(n, s, d)| n == name && *s <= at && at < s + d.len() as u64)?;
-        let a = (at - piece.1) as usize;
-        let b = ((end - piece.1) as usize).min(piece.2.len());
-        out.extend_from_slice(&piece.2[a..b]);
-        at = piece.1 + b as u64;
+    let out = memory_prefix(st, name, off, end);
+    if (out.len() as u64) < len {
+        return None;
     }
     st.stats.reads_from_memory += 1;
     if let Some(s) = st.stream.as_mut().filter(|s| s.name == name) {
         s.used = s.used.max(end);
     }
     Some(out)
+}
+
+/// The bytes of `[off, end)` of `name` that read data kept in memory holds
+/// from `off` on without a gap (a range may span pieces read one after
+/// another; the rest must come from the tape).
+fn memory_prefix(st: &State, name: &str, off: u64, end: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = off;
+    while at < end {
+        let Some(piece) = st.read_buf.iter().rev().find(|(n, s, d)| n == name && *s <= at && at < s + d.len() as u64) else { break };
+        let a = (at - piece.1) as usize;
+        let b = ((end - piece.1) as usize).min(piece.2.len());
+        out.extend_from_slice(&piece.2[a..b]);
+        at = piece.1 + b as u64;
+    }
+    out
+}
+
+/// `len` stretched so that a read of `[from, from+len)` of object `e` ends
+/// at the end of a block (or of the object): the next read then starts at
+/// the next block, where the tape already is, instead of locating back
+/// into the block this one ended in.
+fn to_block_end(e: &IndexEntry, from: u64, len: u64, cap: u64) -> u64 {
+    let end = (e.head + from + len).div_ceil(cap) * cap;
+    end.min(e.head + e.size) - e.head - from
 }
 
 /// Blocks of `e` (an object's run, head included) holding bytes
@@ -549,7 +568,8 @@ fn stream_ahead(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tap
         return false;
     }
     let (name, off) = (s.name.clone(), s.next);
-    let len = READ_STEP.min(e.size - off);
+    let cap = (label.block_size as usize - layout::HEADER_LEN) as u64;
+    let len = to_block_end(&e, off, READ_STEP.min(e.size - off), cap);
     match MutexGuard::unlocked(st, || read_range(dev, label, &e, off, len)) {
         Ok(bytes) => {
             keep_read(inner, st, &name, off, bytes);
@@ -592,12 +612,16 @@ fn serve_batch(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tape
             let end = r.off.checked_add(r.len).filter(|&x| x <= e.size).ok_or_else(|| {
                 Error::new(ErrorKind::OutOfRange, format!("object {}: range {}+{} past its end ({} bytes)", r.name, r.off, r.len, e.size)).with_object(&r.name)
             })?;
-            let len = (end - r.off).max(READ_STEP.min(e.size - r.off));
+            // What read-ahead already holds is not read again: the tape is
+            // positioned after it, and going back would cost a locate.
+            let mut out = memory_prefix(st, &r.name, r.off, end);
+            let from = r.off + out.len() as u64;
+            let len = to_block_end(&e, from, (end - from).max(READ_STEP.min(e.size - from)), cap);
             st.stats.reads_from_tape += 1;
-            let bytes = MutexGuard::unlocked(st, || read_range(dev, label, &e, r.off, len)).map_err(|x| layout_err(&inner.describe, x).with_object(&r.name))?;
-            let out = bytes[..r.len as usize].to_vec();
-            keep_read(inner, st, &r.name, r.off, bytes);
-            st.stream = Some(Stream { name: r.name.clone(), next: r.off + len, used: end });
+            let bytes = MutexGuard::unlocked(st, || read_range(dev, label, &e, from, len)).map_err(|x| layout_err(&inner.describe, x).with_object(&r.name))?;
+            out.extend_from_slice(&bytes[..(end - from) as usize]);
+            keep_read(inner, st, &r.name, from, bytes);
+            st.stream = Some(Stream { name: r.name.clone(), next: from + len, used: end });
             Ok(out)
         })();
         *r.done.lock() = Some(res);
