@@ -7,7 +7,6 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -78,9 +77,8 @@ pub fn run_in_background(work: impl FnOnce(&mut dyn FnMut()) -> Result<()>) -> R
 /// and whether anything is mounted there at all.
 fn volume_of(mountpoint: &Path) -> Result<(bool, Option<PathBuf>)> {
     let mp = std::fs::canonicalize(mountpoint).with_context(|| format!("mountpoint {}", mountpoint.display()))?;
-    let Some(m) = cairn_fuse::mount_at(&mp).context("reading /proc/self/mountinfo")? else { return Ok((false, None)) };
-    let dir = m.source.as_encoded_bytes().strip_prefix(b"cairn:").map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d)));
-    Ok((true, dir))
+    let Some(m) = cairn_fuse::mounttable::mount_entry(&mp).context("reading /proc/self/mountinfo")? else { return Ok((false, None)) };
+    Ok((true, crate::runtime::local_dir_of(&m)))
 }
 
 /// Unmounts, then waits until the daemon has flushed and released the volume.

@@ -145,9 +145,10 @@ pub(crate) fn locate(path: &Path) -> Result<InMount> {
         Some(n) if n != ".." && n != "." => parent.join(n),
         _ => std::fs::canonicalize(&abs)?,
     };
-    let (mountpoint, info) = cairn_fuse::mount_containing(&full)?.ok_or_else(|| anyhow!("{} is in no mount", path.display()))?;
-    let dir = info.source.as_bytes().strip_prefix(b"cairn:").filter(|_| info.fstype.ends_with("cairn")).ok_or_else(|| anyhow!("{} is not inside a Cairn mount", path.display()))?;
-    let socket = control::socket_path(Path::new(std::ffi::OsStr::from_bytes(dir)));
+    let (mountpoint, _) = cairn_fuse::mount_containing(&full)?.ok_or_else(|| anyhow!("{} is in no mount", path.display()))?;
+    let entry = cairn_fuse::mounttable::mount_entry(&mountpoint)?.ok_or_else(|| anyhow!("{} is in no mount", path.display()))?;
+    let dir = crate::runtime::local_dir_of(&entry).ok_or_else(|| anyhow!("{} is not inside a Cairn mount", path.display()))?;
+    let socket = control::socket_path(&dir);
     let rel = full.strip_prefix(&mountpoint).expect("inside").as_os_str().as_bytes().to_vec();
     Ok(InMount { socket, mountpoint, rel })
 }

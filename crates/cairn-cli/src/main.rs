@@ -7,6 +7,7 @@ mod generate;
 mod mount_helper;
 mod passphrase;
 mod progress;
+mod runtime;
 mod sim;
 mod size;
 mod tape;
@@ -653,16 +654,20 @@ fn run(cli: Cli) -> Result<i32> {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, ..Default::default() }, ..Default::default() });
             let dir = target::open_dir(&volume, &cloud)?;
             // Ask for the passphrase before going to the background.
-            let (_, _, _, cfg) = cairn_engine::read_config(&dir)?;
+            let (layout, settings, _, cfg) = cairn_engine::read_config(&dir)?;
             let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
             let dir = std::fs::canonicalize(&dir).with_context(|| format!("volume {}", dir.display()))?;
+            let backend = backend_label(&layout, &settings)?;
+            // The mount's source is the volume as the user named it (the
+            // canonical directory, or the URL): mount(8) compares it with
+            // an fstab line's to see that the line is mounted already.
+            let source = if target::is_url(&volume) { volume.clone() } else { dir.display().to_string() };
             let cfg = cairn_fuse::MountConfig {
                 mountpoint: mountpoint.clone(),
                 read_only,
                 allow_other: !private,
                 threads: threads.max(1),
-                fsname: format!("cairn:{}", dir.display()),
-                // (the source names the local directory: umount finds the lock there)
+                fsname: source.clone(),
                 writeback_cache: !no_writeback_cache,
             };
             if !(4 << 10..=64 << 20).contains(&cache_block) {
@@ -690,11 +695,27 @@ fn run(cli: Cli) -> Result<i32> {
             let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
                 Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)
             };
+            // Once mounted, the daemon registers in /run/cairn (see
+            // runtime.rs) until it exits: `cairn status` and `cairn umount`
+            // find the local directory of the mount there.
+            // (canonical before the mount: afterwards resolving it would ask the mount)
+            let mp_canon = std::fs::canonicalize(&mountpoint).unwrap_or_else(|_| mountpoint.clone());
+            let register = |registration: &mut Option<runtime::Registration>| {
+                let entry = runtime_entry(&mp_canon, &source, &dir, &backend);
+                match entry.and_then(|e| runtime::Registration::write(&e)) {
+                    Ok(r) => *registration = Some(r),
+                    Err(e) => tracing::warn!("registering the mount in {}: {e:#}", runtime::dir().display()),
+                }
+            };
             if foreground {
                 init_logging(cli.verbose, log_file.as_deref())?;
                 let vol = Volume::load(&dir, opts)?;
                 let _control = serve(&vol)?;
-                cairn_fuse::mount(vol, &cfg, || eprintln!("cairn: mounted {} at {}", dir.display(), mountpoint.display()))?;
+                let mut registration = None;
+                cairn_fuse::mount(vol, &cfg, || {
+                    register(&mut registration);
+                    eprintln!("cairn: mounted {} at {}", dir.display(), mountpoint.display())
+                })?;
                 Ok(0)
             } else {
                 let log = log_file.unwrap_or_else(|| dir.join("cairn.log"));
@@ -702,7 +723,11 @@ fn run(cli: Cli) -> Result<i32> {
                     init_logging(cli.verbose, Some(&log))?;
                     let vol = Volume::load(&dir, opts)?;
                     let _control = serve(&vol)?;
-                    cairn_fuse::mount(vol, &cfg, ready)?;
+                    let mut registration = None;
+                    cairn_fuse::mount(vol, &cfg, || {
+                        register(&mut registration);
+                        ready()
+                    })?;
                     Ok(())
                 })
             }
@@ -905,6 +930,24 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Generate { what } => generate::run(<Cli as clap::CommandFactory>::command(), what),
     }
+}
+
+/// Where a volume's packs are, for `cairn status`.
+fn backend_label(layout: &cairn_engine::config::Layout, settings: &cairn_engine::config::LocalSettings) -> Result<String> {
+    if target::is_url(&settings.backend) {
+        return Ok(match &settings.endpoint {
+            Some(ep) => format!("{} at {ep}", settings.backend),
+            None => settings.backend.clone(),
+        });
+    }
+    Ok(format!("local:{}", layout.store_path(settings)?.display()))
+}
+
+/// This daemon's runtime entry, once its mount is in the mount table.
+fn runtime_entry(mp: &Path, source: &str, dir: &Path, backend: &str) -> Result<runtime::Entry> {
+    let m = cairn_fuse::mounttable::mount_entry(mp)?.with_context(|| format!("{} is not in the mount table", mp.display()))?;
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Ok(runtime::Entry { pid: std::process::id() as i32, mountpoint: mp.to_path_buf(), volume: source.to_string(), local_dir: dir.to_path_buf(), backend: backend.to_string(), dev: m.dev, started, metrics: None })
 }
 
 /// `cairn meta list|restore`.

@@ -346,7 +346,8 @@ fn absolute(p: &Path) -> io::Result<PathBuf> {
 pub struct MountInfo {
     /// File system type, e.g. `fuse.cairn`.
     pub fstype: String,
-    /// Mount source; a Cairn mount's is `cairn:VOLUME_DIR`.
+    /// Mount source; a Cairn mount's is the volume as its user named it
+    /// (the canonical volume directory, or `s3://BUCKET/PREFIX`).
     pub source: OsString,
 }
 

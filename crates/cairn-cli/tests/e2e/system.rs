@@ -56,6 +56,12 @@ fn helper_daemon(vol: &Path) -> Option<i32> {
     })
 }
 
+/// How many Cairn mounts sit at `mnt` (stacked mounts each have a line).
+fn cairn_mounts_at(mnt: &Path) -> usize {
+    let mnt = fs::canonicalize(mnt).unwrap();
+    cairn_fuse::mounttable::entries().unwrap().iter().filter(|e| e.mount_point == mnt && e.fstype == "fuse.cairn").count()
+}
+
 /// Unmounts whatever a failed assertion left at `mnt`.
 struct Unmounter<'a>(&'a Path);
 
@@ -93,7 +99,14 @@ fn an_fstab_line_mounts_and_plain_umount_flushes() {
     assert!(out.ok(), "{out}");
     let m = cairn_fuse::mount_at(&env.mnt).unwrap().expect("mounted by mount -a");
     assert_eq!(m.fstype, "fuse.cairn");
+    // The source is the fstab line's, so mount(8) sees the line as mounted:
+    // `mount -a` again (as at every boot-like start) mounts nothing more.
+    assert_eq!(m.source, fs::canonicalize(&env.vol).unwrap().as_os_str());
     let pid = helper_daemon(&env.vol).expect("the daemon of the helper mount");
+    let out = run(Command::new("mount").arg("-a").arg("-T").arg(&fstab));
+    assert!(out.ok(), "second mount -a: {out}");
+    assert_eq!(cairn_mounts_at(&env.mnt), 1, "mount -a twice stacked a second mount");
+    assert_eq!(helper_daemon(&env.vol), Some(pid), "a second daemon was started");
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains("correct horse"));
 

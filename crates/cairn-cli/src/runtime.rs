@@ -1,0 +1,172 @@
+//! The runtime registry of running mounts: one small JSON file per mount
+//! daemon, `/run/cairn/mounts/PID.json` (as root; other users
+//! `$XDG_RUNTIME_DIR/cairn/mounts`, else `/tmp/cairn-UID/mounts`), written by
+//! the daemon once the kernel mount exists and removed when it exits.
+//!
+//! The mount table says what is mounted and where, but not where a volume
+//! in a bucket keeps its local directory (its control socket, lock and
+//! journal): the mount's source is what the user gave (`/srv/vol` or
+//! `s3://bucket/prefix`), so that mount(8) recognises its fstab line as
+//! mounted. The registry answers that, and what `cairn status` shows beside
+//! the mount table: the pid, the backend, when the mount started, where its
+//! metrics are served.
+//!
+//! A file is trusted only while it agrees with the kernel: its pid is alive
+//! and /proc/self/mountinfo has a `fuse.cairn` mount with its device number
+//! at its mountpoint. A daemon killed with SIGKILL leaves its file behind;
+//! it is ignored (and removed by the next daemon that registers).
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One running mount.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Entry {
+    /// The daemon serving the mount.
+    pub pid: i32,
+    /// Canonical mountpoint.
+    pub mountpoint: PathBuf,
+    /// The volume as the user named it: a directory or s3://BUCKET/PREFIX.
+    pub volume: String,
+    /// The volume's local directory (control socket, lock, journal).
+    pub local_dir: PathBuf,
+    /// Where the packs are: `local:DIR/store` or `s3://BUCKET/PREFIX [at ENDPOINT]`.
+    pub backend: String,
+    /// The mount's device number (major, minor) in /proc/self/mountinfo.
+    pub dev: (u64, u64),
+    /// Unix seconds when the mount was made.
+    pub started: u64,
+    /// Where Prometheus metrics are served (`--metrics`), if anywhere.
+    #[serde(default)]
+    pub metrics: Option<String>,
+}
+
+/// The registry directory of the calling user.
+pub fn dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/cairn/mounts");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d).join("cairn/mounts"),
+        None => PathBuf::from(format!("/tmp/cairn-{uid}/mounts")),
+    }
+}
+
+/// The directories `cairn status` reads: root's (readable by everyone) and
+/// the caller's own.
+pub fn dirs() -> Vec<PathBuf> {
+    let mut v = vec![PathBuf::from("/run/cairn/mounts")];
+    let mine = dir();
+    if !v.contains(&mine) {
+        v.push(mine);
+    }
+    v
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z') | Some('X'))
+}
+
+/// Every readable entry, live or stale.
+pub fn read_all() -> Vec<Entry> {
+    let mut out = Vec::new();
+    for d in dirs() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for f in rd.flatten() {
+            if f.path().extension().is_some_and(|e| e == "json") {
+                if let Some(e) = std::fs::read(f.path()).ok().and_then(|b| serde_json::from_slice::<Entry>(&b).ok()) {
+                    out.push(e);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The live entry of the mount whose device number is `dev`, if any.
+pub fn find(dev: (u64, u64)) -> Option<Entry> {
+    read_all().into_iter().find(|e| e.dev == dev && alive(e.pid))
+}
+
+/// A registration; the file goes when this drops (the daemon's exit).
+pub struct Registration {
+    path: PathBuf,
+}
+
+impl Registration {
+    /// Writes `e` as this process's entry (atomically: readers never see
+    /// half a file), first removing entries whose daemons are gone.
+    pub fn write(e: &Entry) -> Result<Registration> {
+        let d = dir();
+        make_dir(&d)?;
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for f in rd.flatten() {
+                let stale = f.path().file_stem().and_then(|s| s.to_str()?.parse::<i32>().ok()).is_some_and(|pid| pid != e.pid && !alive(pid));
+                if stale {
+                    let _ = std::fs::remove_file(f.path());
+                }
+            }
+        }
+        let path = d.join(format!("{}.json", e.pid));
+        let tmp = d.join(format!(".{}.json.tmp", e.pid));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(e).expect("entries serialise")).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        Ok(Registration { path })
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Makes `d` (and its parents).
+fn make_dir(d: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(d).with_context(|| format!("creating {}", d.display()))
+}
+
+/// The local directory of the Cairn mount `m`: from the registry, else
+/// from the source itself (a volume directory), else from the `cairn:DIR`
+/// source that daemons of earlier versions gave their mounts.
+pub fn local_dir_of(m: &cairn_fuse::mounttable::MountEntry) -> Option<PathBuf> {
+    if m.fstype != "fuse.cairn" {
+        return None;
+    }
+    if let Some(e) = find(m.dev) {
+        return Some(e.local_dir);
+    }
+    let src = Path::new(&m.source);
+    if src.is_absolute() && src.join("volume.json").exists() {
+        return Some(src.to_path_buf());
+    }
+    use std::os::unix::ffi::OsStrExt;
+    m.source.as_bytes().strip_prefix(b"cairn:").map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_old_ones_parse() {
+        let e = Entry { pid: 7, mountpoint: "/mnt/a".into(), volume: "s3://b/p".into(), local_dir: "/var/cache/cairn/b/p".into(), backend: "s3://b/p".into(), dev: (0, 52), started: 1, metrics: None };
+        let back: Entry = serde_json::from_slice(&serde_json::to_vec(&e).unwrap()).unwrap();
+        assert_eq!(back, e);
+        let without_metrics = r#"{"pid":7,"mountpoint":"/m","volume":"/v","local_dir":"/v","backend":"local:/v/store","dev":[0,1],"started":3}"#;
+        assert_eq!(serde_json::from_str::<Entry>(without_metrics).unwrap().metrics, None);
+    }
+
+    #[test]
+    fn the_living_and_the_dead() {
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(i32::MAX));
+    }
+}
