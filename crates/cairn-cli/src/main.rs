@@ -10,6 +10,7 @@ mod progress;
 mod runtime;
 mod sim;
 mod size;
+mod status;
 mod tape;
 mod target;
 
@@ -189,6 +190,27 @@ enum Cmd {
         trace: Option<PathBuf>,
         #[command(flatten)]
         pass: PassArgs,
+    },
+    /// List every Cairn mount on this machine: volume, backend, mountpoint,
+    /// daemon pid, uptime, bytes not yet in the backend, and health.
+    ///
+    /// Mounts come from the kernel's mount table (type fuse.cairn); each
+    /// mount's daemon registers its pid, local directory and backend in
+    /// /run/cairn/mounts/PID.json (other users: $XDG_RUNTIME_DIR/cairn/mounts)
+    /// while it runs, and answers the rest on its control socket. Dirty bytes
+    /// are the write-back journal plus packs waiting for upload: what this
+    /// machine holds that the backend has not got yet. Health: ok;
+    /// backend_unreachable (uploads, metadata shipping or lease renewals are
+    /// failing: writes pile up locally and are sent when the bucket answers);
+    /// degraded (the flusher is failing, or another machine took the lease
+    /// and the mount refuses writes); not_responding (the daemon does not
+    /// answer within 5 s); dead (the daemon is gone: `cairn umount` it);
+    /// unknown (it cannot be asked, e.g. another user's mount). The last
+    /// error of each failing part is shown. Exits 0 whatever the health.
+    Status {
+        /// Print as JSON (one object per mount).
+        #[arg(long)]
+        json: bool,
     },
     /// Unmount a Cairn mount and wait until its data is safely flushed.
     Umount {
@@ -731,6 +753,10 @@ fn run(cli: Cli) -> Result<i32> {
                     Ok(())
                 })
             }
+        }
+        Cmd::Status { json } => {
+            init_logging(cli.verbose, None)?;
+            status::run(json)
         }
         Cmd::Umount { mountpoint, timeout } => {
             init_logging(cli.verbose, None)?;

@@ -4,6 +4,7 @@
 //! ```text
 //! -> {"op":"stats"}            <- {"ok":true,"result":{...Stats...}}   (after a sync)
 //! -> {"op":"sync"}             <- {"ok":true,"result":null}
+//! -> {"op":"status"}           <- {"ok":true,"result":{...MountStatus...}}   (no sync: answers while stuck)
 //! -> {"op":"cost","since_day":N|null}  <- {"ok":true,"result":[{BillRow}...]}   (a volume in a bucket)
 //! -> {"op":"clone","src":[..bytes..],"dst":[..bytes..]}   paths from the volume root
 //!                              <- {"ok":true,"result":{"ino":N}}
@@ -41,6 +42,9 @@ pub enum Request {
     Stats,
     /// Flush everything to the backend.
     Sync,
+    /// Health and what is not yet in the backend ([`crate::health::MountStatus`]);
+    /// flushes nothing.
+    Status,
     /// The bill's usage rows (`cost::BillRow`) from unix day `since_day`
     /// on, including requests counted but not saved yet. Sends no request
     /// to the bucket itself.
@@ -147,7 +151,7 @@ fn peer_caller(conn: &UnixStream) -> Caller {
 }
 
 fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
-    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Cost { .. } | Request::GcPlan { .. });
+    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Cost { .. } | Request::GcPlan { .. });
     let v = execute_one(vol, req, caller)?;
     // A command that reports success has made its change durable (one WAL
     // fsync): `cairn clone` or `cairn snapshot create` followed by a power
@@ -199,6 +203,7 @@ fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json:
             vol.sync()?;
             Ok(serde_json::Value::Null)
         }
+        Request::Status => Ok(serde_json::to_value(vol.status()).expect("status serialises")),
         Request::Cost { since_day } => Ok(serde_json::to_value(vol.bill_usage(since_day, true)?).expect("rows serialise")),
         Request::GcPlan { prices } => {
             let plan = crate::cleaner::plan(vol, crate::types::Timestamp::now().0, &prices)?;
@@ -221,17 +226,27 @@ impl Drop for Server {
 
 /// Sends one request to a running mount. `Ok(None)` if nothing listens.
 pub fn call(path: &Path, req: &Request) -> Result<Option<serde_json::Value>> {
+    call_within(path, req, Duration::from_secs(600))
+}
+
+/// [`call`], giving up (an error of kind `Busy`) when no answer comes
+/// within `timeout` (the server answers one request at a time: a long one,
+/// such as a `stats` that flushes, holds the next back).
+pub fn call_within(path: &Path, req: &Request, timeout: Duration) -> Result<Option<serde_json::Value>> {
     let conn = match UnixStream::connect(path) {
         Ok(c) => c,
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => return Ok(None),
         Err(e) => return Err(Error::io(format!("control socket {}: {e}", path.display()))),
     };
-    conn.set_read_timeout(Some(Duration::from_secs(600)))?;
+    conn.set_read_timeout(Some(timeout))?;
     let mut msg = serde_json::to_vec(req).expect("request serialises");
     msg.push(b'\n');
     (&conn).write_all(&msg)?;
     let mut line = String::new();
-    BufReader::new(&conn).read_line(&mut line)?;
+    BufReader::new(&conn).read_line(&mut line).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::new(ErrorKind::Busy, format!("no answer from {} within {timeout:?}", path.display())),
+        _ => e.into(),
+    })?;
     let reply: Reply = serde_json::from_str(&line).map_err(|e| Error::io(format!("bad reply from the mount: {e}")))?;
     if reply.ok {
         Ok(Some(reply.result.unwrap_or(serde_json::Value::Null)))

@@ -27,6 +27,7 @@ pub mod crypto;
 mod error;
 pub mod extent;
 mod fsutil;
+pub mod health;
 pub mod journal;
 pub mod maintenance;
 pub mod meta;

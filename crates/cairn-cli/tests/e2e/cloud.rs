@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-fn s3_env() -> (String, String) {
+pub(crate) fn s3_env() -> (String, String) {
     let ep = std::env::var("CAIRN_TEST_S3_ENDPOINT")
         .expect("CAIRN_TEST_S3_ENDPOINT is not set: run these tests through scripts/test.sh, which starts an S3-compatible server (moto)");
     let bucket = std::env::var("CAIRN_TEST_S3_BUCKET").expect("CAIRN_TEST_S3_BUCKET is not set (see scripts/test.sh)");
@@ -29,15 +29,15 @@ fn s3_env() -> (String, String) {
 
 /// A volume in the test bucket under a fresh prefix, with local
 /// directories for two "machines".
-struct Cloud {
-    env: Env,
-    url: String,
+pub(crate) struct Cloud {
+    pub(crate) env: Env,
+    pub(crate) url: String,
     endpoint: String,
     pass: PathBuf,
 }
 
 impl Cloud {
-    fn new(name: &str, encrypt: bool, endpoint: Option<&str>) -> Cloud {
+    pub(crate) fn new(name: &str, encrypt: bool, endpoint: Option<&str>) -> Cloud {
         Self::with_pack_size(name, encrypt, endpoint, "8M")
     }
 
@@ -57,7 +57,7 @@ impl Cloud {
     }
 
     /// A local directory ("machine") of this volume.
-    fn dir(&self, machine: &str) -> PathBuf {
+    pub(crate) fn dir(&self, machine: &str) -> PathBuf {
         self.env.path(&format!("cache-{machine}"))
     }
 
@@ -67,7 +67,7 @@ impl Cloud {
         a
     }
 
-    fn mount(&self, machine: &str, extra: &[&str]) -> Mount {
+    pub(crate) fn mount(&self, machine: &str, extra: &[&str]) -> Mount {
         self.try_mount(machine, extra).unwrap_or_else(|out| panic!("mount failed: {out}"))
     }
 
@@ -183,7 +183,7 @@ fn kill9_during_uploads_loses_no_fsynced_byte() {
 /// (half before the server sees them, half after, so the reply is lost) and
 /// stop answering altogether (the port closed, live connections cut). It
 /// counts the requests it forwards by the kind S3 bills ([`Proxy::seen`]).
-struct Proxy {
+pub(crate) struct Proxy {
     port: u16,
     seen: Arc<Mutex<BTreeMap<String, u64>>>,
     up: Arc<AtomicBool>,
@@ -194,7 +194,7 @@ struct Proxy {
 }
 
 impl Proxy {
-    fn start(upstream: &str) -> Proxy {
+    pub(crate) fn start(upstream: &str) -> Proxy {
         let up_addr: SocketAddr = upstream.trim_start_matches("http://").trim_end_matches('/').parse().expect("endpoint host:port");
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
@@ -250,7 +250,7 @@ impl Proxy {
         p
     }
 
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -258,7 +258,7 @@ impl Proxy {
         self.fault_per_mille.store(per_mille, Ordering::SeqCst);
     }
 
-    fn set_up(&self, up: bool) {
+    pub(crate) fn set_up(&self, up: bool) {
         self.up.store(up, Ordering::SeqCst);
     }
 

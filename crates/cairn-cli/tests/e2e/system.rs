@@ -217,3 +217,90 @@ fn the_systemd_unit_verifies() {
     assert!(out.ok(), "{out}");
     assert!(!out.stderr.contains("mnt-cairn.mount:"), "warnings about the unit: {out}");
 }
+
+/// `cairn status --json`, parsed, keeping only the mounts at `ours` (the
+/// machine may have other Cairn mounts).
+fn status_of(ours: &[&Path]) -> Vec<serde_json::Value> {
+    let out = cairn(["status", "--json"]);
+    assert!(out.ok(), "{out}");
+    let all: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let ours: Vec<PathBuf> = ours.iter().map(|p| fs::canonicalize(p).unwrap()).collect();
+    all.into_iter().filter(|r| ours.iter().any(|p| r["mountpoint"].as_str() == p.to_str())).collect()
+}
+
+fn row_at<'a>(rows: &'a [serde_json::Value], mnt: &Path) -> &'a serde_json::Value {
+    let mnt = fs::canonicalize(mnt).unwrap();
+    rows.iter().find(|r| r["mountpoint"].as_str() == mnt.to_str()).unwrap_or_else(|| panic!("{} not listed: {rows:?}", mnt.display()))
+}
+
+/// Polls `cairn status` until `pred` holds for the mount at `mnt`.
+fn wait_status(mnt: &Path, what: &str, secs: u64, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let t = std::time::Instant::now();
+    loop {
+        let rows = status_of(&[mnt]);
+        let r = row_at(&rows, mnt).clone();
+        if pred(&r) {
+            return r;
+        }
+        assert!(t.elapsed() < Duration::from_secs(secs), "{what}: not within {secs} s; last status {r:#}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// `cairn status` lists a local and a bucket mount with their volume,
+/// backend, pid, uptime and health; a bucket that stops answering shows as
+/// backend_unreachable with the bytes waiting for it, and ok again once it
+/// answers; an unmounted volume leaves the list.
+#[test]
+fn cairn_status_lists_a_local_and_a_bucket_mount() {
+    let _serial = serial();
+    let local = Env::new("status-local");
+    let (ep, _) = crate::cloud::s3_env();
+    let proxy = crate::cloud::Proxy::start(&ep);
+    let c = crate::cloud::Cloud::new("status-s3", false, Some(&proxy.endpoint()));
+    let m1 = local.mount();
+    let m2 = c.mount("a", &[]);
+    write_random_file(&m1.join("f"), 1, 3 << 20);
+    write_random_file(&m2.join("g"), 2, 3 << 20);
+
+    let rows = status_of(&[m1.path(), m2.path()]);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let vol = fs::canonicalize(&local.vol).unwrap();
+    let r = row_at(&rows, m1.path());
+    assert_eq!(r["volume"].as_str(), vol.to_str(), "{r:#}");
+    assert_eq!(r["local_dir"].as_str(), vol.to_str(), "{r:#}");
+    assert_eq!(r["backend"].as_str().unwrap(), format!("local:{}", vol.join("store").display()), "{r:#}");
+    assert_eq!(r["pid"].as_i64(), m1.pid.map(i64::from), "{r:#}");
+    assert!(r["uptime_secs"].as_u64().unwrap() < 600, "{r:#}");
+    assert_eq!(r["health"], "ok", "{r:#}");
+    assert!(r["problems"].as_array().unwrap().is_empty(), "{r:#}");
+    assert!(r["dirty_bytes"].is_u64() && r["journal_bytes"].is_u64(), "{r:#}");
+    let r = row_at(&rows, m2.path());
+    assert_eq!(r["volume"].as_str(), Some(c.url.as_str()), "{r:#}");
+    assert_eq!(r["local_dir"].as_str(), fs::canonicalize(c.dir("a")).unwrap().to_str(), "{r:#}");
+    assert_eq!(r["backend"].as_str().unwrap(), format!("{} at {}", c.url, proxy.endpoint()), "{r:#}");
+    assert_eq!(r["pid"].as_i64(), m2.pid.map(i64::from), "{r:#}");
+    assert_eq!(r["health"], "ok", "{r:#}");
+
+    // The bucket stops answering: an fsync'd file is safe locally (the
+    // default durability) and waits for the bucket, which status shows.
+    proxy.set_up(false);
+    let mut f = fs::File::create(m2.join("during-outage")).unwrap();
+    write_stream(&mut f, 3, 4 << 20).unwrap();
+    f.sync_all().expect("fsync with the bucket down (local durability)");
+    drop(f);
+    let r = wait_status(m2.path(), "backend_unreachable with the file queued", 60, |r| r["health"] == "backend_unreachable" && r["dirty_bytes"].as_u64().unwrap() >= 4 << 20);
+    let problems = r["problems"].as_array().unwrap();
+    assert!(problems.iter().any(|p| p["what"] == "upload" && !p["error"].as_str().unwrap().is_empty()), "{r:#}");
+    let text = cairn_ok(["status"]).stdout;
+    assert!(text.contains("backend_unreachable") && text.contains("upload:"), "{text}");
+    proxy.set_up(true);
+    wait_status(m2.path(), "ok with nothing queued after the outage", 90, |r| r["health"] == "ok" && r["upload_queue_bytes"] == 0);
+
+    m1.umount();
+    let rows = status_of(&[&local.mnt, m2.path()]);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["volume"].as_str(), Some(c.url.as_str()));
+    m2.umount();
+    assert!(status_of(&[&c.env.mnt]).is_empty());
+}

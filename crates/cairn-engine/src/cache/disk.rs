@@ -142,6 +142,8 @@ pub struct CacheStats {
 
 #[derive(Default)]
 struct Counters {
+    /// The uploaders' last failure, until an upload succeeds (`cairn status`).
+    upload: crate::health::Slot,
     hits: AtomicU64,
     misses: AtomicU64,
     bytes_fetched: AtomicU64,
@@ -1022,10 +1024,12 @@ impl Inner {
                 Ok(bytes) => {
                     drop(st);
                     backoff = FIRST_BACKOFF;
+                    self.n.upload.ok();
                     self.finish_upload(&name, seq, bytes);
                 }
                 Err(e) => {
                     self.n.upload_retries.fetch_add(1, Ordering::Relaxed);
+                    self.n.upload.fail("upload", &e);
                     tracing::warn!("uploading {name} failed, retrying: {e}");
                     // Free the object while we wait, so that a delete or a
                     // new version need not wait for the outage to end.
@@ -1297,6 +1301,11 @@ impl CachedBackend {
         }
         t.record_all(events);
         let _ = inner.trace.set(t);
+    }
+
+    /// The uploaders' last failure, if no upload has succeeded since.
+    pub fn upload_problem(&self) -> Option<crate::health::Problem> {
+        self.inner.n.upload.get()
     }
 
     /// Counts and sizes.

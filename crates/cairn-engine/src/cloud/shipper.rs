@@ -67,17 +67,24 @@ impl Background {
                 next_renew = Instant::now() + super::lease::RENEW;
                 if let Some(l) = &cloud.lease {
                     match l.renew(cloud.remote.as_ref()) {
-                        Ok(()) => {}
+                        Ok(()) => vol.problems.lease.ok(),
                         Err(e) if e.kind() == ErrorKind::Busy => {
                             tracing::error!("{e}: this mount stops writing");
                             cloud.lost.store(true, Ordering::SeqCst);
                         }
-                        Err(e) => tracing::warn!("renewing the lease failed (will retry): {e}"),
+                        Err(e) => {
+                            tracing::warn!("renewing the lease failed (will retry): {e}");
+                            vol.problems.lease.fail("lease", &e);
+                        }
                     }
                 }
             }
-            if let Err(e) = vol.ship_metadata(false) {
-                tracing::warn!("shipping metadata failed (will retry): {e}");
+            match vol.ship_metadata(false) {
+                Ok(_) => vol.problems.metadata.ok(),
+                Err(e) => {
+                    tracing::warn!("shipping metadata failed (will retry): {e}");
+                    vol.problems.metadata.fail("metadata", &e);
+                }
             }
             true
         })
@@ -150,6 +157,7 @@ impl Volume {
                 }
                 Err(e) => {
                     tracing::warn!("uploading metadata version {v} failed (retrying in {delay:?}): {e}");
+                    self.problems.metadata.fail("metadata", &e);
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(15));
                 }

@@ -158,6 +158,8 @@ pub struct Volume {
     /// Read and write requests, counted for a KD cache policy's mode
     /// windows (docs/frugal.md §1).
     pub(crate) io: Option<crate::cache::IoWindows>,
+    /// Background failures not yet followed by a success (`status`).
+    pub(crate) problems: crate::health::Problems,
     _lock: Option<File>,
 }
 
@@ -415,6 +417,7 @@ impl Volume {
             cloud,
             trace,
             io,
+            problems: Default::default(),
             _lock: lock,
         });
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
@@ -537,13 +540,53 @@ impl Volume {
                 // file from the end backwards would otherwise fill the
                 // journal and block all writers for good).
                 let pressed = vol.journal.bytes() > vol.opts.journal_limit / 2;
-                if let Err(e) = vol.flush_round(pressed) {
-                    tracing::error!("background flush failed (will retry): {e}");
-                    std::thread::sleep(Duration::from_millis(200));
+                match vol.flush_round(pressed) {
+                    Ok(_) => vol.problems.flush.ok(),
+                    Err(e) => {
+                        tracing::error!("background flush failed (will retry): {e}");
+                        vol.problems.flush.fail("flush", &e);
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
                 }
             })
             .expect("spawning the flusher thread");
         *self.flusher.lock() = Some(h);
+    }
+
+    /// How the mount is doing: its health, and what it holds that the
+    /// backend does not have yet. Takes no metadata lock and flushes
+    /// nothing (it must answer while a flush is stuck).
+    pub fn status(&self) -> crate::health::MountStatus {
+        let mut problems: Vec<crate::health::Problem> = [&self.problems.flush, &self.problems.metadata, &self.problems.lease].iter().filter_map(|s| s.get()).collect();
+        let (mut queue_bytes, mut queue_objects) = (0, 0);
+        if let Some(c) = &self.cloud {
+            problems.extend(c.cache.upload_problem());
+            let s = c.cache.stats();
+            (queue_bytes, queue_objects) = (s.dirty_bytes, s.dirty_objects);
+        }
+        problems.sort_by_key(|p| p.since);
+        let lost = self.cloud.as_ref().is_some_and(|c| c.lost.load(Ordering::SeqCst));
+        if lost {
+            problems.push(crate::health::Problem { what: "lease".into(), error: "another machine took the volume's lease: this mount refuses writes".into(), since: 0, failures: 1 });
+        }
+        let journal_bytes = self.journal.bytes();
+        crate::health::MountStatus {
+            health: crate::health::MountStatus::judge(&problems, lost).to_string(),
+            problems,
+            read_only: self.opts.read_only || lost,
+            in_bucket: self.cloud.is_some(),
+            journal_bytes,
+            journal_limit: self.opts.journal_limit,
+            dirty_files: self.dirty_files(),
+            upload_queue_bytes: queue_bytes,
+            upload_queue_objects: queue_objects,
+            dirty_bytes: journal_bytes + queue_bytes,
+        }
+    }
+
+    /// Files with changes the flusher has not committed yet.
+    pub(crate) fn dirty_files(&self) -> u64 {
+        self.files.iter().filter(|e| e.value().inner.lock().is_dirty()).count() as u64
     }
 
     /// Before an operation that visits the metadata of many files: see

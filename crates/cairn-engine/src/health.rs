@@ -1,0 +1,149 @@
+//! What is going wrong in a mount right now, for `cairn status`.
+//!
+//! The parts of a mount that retry in the background (the flusher, the
+//! pack uploaders of a volume in a bucket, metadata shipping, the lease)
+//! never fail a caller for a transient error: they log it and try again.
+//! Each records its last failure in a [`Slot`] and clears it at its next
+//! success, so a [`MountStatus`] tells a mount that is working from one
+//! that is stuck, and why.
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A failure that has not been followed by a success yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// The part failing: `flush`, `upload`, `metadata`, `lease`.
+    pub what: String,
+    /// The last error.
+    pub error: String,
+    /// Unix seconds of the first failure of this run of failures.
+    pub since: u64,
+    /// Failures in a row.
+    pub failures: u64,
+}
+
+/// The last failure of one background part, if it has not succeeded since.
+#[derive(Debug, Default)]
+pub struct Slot {
+    /// Whether `problem` holds something: a success checks this first, so
+    /// the path that works takes no lock.
+    set: AtomicBool,
+    problem: Mutex<Option<Problem>>,
+}
+
+impl Slot {
+    /// Records a failure of `what`.
+    pub fn fail(&self, what: &str, error: &dyn std::fmt::Display) {
+        let mut p = self.problem.lock();
+        match p.as_mut() {
+            Some(p) => {
+                p.error = error.to_string();
+                p.failures += 1;
+            }
+            None => *p = Some(Problem { what: what.to_string(), error: error.to_string(), since: now_secs(), failures: 1 }),
+        }
+        self.set.store(true, Ordering::Release);
+    }
+
+    /// Records a success: the problem, if any, is over.
+    pub fn ok(&self) {
+        if self.set.load(Ordering::Acquire) {
+            *self.problem.lock() = None;
+            self.set.store(false, Ordering::Release);
+        }
+    }
+
+    /// The current problem.
+    pub fn get(&self) -> Option<Problem> {
+        if !self.set.load(Ordering::Acquire) {
+            return None;
+        }
+        self.problem.lock().clone()
+    }
+}
+
+/// The slots of a volume's own background parts (the uploaders' is the
+/// cache's: [`crate::cache::CachedBackend::upload_problem`]).
+#[derive(Debug, Default)]
+pub struct Problems {
+    pub flush: Slot,
+    pub metadata: Slot,
+    pub lease: Slot,
+}
+
+/// How a mount is doing, as its control socket reports it (`status`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MountStatus {
+    /// `ok`, `backend_unreachable` (uploads, metadata shipping or lease
+    /// renewals to the bucket are failing; writes pile up locally) or
+    /// `degraded` (the flusher is failing, or the lease was lost and the
+    /// mount refuses writes).
+    pub health: String,
+    /// What is failing, oldest first.
+    pub problems: Vec<Problem>,
+    pub read_only: bool,
+    /// Whether the volume lives in a bucket.
+    pub in_bucket: bool,
+    /// Bytes in the write-back journal: written (and durable locally once
+    /// fsync'd) but not yet chunked into packs.
+    pub journal_bytes: u64,
+    /// Writers wait while the journal holds more than this.
+    pub journal_limit: u64,
+    /// Files with changes waiting for the flusher.
+    pub dirty_files: u64,
+    /// Packs written locally and not yet in the bucket: bytes and objects.
+    pub upload_queue_bytes: u64,
+    pub upload_queue_objects: u64,
+    /// What this machine holds that the backend does not have yet
+    /// (`journal_bytes + upload_queue_bytes`).
+    pub dirty_bytes: u64,
+}
+
+impl MountStatus {
+    /// The health word for a set of problems (and a lost lease).
+    pub fn judge(problems: &[Problem], lease_lost: bool) -> &'static str {
+        if problems.iter().any(|p| matches!(p.what.as_str(), "upload" | "metadata" | "lease")) {
+            "backend_unreachable"
+        } else if lease_lost || !problems.is_empty() {
+            "degraded"
+        } else {
+            "ok"
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_success_clears_a_run_of_failures() {
+        let s = Slot::default();
+        assert_eq!(s.get(), None);
+        s.ok();
+        s.fail("upload", &"connection refused");
+        s.fail("upload", &"timed out");
+        let p = s.get().unwrap();
+        assert_eq!((p.what.as_str(), p.error.as_str(), p.failures), ("upload", "timed out", 2));
+        s.ok();
+        assert_eq!(s.get(), None);
+        s.fail("upload", &"again");
+        assert_eq!(s.get().unwrap().failures, 1, "a new run counts from one");
+    }
+
+    #[test]
+    fn health_words() {
+        let p = |what: &str| Problem { what: what.into(), error: "x".into(), since: 0, failures: 1 };
+        assert_eq!(MountStatus::judge(&[], false), "ok");
+        assert_eq!(MountStatus::judge(&[], true), "degraded");
+        assert_eq!(MountStatus::judge(&[p("flush")], false), "degraded");
+        assert_eq!(MountStatus::judge(&[p("flush"), p("upload")], false), "backend_unreachable");
+        assert_eq!(MountStatus::judge(&[p("lease")], false), "backend_unreachable");
+    }
+}
