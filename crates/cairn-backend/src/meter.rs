@@ -175,10 +175,19 @@ impl RequestCounts {
 }
 
 /// Live counters, shared by every backend that counts into them.
+///
+/// The counts only grow (monitoring reads them as they are: [`Meter::lifetime`]);
+/// the bill takes what it has not taken yet ([`Meter::take`]), which is
+/// the counts less a high-water mark of what was taken.
 #[derive(Debug, Default)]
 pub struct Meter {
-    /// (requests, bytes) by subsystem and kind.
+    /// (requests, bytes) by subsystem and kind, since the meter was made.
     cells: [[[AtomicU64; 2]; K]; S],
+    /// How much of each cell [`Meter::take`] has handed out (less what was
+    /// given back).
+    taken: [[[AtomicU64; 2]; K]; S],
+    /// Failed requests by kind (see [`Meter::record_error`]).
+    errors: [AtomicU64; K],
 }
 
 impl Meter {
@@ -203,31 +212,55 @@ impl Meter {
         }
     }
 
-    /// The counts so far.
+    /// Counts one failed request of `kind` (it was counted by [`Meter::record`]
+    /// too, when it was sent).
+    pub fn record_error(&self, kind: RequestKind) {
+        self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed requests of `kind` since the meter was made.
+    pub fn errors(&self, kind: RequestKind) -> u64 {
+        self.errors[kind as usize].load(Ordering::Relaxed)
+    }
+
+    /// The counts not taken yet.
     pub fn snapshot(&self) -> RequestCounts {
-        self.collect(|a| a.load(Ordering::Relaxed))
+        self.collect(|c, t| c.load(Ordering::Relaxed).saturating_sub(t.load(Ordering::Relaxed)))
     }
 
-    /// The counts so far, leaving the meter at zero: each request counted
+    /// Every count since the meter was made, taken or not (they only grow).
+    pub fn lifetime(&self) -> RequestCounts {
+        self.collect(|c, _| c.load(Ordering::Relaxed))
+    }
+
+    /// The counts not taken yet, marking them taken: each request counted
     /// is returned by exactly one `take` (one that races a request returns
-    /// it or leaves it for the next).
+    /// it or leaves it for the next; two racing takes split the counts, as
+    /// the high-water mark only moves up).
     pub fn take(&self) -> RequestCounts {
-        self.collect(|a| a.swap(0, Ordering::Relaxed))
+        self.collect(|c, t| {
+            let now = c.load(Ordering::Relaxed);
+            now.saturating_sub(t.fetch_max(now, Ordering::Relaxed))
+        })
     }
 
-    /// Gives counts back (taken, then not saved).
+    /// Gives counts back (taken, then not saved): the next `take` returns
+    /// them again.
     pub fn add(&self, counts: &RequestCounts) {
         for (s, k, t) in counts.iter() {
-            self.record_as(s, k, t.requests, t.bytes);
+            let cell = &self.taken[s as usize][k as usize];
+            for (i, n) in [t.requests, t.bytes].into_iter().enumerate() {
+                let _ = cell[i].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(n)));
+            }
         }
     }
 
-    fn collect(&self, f: impl Fn(&AtomicU64) -> u64) -> RequestCounts {
+    fn collect(&self, f: impl Fn(&AtomicU64, &AtomicU64) -> u64) -> RequestCounts {
         let mut out = RequestCounts::default();
         for s in Subsystem::ALL {
             for k in RequestKind::ALL {
-                let c = &self.cells[s as usize][k as usize];
-                out.cells[s as usize][k as usize] = Tally { requests: f(&c[0]), bytes: f(&c[1]) };
+                let (c, t) = (&self.cells[s as usize][k as usize], &self.taken[s as usize][k as usize]);
+                out.cells[s as usize][k as usize] = Tally { requests: f(&c[0], &t[0]), bytes: f(&c[1], &t[1]) };
             }
         }
         out
@@ -393,6 +426,22 @@ mod tests {
         assert!(m.snapshot().is_empty());
         m.add(&n);
         assert_eq!(m.snapshot(), n);
+        assert_eq!(m.take(), n, "given back, taken again");
+        assert!(m.take().is_empty());
+    }
+
+    #[test]
+    fn lifetime_counts_only_grow_while_the_bill_takes() {
+        let m = Meter::new();
+        m.record_as(Subsystem::Write, RequestKind::Put, 1, 10);
+        let first = m.take();
+        m.record_as(Subsystem::Write, RequestKind::Put, 2, 5);
+        assert_eq!(m.take().total(RequestKind::Put), Tally { requests: 2, bytes: 5 }, "the second take has only what came after the first");
+        assert_eq!(m.lifetime().total(RequestKind::Put), Tally { requests: 3, bytes: 15 });
+        m.add(&first);
+        assert_eq!(m.lifetime().total(RequestKind::Put), Tally { requests: 3, bytes: 15 }, "giving back changes no lifetime count");
+        m.record_error(RequestKind::Get);
+        assert_eq!((m.errors(RequestKind::Get), m.errors(RequestKind::Put)), (1, 0));
     }
 
     #[test]

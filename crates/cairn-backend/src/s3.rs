@@ -181,6 +181,18 @@ impl S3Backend {
             // Network errors, timeouts, 5xx and 429: `Retrying` retries.
             _ => ErrorKind::Transient,
         };
+        // An answer that the object is missing or already there is no
+        // failure of the request.
+        if !matches!(kind, ErrorKind::NotFound | ErrorKind::AlreadyExists) {
+            let rk = match op {
+                "get" => RequestKind::Get,
+                "head" => RequestKind::Head,
+                "delete" => RequestKind::Delete,
+                "list" => RequestKind::List,
+                _ => RequestKind::Put,
+            };
+            self.meter.record_error(rk);
+        }
         Error::new(kind, format!("{op} {name} in {}", self.describe())).with_object(name).with_source(e)
     }
 }

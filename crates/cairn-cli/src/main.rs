@@ -4,6 +4,7 @@ mod archive;
 mod daemon;
 mod edit;
 mod generate;
+mod metrics;
 mod mount_helper;
 mod passphrase;
 mod progress;
@@ -183,6 +184,15 @@ enum Cmd {
         /// promised after a crash).
         #[arg(long)]
         no_writeback_cache: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics (e.g.
+        /// 127.0.0.1:9567; port 0 picks a free one, shown by `cairn status`):
+        /// FUSE requests and latencies by operation, bytes the kernel read
+        /// and wrote, bytes chunked, deduplicated, compressed and stored,
+        /// cache hits and misses, journal fill, flush and upload queues,
+        /// bucket requests and errors by kind. Any other path answers 404.
+        /// `cairn top` shows the same without a port.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
         /// Record an access trace into FILE (file reads and writes, where
         /// flushed chunks went, what the bucket cache did) for `cairn sim`
         /// (format: docs/trace.md). Replaces FILE.
@@ -211,6 +221,27 @@ enum Cmd {
         /// Print as JSON (one object per mount).
         #[arg(long)]
         json: bool,
+    },
+    /// Live rates of a mount, refreshed every second, as `juicefs stats`:
+    /// FUSE requests and their latency, bytes the kernel read and wrote,
+    /// bytes chunked, deduplicated, compressed and stored, cache hit ratios,
+    /// journal fill, flush and upload queues, bucket requests and errors.
+    ///
+    /// Read from the mount's control socket (no --metrics port needed);
+    /// the same counters as the Prometheus endpoint. Ctrl-C stops it.
+    /// `cairn stats VOLUME --watch` is the same by volume.
+    Top {
+        /// The mountpoint.
+        mountpoint: PathBuf,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many refreshes (default: run until interrupted).
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+        /// One refresh, then exit (--count 1).
+        #[arg(long, conflicts_with = "count")]
+        once: bool,
     },
     /// Unmount a Cairn mount and wait until its data is safely flushed.
     Umount {
@@ -244,6 +275,9 @@ enum Cmd {
         /// Print as JSON.
         #[arg(long)]
         json: bool,
+        /// Show the mounted volume's live rates instead, as `cairn top`.
+        #[arg(long, conflicts_with = "json")]
+        watch: bool,
         #[command(flatten)]
         pass: PassArgs,
     },
@@ -672,14 +706,14 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, tape_memory, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, tape_memory, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, ..Default::default() }, ..Default::default() });
             let dir = target::open_dir(&volume, &cloud)?;
             // Ask for the passphrase before going to the background.
-            let (layout, settings, _, cfg) = cairn_engine::read_config(&dir)?;
+            let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
             let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
             let dir = std::fs::canonicalize(&dir).with_context(|| format!("volume {}", dir.display()))?;
-            let backend = backend_label(&layout, &settings)?;
+            let backend = backend_label(&cairn_engine::config::Layout::new(&dir), &settings)?;
             // The mount's source is the volume as the user named it (the
             // canonical directory, or the URL): mount(8) compares it with
             // an fstab line's to see that the line is mounted already.
@@ -722,8 +756,8 @@ fn run(cli: Cli) -> Result<i32> {
             // find the local directory of the mount there.
             // (canonical before the mount: afterwards resolving it would ask the mount)
             let mp_canon = std::fs::canonicalize(&mountpoint).unwrap_or_else(|_| mountpoint.clone());
-            let register = |registration: &mut Option<runtime::Registration>| {
-                let entry = runtime_entry(&mp_canon, &source, &dir, &backend);
+            let register = |registration: &mut Option<runtime::Registration>, metrics: Option<String>| {
+                let entry = runtime_entry(&mp_canon, &source, &dir, &backend, metrics);
                 match entry.and_then(|e| runtime::Registration::write(&e)) {
                     Ok(r) => *registration = Some(r),
                     Err(e) => tracing::warn!("registering the mount in {}: {e:#}", runtime::dir().display()),
@@ -733,9 +767,10 @@ fn run(cli: Cli) -> Result<i32> {
                 init_logging(cli.verbose, log_file.as_deref())?;
                 let vol = Volume::load(&dir, opts)?;
                 let _control = serve(&vol)?;
+                let exporter = metrics.as_deref().map(|a| metrics::serve(&vol, a)).transpose()?;
                 let mut registration = None;
                 cairn_fuse::mount(vol, &cfg, || {
-                    register(&mut registration);
+                    register(&mut registration, exporter.as_ref().map(metrics::Server::addr));
                     eprintln!("cairn: mounted {} at {}", dir.display(), mountpoint.display())
                 })?;
                 Ok(0)
@@ -745,9 +780,10 @@ fn run(cli: Cli) -> Result<i32> {
                     init_logging(cli.verbose, Some(&log))?;
                     let vol = Volume::load(&dir, opts)?;
                     let _control = serve(&vol)?;
+                    let exporter = metrics.as_deref().map(|a| metrics::serve(&vol, a)).transpose()?;
                     let mut registration = None;
                     cairn_fuse::mount(vol, &cfg, || {
-                        register(&mut registration);
+                        register(&mut registration, exporter.as_ref().map(metrics::Server::addr));
                         ready()
                     })?;
                     Ok(())
@@ -757,6 +793,14 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Status { json } => {
             init_logging(cli.verbose, None)?;
             status::run(json)
+        }
+        Cmd::Top { mountpoint, interval, count, once } => {
+            init_logging(cli.verbose, None)?;
+            if !(interval > 0.0 && interval.is_finite()) {
+                bail!("--interval must be a positive number of seconds");
+            }
+            let sock = metrics::socket_of(&mountpoint)?;
+            metrics::top(&sock, &mountpoint.display().to_string(), std::time::Duration::from_secs_f64(interval), if once { Some(1) } else { count })
         }
         Cmd::Umount { mountpoint, timeout } => {
             init_logging(cli.verbose, None)?;
@@ -788,9 +832,13 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(if rep.errors.is_empty() { 0 } else { 1 })
         }
-        Cmd::Stats { dir, cloud, json, pass } => {
+        Cmd::Stats { dir, cloud, json, watch, pass } => {
             init_logging(cli.verbose, None)?;
             let dir = target::open_dir(&dir, &cloud)?;
+            if watch {
+                let sock = cairn_engine::control::socket_path(&dir);
+                return metrics::top(&sock, &dir.display().to_string(), std::time::Duration::from_secs(1), None);
+            }
             // A mounted volume answers through its control socket.
             let sock = cairn_engine::control::socket_path(&dir);
             let s: maintenance::Stats = match cairn_engine::control::call(&sock, &cairn_engine::control::Request::Stats)? {
@@ -970,10 +1018,10 @@ fn backend_label(layout: &cairn_engine::config::Layout, settings: &cairn_engine:
 }
 
 /// This daemon's runtime entry, once its mount is in the mount table.
-fn runtime_entry(mp: &Path, source: &str, dir: &Path, backend: &str) -> Result<runtime::Entry> {
+fn runtime_entry(mp: &Path, source: &str, dir: &Path, backend: &str, metrics: Option<String>) -> Result<runtime::Entry> {
     let m = cairn_fuse::mounttable::mount_entry(mp)?.with_context(|| format!("{} is not in the mount table", mp.display()))?;
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    Ok(runtime::Entry { pid: std::process::id() as i32, mountpoint: mp.to_path_buf(), volume: source.to_string(), local_dir: dir.to_path_buf(), backend: backend.to_string(), dev: m.dev, started, metrics: None })
+    Ok(runtime::Entry { pid: std::process::id() as i32, mountpoint: mp.to_path_buf(), volume: source.to_string(), local_dir: dir.to_path_buf(), backend: backend.to_string(), dev: m.dev, started, metrics })
 }
 
 /// `cairn meta list|restore`.

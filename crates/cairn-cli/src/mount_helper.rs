@@ -279,6 +279,11 @@ mod tests {
     }
 
     #[test]
+    fn metrics_is_an_option_too() {
+        assert_eq!(tr("metrics=127.0.0.1:9567,ro").unwrap(), ["--metrics", "127.0.0.1:9567", "--read-only"]);
+    }
+
+    #[test]
     fn system_options_are_passed_over() {
         let got = tr("rw,nofail,noauto,auto,user,users,x-systemd.automount,x-systemd.requires=network-online.target,comment=systemd.x,nosuid,nodev").unwrap();
         assert!(got.is_empty(), "{got:?}");

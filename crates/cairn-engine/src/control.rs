@@ -5,6 +5,7 @@
 //! -> {"op":"stats"}            <- {"ok":true,"result":{...Stats...}}   (after a sync)
 //! -> {"op":"sync"}             <- {"ok":true,"result":null}
 //! -> {"op":"status"}           <- {"ok":true,"result":{...MountStatus...}}   (no sync: answers while stuck)
+//! -> {"op":"metrics"}          <- {"ok":true,"result":{...metrics::Snapshot...}}
 //! -> {"op":"cost","since_day":N|null}  <- {"ok":true,"result":[{BillRow}...]}   (a volume in a bucket)
 //! -> {"op":"clone","src":[..bytes..],"dst":[..bytes..]}   paths from the volume root
 //!                              <- {"ok":true,"result":{"ino":N}}
@@ -45,6 +46,8 @@ pub enum Request {
     /// Health and what is not yet in the backend ([`crate::health::MountStatus`]);
     /// flushes nothing.
     Status,
+    /// Every counter and gauge ([`crate::metrics::Snapshot`]), for `cairn top`.
+    Metrics,
     /// The bill's usage rows (`cost::BillRow`) from unix day `since_day`
     /// on, including requests counted but not saved yet. Sends no request
     /// to the bucket itself.
@@ -151,7 +154,7 @@ fn peer_caller(conn: &UnixStream) -> Caller {
 }
 
 fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
-    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Cost { .. } | Request::GcPlan { .. });
+    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Metrics | Request::Cost { .. } | Request::GcPlan { .. });
     let v = execute_one(vol, req, caller)?;
     // A command that reports success has made its change durable (one WAL
     // fsync): `cairn clone` or `cairn snapshot create` followed by a power
@@ -204,6 +207,7 @@ fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json:
             Ok(serde_json::Value::Null)
         }
         Request::Status => Ok(serde_json::to_value(vol.status()).expect("status serialises")),
+        Request::Metrics => Ok(serde_json::to_value(vol.metrics_snapshot()).expect("metrics serialise")),
         Request::Cost { since_day } => Ok(serde_json::to_value(vol.bill_usage(since_day, true)?).expect("rows serialise")),
         Request::GcPlan { prices } => {
             let plan = crate::cleaner::plan(vol, crate::types::Timestamp::now().0, &prices)?;

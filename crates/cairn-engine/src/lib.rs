@@ -30,6 +30,7 @@ mod fsutil;
 pub mod health;
 pub mod journal;
 pub mod maintenance;
+pub mod metrics;
 pub mod meta;
 pub mod pack;
 pub mod tape;

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use cairn_engine::metrics::{Op, Timer};
 use cairn_engine::{Attr, Caller, DirEntry, ErrorKind, Ino, SetAttr, Timestamp, Volume};
 use dashmap::DashMap;
 use fuser::{
@@ -289,6 +290,12 @@ fn errno(op: &'static str, ino: Ino, e: &cairn_engine::Error) -> Errno {
     Errno::from_i32(code)
 }
 
+/// Marks a request failed in its metrics on the way to its error reply.
+fn failed<R>(t: &mut Timer<'_>, reply: R) -> R {
+    t.failed();
+    reply
+}
+
 fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
@@ -355,6 +362,7 @@ impl Filesystem for CairnFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let mut t = self.vol.metrics().start(Op::Lookup);
         match self.vol.lookup(parent.0, bytes(name)) {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
             // A negative entry (node id 0): the kernel caches the miss for TTL,
@@ -366,7 +374,7 @@ impl Filesystem for CairnFs {
                 &placeholder_attr(0, cairn_engine::FileKind::File),
                 GENERATION,
             ),
-            Err(e) => reply.error(errno("lookup", parent.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("lookup", parent.0, &e)),
         }
     }
 
@@ -376,9 +384,10 @@ impl Filesystem for CairnFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let mut t = self.vol.metrics().start(Op::Getattr);
         match self.vol.getattr(ino.0) {
             Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
-            Err(e) => reply.error(errno("getattr", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("getattr", ino.0, &e)),
         }
     }
 
@@ -400,12 +409,13 @@ impl Filesystem for CairnFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let mut t = self.vol.metrics().start(Op::Setattr);
         // Handle-killpriv-v2 leaves clearing setuid/setgid on chown and
         // truncate to the file system (see `wanted_capabilities`).
         let kill = mode.is_none() && (uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0));
         let mode = match kill.then(|| self.vol.getattr(ino.0)) {
             Some(Ok(a)) if a.kind != cairn_engine::FileKind::Dir => without_suid(a.perm),
-            Some(Err(e)) => return reply.error(errno("setattr", ino.0, &e)),
+            Some(Err(e)) => return failed(&mut t, reply).error(errno("setattr", ino.0, &e)),
             _ => mode,
         };
         let set = SetAttr {
@@ -430,14 +440,15 @@ impl Filesystem for CairnFs {
                 gone.nlink = 0;
                 reply.attr(&Duration::ZERO, &gone)
             }
-            Err(e) => reply.error(errno("setattr", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("setattr", ino.0, &e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let mut t = self.vol.metrics().start(Op::Readlink);
         match self.vol.readlink(ino.0) {
             Ok(target) => reply.data(&target),
-            Err(e) => reply.error(errno("readlink", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("readlink", ino.0, &e)),
         }
     }
 
@@ -451,9 +462,10 @@ impl Filesystem for CairnFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let mut t = self.vol.metrics().start(Op::Mknod);
         match self.make_node("mknod", req, parent, name, mode, umask, rdev) {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
-            Err(e) => reply.error(e),
+            Err(e) => failed(&mut t, reply).error(e),
         }
     }
 
@@ -466,24 +478,27 @@ impl Filesystem for CairnFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let mut t = self.vol.metrics().start(Op::Mkdir);
         let perm = new_perm(mode, umask);
         match self.vol.mkdir(parent.0, bytes(name), perm, caller(req)) {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
-            Err(e) => reply.error(errno("mkdir", parent.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("mkdir", parent.0, &e)),
         }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut t = self.vol.metrics().start(Op::Unlink);
         match self.vol.unlink(parent.0, bytes(name)) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("unlink", parent.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("unlink", parent.0, &e)),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut t = self.vol.metrics().start(Op::Rmdir);
         match self.vol.rmdir(parent.0, bytes(name)) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("rmdir", parent.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("rmdir", parent.0, &e)),
         }
     }
 
@@ -495,13 +510,14 @@ impl Filesystem for CairnFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let mut t = self.vol.metrics().start(Op::Symlink);
         let target = target.as_os_str().as_bytes();
         match self
             .vol
             .symlink(parent.0, bytes(link_name), target, caller(req))
         {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
-            Err(e) => reply.error(errno("symlink", parent.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("symlink", parent.0, &e)),
         }
     }
 
@@ -515,16 +531,17 @@ impl Filesystem for CairnFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let mut t = self.vol.metrics().start(Op::Rename);
         let flags = match rename_flags(flags.bits()) {
             Ok(f) => f,
-            Err(e) => return reply.error(e),
+            Err(e) => return failed(&mut t, reply).error(e),
         };
         match self
             .vol
             .rename(parent.0, bytes(name), newparent.0, bytes(newname), flags)
         {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("rename", parent.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("rename", parent.0, &e)),
         }
     }
 
@@ -536,24 +553,26 @@ impl Filesystem for CairnFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let mut t = self.vol.metrics().start(Op::Link);
         match self.vol.link(ino.0, newparent.0, bytes(newname)) {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
-            Err(e) => reply.error(errno("link", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("link", ino.0, &e)),
         }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let mut t = self.vol.metrics().start(Op::Open);
         // O_TRUNC arrives separately as setattr(size = 0); access modes were
         // checked by the kernel (default_permissions, ro mount), except that
         // snapshot files refuse writers (EROFS) as a read-only mount would.
         if writable(flags.0) {
             if let Err(e) = self.vol.check_file_writable(ino.0) {
-                return reply.error(errno("open", ino.0, &e));
+                return failed(&mut t, reply).error(errno("open", ino.0, &e));
             }
         }
         match self.vol.open(ino.0) {
             Ok(_) => reply.opened(self.new_fh(writable(flags.0)), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(errno("open", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("open", ino.0, &e)),
         }
     }
 
@@ -568,9 +587,13 @@ impl Filesystem for CairnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let mut t = self.vol.metrics().start(Op::Read);
         match self.vol.read(ino.0, offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(errno("read", ino.0, &e)),
+            Ok(data) => {
+                self.vol.metrics().kernel_read(data.len() as u64);
+                reply.data(&data)
+            }
+            Err(e) => failed(&mut t, reply).error(errno("read", ino.0, &e)),
         }
     }
 
@@ -586,17 +609,21 @@ impl Filesystem for CairnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let mut t = self.vol.metrics().start(Op::Write);
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             if let Err(e) = self.kill_suid(ino.0) {
-                return reply.error(errno("write", ino.0, &e));
+                return failed(&mut t, reply).error(errno("write", ino.0, &e));
             }
         }
         // With the writeback cache this is the kernel writing pages back;
         // it owns the file's times then (see `Volume::write_back`).
         let written = if self.writeback_cache { self.vol.write_back(ino.0, offset, data) } else { self.vol.write(ino.0, offset, data) };
         match written {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno("write", ino.0, &e)),
+            Ok(n) => {
+                self.vol.metrics().kernel_wrote(u64::from(n));
+                reply.written(n)
+            }
+            Err(e) => failed(&mut t, reply).error(errno("write", ino.0, &e)),
         }
     }
 
@@ -628,6 +655,7 @@ impl Filesystem for CairnFs {
         flush: bool,
         reply: ReplyEmpty,
     ) {
+        let mut t = self.vol.metrics().start(Op::Release);
         if flush {
             if let Err(e) = self.vol.flush_file(ino.0) {
                 // The handle must still be dropped; the error is logged.
@@ -636,7 +664,7 @@ impl Filesystem for CairnFs {
         }
         match self.vol.release(ino.0) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("release", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("release", ino.0, &e)),
         }
     }
 
@@ -648,13 +676,15 @@ impl Filesystem for CairnFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let mut t = self.vol.metrics().start(Op::Fsync);
         match self.vol.fsync(ino.0, datasync) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("fsync", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("fsync", ino.0, &e)),
         }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let mut t = self.vol.metrics().start(Op::Opendir);
         match self.take_listing(ino.0) {
             Ok(listing) => {
                 let fh = self.new_fh(false);
@@ -667,7 +697,7 @@ impl Filesystem for CairnFs {
                 );
                 reply.opened(fh, FopenFlags::empty());
             }
-            Err(e) => reply.error(e),
+            Err(e) => failed(&mut t, reply).error(e),
         }
     }
 
@@ -679,9 +709,10 @@ impl Filesystem for CairnFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let mut t = self.vol.metrics().start(Op::Readdir);
         let listing = match self.listing(ino.0, fh, offset) {
             Ok(l) => l,
-            Err(e) => return reply.error(e),
+            Err(e) => return failed(&mut t, reply).error(e),
         };
         for pos in dir_window(listing.len(), offset) {
             let e = &listing[pos];
@@ -701,9 +732,10 @@ impl Filesystem for CairnFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let mut t = self.vol.metrics().start(Op::Readdirplus);
         let listing = match self.listing(ino.0, fh, offset) {
             Ok(l) => l,
-            Err(e) => return reply.error(e),
+            Err(e) => return failed(&mut t, reply).error(e),
         };
         let mut added = 0usize;
         for pos in dir_window(listing.len(), offset) {
@@ -716,7 +748,7 @@ impl Filesystem for CairnFs {
                     // Removed since the listing was taken: leave it out.
                     Err(err) if err.errno() == libc::ENOENT => continue,
                     Err(err) if added == 0 => {
-                        return reply.error(errno("readdirplus", e.ino, &err))
+                        return failed(&mut t, reply).error(errno("readdirplus", e.ino, &err))
                     }
                     // Send what we have; the next call resumes here and reports it.
                     Err(_) => break,
@@ -739,6 +771,7 @@ impl Filesystem for CairnFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _t = self.vol.metrics().start(Op::Releasedir);
         self.dirs.remove(&fh.0);
         reply.ok();
     }
@@ -751,17 +784,19 @@ impl Filesystem for CairnFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let mut t = self.vol.metrics().start(Op::Fsyncdir);
         // fsync(dirfd) after creating or renaming entries is how careful
         // programs make a name durable. `Volume::fsync` on the directory makes
         // the namespace durable (a metadata sync); `Volume::sync` would flush
         // and upload every dirty file of the volume, far too heavy for this.
         match self.vol.fsync(ino.0, datasync) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("fsyncdir", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("fsyncdir", ino.0, &e)),
         }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let mut t = self.vol.metrics().start(Op::Statfs);
         match self.vol.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks,
@@ -773,7 +808,7 @@ impl Filesystem for CairnFs {
                 s.name_max,
                 s.block_size,
             ),
-            Err(e) => reply.error(errno("statfs", 0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("statfs", 0, &e)),
         }
     }
 
@@ -787,57 +822,62 @@ impl Filesystem for CairnFs {
         position: u32,
         reply: ReplyEmpty,
     ) {
+        let mut t = self.vol.metrics().start(Op::Setxattr);
         if position != 0 {
             // Resource-fork offsets exist on macOS only.
-            return reply.error(Errno::EINVAL);
+            return failed(&mut t, reply).error(Errno::EINVAL);
         }
         let flags = match xattr_flags(flags) {
             Ok(f) => f,
-            Err(e) => return reply.error(e),
+            Err(e) => return failed(&mut t, reply).error(e),
         };
         match self.vol.setxattr(ino.0, bytes(name), value, flags) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("setxattr", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("setxattr", ino.0, &e)),
         }
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let mut t = self.vol.metrics().start(Op::Getxattr);
         let value = match self.vol.getxattr(ino.0, bytes(name)) {
             Ok(v) => v,
-            Err(e) => return reply.error(errno("getxattr", ino.0, &e)),
+            Err(e) => return failed(&mut t, reply).error(errno("getxattr", ino.0, &e)),
         };
         match xattr_answer(size, &value) {
             XattrAnswer::Size(n) => reply.size(n),
             XattrAnswer::Data(d) => reply.data(d),
-            XattrAnswer::Error(e) => reply.error(e),
+            XattrAnswer::Error(e) => failed(&mut t, reply).error(e),
         }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let mut t = self.vol.metrics().start(Op::Listxattr);
         let list = match self.vol.listxattr(ino.0) {
             Ok(names) => xattr_list(&names),
-            Err(e) => return reply.error(errno("listxattr", ino.0, &e)),
+            Err(e) => return failed(&mut t, reply).error(errno("listxattr", ino.0, &e)),
         };
         match xattr_answer(size, &list) {
             XattrAnswer::Size(n) => reply.size(n),
             XattrAnswer::Data(d) => reply.data(d),
-            XattrAnswer::Error(e) => reply.error(e),
+            XattrAnswer::Error(e) => failed(&mut t, reply).error(e),
         }
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut t = self.vol.metrics().start(Op::Removexattr);
         match self.vol.removexattr(ino.0, bytes(name)) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("removexattr", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("removexattr", ino.0, &e)),
         }
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let mut t = self.vol.metrics().start(Op::Access);
         // With default_permissions the kernel checks modes itself and does
         // not normally send ACCESS; if it does, the inode just has to exist.
         match self.vol.getattr(ino.0) {
             Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno("access", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("access", ino.0, &e)),
         }
     }
 
@@ -851,9 +891,10 @@ impl Filesystem for CairnFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let mut t = self.vol.metrics().start(Op::Create);
         let attr = match self.make_node("create", req, parent, name, mode, umask, 0) {
             Ok(a) => a,
-            Err(e) => return reply.error(e),
+            Err(e) => return failed(&mut t, reply).error(e),
         };
         match self.vol.open(attr.ino) {
             Ok(_) => reply.created(
@@ -863,7 +904,7 @@ impl Filesystem for CairnFs {
                 self.new_fh(writable(flags)),
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
-            Err(e) => reply.error(errno("create(open)", attr.ino, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("create(open)", attr.ino, &e)),
         }
     }
 
@@ -877,9 +918,10 @@ impl Filesystem for CairnFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let mut t = self.vol.metrics().start(Op::Fallocate);
         match self.vol.fallocate(ino.0, offset, length, mode) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("fallocate", ino.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("fallocate", ino.0, &e)),
         }
     }
 
@@ -894,14 +936,15 @@ impl Filesystem for CairnFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
+        let mut t = self.vol.metrics().start(Op::Ioctl);
         // Anything but Cairn's own answers ENOTTY, which is also what
         // isatty(3) expects (stdio and Python ask it of every file they open).
         match self.cairn_ioctl(req, ino.0, fh, cmd, in_data) {
             Ok(out) if out.len() <= out_size as usize => reply.ioctl(0, &out),
-            Ok(_) => reply.error(Errno::EINVAL),
+            Ok(_) => failed(&mut t, reply).error(Errno::EINVAL),
             Err(e) => {
                 debug!(cmd, "ioctl refused: {e:?}");
-                reply.error(e)
+                failed(&mut t, reply).error(e)
             }
         }
     }
@@ -919,6 +962,7 @@ impl Filesystem for CairnFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let mut t = self.vol.metrics().start(Op::CopyFileRange);
         // A clone: the destination range shares the source's extents. The
         // reply counts in 32 bits, so it reports at most 4 GiB - 4 KiB and
         // callers loop; the engine still clones all it was asked (a whole
@@ -926,7 +970,7 @@ impl Filesystem for CairnFs {
         // already identical. The kernel drops its cached pages of the target.
         match self.vol.clone_range(ino_in.0, offset_in, ino_out.0, offset_out, len) {
             Ok(n) => reply.written(n.min(u32::MAX as u64 & !4095) as u32),
-            Err(e) => reply.error(errno("copy_file_range", ino_out.0, &e)),
+            Err(e) => failed(&mut t, reply).error(errno("copy_file_range", ino_out.0, &e)),
         }
     }
 
@@ -939,23 +983,24 @@ impl Filesystem for CairnFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let mut t = self.vol.metrics().start(Op::Lseek);
         // The kernel answers SEEK_SET/CUR/END itself and only forwards these two.
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
-            return reply.error(Errno::EINVAL);
+            return failed(&mut t, reply).error(Errno::EINVAL);
         }
         let Ok(offset) = u64::try_from(offset) else {
             // As ext4 and XFS: a negative offset has no data or hole after it.
-            return reply.error(Errno::ENXIO);
+            return failed(&mut t, reply).error(Errno::ENXIO);
         };
         match self.vol.lseek(ino.0, offset, whence) {
             Ok(pos) => match i64::try_from(pos) {
                 Ok(pos) => reply.offset(pos),
-                Err(_) => reply.error(Errno::EOVERFLOW),
+                Err(_) => failed(&mut t, reply).error(Errno::EOVERFLOW),
             },
             // The engine has no ENXIO kind: it reports "no data (or hole) at
             // or after this offset" as a range error.
-            Err(e) if e.kind() == ErrorKind::Range => reply.error(Errno::ENXIO),
-            Err(e) => reply.error(errno("lseek", ino.0, &e)),
+            Err(e) if e.kind() == ErrorKind::Range => failed(&mut t, reply).error(Errno::ENXIO),
+            Err(e) => failed(&mut t, reply).error(errno("lseek", ino.0, &e)),
         }
     }
 }

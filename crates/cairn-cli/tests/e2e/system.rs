@@ -304,3 +304,105 @@ fn cairn_status_lists_a_local_and_a_bucket_mount() {
     m2.umount();
     assert!(status_of(&[&c.env.mnt]).is_empty());
 }
+
+/// One HTTP GET to `addr` (`host:port`): the status code and the body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer: {raw:?}"));
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("status line: {head}"));
+    (code, body.to_string())
+}
+
+/// The value of the sample `series` (name with its labels, as printed).
+fn sample(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .map(|v| v.trim().parse::<f64>().unwrap_or_else(|e| panic!("{series}: {v}: {e}")) as u64)
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{text}"))
+}
+
+/// `cairn mount --metrics`, given as `-o metrics=127.0.0.1:0` through the
+/// mount(8) helper: scraped during a write, the counters grow with every
+/// fsync'd step; at the end they agree with `cairn stats` (bytes written,
+/// chunks, packs, stored bytes); other paths answer 404. `cairn top` shows
+/// the write as rates, reading the same counters over the control socket.
+#[test]
+fn metrics_scraped_during_a_write_agree_with_stats() {
+    let _serial = serial();
+    let env = Env::new("metrics");
+    let _helpers = Helpers::install();
+    let _unmount = Unmounter(&env.mnt);
+    let out = run(Command::new("mount").arg("-t").arg("fuse.cairn").arg(&env.vol).arg(&env.mnt).arg("-o").arg("metrics=127.0.0.1:0,_netdev"));
+    assert!(out.ok(), "{out}");
+    let rows = status_of(&[&env.mnt]);
+    let addr = rows[0]["metrics"].as_str().unwrap_or_else(|| panic!("no metrics address in status: {rows:#?}")).to_string();
+
+    let (code, body) = http_get(&addr, "/nope");
+    assert_eq!(code, 404, "{body}");
+    let (code, first) = http_get(&addr, "/metrics");
+    assert_eq!(code, 200, "{first}");
+    assert!(first.contains("# TYPE cairn_fuse_request_duration_seconds histogram"), "{first}");
+
+    let step = 8u64 << 20;
+    let mut f = fs::File::create(env.mnt.join("big")).unwrap();
+    let (mut written, mut writes) = (sample(&first, "cairn_kernel_written_bytes_total"), sample(&first, "cairn_fuse_requests_total{op=\"write\"}"));
+    for i in 0..4 {
+        write_stream(&mut f, 100 + i, step).unwrap();
+        f.sync_all().unwrap();
+        let (code, text) = http_get(&addr, "/metrics");
+        assert_eq!(code, 200);
+        let (w, n) = (sample(&text, "cairn_kernel_written_bytes_total"), sample(&text, "cairn_fuse_requests_total{op=\"write\"}"));
+        assert!(w >= written + step && n > writes, "step {i}: written {written} -> {w}, write requests {writes} -> {n}");
+        (written, writes) = (w, n);
+    }
+    drop(f);
+
+    // `cairn top` while a writer keeps writing: two refreshes with rates.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, path) = (stop.clone(), env.mnt.join("more"));
+        std::thread::spawn(move || {
+            let mut f = fs::File::create(path).unwrap();
+            let mut seed = 200;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                write_stream(&mut f, seed, 1 << 20).unwrap();
+                f.sync_all().unwrap();
+                seed += 1;
+            }
+            (seed - 200) << 20
+        })
+    };
+    let top = cairn_ok([OsStr::new("top"), env.mnt.as_os_str(), OsStr::new("--count"), OsStr::new("2"), OsStr::new("--interval"), OsStr::new("1")]).stdout;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let more = writer.join().unwrap();
+    assert_eq!(top.matches("cairn top ").count(), 2, "{top}");
+    let kernel_write: Vec<&str> = top.lines().filter(|l| l.trim_start().starts_with("kernel write")).collect();
+    assert_eq!(kernel_write.len(), 2, "{top}");
+    assert!(kernel_write.iter().any(|l| !l.trim_end().ends_with(" 0 B/s")), "no write rate while writing:\n{top}");
+    for k in ["fuse ops", "chunked", "stored", "journal", "upload queue", "op write"] {
+        assert!(top.contains(k), "top lacks {k}:\n{top}");
+    }
+
+    // `cairn stats` flushes everything; then both count the same things.
+    let stats: serde_json::Value = serde_json::from_str(&cairn_ok([OsStr::new("stats"), env.vol.as_os_str(), OsStr::new("--json")]).stdout).unwrap();
+    let (_, text) = http_get(&addr, "/metrics");
+    let total = 4 * step + more;
+    assert_eq!(stats["data_bytes"].as_u64(), Some(total), "{stats}");
+    assert_eq!(sample(&text, "cairn_kernel_written_bytes_total"), total, "every byte written reached the daemon once");
+    assert!(sample(&text, "cairn_chunked_bytes_total") >= total);
+    let chunks = stats["chunks"].as_u64().unwrap() + stats["dead_chunks"].as_u64().unwrap();
+    assert_eq!(sample(&text, "cairn_chunks_written_total"), chunks, "{stats}");
+    assert_eq!(sample(&text, "cairn_packs_written_total"), stats["packs"].as_u64().unwrap(), "{stats}");
+    assert_eq!(sample(&text, "cairn_stored_bytes_total"), stats["stored_bytes"].as_u64().unwrap(), "{stats}");
+    let writes = sample(&text, "cairn_fuse_requests_total{op=\"write\"}");
+    assert_eq!(sample(&text, "cairn_fuse_request_duration_seconds_bucket{le=\"+Inf\",op=\"write\"}"), writes, "{text}");
+
+    let out = run(Command::new("umount").arg(&env.mnt));
+    assert!(out.ok(), "{out}");
+    assert!(std::net::TcpStream::connect(&addr).is_err(), "the metrics endpoint outlived the mount");
+}

@@ -291,6 +291,7 @@ impl Volume {
             }
             Ok(ino)
         })?;
+        batch.account();
         tracing::debug!(members = report.members, header_chunks = blocks.len(), ?walked, ?stored, total = ?t0.elapsed(), "archive created");
         for i in freed_later {
             self.last_name_gone(i)?;

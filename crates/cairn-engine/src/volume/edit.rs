@@ -215,6 +215,9 @@ impl Volume {
             meta::apply_ref_deltas(tx, &deltas)?;
             meta::update_content(tx, ino, size, data_bytes, now, now, jseq)
         })?;
+        if let Some(b) = batch {
+            b.account();
+        }
         g.base = map;
         g.base_valid = size;
         g.size = size;

@@ -176,6 +176,20 @@ impl<'a> Batch<'a> {
         Ok(())
     }
 
+    /// Adds what this batch stored to the volume's metrics, once the
+    /// transaction naming its chunks has committed.
+    pub(crate) fn account(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = &self.vol.metrics;
+        m.chunked.fetch_add(self.chunked_bytes, Relaxed);
+        m.deduplicated.fetch_add(self.chunked_bytes.saturating_sub(self.new_bytes), Relaxed);
+        m.new_chunk_bytes.fetch_add(self.new_bytes, Relaxed);
+        m.compressed.fetch_add(self.new_chunks.iter().map(|(_, _, e)| e.stored_len as u64).sum(), Relaxed);
+        m.stored.fetch_add(self.sealed.iter().map(|p| p.size).sum(), Relaxed);
+        m.new_chunks.fetch_add(self.new_chunks.len() as u64, Relaxed);
+        m.packs.fetch_add(self.sealed.len() as u64, Relaxed);
+    }
+
     /// Waits for every upload; the packs are durable when this returns Ok.
     pub(crate) fn finish_uploads(&mut self) -> Result<()> {
         let mut first_err = None;
@@ -307,6 +321,8 @@ impl Volume {
             batch.seal()?;
             batch.finish_uploads()?;
             self.commit(&batch, &mut prepared)?;
+            batch.account();
+            self.metrics.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             report = FlushReport { files: prepared.len(), chunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, packs: batch.sealed.len(), patches: batch.patches };
             for p in prepared {
                 let mut g = p.st.inner.lock();

@@ -160,6 +160,9 @@ pub struct Volume {
     pub(crate) io: Option<crate::cache::IoWindows>,
     /// Background failures not yet followed by a success (`status`).
     pub(crate) problems: crate::health::Problems,
+    /// Counters for monitoring (`metrics_snapshot`).
+    pub(crate) metrics: crate::metrics::Metrics,
+    opened: std::time::Instant,
     _lock: Option<File>,
 }
 
@@ -418,6 +421,8 @@ impl Volume {
             trace,
             io,
             problems: Default::default(),
+            metrics: crate::metrics::Metrics::new(),
+            opened: std::time::Instant::now(),
             _lock: lock,
         });
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
@@ -582,6 +587,41 @@ impl Volume {
             upload_queue_objects: queue_objects,
             dirty_bytes: journal_bytes + queue_bytes,
         }
+    }
+
+    /// The counters the FUSE adapter adds to (requests, kernel bytes).
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// Every counter and gauge of this volume now (`cairn top`, the
+    /// Prometheus endpoint).
+    pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+        let mut s = self.metrics.snapshot();
+        s.uptime_secs = self.opened.elapsed().as_secs_f64();
+        s.journal_bytes = self.journal.bytes();
+        s.journal_limit = self.opts.journal_limit;
+        s.flush_queue_files = self.dirty_files();
+        if let Some(c) = &self.cloud {
+            let cs = c.cache.stats();
+            s.pack_cache_hits = cs.hits;
+            s.pack_cache_misses = cs.misses;
+            s.pack_cache_fetched_bytes = cs.bytes_fetched;
+            s.pack_cache_evictions = cs.evictions;
+            s.upload_queue_objects = cs.dirty_objects;
+            s.upload_queue_bytes = cs.dirty_bytes;
+            if let Some(m) = &c.meter {
+                let life = m.lifetime();
+                s.backend = cairn_backend::RequestKind::ALL
+                    .into_iter()
+                    .map(|k| {
+                        let t = life.total(k);
+                        crate::metrics::BackendStat { kind: k.name().to_string(), requests: t.requests, bytes: t.bytes, errors: m.errors(k) }
+                    })
+                    .collect();
+            }
+        }
+        s
     }
 
     /// Files with changes the flusher has not committed yet.
@@ -751,8 +791,10 @@ impl Volume {
     /// decompressed and verified. Corruption is an error naming the pack.
     pub(crate) fn chunk(&self, id: u64) -> Result<Arc<Vec<u8>>> {
         if let Some(c) = self.cache.get(id) {
+            self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(c);
         }
+        self.metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
         // The bill: a read miss, unless gc or prefetch asked.
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
         let (name, entry) = self.chunk_location(id)?;
