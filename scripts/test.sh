@@ -34,6 +34,9 @@ fi
 # An S3-compatible server for the S3 backend's tests: moto on loopback,
 # stopped by PID when this script exits.
 command -v moto_server >/dev/null || python3 -m pip install -q 'moto[server]'
+# The Debian package test builds the .deb with cargo-deb.
+command -v cargo-deb >/dev/null || cargo install --quiet cargo-deb --locked
+command -v cargo-deb >/dev/null || { echo "test.sh: cargo-deb is missing after cargo install cargo-deb (is ~/.cargo/bin on PATH?)" >&2; exit 1; }
 command -v moto_server >/dev/null || { echo "test.sh: moto_server is missing after pip install 'moto[server]'" >&2; exit 1; }
 S3_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 S3_LOG=$(mktemp)

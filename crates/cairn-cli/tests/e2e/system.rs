@@ -406,3 +406,100 @@ fn metrics_scraped_during_a_write_agree_with_stats() {
     assert!(out.ok(), "{out}");
     assert!(std::net::TcpStream::connect(&addr).is_err(), "the metrics endpoint outlived the mount");
 }
+
+/// Removes the test's package again however the test ends.
+struct Installed;
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let out = run(Command::new("dpkg").arg("-r").arg("cairn"));
+        if !out.ok() {
+            eprintln!("dpkg -r cairn: {out}");
+        }
+    }
+}
+
+/// scripts/deb.sh packages the release build; the .deb holds the binary,
+/// the mount(8) helper links, libcairn.so and cairn.h, man pages,
+/// completions and the examples, and depends on fuse3. Installed with
+/// dpkg -i, `mount -t fuse.cairn` works from the installed files alone
+/// (/sbin helper, /usr/bin/cairn), plain umount flushes, the data is
+/// byte-exact after a remount, `man cairn-mount` renders; dpkg -r removes
+/// it all.
+#[test]
+fn the_debian_package_installs_and_mounts() {
+    let _serial = serial();
+    for tool in ["cargo-deb", "dpkg-deb", "dpkg", "man", "gzip"] {
+        assert!(have(tool), "{tool} is missing (scripts/test.sh installs what this test needs: cargo install cargo-deb --locked; apt-get install man-db)");
+    }
+    // The package is made from the binary under test.
+    let release = Path::new(CAIRN).parent().unwrap();
+    assert!(release.ends_with("release"), "the package test needs the release build (cargo test --release): {CAIRN}");
+    assert!(release.join("libcairn.so").exists(), "{} is missing: cargo build --release -p cairn-client (scripts/test.sh builds the workspace)", release.join("libcairn.so").display());
+    assert!(!run(Command::new("dpkg").arg("-s").arg("cairn")).ok(), "a cairn package is installed on this machine already; this test installs and removes its own");
+    let env = Env::bare("deb");
+    let out_dir = env.path("deb");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/deb.sh");
+    let out = run(Command::new(&script).arg("--no-build").arg("--output").arg(&out_dir).env("CARGO_TARGET_DIR", release.parent().unwrap()));
+    assert!(out.ok(), "{out}");
+    let deb = fs::read_dir(&out_dir).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "deb")).unwrap_or_else(|| panic!("no .deb in {}: {out}", out_dir.display()));
+
+    let list = run(Command::new("dpkg-deb").arg("-c").arg(&deb));
+    assert!(list.ok(), "{list}");
+    for want in [
+        "./usr/bin/cairn",
+        "./sbin/mount.fuse.cairn -> /usr/bin/cairn",
+        "./sbin/umount.fuse.cairn -> /usr/bin/cairn",
+        "./sbin/mount.cairn -> /usr/bin/cairn",
+        "./usr/lib/libcairn.so",
+        "./usr/include/cairn.h",
+        "./usr/share/man/man1/cairn.1.gz",
+        "./usr/share/man/man1/cairn-mount.1.gz",
+        "./usr/share/man/man1/cairn-status.1.gz",
+        "./usr/share/man/man7/cairn.7.gz",
+        "./usr/share/bash-completion/completions/cairn",
+        "./usr/share/zsh/vendor-completions/_cairn",
+        "./usr/share/fish/vendor_completions.d/cairn.fish",
+        "./usr/share/doc/cairn/examples/mnt-cairn.mount",
+        "./usr/share/doc/cairn/examples/fstab.example",
+    ] {
+        assert!(list.stdout.lines().any(|l| l.ends_with(want)), "{} lacks {want}:\n{}", deb.display(), list.stdout);
+    }
+    let depends = run(Command::new("dpkg-deb").arg("-f").arg(&deb).arg("Depends"));
+    assert!(depends.stdout.contains("fuse3"), "{depends}");
+
+    let out = run(Command::new("dpkg").arg("-i").arg(&deb));
+    let _installed = Installed;
+    assert!(out.ok(), "{out}");
+    // Only installed files from here on: /usr/bin/cairn and the /sbin helpers.
+    let installed = |args: &[&OsStr]| run(Command::new("/usr/bin/cairn").args(args));
+    let out = installed(&[OsStr::new("init"), env.vol.as_os_str()]);
+    assert!(out.ok(), "{out}");
+    let _unmount = Unmounter(&env.mnt);
+    let mount = || run(Command::new("mount").arg("-t").arg("fuse.cairn").arg(&env.vol).arg(&env.mnt).arg("-o").arg("_netdev"));
+    let out = mount();
+    assert!(out.ok(), "{out}");
+    let pid = helper_daemon(&env.vol).expect("the daemon of the installed helper");
+    assert_eq!(fs::read_link(format!("/proc/{pid}/exe")).unwrap(), Path::new("/usr/bin/cairn"));
+    let len = 6 << 20;
+    write_random_file(&env.mnt.join("f"), 7, len);
+    let out = run(Command::new("umount").arg(&env.mnt));
+    assert!(out.ok(), "{out}");
+    assert!(wait_dead(pid, Duration::from_millis(500)), "daemon {pid} still running when umount returned");
+    let out = mount();
+    assert!(out.ok(), "remount: {out}");
+    check_stream(&env.mnt.join("f"), 7, len, true).unwrap();
+    let out = run(Command::new("umount").arg(&env.mnt));
+    assert!(out.ok(), "{out}");
+
+    let page = run(Command::new("man").arg("cairn-mount").env("MANWIDTH", "100").env("MANPAGER", "cat").env("PAGER", "cat"));
+    assert!(page.ok(), "{page}");
+    assert!(plain(&page.stdout).contains("fuse.cairn") && plain(&page.stdout).contains("--metrics"), "{}", plain(&page.stdout));
+    let page = run(Command::new("man").arg("7").arg("cairn").env("MANPAGER", "cat"));
+    assert!(page.ok() && plain(&page.stdout).contains("snapshot"), "{page}");
+
+    drop(_installed);
+    for gone in ["/usr/bin/cairn", "/sbin/mount.fuse.cairn", "/usr/lib/libcairn.so", "/usr/share/man/man1/cairn-mount.1.gz"] {
+        assert!(fs::symlink_metadata(gone).is_err(), "{gone} is still there after dpkg -r");
+    }
+}
