@@ -216,12 +216,12 @@ pub fn top(sock: &Path, what: &str, interval: Duration, count: Option<u64>) -> R
         bail!("--interval must be above 0");
     }
     let tty = std::io::stdout().is_terminal();
-    let mut prev = snapshot_of(&sock)?;
+    let mut prev = snapshot_of(sock)?;
     let mut at = Instant::now();
     let mut shown = 0;
     while count.is_none_or(|c| shown < c) {
         std::thread::sleep(interval);
-        let now = snapshot_of(&sock)?;
+        let now = snapshot_of(sock)?;
         let secs = at.elapsed().as_secs_f64();
         at = Instant::now();
         let rows = rates(&prev, &now, secs);
@@ -234,14 +234,8 @@ pub fn top(sock: &Path, what: &str, interval: Duration, count: Option<u64>) -> R
             out.push_str(&format!("  {k:<18} {v:>18}\n"));
         }
         // The busiest operations of the interval.
-        let mut ops: Vec<(&str, u64, f64)> = now
-            .ops
-            .iter()
-            .zip(&prev.ops)
-            .map(|(b, a)| (b.op.as_str(), b.count.saturating_sub(a.count), b.seconds - a.seconds))
-            .filter(|(_, n, _)| *n > 0)
-            .collect();
-        ops.sort_by(|x, y| y.1.cmp(&x.1));
+        let mut ops: Vec<(&str, u64, f64)> = now.ops.iter().zip(&prev.ops).map(|(b, a)| (b.op.as_str(), b.count.saturating_sub(a.count), b.seconds - a.seconds)).filter(|(_, n, _)| *n > 0).collect();
+        ops.sort_by_key(|o| std::cmp::Reverse(o.1));
         for (op, n, secs_in) in ops.iter().take(6) {
             out.push_str(&format!("  op {op:<15} {:>12.0}/s {:>9.0}µs avg\n", *n as f64 / secs, secs_in / *n as f64 * 1e6));
         }

@@ -73,13 +73,18 @@ pub fn alive(pid: i32) -> bool {
     !matches!(state, None | Some('Z') | Some('X'))
 }
 
-/// Every readable entry, live or stale.
+/// Every readable entry, live or stale. Only files of root or of the
+/// caller count: another user could have made a /tmp fallback directory.
 pub fn read_all() -> Vec<Entry> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
     let mut out = Vec::new();
     for d in dirs() {
         let Ok(rd) = std::fs::read_dir(&d) else { continue };
         for f in rd.flatten() {
-            if f.path().extension().is_some_and(|e| e == "json") {
+            let trusted = f.metadata().is_ok_and(|m| m.uid() == 0 || m.uid() == me);
+            if trusted && f.path().extension().is_some_and(|e| e == "json") {
                 if let Some(e) = std::fs::read(f.path()).ok().and_then(|b| serde_json::from_slice::<Entry>(&b).ok()) {
                     out.push(e);
                 }

@@ -565,9 +565,13 @@ impl Volume {
         let mut problems: Vec<crate::health::Problem> = [&self.problems.flush, &self.problems.metadata, &self.problems.lease].iter().filter_map(|s| s.get()).collect();
         let (mut queue_bytes, mut queue_objects) = (0, 0);
         if let Some(c) = &self.cloud {
-            problems.extend(c.cache.upload_problem());
             let s = c.cache.stats();
             (queue_bytes, queue_objects) = (s.dirty_bytes, s.dirty_objects);
+            // A failed upload whose pack left the queue otherwise (gc
+            // deleted it) is no problem any more.
+            if queue_objects > 0 {
+                problems.extend(c.cache.upload_problem());
+            }
         }
         problems.sort_by_key(|p| p.since);
         let lost = self.cloud.as_ref().is_some_and(|c| c.lost.load(Ordering::SeqCst));
