@@ -239,3 +239,35 @@ fn end_of_medium_is_no_space_and_keeps_earlier_data() {
     let s = reopen(&dir).unwrap();
     assert_eq!(s.get("kept").unwrap(), bytes(1, 500_000));
 }
+
+/// The catalog overwritten with garbage: opening says the catalog is
+/// damaged and to run recover; recover brings every object back.
+#[test]
+fn a_garbage_catalog_is_refused_then_recovered() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let s = create(&dir, small_params());
+    let objs: Vec<(String, Vec<u8>)> = (0..5).map(|i| (format!("packs/0{i}/x"), bytes(40 + i, 20_000 + 5_000 * i as usize))).collect();
+    for (n, d) in &objs {
+        s.put(n, d).unwrap();
+    }
+    s.sync().unwrap();
+    drop(s);
+    // The catalog is the last record before the final filemark: overwrite
+    // the payload of the records between the last two filemarks.
+    let eod = EmuDrive::open(&dir, Clock::virtual_clock()).unwrap().end_of_data();
+    let slot = 8 + small_params().block_size as u64;
+    let f = std::fs::OpenOptions::new().write(true).open(dir.join("tape.img")).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &vec![0x5a; 3000], (eod - 2) * slot + 8 + 100).unwrap();
+    drop(f);
+    let e = reopen(&dir).err().expect("a garbage catalog must be refused");
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.to_string().contains("catalog") && e.to_string().contains("recover"), "{e}");
+    let (r, dev) = store::recover(Box::new(EmuDrive::open(&dir, Clock::virtual_clock()).unwrap()), None, &mut |_, _| {}).unwrap();
+    assert_eq!(r.recovered.len(), 5, "{r:?}");
+    assert!(r.incomplete.is_empty());
+    let s = TapeStore::open(dev, opts(), None, false).unwrap();
+    for (n, d) in &objs {
+        assert_eq!(&s.get(n).unwrap(), d);
+    }
+}
