@@ -410,6 +410,11 @@ fn memory_prefix(st: &State, name: &str, off: u64, end: u64) -> Vec<u8> {
     out
 }
 
+/// Object bytes one block carries (the block less its header).
+fn payload_per_block(label: &Label) -> u64 {
+    (label.block_size as usize - layout::HEADER_LEN) as u64
+}
+
 /// `len` stretched so that a read of `[from, from+len)` of object `e` ends
 /// at the end of a block (or of the object): the next read then starts at
 /// the next block, where the tape already is, instead of locating back
@@ -433,7 +438,7 @@ fn sub_extent(e: &Extent, a: u64, b: u64, cap: u64) -> Option<Extent> {
 
 /// Reads bytes `[off, off+len)` of an object (offsets past its head).
 fn read_range(dev: &mut dyn TapeDevice, label: &Label, e: &IndexEntry, off: u64, len: u64) -> layout::Result<Vec<u8>> {
-    let cap = (label.block_size as usize - layout::HEADER_LEN) as u64;
+    let cap = payload_per_block(label);
     let (a, b) = (e.head + off, e.head + off + len);
     let mut subs: Vec<Extent> = e.extents.iter().filter_map(|x| sub_extent(x, a, b, cap)).collect();
     subs.sort_by_key(|x| x.start);
@@ -568,7 +573,7 @@ fn stream_ahead(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tap
         return false;
     }
     let (name, off) = (s.name.clone(), s.next);
-    let cap = (label.block_size as usize - layout::HEADER_LEN) as u64;
+    let cap = payload_per_block(label);
     let len = to_block_end(&e, off, READ_STEP.min(e.size - off), cap);
     match MutexGuard::unlocked(st, || read_range(dev, label, &e, off, len)) {
         Ok(bytes) => {
@@ -598,7 +603,7 @@ fn keep_read(inner: &Inner, st: &mut State, name: &str, off: u64, bytes: Vec<u8>
 /// Serves a batch in order of tape position, each read taking at least one
 /// read step so the reader's next request finds its data in memory.
 fn serve_batch(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn TapeDevice, label: &Label, mut batch: Vec<Arc<ReadReq>>) {
-    let cap = (label.block_size as usize - layout::HEADER_LEN) as u64;
+    let cap = payload_per_block(label);
     let pos = |st: &State, r: &ReadReq| {
         st.index.objects.get(&r.name).and_then(|e| e.extents.iter().find_map(|x| sub_extent(x, e.head + r.off, e.head + r.off + 1, cap)).map(|x| x.start)).unwrap_or(u64::MAX)
     };
@@ -794,7 +799,7 @@ pub fn recover(mut dev: Box<dyn TapeDevice>, expect: Option<VolumeId>, progress:
     };
     let known: HashMap<u64, String> = index.objects.iter().map(|(n, e)| (e.id, n.clone())).collect();
     let total = report.objects.len() as u64;
-    let cap = (label.block_size as usize - layout::HEADER_LEN) as u64;
+    let cap = payload_per_block(&label);
     let mut done = 0;
     let mut objects: Vec<&layout::ScannedObject> = report.objects.values().collect();
     objects.sort_by_key(|o| o.extents.first().map_or(u64::MAX, |e| e.start));
