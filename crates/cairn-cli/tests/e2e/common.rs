@@ -114,6 +114,24 @@ pub fn python(script: &str, args: &[&OsStr], as_ids: Option<(u32, u32)>) -> Out 
     run(&mut cmd)
 }
 
+/// Panics naming the first ancestor of `path` that another user cannot
+/// search (no `o+x`): a test that acts as `nobody` inside a mount needs every
+/// directory above the mountpoint open to it, or each of its calls fails
+/// with EACCES before reaching the file system under test.
+pub fn assert_others_can_reach(path: &Path) {
+    for dir in path.ancestors().skip(1) {
+        let mode = fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0);
+        assert!(
+            mode & 0o001 != 0,
+            "{} has mode {:o}: other users cannot reach {} through it, so the test cannot run as nobody. \
+             Run the tests from a checkout whose parent directories are searchable (chmod o+x).",
+            dir.display(),
+            mode & 0o7777,
+            path.display()
+        );
+    }
+}
+
 // ----------------------------------------------------------------- volumes
 
 fn base_dir() -> PathBuf {

@@ -61,6 +61,7 @@ fn unprivileged_user_gets_exact_errnos() {
     let m = env.mount();
     let mnt = m.path();
     fs::set_permissions(mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    assert_others_can_reach(mnt);
     let mk = |rel: &str, mode: u32, content: Option<&[u8]>| {
         let p = mnt.join(rel);
         match content {
@@ -153,6 +154,7 @@ fn setuid_and_setgid_bits_are_cleared_like_linux_does() {
     let _serial = serial();
     let env = Env::new("killpriv");
     let m = env.mount();
+    assert_others_can_reach(m.path());
     let mode = |n: &str| fs::metadata(m.join(n)).unwrap().mode() & 0o7777;
     let make = |n: &str, perm: u32| {
         fs::write(m.join(n), b"content\n").unwrap();
