@@ -222,6 +222,38 @@ pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &st
             return Ok(s);
         }
     };
+    if remote.capabilities().deferred_durability {
+        // A store that keeps a put only after a sync (a tape) may have lost
+        // its tail to a power cut: what this directory's database names is
+        // then not all there (docs/tape.md §2 "Crash").
+        match lost_tail(layout, remote, &state, top)? {
+            Tail::Intact => {}
+            Tail::VersionsLost => {
+                // Every pack is there, only versions published after the
+                // last sync were lost: this database is still whole. The
+                // next version is a base numbered after the store's top.
+                tracing::warn!(local = state.shipped, store = top, "{volume}: metadata versions after {top} were lost with the drive's buffer; this directory's state is kept and published again");
+                state.shipped = top;
+                state.dirty = true;
+                state.save(&layout.dir)?;
+                return Ok(state);
+            }
+            Tail::PacksLost(missing) => {
+                let aside = set_aside(layout)?;
+                tracing::warn!(
+                    "{volume}: {} packs this directory's metadata names are not on the store (lost with the drive's buffer, never synced), e.g. {}; \
+                     the store's latest state (version {top}) is mounted, and this directory's metadata and journal were moved to {}",
+                    missing.len(),
+                    missing[0],
+                    aside.display()
+                );
+                let mut s = LocalState::fresh();
+                rebuild_into(layout, remote, keys, &latest, &mut s)?;
+                s.save(&layout.dir)?;
+                return Ok(s);
+            }
+        }
+    }
     if top == state.shipped {
         return Ok(state);
     }
@@ -257,6 +289,55 @@ pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &st
     rebuild_into(layout, remote, keys, &latest, &mut state)?;
     state.save(&layout.dir)?;
     Ok(state)
+}
+
+/// What a store with deferred durability kept of what this directory
+/// wrote before it last closed or crashed.
+enum Tail {
+    Intact,
+    /// Every pack the database names is there; versions after the store's
+    /// top are not.
+    VersionsLost,
+    /// Packs the database names that the store does not have.
+    PacksLost(Vec<String>),
+}
+
+fn lost_tail(layout: &Layout, remote: &dyn Backend, state: &LocalState, top: u64) -> Result<Tail> {
+    let named: Vec<String> = {
+        let c = rusqlite::Connection::open_with_flags(layout.meta_db(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let mut q = c.prepare("SELECT name FROM packs")?;
+        let v = q.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+        v
+    };
+    // The store's listing is its in-memory index: no request per pack.
+    let present: std::collections::HashSet<String> = remote.list("packs/")?.into_iter().map(|o| o.name).collect();
+    let missing: Vec<String> = named.into_iter().filter(|n| !present.contains(n)).collect();
+    Ok(if !missing.is_empty() {
+        Tail::PacksLost(missing)
+    } else if top < state.shipped {
+        Tail::VersionsLost
+    } else {
+        Tail::Intact
+    })
+}
+
+/// Moves this directory's metadata, shipping state and journal into a new
+/// `lost-N/` beside them (kept for inspection, never read again), and
+/// returns it.
+fn set_aside(layout: &Layout) -> Result<PathBuf> {
+    let aside = (1u32..).map(|n| layout.dir.join(format!("lost-{n}"))).find(|p| !p.exists()).expect("a free name");
+    std::fs::create_dir(&aside).map_err(|e| Error::os(format_args!("creating {}", aside.display()), &e))?;
+    let db = layout.meta_db();
+    let db_name = db.file_name().expect("a file").to_string_lossy().to_string();
+    let mut moved: Vec<PathBuf> = vec![LocalState::path(&layout.dir), layout.journal()];
+    moved.extend(["", "-wal", "-shm", "-journal"].iter().map(|x| layout.dir.join(format!("{db_name}{x}"))));
+    for p in moved.into_iter().filter(|p| p.exists()) {
+        let to = aside.join(p.file_name().expect("a name"));
+        std::fs::rename(&p, &to).map_err(|e| Error::os(format_args!("moving {} to {}", p.display(), to.display()), &e))?;
+    }
+    std::fs::create_dir_all(layout.journal())?;
+    crate::fsutil::fsync_dir(&layout.dir)?;
+    Ok(aside)
 }
 
 fn rebuild_into(layout: &Layout, remote: &dyn Backend, keys: &Keys, chain: &[versions::VersionInfo], state: &mut LocalState) -> Result<()> {

@@ -122,3 +122,107 @@ fn fsynced_files_survive_a_crash_through_recover() {
     assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
     w.close().unwrap();
 }
+
+/// Names of the objects on the tape now (a store shared with the mounted
+/// volume in this process).
+fn objects_on_tape(url: &str) -> std::collections::HashSet<String> {
+    tape::open(url).unwrap().index().objects.into_keys().collect()
+}
+
+/// Cuts the tape at the first block of the first object `cut_at` picks
+/// among those not in `before` (what a power cut does to blocks still in
+/// the drive's buffer: everything from there on is gone, the catalog with
+/// it), then rebuilds the catalog as `cairn tape recover` does.
+fn cut_tail(url: &str, before: &std::collections::HashSet<String>, cut_at: impl Fn(&str) -> bool) {
+    let o = TapeOptions { virtual_clock: true, ..Default::default() };
+    let store = cairn_tape::store::TapeStore::open(tape::open_device(url, &o, None).unwrap(), StoreOptions::default(), None, false).unwrap();
+    let index = store.index();
+    let mut dev = store.into_device().unwrap();
+    let cut = index.objects.iter().filter(|(n, _)| !before.contains(*n) && cut_at(n)).flat_map(|(_, e)| e.extents.iter().map(|x| x.start)).min().expect("something to cut");
+    dev.locate(cut).unwrap();
+    dev.write_filemarks(1).unwrap();
+    drop(dev);
+    let (r, dev) = cairn_tape::store::recover(tape::open_device(url, &o, None).unwrap(), None, &mut |_, _| {}).unwrap();
+    drop(dev);
+    assert!(!r.had_catalog, "the cut took the catalog: {r:?}");
+}
+
+/// The power cut that takes the drive's buffer after the local metadata
+/// already names packs in it: remounting from the same directory must not
+/// give EIO for those files. The directory's state is set aside and the
+/// tape's latest version mounts: every fsync'd file is intact, the lost
+/// one is gone, and fsck is clean.
+#[test]
+fn a_power_cut_that_loses_packs_the_local_metadata_names_mounts_the_tapes_state() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    let dir = t.path().join("a");
+    init_tape(&dir, &url);
+    let v = mount(&dir, &url);
+    let synced = write_tree(&v, 6);
+    v.sync().unwrap();
+    let before = objects_on_tape(&url);
+    let lost = mkfile(&v, ROOT_INO, "lost", &random_bytes(77, 600_000));
+    v.fsync(lost, false).unwrap();
+    v.close().unwrap();
+    drop(v);
+    // Everything after the fsync'd tree is cut: the pack of "lost" first.
+    cut_tail(&url, &before, |_| true);
+
+    let w = Volume::load(&dir, opts()).unwrap();
+    check_tree(&w, &synced);
+    assert_eq!(w.lookup(ROOT_INO, b"lost").unwrap_err().errno(), libc::ENOENT);
+    assert!(dir.join("lost-1/meta.sqlite").exists(), "the directory's old state is kept aside");
+    let rep = maintenance::fsck(&w, true, &maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
+    // The volume goes on: a new file, and a machine with only the tape sees it.
+    let again = random_bytes(78, 200_000);
+    let ino = mkfile(&w, ROOT_INO, "again", &again);
+    w.fsync(ino, false).unwrap();
+    w.close().unwrap();
+    drop(w);
+    let x = mount(&t.path().join("x"), &url);
+    check_tree(&x, &synced);
+    assert!(read_all(&x, lookup_path(&x, "again")) == again);
+    x.close().unwrap();
+}
+
+/// The cut takes only metadata versions (every pack arrived): this
+/// directory's database is whole, so it is kept, and the next version it
+/// publishes is a base a machine with only the tape mounts.
+#[test]
+fn a_power_cut_that_loses_only_versions_keeps_the_local_state() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    let dir = t.path().join("a");
+    init_tape(&dir, &url);
+    // No background shipping: versions are published by the syncs alone,
+    // each after the packs it names.
+    let o = || OpenOptions { cloud: CloudOptions { meta_interval: Duration::from_secs(3600), ..opts().cloud }, ..opts() };
+    cloud::attach(&dir, &url, None, None, None).unwrap();
+    let v = Volume::load(&dir, o()).unwrap();
+    let first = write_tree(&v, 4);
+    v.sync().unwrap();
+    let before = objects_on_tape(&url);
+    let later = random_bytes(79, 700_000);
+    let ino = mkfile(&v, ROOT_INO, "later", &later);
+    v.fsync(ino, false).unwrap();
+    v.close().unwrap();
+    drop(v);
+    cut_tail(&url, &before, |n| n.starts_with("meta/"));
+
+    let w = Volume::load(&dir, o()).unwrap();
+    check_tree(&w, &first);
+    assert!(read_all(&w, lookup_path(&w, "later")) == later);
+    assert!(!dir.join("lost-1").exists(), "nothing was set aside");
+    w.close().unwrap();
+    drop(w);
+    let x = mount(&t.path().join("x"), &url);
+    check_tree(&x, &first);
+    assert!(read_all(&x, lookup_path(&x, "later")) == later, "the base published after the cut names the file");
+    let rep = maintenance::fsck(&x, true, &maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
+    x.close().unwrap();
+}
