@@ -89,14 +89,35 @@ pub fn run(cmd: TapeCmd) -> Result<i32> {
             let idx = s.index();
             let l = s.label();
             let live_objects = idx.objects.values().filter(|o| !o.dead).count();
+            // An emulated drive records what its last session did (the
+            // drive of a mount is inside the mount's process).
+            let session = url.strip_prefix(tape::EMU_SCHEME).and_then(|d| cairn_tape::Session::read(std::path::Path::new(d)));
             if json {
-                println!("{}", serde_json::json!({"tape": url, "volume_id": l.volume_id.to_string(), "block_size": l.block_size, "created": l.created, "objects": live_objects, "live_bytes": live, "dead_bytes": dead}));
+                println!(
+                    "{}",
+                    serde_json::json!({"tape": url, "volume_id": l.volume_id.to_string(), "block_size": l.block_size, "created": l.created, "objects": live_objects, "live_bytes": live, "dead_bytes": dead, "last_session": session})
+                );
             } else {
                 println!("tape        {url}");
                 println!("label       volume {}, {}-byte blocks, format version {}", l.volume_id, l.block_size, layout::FORMAT_VERSION);
                 println!("objects     {live_objects} live");
                 println!("live        {}", crate::size::human(live));
                 println!("dead        {}   (deleted or replaced; `cairn tape reclaim` copies the live data to a new tape)", crate::size::human(dead));
+                if let Some(x) = &session {
+                    let t = &x.stats;
+                    println!(
+                        "last session {:.1} s: {} written, {} read, streaming {:.1} s, positioning {:.1} s, idle {:.1} s, {} backhitches, {} locates, {:.0} m of tape",
+                        x.seconds,
+                        crate::size::human(t.bytes_written),
+                        crate::size::human(t.bytes_read),
+                        t.streaming_secs,
+                        t.positioning_secs,
+                        t.idle_secs,
+                        t.backhitches,
+                        t.locates,
+                        t.metres
+                    );
+                }
             }
             Ok(0)
         }

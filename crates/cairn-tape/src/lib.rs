@@ -43,6 +43,6 @@ pub mod st;
 pub mod store;
 
 pub use device::{read_exact_blocks, DeviceError, ReadOutcome, Result, Status, TapeDevice};
-pub use emu::{Clock, CrashModel, EmuDrive, EmuParams, EmuStats, VirtualClock, EMU_FORMAT};
+pub use emu::{Clock, CrashModel, EmuDrive, EmuParams, EmuStats, Session, VirtualClock, EMU_FORMAT};
 #[cfg(target_os = "linux")]
 pub use st::StDrive;

@@ -37,7 +37,7 @@ const KIND_BLOCK: u8 = 1;
 const KIND_FILEMARK: u8 = 2;
 
 /// What the emulated drive did, measured by its timing model.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EmuStats {
     /// Metres of tape that passed the head: streaming, locating, rewinding
     /// and backhitching.
@@ -62,6 +62,8 @@ pub struct EmuStats {
 /// An emulated drive with its cartridge in a directory (see the module docs
 /// for the files). It follows the [`TapeDevice`] contract exactly.
 pub struct EmuDrive {
+    /// The clock's time at open (the session [`SESSION_FILE`] describes).
+    opened_at: f64,
     dir: PathBuf,
     name: String,
     params: EmuParams,
@@ -162,7 +164,9 @@ impl EmuDrive {
         }
         let eod = len / slot;
         let model = Transport::new(&params, clock.now());
+        let opened_at = clock.now();
         Ok(EmuDrive {
+            opened_at,
             dir: dir.to_path_buf(),
             name,
             params,
@@ -653,5 +657,39 @@ impl Drop for EmuDrive {
             let _ = self.write_filemarks(1);
         }
         let _ = self.sync();
+        // What this session did, for benchmarks and `cairn tape info`: the
+        // drive is inside another process (a mount) while it runs.
+        let secs = self.clock.now() - self.opened_at;
+        let session = Session { format: SESSION_FORMAT.into(), seconds: secs, stats: self.stats() };
+        if let Ok(j) = serde_json::to_vec_pretty(&session) {
+            let tmp = self.dir.join(format!("{SESSION_FILE}.tmp"));
+            if std::fs::write(&tmp, j).and_then(|_| std::fs::rename(&tmp, self.dir.join(SESSION_FILE))).is_err() {
+                tracing::warn!("{}: could not write {SESSION_FILE}", self.name);
+            }
+        }
+    }
+}
+
+/// The file in an emulated tape's directory describing the last session
+/// (open to close) of the drive: its statistics and how long it lasted.
+pub const SESSION_FILE: &str = "last-session.json";
+const SESSION_FORMAT: &str = "cairn-tape-emu-session-1";
+
+/// What [`SESSION_FILE`] holds.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Session {
+    /// `cairn-tape-emu-session-1`.
+    pub format: String,
+    /// Seconds from open to close on the drive's clock.
+    pub seconds: f64,
+    /// The timing model's counters for the session.
+    pub stats: EmuStats,
+}
+
+impl Session {
+    /// The last session of the emulated tape in `dir`, if one was recorded.
+    pub fn read(dir: &Path) -> Option<Session> {
+        let s: Session = serde_json::from_slice(&std::fs::read(dir.join(SESSION_FILE)).ok()?).ok()?;
+        (s.format == SESSION_FORMAT).then_some(s)
     }
 }

@@ -311,3 +311,23 @@ fn real_clock_makes_throughput_real() {
         "4 MiB at 20 MB/s took only {secs} s (model {model} s)"
     );
 }
+
+/// Closing the drive records its session (a mount's drive is inside the
+/// mount's process; benchmarks and `cairn tape info` read it afterwards).
+#[test]
+fn a_closed_drive_leaves_its_sessions_statistics() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let (mut d, vc) = emu(&dir, geometry());
+    write_n(&mut d, 2000);
+    d.flush().unwrap();
+    d.locate(1000).unwrap();
+    let expect = d.stats();
+    let t_close = vc.now();
+    drop(d);
+    let s = cairn_tape::Session::read(&dir).expect("a session file");
+    assert_eq!(s.stats.bytes_written, expect.bytes_written);
+    assert_eq!(s.stats.locates, expect.locates);
+    assert!(s.stats.bytes_written >= 2000 * BS as u64);
+    assert!(s.seconds >= t_close - 1e-6 && t_close > 10.0, "{} vs {t_close}", s.seconds);
+}
