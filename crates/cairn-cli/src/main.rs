@@ -708,9 +708,15 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, tape_memory, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, ..Default::default() }, ..Default::default() });
+            // Opening a tape costs seconds of positioning (label, catalog at
+            // the end of the data): the checks below share one open, and
+            // the daemon opens it once more after the fork (no thread, so
+            // no open store, may exist when it forks).
+            let held_tape = if cairn_engine::tape::is_tape_url(&volume) { Some(cairn_engine::tape::open(&target::canonical(&volume)?)?) } else { None };
             let dir = target::open_dir(&volume, &cloud)?;
             // Ask for the passphrase before going to the background.
             let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
+            drop(held_tape);
             let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
             let dir = std::fs::canonicalize(&dir).with_context(|| format!("volume {}", dir.display()))?;
             let backend = backend_label(&cairn_engine::config::Layout::new(&dir), &settings)?;

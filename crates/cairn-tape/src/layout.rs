@@ -592,10 +592,10 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
 ) -> Result<Catalog> {
     check_block_size(dev, label)?;
     if let Some(start) = hint {
-        if let Ok(c) = read_catalog_at(dev, label, start, None) {
-            let after = c.location.start + c.location.blocks + 1;
-            dev.space_to_eod()?;
-            if dev.position()? == after {
+        if let Ok(c) = read_catalog_at(dev, label, start, None, None) {
+            // The last thing on the tape: a filemark, then end of data
+            // (read on rather than locate: a locate costs seconds).
+            if matches!(read_one(dev), Ok(One::Filemark)) && matches!(read_one(dev), Ok(One::End)) {
                 return Ok(c);
             }
         }
@@ -608,35 +608,28 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
             reason: format!("the tape ends at block {eod}"),
         });
     }
-    // The last block is the filemark after the catalog; a crash between the
-    // catalog and that filemark leaves the catalog's last block there.
-    dev.locate(eod - 1)?;
+    // The tape ends `catalog's last block, filemark`; a crash between the
+    // catalog and that filemark leaves the catalog's last block last. One
+    // locate to eod−2 and reading on covers both: a catalog block flagged
+    // last there is the first case; otherwise (an earlier catalog block,
+    // or the filemark before a one-block catalog) the next block is.
+    dev.locate(eod - 2)?;
+    let is_last = |b: &[u8]| BlockHeader::decode(b).is_ok_and(|(h, _)| h.kind == BlockKind::Catalog && h.last);
+    let no_catalog = |dev: &D, reason: &str| LayoutError::NoCatalog {
+        device: name(dev),
+        reason: reason.into(),
+    };
     let (last_pos, block) = match read_one(dev)? {
-        One::Block(b) => (eod - 1, b),
-        One::Filemark => {
-            dev.locate(eod - 2)?;
-            match read_one(dev)? {
-                One::Block(b) => (eod - 2, b),
-                One::Filemark => {
-                    return Err(LayoutError::NoCatalog {
-                        device: name(dev),
-                        reason: "the data segment ends without a catalog".into(),
-                    })
-                }
-                One::End => {
-                    return Err(LayoutError::NoCatalog {
-                        device: name(dev),
-                        reason: "unexpected end of data".into(),
-                    })
-                }
-            }
-        }
-        One::End => {
-            return Err(LayoutError::NoCatalog {
-                device: name(dev),
-                reason: "unexpected end of data".into(),
-            })
-        }
+        One::Block(b) if is_last(&b) => (eod - 2, b),
+        One::End => return Err(no_catalog(dev, "unexpected end of data")),
+        at_2 => match (read_one(dev)?, at_2) {
+            (One::Block(b), _) => (eod - 1, b),
+            // The usual end, with a last block that does not check:
+            // decoding it below says why.
+            (One::Filemark, One::Block(b)) => (eod - 2, b),
+            (One::Filemark, _) => return Err(no_catalog(dev, "the data segment ends without a catalog")),
+            (One::End, _) => return Err(no_catalog(dev, "unexpected end of data")),
+        },
     };
     let (h, _) = BlockHeader::decode(&block).map_err(|reason| LayoutError::DamagedCatalog {
         device: name(dev),
@@ -666,7 +659,9 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
             reason: "the catalog's last block is missing".into(),
         });
     }
-    read_catalog_at(dev, label, last_pos - h.seq, Some(h.object_id))
+    // A one-block catalog is the block just read: no locate back.
+    let first = (h.seq == 0).then_some(block);
+    read_catalog_at(dev, label, last_pos - h.seq, Some(h.object_id), first)
 }
 
 fn read_catalog_at<D: TapeDevice + ?Sized>(
@@ -674,28 +669,38 @@ fn read_catalog_at<D: TapeDevice + ?Sized>(
     label: &Label,
     start: u64,
     generation: Option<u64>,
+    mut first: Option<Vec<u8>>,
 ) -> Result<Catalog> {
     let damaged = |dev: &D, position: u64, reason: String| LayoutError::DamagedCatalog {
         device: name(dev),
         position,
         reason,
     };
-    dev.locate(start)?;
+    // `first`: the block at `start`, already read (the tape is after it).
+    if first.is_none() {
+        dev.locate(start)?;
+    }
     let bs = dev.block_size();
     let mut framed = Vec::new();
     let mut buf = vec![0u8; BATCH_BLOCKS * bs];
     let mut seq = 0u64;
     let mut gen = generation;
     loop {
-        let n = match dev.read_blocks(&mut buf)? {
-            ReadOutcome::Blocks(n) => n,
-            _ => {
-                return Err(damaged(
-                    dev,
-                    start + seq,
-                    "the catalog ends before its last block".into(),
-                ))
+        let n = match first.take() {
+            Some(b) => {
+                buf[..bs].copy_from_slice(&b);
+                1
             }
+            None => match dev.read_blocks(&mut buf)? {
+                ReadOutcome::Blocks(n) => n,
+                _ => {
+                    return Err(damaged(
+                        dev,
+                        start + seq,
+                        "the catalog ends before its last block".into(),
+                    ))
+                }
+            },
         };
         for i in 0..n {
             let pos = start + seq;

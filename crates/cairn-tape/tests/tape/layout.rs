@@ -490,9 +490,26 @@ fn mounting_reads_only_label_and_catalog() {
     drop(dev);
     let mut dev = reopen(&dir);
     let l = layout::read_label(&mut dev, None).unwrap();
-    layout::read_catalog(&mut dev, &l, None).unwrap();
-    let read = dev.stats().bytes_read;
-    assert!(read <= 6 * BS as u64, "mounting read {read} bytes");
+    let c = layout::read_catalog(&mut dev, &l, None).unwrap();
+    assert_eq!(c.bytes, b"cat");
+    let s = dev.stats();
+    assert!(s.bytes_read <= 6 * BS as u64, "mounting read {} bytes", s.bytes_read);
+    // Each locate costs seconds: space to the end, one locate back to the
+    // one-block catalog, nothing more.
+    assert_eq!(s.locates, 2, "{s:?}");
+    // With the catalog's position known (kept from when it was written):
+    // one locate, and reading on proves nothing follows it.
+    drop(dev);
+    let mut dev = reopen(&dir);
+    let l = layout::read_label(&mut dev, None).unwrap();
+    let again = layout::read_catalog(&mut dev, &l, Some(c.location.start)).unwrap();
+    assert_eq!(again.bytes, b"cat");
+    assert_eq!(dev.stats().locates, 1);
+    // A stale hint (the catalog moved on) falls back to the end of data.
+    drop(dev);
+    let mut dev = reopen(&dir);
+    let l = layout::read_label(&mut dev, None).unwrap();
+    assert_eq!(layout::read_catalog(&mut dev, &l, Some(2)).unwrap().bytes, b"cat");
 }
 
 #[test]
