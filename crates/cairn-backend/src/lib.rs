@@ -83,6 +83,23 @@ pub trait Backend: Send + Sync {
     fn meter(&self) -> Option<std::sync::Arc<Meter>> {
         None
     }
+    /// What a store that writes in the background (a tape drive) has
+    /// accepted and not yet written. The engine uses it to feed a
+    /// streaming drive before it runs dry (docs/tape.md §2). None: every
+    /// put is written before it returns, there is no backlog to watch.
+    fn backlog(&self) -> Option<Backlog> {
+        None
+    }
+}
+
+/// See [`Backend::backlog`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backlog {
+    /// Bytes of puts waiting to be written.
+    pub queued_bytes: u64,
+    /// The store is writing, or wrote moments ago: letting the backlog run
+    /// dry now stops a moving medium (a tape backhitches to restart).
+    pub streaming: bool,
 }
 
 /// What a backend does cheaply; the engine adapts to it (pack sizes, read
@@ -143,6 +160,9 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     }
     fn meter(&self) -> Option<std::sync::Arc<Meter>> {
         (**self).meter()
+    }
+    fn backlog(&self) -> Option<Backlog> {
+        (**self).backlog()
     }
 }
 

@@ -391,6 +391,9 @@ impl<B: Backend> Backend for Metered<B> {
     fn meter(&self) -> Option<Arc<Meter>> {
         Some(self.meter.clone())
     }
+    fn backlog(&self) -> Option<crate::Backlog> {
+        self.inner.backlog()
+    }
 }
 
 #[cfg(test)]

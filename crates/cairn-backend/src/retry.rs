@@ -137,4 +137,7 @@ impl<B: Backend> Backend for Retrying<B> {
     fn meter(&self) -> Option<std::sync::Arc<crate::Meter>> {
         self.inner.meter()
     }
+    fn backlog(&self) -> Option<crate::Backlog> {
+        self.inner.backlog()
+    }
 }

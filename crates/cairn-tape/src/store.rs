@@ -14,7 +14,7 @@
 
 use crate::layout::{self, AppendPoint, Extent, Label, LayoutError, VolumeId};
 use crate::TapeDevice;
-use cairn_backend::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
+use cairn_backend::{validate_name, Backend, Backlog, Capabilities, Error, ErrorKind, ObjectInfo, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -29,6 +29,9 @@ pub const INDEX_FORMAT: &str = "cairn-tape-index";
 pub const INDEX_VERSION: u32 = 1;
 /// Bytes read from the tape per step of a streaming read.
 const READ_STEP: u64 = 8 << 20;
+/// After its last write the drive is still emptying its buffer onto the
+/// tape for about this long: data arriving within it keeps the tape moving.
+const STREAMING_GRACE: Duration = Duration::from_secs(3);
 
 /// How the store uses memory and batches reads.
 #[derive(Clone, Debug)]
@@ -205,6 +208,8 @@ struct State {
     synced: u64,
     /// Written or deleted since the last catalog.
     dirty: bool,
+    /// When the drive thread last finished writing an object.
+    last_write: Option<Instant>,
     /// A write failed: every later put and sync fails so (the data before
     /// it stays readable).
     failed: Option<(ErrorKind, String)>,
@@ -280,6 +285,7 @@ impl TapeStore {
                 want_sync: 0,
                 synced: 0,
                 dirty: false,
+                last_write: None,
                 failed: None,
                 stop: false,
                 stats: StoreStats::default(),
@@ -477,6 +483,7 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
                 writer.write(dev.as_mut(), job.id, &bytes, true).map(|x| (x, bytes.len() as u64 - job.data.len() as u64))
             });
             st.queued_bytes -= job.data.len() as u64;
+            st.last_write = Some(Instant::now());
             // Deleted while it waited: on the tape all the same, but dead.
             let deleted = !st.in_flight.contains_key(&job.name);
             match r {
@@ -753,6 +760,12 @@ impl Backend for TapeStore {
 
     fn describe(&self) -> String {
         self.inner.describe.clone()
+    }
+
+    fn backlog(&self) -> Option<Backlog> {
+        let st = self.inner.st.lock();
+        let streaming = st.queued_bytes > 0 || st.last_write.is_some_and(|t| t.elapsed() < STREAMING_GRACE);
+        Some(Backlog { queued_bytes: st.queued_bytes, streaming })
     }
 }
 

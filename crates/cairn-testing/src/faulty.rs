@@ -206,6 +206,9 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn meter(&self) -> Option<std::sync::Arc<cairn_backend::Meter>> {
         self.inner.meter()
     }
+    fn backlog(&self) -> Option<cairn_backend::Backlog> {
+        self.inner.backlog()
+    }
 }
 
 #[cfg(test)]

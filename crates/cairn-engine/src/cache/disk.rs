@@ -1478,6 +1478,10 @@ impl Backend for CachedBackend {
     fn meter(&self) -> Option<Arc<cairn_backend::Meter>> {
         self.inner.remote.meter()
     }
+
+    fn backlog(&self) -> Option<cairn_backend::Backlog> {
+        self.inner.remote.backlog()
+    }
 }
 
 #[cfg(test)]

@@ -272,6 +272,27 @@ impl Volume {
         (self.opts.flush_age.max(RUN_AGE), run_size(self.opts.journal_limit, writers))
     }
 
+    /// On a store that writes in the background, the file to flush now so
+    /// a moving medium does not run dry: when the store is streaming and
+    /// holds less than a pack, the file with the most dirty bytes, if it
+    /// has at least [`RUN_MIN`] (a run shorter than that would cost more
+    /// positioning when read back than the stop it saves). A drive that
+    /// has not started is left to wait for full runs.
+    fn file_to_feed(&self) -> Option<Arc<FileState>> {
+        let b = self.backend.backlog()?;
+        if !b.streaming || b.queued_bytes >= self.backend.capabilities().preferred_pack_size {
+            return None;
+        }
+        self.files
+            .iter()
+            .filter_map(|e| {
+                let g = e.value().inner.lock();
+                (!g.evicted && g.is_dirty() && g.dirty_bytes >= RUN_MIN).then(|| (g.dirty_bytes, e.value().clone()))
+            })
+            .max_by_key(|(d, _)| *d)
+            .map(|(_, st)| st)
+    }
+
     /// One flush round: every due file (or every dirty file if `all`).
     pub(crate) fn flush_round(&self, all: bool) -> Result<FlushReport> {
         self.flush_round_of(all, None)
@@ -287,7 +308,8 @@ impl Volume {
     }
 
     fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
-        let (age, flush_bytes) = if self.backend.capabilities().cheap_ranged_reads { (self.opts.flush_age, self.opts.flush_bytes) } else { self.run_policy() };
+        let sequential = !self.backend.capabilities().cheap_ranged_reads;
+        let (age, flush_bytes) = if sequential { self.run_policy() } else { (self.opts.flush_age, self.opts.flush_bytes) };
         let mut chosen: Vec<Arc<FileState>> = Vec::new();
         for e in self.files.iter() {
             if only.is_some_and(|i| i != *e.key()) {
@@ -301,6 +323,9 @@ impl Volume {
             if all || g.due || old || g.dirty_bytes >= flush_bytes {
                 chosen.push(e.value().clone());
             }
+        }
+        if chosen.is_empty() && sequential && !all && only.is_none() {
+            chosen.extend(self.file_to_feed());
         }
         // Files in inode order, so packs hold related files together (a
         // directory's files, created together, have neighbouring numbers):

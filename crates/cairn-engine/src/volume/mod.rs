@@ -357,7 +357,14 @@ impl Volume {
             }
             // The journal is local dirty data too: within the cache's bound,
             // so an outage blocks writers once the cache is full.
-            opts.journal_limit = opts.journal_limit.min(opts.cloud.cache_bytes / 4).max(4 << 20);
+            opts.journal_limit = if c.cache.capabilities().cheap_ranged_reads {
+                opts.journal_limit.min(opts.cloud.cache_bytes / 4)
+            } else {
+                // On a tape the journal is where each stream's run gathers
+                // (docs/tape.md §2): the larger, the longer the runs.
+                (opts.cloud.cache_bytes / 2).min(8 << 30)
+            }
+            .max(4 << 20);
             (c.cache.clone() as Arc<dyn Backend>, Some(c))
         } else {
             (backend, None)

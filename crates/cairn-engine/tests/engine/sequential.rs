@@ -26,6 +26,8 @@ struct Buffered {
     buffer: Mutex<BTreeMap<String, Vec<u8>>>,
     syncs: AtomicU64,
     puts: Mutex<Vec<String>>,
+    /// What `backlog` says: the drive is moving and needs data.
+    streaming: std::sync::atomic::AtomicBool,
 }
 
 impl Buffered {
@@ -98,6 +100,9 @@ impl Backend for Buffered {
     }
     fn describe(&self) -> String {
         "buffered".into()
+    }
+    fn backlog(&self) -> Option<cairn_backend::Backlog> {
+        Some(cairn_backend::Backlog { queued_bytes: 0, streaming: self.streaming.load(Ordering::SeqCst) })
     }
 }
 
@@ -197,4 +202,50 @@ fn files_are_flushed_whole_when_positioning_is_costly() {
     v.close().unwrap();
     assert!(store.syncs.load(Ordering::SeqCst) > before, "unmount syncs the store");
     assert!(store.buffer.lock().is_empty());
+}
+
+/// A streaming drive about to run dry is fed the open file with the most
+/// dirty data once it holds a minimal run (64 MiB), before its full run; a
+/// drive that is not moving waits for full runs.
+#[test]
+fn a_streaming_drive_is_fed_before_it_runs_dry() {
+    let store = Arc::new(Buffered::default());
+    let b: Arc<dyn Backend> = store.clone();
+    let a = tempfile::tempdir().unwrap();
+    init_in(a.path(), &b, None);
+    cloud::attach(a.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
+    // A journal of 1 GiB: runs of 256 MiB for one writer.
+    let o = opts(&b);
+    let v = Volume::load(a.path(), OpenOptions { cloud: CloudOptions { cache_bytes: 2 << 30, ..o.cloud.clone() }, ..o }).unwrap();
+    let packs = |s: &Buffered| s.puts.lock().iter().filter(|n| n.starts_with("packs/")).count();
+    let small = v.create(ROOT_INO, b"small", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    let big = v.create(ROOT_INO, b"big", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(small).unwrap();
+    v.open(big).unwrap();
+    v.write(small, 0, &random_bytes(5, 8 << 20)).unwrap();
+    let data = random_bytes(6, 66 << 20);
+    for (i, part) in data.chunks(4 << 20).enumerate() {
+        v.write(big, (i as u64) << 22, part).unwrap();
+    }
+    assert_eq!(v.flush_due().unwrap().files, 0, "an idle drive waits for a full run");
+    assert_eq!(packs(&store), 0);
+    assert_eq!(v.status().dirty_files, 2);
+    store.streaming.store(true, Ordering::SeqCst);
+    // The background flusher or this call: whichever round comes first.
+    let t = std::time::Instant::now();
+    while packs(&store) == 0 && t.elapsed() < Duration::from_secs(60) {
+        v.flush_due().unwrap();
+    }
+    assert!(packs(&store) >= 1, "the moving drive was fed");
+    assert_eq!(v.flush_due().unwrap().files, 0, "what is left of either file is below a minimal run");
+    let packed: usize = store.buffer.lock().iter().filter(|(n, _)| n.starts_with("packs/")).map(|(_, d)| d.len()).sum();
+    assert!(packed > 56 << 20 && packed < 67 << 20, "the big file less its last chunk, not the small one: {packed} bytes packed");
+    assert!(v.status().journal_limit >= 1 << 30, "a tape's journal is half the local cache");
+    v.release(small).unwrap();
+    v.release(big).unwrap();
+    v.close().unwrap();
+    drop(v);
+    let w = Volume::load(a.path(), opts(&b)).unwrap();
+    assert!(read_all(&w, lookup_path(&w, "big")) == data);
+    w.close().unwrap();
 }
