@@ -301,7 +301,7 @@ def overwrite(path, fraction, seed, data_seed, verify=None):
 # --- report ---------------------------------------------------------------
 
 SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow", "archive", "memory", "mount", "datapath",
-            "cloud", "frugal"]
+            "cloud", "frugal", "tape"]
 
 
 def med(xs):
@@ -377,6 +377,7 @@ SECTION_TITLES = {
     "datapath": "12. Data path vs ext4 and JuiceFS",
     "cloud": "13. Volumes in a bucket: Cairn vs JuiceFS on S3 (moto)",
     "frugal": "14. Frugality in a bucket (seed 004)",
+    "tape": "15. Volumes on tape (seed 002)",
 }
 
 
@@ -942,6 +943,10 @@ def report(a):
     cloud.render(rows, b, summary, {"med": med, "human": human, "met": met, "code": code_block, "cmds_for": cmds_for,
                                     "fmt_s": fmt_s})
 
+    # --- 15. volumes on tape (bench/tape.py)
+    import tape
+    tape.render(rows, b, summary, {"med": med, "human": human, "met": met, "code": code_block, "cmds_for": cmds_for})
+
     if summary:
         w("## Summary")
         w("")
@@ -967,7 +972,8 @@ def report(a):
     for r in rows:
         if r.get("kind") in ("seq", "rss", "meta", "dedup", "clone_setup", "clone", "nine", "edit", "edit_fail", "cow",
                                 "arc", "mem", "mount_setup", "mount", "mount_startup", "dp_setup", "dp",
-                                "cloud_setup", "cloud", "cloud_req", "cloud_mount_setup", "cloud_mount"):
+                                "cloud_setup", "cloud", "cloud_req", "cloud_mount_setup", "cloud_mount",
+                                "tape_raw", "tape_write", "tape_read", "tape_tar", "tape_cdp", "tape_pm_write", "tape_pm_read"):
             w(json.dumps(r))
     w("```")
     w("")

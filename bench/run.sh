@@ -4,7 +4,7 @@
 # and writes BENCHMARKS.md at the repo root.
 set -euo pipefail
 
-ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud,frugal
+ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud,frugal,tape
 
 usage() {
     cat <<'EOF'
@@ -107,6 +107,17 @@ Cairn run by run:
                moto_server, juicefs, linux-source-6.1 (stops at the start if
                one is missing) and build-essential flex bison bc libelf-dev
                libssl-dev (installed with apt-get if missing)
+ 15. tape      volumes on an emulated tape drive in real time (issue 15;
+               seed 002 HPTFS §VI, bench/tape.sh): the drive's raw rate
+               through `cairn tape dd`; table II, 1-4 concurrent dd writers
+               of 500 MiB each through the mount, until unmounted (target
+               >= 98% of the raw rate, 0 backhitches) and the daemon's peak
+               RSS; table III, one of those files read back on a fresh
+               cache directory at interleave 1-4 (target >= 80%); table
+               VIII, the CDP mirror vs tape only (when mount has --mirror);
+               tables VI/VII, PostMark-like whole-file reads in batches of
+               1-64 vs FIFO; GNU tar to the raw drive and one member back.
+               About 20 minutes
 
 Results are kept per section. Every row a section records carries the
 section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
@@ -121,7 +132,7 @@ the sections it finished; `--report-only` renders the report again.
 Options:
   --only LIST           comma-separated sections to run (default: all):
                         ingest,seq,meta,dedup,clone,nine,insert,cow,
-                        archive,memory,mount,datapath,cloud,frugal
+                        archive,memory,mount,datapath,cloud,frugal,tape
   --quick               smoke run: small sizes, one or two runs each (about
                         5 minutes for sections 1-11, 4 more for datapath).
                         Results and report go to /var/tmp/cairn-bench-quick/
@@ -198,6 +209,7 @@ if [[ $QUICK == 1 ]]; then
     DP_RUNS=1 DP_SEQ_MIB=128 DP_TREE_EVERY=100 DP_PM_FILES=200 DP_PM_TX=500 DP_DBENCH_S=10 DP_RAND_MIB=64 DP_RAND_S=5
     CL_RUNS=1 CL_FILE_RUNS=1 CL_FILE_BUDGET_S=0 CL_SEQ_MIB=128 CL_SMALL_FILES=1000 CL_TREE_EVERY=100 CL_MOUNT_FILES="1000 10000"
     FR_RUNS=1 FR_WORKLOADS="kernel fileserver webserver varmail" FR_TREE_EVERY=64 FR_FILEBENCH="fileserver:400:100 webserver:400:30 varmail:400:60"
+    TP_RUNS=1 TP_RAW_MIB=256 TP_FILE_MIB=64 TP_MAX_WRITERS=2 TP_PM_FILES=40 TP_PM_MIN=256 TP_PM_MAX=4096 TP_PM_READS=10 TP_PM_BATCHES="1 10"
     FR_CACHE_PCT=10 FR_BLOCK=64K FR_ALT_BLOCKS="256K 1M" FR_MEM=16M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
     FR_GC="4:4:1048576:0.5:262144:1" FR_GC_FACTOR=10000 FR_GC_INTERVAL=5 FR_GC_TAIL=10
 else
@@ -250,6 +262,10 @@ else
     FR_FILEBENCH="fileserver:1600:600 webserver:2000:120 varmail:2000:600"
     FR_CACHE_PCT=10 FR_BLOCK=64K FR_ALT_BLOCKS="256K 1M" FR_MEM=16M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
     FR_GC="10:8:2097152:0.5:1048576:1" FR_GC_FACTOR=10000 FR_GC_INTERVAL=5 FR_GC_TAIL=30
+    # Section 15 (bench/tape.sh). The PostMark-like set is HPTFS's shape
+    # (1,000 files of 256 KiB-30 MiB, 100 reads) scaled to the time a run
+    # has: 200 files of 256 KiB-8 MiB, 40 reads.
+    TP_RUNS=1 TP_RAW_MIB=1024 TP_FILE_MIB=500 TP_MAX_WRITERS=4 TP_PM_FILES=200 TP_PM_MIN=256 TP_PM_MAX=8192 TP_PM_READS=40 TP_PM_BATCHES="1 4 16 40"
 fi
 
 # The interpreter itself, not a version manager's shim (pyenv's costs 0.2 s a
@@ -261,6 +277,7 @@ source "$BENCH_DIR/archive.sh"
 source "$BENCH_DIR/datapath.sh"
 source "$BENCH_DIR/cloud.sh"
 source "$BENCH_DIR/frugal.sh"
+source "$BENCH_DIR/tape.sh"
 FSB=("${PY[@]}" "$BENCH_DIR/fsbench.py")
 
 render_report() {
@@ -280,6 +297,7 @@ done
 if selected datapath; then datapath_check_tools; fi
 if selected cloud; then cloud_check_tools; fi
 if selected frugal; then frugal_check_tools; fi
+if selected tape; then tape_check_tools; fi
 
 SECONDS=0
 
