@@ -66,7 +66,7 @@ tp_init() { # NAME CACHE: a fresh tape and volume
 }
 
 section_tape() {
-local run n i t0 t1 t2 s r pid rss name file_bytes
+local run n i t0 t1 t2 s r pid rss name file_bytes mode b
 log "15. tape: emulated drive (default parameters, real clock); raw $TP_RAW_MIB MiB, writers of $TP_FILE_MIB MiB x 1..$TP_MAX_WRITERS, PostMark-like $TP_PM_FILES files, $TP_RUNS run(s)"
 need_rnd $(( TP_RAW_MIB > TP_FILE_MIB * TP_MAX_WRITERS ? TP_RAW_MIB : TP_FILE_MIB * TP_MAX_WRITERS ))
 file_bytes=$((TP_FILE_MIB << 20))
@@ -76,7 +76,7 @@ record kind=tape_setup raw_bytes=$((TP_RAW_MIB << 20)) file_bytes="$file_bytes" 
 cmd tape "cairn tape dd --create --to tape-emu:T < rnd.bin; cairn tape dd --from tape-emu:T > /dev/null   # raw drive rate"
 cmd tape "cairn init tape-emu:T --cache-dir A; cairn mount tape-emu:T $MNT --cache-dir A"
 cmd tape "for i in 0..n-1: dd if=rnd.bin of=$MNT/w\$i bs=1M count=$TP_FILE_MIB skip=\$((i*$TP_FILE_MIB))) &   # then: wait; cairn umount $MNT (timed to here)"
-cmd tape "cairn mount tape-emu:T $MNT --cache-dir FRESH; dd if=$MNT/w0 of=/dev/null bs=1M   # table III, one file back"
+cmd tape "cairn mount tape-emu:T $MNT --cache-dir FRESH; python3 bench/tape.py read-file $MNT/w0   # table III, one file back (1 MiB reads)"
 cmd tape "python3 bench/tape.py pm-write $MNT $TP_PM_FILES $TP_PM_MIN $TP_PM_MAX SEED; cairn umount   # then per batch size b, on a fresh cache dir:"
 cmd tape "python3 bench/tape.py pm-read $MNT $TP_PM_FILES $TP_PM_READS b SEED   # b concurrent whole-file reads at a time"
 cmd tape "tar -cf - w0 w1 w2 w3 | cairn tape dd --create --to tape-emu:T2; cairn tape dd --from tape-emu:T2 | tar --occurrence=1 -xf - w0   # the conventional way"
@@ -117,13 +117,11 @@ for run in $(seq "$TP_RUNS"); do
         log "15. tape II run $run, $n writer(s): dd $(elapsed "$t0" "$t1") s, on tape $(elapsed "$t0" "$t2") s"
         rm -rf "$SCRATCH/tp-cache-a" "$SCRATCH/tp-cache-b"
         tp_mount "$name" "$SCRATCH/tp-cache-b"
-        t0=$(now)
-        dd if="$MNT/w0" of=/dev/null bs=1M status=none
-        t1=$(now)
+        r=$("${TP[@]}" read-file "$MNT/w0") || die "reading w0"
         cmp -n "$file_bytes" "$RND" "$MNT/w0" > /dev/null || die "tape: w0 read back differs"
         umount_volume "$MNT"
-        record kind=tape_read run="$run" interleave="$n" bytes="$file_bytes" seconds="$(elapsed "$t0" "$t1")" "{\"session\": $(tp_session "$name")}"
-        log "15. tape III run $run, interleave $n: $(elapsed "$t0" "$t1") s"
+        record kind=tape_read run="$run" interleave="$n" "$r" "{\"session\": $(tp_session "$name")}"
+        log "15. tape III run $run, interleave $n: $r"
         rm -rf "$SCRATCH/tp-cache-b"
         if [[ $n != "$TP_MAX_WRITERS" ]]; then rm -rf "$SCRATCH/tp-$name"; fi
     done
