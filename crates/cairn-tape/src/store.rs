@@ -318,6 +318,24 @@ impl TapeStore {
         self.inner.st.lock().index.clone()
     }
 
+    /// The id the next put takes. Ids grow with every put; once a sync has
+    /// returned, the tape never hands out an id below the value read before
+    /// it (its catalog, or `recover`, keeps the counter), so a copy of the
+    /// objects kept elsewhere (the engine's CDP mirror) can name what it
+    /// holds by "everything put before id N".
+    pub fn next_id(&self) -> u64 {
+        self.inner.st.lock().index.next_id
+    }
+
+    /// Names of the live objects put with an id of at least `id`, and of
+    /// every object not yet on tape.
+    pub fn names_since(&self, id: u64) -> Vec<String> {
+        let st = self.inner.st.lock();
+        let mut v: Vec<String> = st.index.objects.iter().filter(|(_, e)| !e.dead && e.id >= id).map(|(n, _)| n.clone()).collect();
+        v.extend(st.in_flight.keys().filter(|n| !st.index.objects.get(*n).is_some_and(|e| !e.dead && e.id >= id)).cloned());
+        v
+    }
+
     /// Reads many ranges in one pass in tape order (`cairn tape recall`):
     /// they join one batch at once.
     pub fn read_many(&self, reqs: &[(String, u64, u64)]) -> Vec<Result<Vec<u8>>> {
