@@ -128,6 +128,11 @@ pub struct LocalSettings {
     /// S3 region (cloud volumes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// The CDP mirror of a tape volume (an absolute directory; docs/tape.md
+    /// §4): kept here so that the next mounts from this directory mirror
+    /// too, while a machine with only the tape mounts without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<std::path::PathBuf>,
 }
 
 /// Options for `init`.

@@ -32,6 +32,7 @@ pub mod journal;
 pub mod maintenance;
 pub mod metrics;
 pub mod meta;
+pub mod mirror;
 pub mod pack;
 pub mod tape;
 pub mod trace;

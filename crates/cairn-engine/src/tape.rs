@@ -3,11 +3,15 @@
 //! (the emulated drive of `cairn-tape`), and everything else is a volume in
 //! a bucket's machinery (`cloud`) obeying the store's capabilities.
 //!
+//! With `--mirror DIR` the home is the tape and a directory beside it
+//! written at the same time (`crate::mirror`, the CDP mirror).
+//!
 //! A tape can be opened by one process once; the engine opens its home in
 //! several places (the config probe, the volume), so the open store is
 //! shared within the process for as long as anyone holds it.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::mirror::Mirrored;
 use cairn_backend::Backend;
 use cairn_tape::store::{StoreOptions, TapeStore};
 use cairn_tape::{Clock, EmuDrive, EmuParams, TapeDevice};
@@ -120,6 +124,36 @@ fn open_with(url: &str, create: Option<Option<EmuParams>>) -> Result<Arc<TapeSto
 /// [`open`] as the engine's backend.
 pub fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
     Ok(open(url)? as Arc<dyn Backend>)
+}
+
+fn open_mirrors() -> &'static Mutex<HashMap<String, Weak<Mirrored>>> {
+    static M: std::sync::OnceLock<Mutex<HashMap<String, Weak<Mirrored>>>> = std::sync::OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+/// The tape at `url` with its CDP mirror in `dir` (docs/tape.md §4),
+/// shared within the process as the store is: the engine's several opens
+/// of a volume's home get the one mirror.
+pub fn open_mirrored(url: &str, dir: &Path) -> Result<Arc<Mirrored>> {
+    let mut open_m = open_mirrors().lock().expect("open mirrors lock");
+    if let Some(m) = open_m.get(url).and_then(Weak::upgrade) {
+        if m.root() != dir {
+            return Err(Error::new(ErrorKind::Busy, format!("{url} is open in this process mirrored to {}, not {}", m.root().display(), dir.display())));
+        }
+        return Ok(m);
+    }
+    let m = Arc::new(Mirrored::open(open(url)?, dir).map_err(|e| e.context(url))?);
+    open_m.insert(url.to_string(), Arc::downgrade(&m));
+    Ok(m)
+}
+
+/// The backend of a tape volume: the tape, or the tape and its mirror
+/// when the volume's settings name one.
+pub fn open_backend_mirrored(url: &str, mirror: Option<&Path>) -> Result<Arc<dyn Backend>> {
+    match mirror {
+        Some(dir) => Ok(open_mirrored(url, dir)? as Arc<dyn Backend>),
+        None => open_backend(url),
+    }
 }
 
 /// The absolute form of a tape URL (an emulated tape's directory made

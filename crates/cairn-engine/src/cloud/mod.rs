@@ -85,7 +85,7 @@ pub fn open_remote(settings: &LocalSettings) -> Result<Arc<dyn Backend>> {
 pub fn open_remote_with(settings: &LocalSettings, policy: cairn_backend::RetryPolicy) -> Result<Arc<dyn Backend>> {
     if crate::tape::is_tape_url(&settings.backend) {
         // A tape does not fail and then succeed: no retries.
-        return crate::tape::open_backend(&settings.backend);
+        return crate::tape::open_backend_mirrored(&settings.backend, settings.mirror.as_deref());
     }
     let loc = cairn_backend::S3Location::parse(&settings.backend, settings.endpoint.as_deref(), settings.region.as_deref())
         .map_err(|e| Error::invalid(e.to_string()))?;
@@ -538,6 +538,7 @@ pub fn attach(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str
         backend: url.to_string(),
         endpoint: endpoint.map(str::to_string),
         region: region.map(str::to_string),
+        mirror: None,
     };
     let probe = match injected {
         Some(b) => b.0.clone(),

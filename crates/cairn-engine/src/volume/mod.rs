@@ -65,6 +65,10 @@ pub struct OpenOptions {
     pub cloud: crate::cloud::CloudOptions,
     /// Record an access trace into this file (docs/trace.md).
     pub trace: Option<std::path::PathBuf>,
+    /// A tape volume's CDP mirror (docs/tape.md §4): a choice other than
+    /// the remembered one is written into the local settings first, so it
+    /// holds for the next opens from this directory too.
+    pub mirror: crate::mirror::MirrorChoice,
 }
 
 impl Default for OpenOptions {
@@ -80,6 +84,7 @@ impl Default for OpenOptions {
             backend: None,
             cloud: Default::default(),
             trace: None,
+            mirror: Default::default(),
         }
     }
 }
@@ -182,7 +187,7 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
         None => (crate::config::with_retries(LocalBackend::create(&layout.default_store())?), "local:store".into()),
     };
     backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
-    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location, endpoint: None, region: None };
+    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location, endpoint: None, region: None, mirror: None };
     create_local_state(&layout)?;
     write_settings(&layout, &settings)?;
     Ok(cfg)
@@ -199,7 +204,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
             return Err(Error::new(ErrorKind::Exists, format!("{} is not empty; a volume's local directory must be new or empty", dir.display())));
         }
     }
-    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: url.to_string(), endpoint: endpoint.map(str::to_string), region: region.map(str::to_string) };
+    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: url.to_string(), endpoint: endpoint.map(str::to_string), region: region.map(str::to_string), mirror: None };
     let remote = match &opts.backend {
         Some(b) => b.0.clone(),
         None => crate::cloud::open_remote(&settings)?,
@@ -322,7 +327,7 @@ fn read_config_with(dir: &Path, injected: Option<&crate::config::InjectedBackend
 
 /// Takes the volume lock: exclusive for read-write opens, shared for
 /// read-only looks (which then keep any writer out while they read).
-fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
+pub(crate) fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
     let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(layout.lock())?;
     let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
     // SAFETY: flock on an fd we own.
@@ -340,6 +345,7 @@ impl Volume {
     /// Opens the volume in `dir`, replays the journal, and starts the
     /// background flusher.
     pub fn load(dir: &Path, mut opts: OpenOptions) -> Result<Arc<Volume>> {
+        crate::mirror::choose(dir, &opts.mirror)?;
         let (layout, settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
         let lock = Some(take_lock(&layout, !opts.read_only)?);
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;

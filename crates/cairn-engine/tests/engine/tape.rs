@@ -226,3 +226,217 @@ fn a_power_cut_that_loses_only_versions_keeps_the_local_state() {
     assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
     x.close().unwrap();
 }
+
+// ---- The CDP mirror (docs/tape.md §4) ----
+
+use cairn_backend::Backend;
+use cairn_engine::mirror::{MirrorChoice, Mirrored};
+
+/// A formatted tape (held by the caller) and a mirror in `DIR/mirror`.
+fn mirrored(t: &Path) -> (String, std::sync::Arc<cairn_tape::store::TapeStore>, std::sync::Arc<Mirrored>) {
+    setup();
+    let url = url(t);
+    let held = tape::create(&url, Some(params())).unwrap();
+    std::fs::create_dir_all(t.join("mirror")).unwrap();
+    let m = tape::open_mirrored(&url, &t.join("mirror")).unwrap();
+    (url, held, m)
+}
+
+/// The mirroring backend keeps the backend contract, racing conditional
+/// creates included.
+#[test]
+fn the_mirror_passes_the_backend_conformance_suite() {
+    let t = tempfile::tempdir().unwrap();
+    let (_url, _held, m) = mirrored(t.path());
+    cairn_backend::conformance::run_all(&*m);
+    m.sync().unwrap();
+    // The same again once the mirror lost everything: the tape answers.
+    for e in std::fs::read_dir(t.path().join("mirror")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p).unwrap();
+        }
+    }
+    cairn_backend::conformance::run_all(&*m);
+}
+
+/// Reads are served by the directory, never by the drive; an object the
+/// directory lacks, or holds at another size, comes from the tape (and a
+/// whole one is written back); the tape's answer wins over a stray file;
+/// a delete frees the directory's copy.
+#[test]
+fn the_mirror_serves_reads_and_the_tape_fills_its_gaps() {
+    let t = tempfile::tempdir().unwrap();
+    let (_url, held, m) = mirrored(t.path());
+    let pack = random_bytes(1, 900_000);
+    let meta = random_bytes(2, 5_000);
+    m.put("packs/ab/abcd", &pack).unwrap();
+    m.put_if_absent("meta/0000000000000002.base", &meta).unwrap();
+    m.sync().unwrap();
+    let root = t.path().join("mirror");
+    assert!(std::fs::read(root.join("packs/ab/abcd")).unwrap() == pack, "the object is in the directory verbatim");
+    assert_eq!(m.get_range("packs/ab/abcd", 100_000, 300_000).unwrap(), &pack[100_000..400_000]);
+    assert_eq!(m.get("meta/0000000000000002.base").unwrap(), meta);
+    assert_eq!(held.stats().reads_from_tape, 0, "served by the drive: {:?}", held.stats());
+    assert_eq!((m.stats().reads_from_mirror, m.stats().fallbacks), (2, 0));
+    assert_eq!(m.size("packs/ab/abcd").unwrap(), pack.len() as u64);
+    assert_eq!(m.get_range("packs/ab/abcd", 899_999, 2).unwrap_err().kind(), cairn_backend::ErrorKind::OutOfRange);
+
+    // Wiped: the tape serves; a whole object comes back into the directory.
+    std::fs::remove_dir_all(root.join("packs")).unwrap();
+    std::fs::remove_dir_all(root.join("meta")).unwrap();
+    assert_eq!(m.get_range("packs/ab/abcd", 5, 50_000).unwrap(), &pack[5..50_005]);
+    assert!(!root.join("packs/ab/abcd").exists(), "a range is not a whole object");
+    assert_eq!(m.get("meta/0000000000000002.base").unwrap(), meta);
+    assert!(std::fs::read(root.join("meta/0000000000000002.base")).unwrap() == meta, "read whole from the tape, written back");
+    assert!(held.stats().reads_from_tape >= 1);
+    assert_eq!((m.stats().fallbacks, m.stats().filled), (2, 1));
+    // A file of the wrong size is not served.
+    std::fs::create_dir_all(root.join("packs/ab")).unwrap();
+    std::fs::write(root.join("packs/ab/abcd"), b"short").unwrap();
+    assert!(m.get("packs/ab/abcd").unwrap() == pack);
+    // A file the tape does not hold is not an object.
+    std::fs::write(root.join("packs/ab/stray"), b"x").unwrap();
+    assert_eq!(m.get("packs/ab/stray").unwrap_err().kind(), cairn_backend::ErrorKind::NotFound);
+    assert!(m.list("packs/").unwrap().iter().all(|o| o.name != "packs/ab/stray"), "the listing is the tape's");
+    // Deletes go to both.
+    m.delete("packs/ab/abcd").unwrap();
+    assert!(!root.join("packs/ab/abcd").exists());
+    assert_eq!(m.get("packs/ab/abcd").unwrap_err().kind(), cairn_backend::ErrorKind::NotFound);
+    assert_eq!(held.size("packs/ab/abcd").unwrap_err().kind(), cairn_backend::ErrorKind::NotFound);
+}
+
+/// Objects put on the tape while the mirror was not there (a mount without
+/// it, or a crash before the mirror's sync) may have older copies in the
+/// directory: opening drops those, so the directory never serves bytes the
+/// tape does not hold, and keeps the rest.
+#[test]
+fn a_mirror_drops_copies_the_tape_replaced_without_it() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("mirror");
+    let (url, held, m) = mirrored(t.path());
+    m.put("meta/a", &[1u8; 4000]).unwrap();
+    m.put("meta/b", &[2u8; 4000]).unwrap();
+    m.sync().unwrap();
+    drop(m);
+    // The tape alone replaces meta/a with as many bytes.
+    held.put("meta/a", &[3u8; 4000]).unwrap();
+    held.sync().unwrap();
+    // Through the mirror without a sync (a crash): its copy is suspect too.
+    let m = tape::open_mirrored(&url, &root).unwrap();
+    m.put("meta/c", &[4u8; 4000]).unwrap();
+    drop(m);
+    assert!(root.join("meta/c").exists());
+    let m = tape::open_mirrored(&url, &root).unwrap();
+    assert!(!root.join("meta/a").exists() && !root.join("meta/c").exists(), "suspect copies dropped");
+    assert!(root.join("meta/b").exists(), "a copy put before the last sync is kept");
+    assert_eq!(m.get("meta/a").unwrap(), vec![3u8; 4000]);
+    assert_eq!(m.get("meta/b").unwrap(), vec![2u8; 4000]);
+    assert_eq!(m.get("meta/c").unwrap(), vec![4u8; 4000]);
+    assert_eq!(m.stats().reads_from_mirror, 1);
+}
+
+/// A directory that mirrors another tape, or holds something else, is
+/// refused, naming why.
+#[test]
+fn a_mirror_of_another_tape_or_a_busy_directory_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let (_url, _held, m) = mirrored(t.path());
+    m.put("config", b"x").unwrap();
+    m.sync().unwrap();
+    drop(m);
+    let other = t.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let url2 = url(&other);
+    let _held2 = tape::create(&url2, Some(params())).unwrap();
+    let e = tape::open_mirrored(&url2, &t.path().join("mirror")).err().expect("another tape's mirror");
+    assert!(e.to_string().contains("not of this tape"), "{e}");
+    let busy = t.path().join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    std::fs::write(busy.join("notes.txt"), b"mine").unwrap();
+    let e = tape::open_mirrored(&url2, &busy).err().expect("a directory that is not a mirror");
+    assert!(e.to_string().contains("neither empty nor a CDP mirror"), "{e}");
+    assert_eq!(std::fs::read(busy.join("notes.txt")).unwrap(), b"mine");
+}
+
+/// The whole story on a volume: a tree written with a mirror is read back
+/// on another directory with the mirror and the drive reads nothing of it;
+/// the mirror holds no plaintext; the directory that remembers a mirror
+/// that has gone refuses to mount until told; after the mirror is deleted
+/// the tape alone mounts it byte for byte.
+#[test]
+fn a_mirrored_tape_volume_reads_from_the_mirror_and_restores_from_the_tape_alone() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    let mdir = t.path().join("mirror");
+    init_tape(&t.path().join("a"), &url);
+    cloud::attach(&t.path().join("a"), &url, None, None, None).unwrap();
+    let v = Volume::load(&t.path().join("a"), OpenOptions { mirror: MirrorChoice::Use(mdir.clone()), ..opts() }).unwrap();
+    let mut tree = write_tree(&v, 16);
+    for i in 0..3u64 {
+        let data = random_bytes(50 + i, 1_500_000 + 100_000 * i as usize);
+        mkfile(&v, ROOT_INO, &format!("big{i}"), &data);
+        tree.push((format!("big{i}"), data));
+    }
+    v.close().unwrap();
+    drop(v);
+    // Remembered: the next open from this directory mirrors without being told.
+    let settings: serde_json::Value = serde_json::from_slice(&std::fs::read(t.path().join("a/volume.json")).unwrap()).unwrap();
+    assert_eq!(settings["mirror"].as_str(), Some(std::fs::canonicalize(&mdir).unwrap().to_str().unwrap()));
+
+    // Encrypted volume: nothing of the files is in the clear in the mirror.
+    for e in walk(&mdir) {
+        let bytes = std::fs::read(&e).unwrap();
+        for (_, d) in tree.iter().filter(|(_, d)| d.len() > 4096) {
+            assert!(!bytes.windows(64).any(|w| w == &d[1000..1064]), "plaintext in {}", e.display());
+        }
+    }
+
+    // Another directory with the mirror: every read of the tree is the mirror's.
+    cloud::attach(&t.path().join("b"), &url, None, None, None).unwrap();
+    let w = Volume::load(&t.path().join("b"), OpenOptions { mirror: MirrorChoice::Use(mdir.clone()), ..opts() }).unwrap();
+    let m = tape::open_mirrored(&url, &std::fs::canonicalize(&mdir).unwrap()).unwrap();
+    let (drive0, mirror0) = (m.tape().stats(), m.stats());
+    check_tree(&w, &tree);
+    let (drive1, mirror1) = (m.tape().stats(), m.stats());
+    assert_eq!(drive1.reads_from_tape, drive0.reads_from_tape, "the drive read for the tree: {drive1:?}");
+    assert_eq!(mirror1.fallbacks, mirror0.fallbacks, "{mirror1:?}");
+    assert!(mirror1.reads_from_mirror > mirror0.reads_from_mirror + 3, "{mirror1:?}");
+    drop(m);
+    w.close().unwrap();
+    drop(w);
+
+    // The mirror is lost. The directory that remembers it says what to do.
+    std::fs::remove_dir_all(&mdir).unwrap();
+    let e = Volume::load(&t.path().join("a"), opts()).err().expect("a remembered mirror that has gone");
+    assert!(e.to_string().contains("--mirror") && e.to_string().contains("--no-mirror"), "{e}");
+    // A machine with only the tape.
+    let x = mount(&t.path().join("c"), &url);
+    let before = tape::open(&url).unwrap().stats();
+    check_tree(&x, &tree);
+    assert!(tape::open(&url).unwrap().stats().reads_from_tape > before.reads_from_tape, "read from the tape");
+    let rep = maintenance::fsck(&x, true, &maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
+    x.close().unwrap();
+    drop(x);
+    // The first directory, told to stop mirroring, mounts from the tape.
+    let y = Volume::load(&t.path().join("a"), OpenOptions { mirror: MirrorChoice::Off, ..opts() }).unwrap();
+    check_tree(&y, &tree[..4]);
+    y.close().unwrap();
+    assert!(!mdir.exists(), "nothing made the mirror again");
+}
+
+/// Every file below `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
