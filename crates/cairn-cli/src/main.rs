@@ -154,6 +154,25 @@ enum Cmd {
         /// the packs queued between the flusher and the drive.
         #[arg(long, default_value = "1G", value_parser = size::parse)]
         tape_memory: u64,
+        /// Volume on a tape: continuous data protection (HPTFS's CDP). Every
+        /// object also goes to directory DIR (created if missing; best on
+        /// another disk than --cache-dir) at the same time as to the tape: a
+        /// write returns when both have it, so the drive and the disk work
+        /// together. Reads are served from DIR, so the drive never
+        /// repositions to read back what was written; an object DIR lacks
+        /// (a mirror added later, or wiped) is read from the tape. DIR holds
+        /// the objects exactly as the tape does (sealed on an encrypted
+        /// volume). The choice is remembered in --cache-dir: later mounts
+        /// from it mirror to DIR without being told, and refuse to start if
+        /// DIR has gone (give --mirror DIR again to start it afresh, or
+        /// --no-mirror). The tape alone still holds everything: a machine
+        /// with only the tape (a new --cache-dir) mounts without a mirror.
+        #[arg(long, value_name = "DIR", conflicts_with = "no_mirror")]
+        mirror: Option<PathBuf>,
+        /// Volume on a tape: stop mirroring (forget the --mirror this
+        /// --cache-dir remembers; the directory is left as it is).
+        #[arg(long)]
+        no_mirror: bool,
         /// Stay in the foreground and log to the terminal.
         #[arg(short, long)]
         foreground: bool,
@@ -706,14 +725,26 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, tape_memory, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, ..Default::default() }, ..Default::default() });
+            use cairn_engine::mirror::MirrorChoice;
+            let mirror = match (mirror, no_mirror) {
+                (Some(d), _) => MirrorChoice::Use(d),
+                (None, true) => MirrorChoice::Off,
+                (None, false) => MirrorChoice::Remembered,
+            };
+            if mirror != MirrorChoice::Remembered && !cairn_engine::tape::is_tape_url(&volume) {
+                bail!("--mirror and --no-mirror are for volumes on a tape (tape:/dev/nstN or tape-emu:DIR); {volume} is not one");
+            }
             // Opening a tape costs seconds of positioning (label, catalog at
             // the end of the data): the checks below share one open, and
             // the daemon opens it once more after the fork (no thread, so
             // no open store, may exist when it forks).
             let held_tape = if cairn_engine::tape::is_tape_url(&volume) { Some(cairn_engine::tape::open(&target::canonical(&volume)?)?) } else { None };
             let dir = target::open_dir(&volume, &cloud)?;
+            // Remembered in the local directory before anything opens the
+            // tape (the open finds the mirror there).
+            cairn_engine::mirror::choose(&dir, &mirror)?;
             // Ask for the passphrase before going to the background.
             let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
             drop(held_tape);
@@ -1015,9 +1046,10 @@ fn run(cli: Cli) -> Result<i32> {
 /// Where a volume's packs are, for `cairn status`.
 fn backend_label(layout: &cairn_engine::config::Layout, settings: &cairn_engine::config::LocalSettings) -> Result<String> {
     if target::is_url(&settings.backend) {
-        return Ok(match &settings.endpoint {
-            Some(ep) => format!("{} at {ep}", settings.backend),
-            None => settings.backend.clone(),
+        return Ok(match (&settings.endpoint, &settings.mirror) {
+            (Some(ep), _) => format!("{} at {ep}", settings.backend),
+            (None, Some(m)) => format!("{} mirrored to {}", settings.backend, m.display()),
+            (None, None) => settings.backend.clone(),
         });
     }
     Ok(format!("local:{}", layout.store_path(settings)?.display()))

@@ -1,7 +1,8 @@
 //! Volumes on an emulated tape through real mounts of the `cairn` binary
 //! (the drive on a virtual clock, so positioning costs no test time): a
 //! mixed tree mounts from the tape alone; `kill -9` after fsyncs, then
-//! `cairn tape recover`, loses no fsync'd byte.
+//! `cairn tape recover`, loses no fsync'd byte; a tree written with a CDP
+//! mirror mounts from the tape alone once the mirror is deleted.
 
 use crate::cloud::{expected, fsync_files};
 use crate::common::*;
@@ -41,7 +42,12 @@ impl Tape {
     }
 
     fn try_mount(&self, machine: &str) -> Result<Mount, Out> {
-        let a = self.args(machine);
+        self.try_mount_with(machine, &[])
+    }
+
+    fn try_mount_with(&self, machine: &str, extra: &[&str]) -> Result<Mount, Out> {
+        let mut a = self.args(machine);
+        a.extend(extra.iter().map(|s| s.to_string()));
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
         Mount::new(Path::new(&self.url), &self.env.mnt, &a)
     }
@@ -145,4 +151,65 @@ if errors:
         assert!(got == expect(i, size), "w{i} differs after the round trip through the tape");
     }
     m.umount();
+
+/// CDP (`--mirror`): a tree copied in through a mount that mirrors lands in
+/// the mirror directory too (sealed: no plaintext); a remount from the same
+/// directory remembers the mirror and reads from it; once the mirror is
+/// deleted that directory refuses to mount and says what to do, and a fresh
+/// directory mounts the tree from the tape alone, byte for byte.
+#[test]
+fn a_mirrored_tree_mounts_from_the_tape_alone_once_the_mirror_is_gone() {
+    let _serial = serial();
+    let t = Tape::new("tape-mirror");
+    let src = t.env.path("src");
+    build_tree_with(&src, 200, 4 * MIB);
+    let mirror = t.env.path("mirror");
+    let ms = mirror.display().to_string();
+
+    // Only a tape has a mirror.
+    let plain = t.env.path("plain");
+    cairn_ok(["init", &plain.display().to_string()]);
+    let out = cairn(["mount", &plain.display().to_string(), &t.env.mnt.display().to_string(), "--mirror", &ms]);
+    assert!(!out.ok() && out.stderr.contains("volumes on a tape"), "{out}");
+
+    let m = t.try_mount_with("a", &["--mirror", &ms]).unwrap_or_else(|out| panic!("mount --mirror failed: {out}"));
+    let out = run(Command::new("cp").arg("-a").arg(format!("{}/.", src.display())).arg(m.path()));
+    assert!(out.ok(), "cp -a: {out}");
+    m.umount();
+    assert!(mirror.join("mirror.json").exists(), "no marker in the mirror");
+    let packs: u64 = walk(&mirror.join("packs")).iter().map(|p| fs::metadata(p).unwrap().len()).sum();
+    assert!(packs > 4 * MIB, "the mirror holds {packs} bytes of packs");
+    let big = fs::read(src.join("big/big0.bin")).unwrap();
+    for p in walk(&mirror) {
+        let bytes = fs::read(&p).unwrap();
+        assert!(!bytes.windows(64).any(|w| w == &big[4096..4160]), "plaintext in {}", p.display());
+    }
+
+    // Remembered: the same directory mirrors without being told.
+    let m = t.mount("a");
+    check_copy(&src, m.path(), "through the mirror");
+    m.umount();
+    let log = fs::read_to_string(t.dir("a").join("cairn.log")).unwrap_or_default();
+    assert!(log.matches("mirroring to").count() >= 2, "the second mount did not mirror:\n{log}");
+
+    fs::remove_dir_all(&mirror).unwrap();
+    let err = t.try_mount("a").err().expect("the remembered mirror has gone");
+    assert!(err.stderr.contains("--no-mirror"), "{err}");
+    let m = t.mount("b");
+    check_copy(&src, m.path(), "from the tape alone");
+    m.umount();
+    assert!(!mirror.exists(), "a mount without --mirror made the mirror");
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.is_file() {
+            out.push(p);
+        }
+    }
+    out
 }
