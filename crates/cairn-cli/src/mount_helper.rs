@@ -284,6 +284,12 @@ mod tests {
     }
 
     #[test]
+    fn a_tapes_mirror_is_an_option_too() {
+        assert_eq!(tr("mirror=/srv/mirror,tape_memory=2G").unwrap(), ["--mirror", "/srv/mirror", "--tape-memory", "2G"]);
+        assert_eq!(tr("no_mirror").unwrap(), ["--no-mirror"]);
+    }
+
+    #[test]
     fn system_options_are_passed_over() {
         let got = tr("rw,nofail,noauto,auto,user,users,x-systemd.automount,x-systemd.requires=network-online.target,comment=systemd.x,nosuid,nodev").unwrap();
         assert!(got.is_empty(), "{got:?}");
