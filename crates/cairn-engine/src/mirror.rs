@@ -427,6 +427,11 @@ impl Backend for Mirrored {
     fn describe(&self) -> String {
         format!("{} mirrored to {}", self.tape.describe(), self.root.display())
     }
+
+    /// The drive's: the mirror's writes go with each put.
+    fn backlog(&self) -> Option<cairn_backend::Backlog> {
+        self.tape.backlog()
+    }
 }
 
 /// Applies a mount's mirror choice to the volume's local settings in
