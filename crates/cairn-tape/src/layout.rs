@@ -982,6 +982,32 @@ impl TapeWriter {
     }
 }
 
+/// A gap up to this many bytes ahead is read through rather than located
+/// over: a locate costs seconds whatever the distance (3 s on LTO before
+/// any travel), reading on costs the gap at the streaming rate (256 MiB:
+/// 3.4 s at 80 MB/s, 0.7 s at LTO-9's 400 MB/s), and the tape keeps moving.
+pub const READ_THROUGH_BYTES: u64 = 256 << 20;
+
+/// Reads and drops `blocks` blocks from the current position (a gap before
+/// the next extent); false, with the tape wherever it got to, if the gap
+/// is longer than [`READ_THROUGH_BYTES`] or holds a filemark or the end of
+/// data (the caller then locates).
+fn read_through<D: TapeDevice + ?Sized>(dev: &mut D, blocks: u64, buf: &mut [u8]) -> Result<bool> {
+    let bs = dev.block_size();
+    if blocks * bs as u64 > READ_THROUGH_BYTES {
+        return Ok(false);
+    }
+    let mut left = blocks;
+    while left > 0 {
+        let want = left.min((buf.len() / bs) as u64) as usize;
+        match dev.read_blocks(&mut buf[..want * bs])? {
+            ReadOutcome::Blocks(n) => left -= n as u64,
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
 /// Reads extents in the order given (sort them by `start` for one pass),
 /// checking every block against the extent (volume, object, sequence,
 /// offset, checksum), and hands each block's payload to `sink` with its
@@ -998,7 +1024,8 @@ where
         if e.blocks == 0 {
             continue;
         }
-        if dev.position()? != e.start {
+        let at = dev.position()?;
+        if at != e.start && !(e.start > at && read_through(dev, e.start - at, &mut buf)?) {
             dev.locate(e.start)?;
         }
         let mut done = 0u64;
