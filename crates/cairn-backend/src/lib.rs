@@ -90,6 +90,29 @@ pub trait Backend: Send + Sync {
     fn backlog(&self) -> Option<Backlog> {
         None
     }
+    /// Where byte `offset` of `name` lies on a sequential medium (a tape's
+    /// block position), so that a caller with many reads to make can issue
+    /// them in one pass (`cairn tape recall`). None: the store has no order
+    /// that matters, or does not know the object.
+    fn position(&self, _name: &str, _offset: u64) -> Option<u64> {
+        None
+    }
+    /// What the store holds that deleting did not free (an append-only
+    /// medium): shown by `cairn stats`. None: deletes free space here.
+    fn space(&self) -> Option<StoreSpace> {
+        None
+    }
+}
+
+/// See [`Backend::space`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreSpace {
+    /// Bytes of live objects.
+    pub live_bytes: u64,
+    /// Bytes of deleted or replaced objects still taking room.
+    pub dead_bytes: u64,
+    /// Room left for new objects, when the store knows it.
+    pub free_bytes: Option<u64>,
 }
 
 /// See [`Backend::backlog`].
@@ -163,6 +186,12 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     }
     fn backlog(&self) -> Option<Backlog> {
         (**self).backlog()
+    }
+    fn position(&self, name: &str, offset: u64) -> Option<u64> {
+        (**self).position(name, offset)
+    }
+    fn space(&self) -> Option<StoreSpace> {
+        (**self).space()
     }
 }
 

@@ -394,6 +394,12 @@ impl<B: Backend> Backend for Metered<B> {
     fn backlog(&self) -> Option<crate::Backlog> {
         self.inner.backlog()
     }
+    fn position(&self, name: &str, offset: u64) -> Option<u64> {
+        self.inner.position(name, offset)
+    }
+    fn space(&self) -> Option<crate::StoreSpace> {
+        self.inner.space()
+    }
 }
 
 #[cfg(test)]

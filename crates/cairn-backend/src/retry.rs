@@ -140,4 +140,10 @@ impl<B: Backend> Backend for Retrying<B> {
     fn backlog(&self) -> Option<crate::Backlog> {
         self.inner.backlog()
     }
+    fn position(&self, name: &str, offset: u64) -> Option<u64> {
+        self.inner.position(name, offset)
+    }
+    fn space(&self) -> Option<crate::StoreSpace> {
+        self.inner.space()
+    }
 }

@@ -904,6 +904,14 @@ fn run(cli: Cli) -> Result<i32> {
                     }
                     println!("not yet uploaded   {:>14}   in {} packs", h(c.dirty_bytes), c.dirty_objects);
                 }
+                if let Some(m) = &s.medium {
+                    let total = m.live_bytes + m.dead_bytes;
+                    let pct = if total == 0 { 0.0 } else { 100.0 * m.dead_bytes as f64 / total as f64 };
+                    println!("on the tape        {:>14}   live objects, {} dead ({pct:.1}%: deleted or replaced; `cairn tape reclaim` copies the live data to a new tape)", h(m.live_bytes), h(m.dead_bytes));
+                    if let Some(f) = m.free_bytes {
+                        println!("room left          {:>14}", h(f));
+                    }
+                }
             }
             Ok(0)
         }

@@ -16,7 +16,12 @@
 //! -> {"op":"archive_extract","archive":[..],"dest":[..],"consume":false}
 //!                              <- {"ok":true,"result":{ArchiveReport}}
 //!                              <- {"ok":false,"error":"message","errno":N}
+//! -> {"op":"recall","paths":[[..bytes..]..]}   files or trees into the local cache
+//!                              <- {"progress":{"done":N,"total":M}}   (any number, every 100 ms or so)
+//!                              <- {"ok":true,"result":{RecallReport}}
 //! ```
+//! A recall can take as long as the medium does; it runs on a thread of
+//! its own so the socket keeps answering, and stops if the client goes.
 //! It carries what POSIX has no call for. Content edits of one open file
 //! (`rpwrite`) go through an ioctl on the file instead (see `cairn-fuse`),
 //! which any user with the file open for writing may use; this socket is
@@ -70,6 +75,23 @@ pub enum Request {
     /// Extract the tar file `archive` into directory `dest` (made if
     /// missing) without copying data; `consume` removes the archive.
     ArchiveExtract { archive: Vec<u8>, dest: Vec<u8>, consume: bool },
+    /// Read the data of these files or trees (paths from the volume root)
+    /// into the local cache in one pass in medium order ([`Volume::recall`]).
+    /// Answered with progress lines before the reply ([`call_with_progress`]).
+    Recall { paths: Vec<Vec<u8>> },
+}
+
+/// A progress line sent before the reply of a long request.
+#[derive(Debug, Serialize, Deserialize)]
+struct ProgressLine {
+    progress: Progress,
+}
+
+/// Bytes done of bytes to do.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Progress {
+    pub done: u64,
+    pub total: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -113,7 +135,8 @@ pub fn serve(vol: &Arc<Volume>, path: &Path) -> Result<Server> {
                 }
                 let Ok(conn) = conn else { continue };
                 let Some(vol) = weak.upgrade() else { return };
-                // One request at a time is plenty for administration.
+                // One request at a time is plenty for administration (a
+                // recall goes on on a thread of its own).
                 if let Err(e) = handle(&vol, conn) {
                     tracing::warn!("control request failed: {e}");
                 }
@@ -123,21 +146,64 @@ pub fn serve(vol: &Arc<Volume>, path: &Path) -> Result<Server> {
     Ok(Server { path: path.to_path_buf(), stop, thread: Some(thread) })
 }
 
-fn handle(vol: &Volume, conn: UnixStream) -> std::io::Result<()> {
+fn handle(vol: &Arc<Volume>, conn: UnixStream) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut line = String::new();
-    BufReader::new(&conn).take(1 << 20).read_line(&mut line)?;
+    BufReader::new(&conn).take(16 << 20).read_line(&mut line)?;
     let caller = peer_caller(&conn);
     let reply = match serde_json::from_str::<Request>(&line) {
         Err(e) => Reply { ok: false, result: None, error: Some(format!("bad request: {e}")), errno: Some(libc::EINVAL) },
-        Ok(req) => match execute(vol, req, caller) {
-            Ok(v) => Reply { ok: true, result: Some(v), error: None, errno: None },
-            Err(e) => Reply { ok: false, result: None, error: Some(e.to_string()), errno: Some(e.errno()) },
-        },
+        Ok(Request::Recall { paths }) => {
+            let vol = vol.clone();
+            std::thread::Builder::new().name("cairn-recall".into()).spawn(move || {
+                if let Err(e) = recall(&vol, &paths, &conn) {
+                    tracing::info!("recall: the client went away ({e})");
+                }
+            })?;
+            return Ok(());
+        }
+        Ok(req) => to_reply(execute(vol, req, caller)),
     };
-    let mut out = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    send(&conn, &reply)
+}
+
+fn to_reply(r: Result<serde_json::Value>) -> Reply {
+    match r {
+        Ok(v) => Reply { ok: true, result: Some(v), error: None, errno: None },
+        Err(e) => Reply { ok: false, result: None, error: Some(e.to_string()), errno: Some(e.errno()) },
+    }
+}
+
+fn send(conn: &UnixStream, msg: &impl Serialize) -> std::io::Result<()> {
+    let mut out = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
     out.push(b'\n');
-    (&conn).write_all(&out)
+    (&*conn).write_all(&out)
+}
+
+/// Runs a recall, sending progress lines, then the reply. A client that
+/// has gone makes the next progress line fail, which stops the recall.
+fn recall(vol: &Volume, paths: &[Vec<u8>], conn: &UnixStream) -> std::io::Result<()> {
+    let mut gone: Option<std::io::Error> = None;
+    let r = (|| {
+        let mut roots = Vec::with_capacity(paths.len());
+        for p in paths {
+            roots.push(vol.resolve(p).map_err(|e| e.context(String::from_utf8_lossy(p)))?);
+        }
+        let mut last = std::time::Instant::now();
+        let rep = vol.recall(&roots, &mut |done, total| {
+            if gone.is_none() && (last.elapsed() >= Duration::from_millis(100) || done == total) {
+                last = std::time::Instant::now();
+                if let Err(e) = send(conn, &ProgressLine { progress: Progress { done, total } }) {
+                    gone = Some(e);
+                }
+            }
+        })?;
+        Ok(serde_json::to_value(rep).expect("the report serialises"))
+    })();
+    if let Some(e) = gone {
+        return Err(e);
+    }
+    send(conn, &to_reply(r))
 }
 
 /// The connecting process's user and group (SO_PEERCRED).
@@ -154,7 +220,7 @@ fn peer_caller(conn: &UnixStream) -> Caller {
 }
 
 fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
-    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Metrics | Request::Cost { .. } | Request::GcPlan { .. });
+    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Metrics | Request::Cost { .. } | Request::GcPlan { .. } | Request::Recall { .. });
     let v = execute_one(vol, req, caller)?;
     // A command that reports success has made its change durable (one WAL
     // fsync): `cairn clone` or `cairn snapshot create` followed by a power
@@ -213,6 +279,10 @@ fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json:
             let plan = crate::cleaner::plan(vol, crate::types::Timestamp::now().0, &prices)?;
             Ok(serde_json::to_value(plan).expect("plans serialise"))
         }
+        Request::Recall { paths } => {
+            let roots = paths.iter().map(|p| vol.resolve(p)).collect::<Result<Vec<_>>>()?;
+            Ok(serde_json::to_value(vol.recall(&roots, &mut |_, _| {})?).expect("the report serialises"))
+        }
     }
 }
 
@@ -233,6 +303,46 @@ pub fn call(path: &Path, req: &Request) -> Result<Option<serde_json::Value>> {
     call_within(path, req, Duration::from_secs(600))
 }
 
+/// [`call`] for a request answered with progress lines first (a recall):
+/// `progress` sees each; the wait for the next line, not for the whole
+/// request, is bounded.
+pub fn call_with_progress(path: &Path, req: &Request, progress: &mut dyn FnMut(Progress)) -> Result<Option<serde_json::Value>> {
+    let timeout = Duration::from_secs(600);
+    let conn = match UnixStream::connect(path) {
+        Ok(c) => c,
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => return Ok(None),
+        Err(e) => return Err(Error::io(format!("control socket {}: {e}", path.display()))),
+    };
+    conn.set_read_timeout(Some(timeout))?;
+    send(&conn, req)?;
+    let mut lines = BufReader::new(&conn);
+    loop {
+        let mut line = String::new();
+        let n = lines.read_line(&mut line).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::new(ErrorKind::Busy, format!("no word from {} for {timeout:?}", path.display())),
+            _ => e.into(),
+        })?;
+        if n == 0 {
+            return Err(Error::io(format!("the mount closed {} without an answer (did it stop?)", path.display())));
+        }
+        if let Ok(p) = serde_json::from_str::<ProgressLine>(&line) {
+            progress(p.progress);
+            continue;
+        }
+        return parse_reply(&line);
+    }
+}
+
+fn parse_reply(line: &str) -> Result<Option<serde_json::Value>> {
+    let reply: Reply = serde_json::from_str(line).map_err(|e| Error::io(format!("bad reply from the mount: {e}")))?;
+    if reply.ok {
+        Ok(Some(reply.result.unwrap_or(serde_json::Value::Null)))
+    } else {
+        let kind = reply.errno.map_or(ErrorKind::Io, ErrorKind::from_errno);
+        Err(Error::new(kind, reply.error.unwrap_or_else(|| "request failed".into())))
+    }
+}
+
 /// [`call`], giving up (an error of kind `Busy`) when no answer comes
 /// within `timeout` (the server answers one request at a time: a long one,
 /// such as a `stats` that flushes, holds the next back).
@@ -251,13 +361,7 @@ pub fn call_within(path: &Path, req: &Request, timeout: Duration) -> Result<Opti
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::new(ErrorKind::Busy, format!("no answer from {} within {timeout:?}", path.display())),
         _ => e.into(),
     })?;
-    let reply: Reply = serde_json::from_str(&line).map_err(|e| Error::io(format!("bad reply from the mount: {e}")))?;
-    if reply.ok {
-        Ok(Some(reply.result.unwrap_or(serde_json::Value::Null)))
-    } else {
-        let kind = reply.errno.map_or(ErrorKind::Io, ErrorKind::from_errno);
-        Err(Error::new(kind, reply.error.unwrap_or_else(|| "request failed".into())))
-    }
+    parse_reply(&line)
 }
 
 #[cfg(test)]

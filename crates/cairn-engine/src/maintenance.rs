@@ -55,6 +55,22 @@ pub struct Stats {
     /// The local cache of a volume in a bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::cache::disk::CacheStats>,
+    /// What the home holds that deletes did not free (a tape: deleted and
+    /// replaced objects stay until `cairn tape reclaim`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub medium: Option<MediumSpace>,
+}
+
+/// Space on an append-only home (see [`cairn_backend::Backend::space`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct MediumSpace {
+    /// Bytes of live objects (packs, metadata versions, the config).
+    pub live_bytes: u64,
+    /// Bytes of deleted or replaced objects still on the medium.
+    pub dead_bytes: u64,
+    /// Room left, when the medium says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_bytes: Option<u64>,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -103,6 +119,7 @@ pub fn stats(vol: &Volume) -> Result<Stats> {
         s.compression_ratio = ratio(s.unique_bytes, s.live_stored_bytes);
         s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
         s.cache = vol.cloud().map(|c| c.cache.stats());
+        s.medium = vol.backend.space().map(|m| MediumSpace { live_bytes: m.live_bytes, dead_bytes: m.dead_bytes, free_bytes: m.free_bytes });
         Ok(s)
     })
 }

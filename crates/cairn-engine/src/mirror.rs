@@ -432,6 +432,17 @@ impl Backend for Mirrored {
     fn backlog(&self) -> Option<cairn_backend::Backlog> {
         self.tape.backlog()
     }
+
+    /// The tape's: the tape is the truth, and ordering reads by it costs
+    /// nothing when the directory serves them.
+    fn position(&self, name: &str, offset: u64) -> Option<u64> {
+        self.tape.position(name, offset)
+    }
+
+    /// The tape's (the directory frees what is deleted).
+    fn space(&self) -> Option<cairn_backend::StoreSpace> {
+        self.tape.space()
+    }
 }
 
 /// Applies a mount's mirror choice to the volume's local settings in

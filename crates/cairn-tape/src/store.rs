@@ -780,6 +780,26 @@ impl Backend for TapeStore {
         self.inner.describe.clone()
     }
 
+    /// The block holding byte `offset` of `name` (its head counted), for
+    /// reads sorted into one pass. None for an object not on tape yet.
+    fn position(&self, name: &str, offset: u64) -> Option<u64> {
+        let st = self.inner.st.lock();
+        if st.in_flight.contains_key(name) {
+            return None;
+        }
+        let e = st.index.objects.get(name).filter(|e| !e.dead)?;
+        let at = e.head + offset;
+        let per = (self.label.block_size as u64).saturating_sub(layout::HEADER_LEN as u64).max(1);
+        let x = e.extents.iter().find(|x| x.offset <= at && at < x.offset + x.len).or(e.extents.last())?;
+        Some(x.start + at.saturating_sub(x.offset) / per)
+    }
+
+    /// Deletes on a tape are logical: the dead bytes stay until a reclaim.
+    fn space(&self) -> Option<cairn_backend::StoreSpace> {
+        let (live_bytes, dead_bytes) = self.inner.st.lock().index.space();
+        Some(cairn_backend::StoreSpace { live_bytes, dead_bytes, free_bytes: None })
+    }
+
     fn backlog(&self) -> Option<Backlog> {
         let st = self.inner.st.lock();
         let streaming = st.queued_bytes > 0 || st.last_write.is_some_and(|t| t.elapsed() < STREAMING_GRACE);

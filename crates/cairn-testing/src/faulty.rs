@@ -209,6 +209,12 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn backlog(&self) -> Option<cairn_backend::Backlog> {
         self.inner.backlog()
     }
+    fn position(&self, name: &str, offset: u64) -> Option<u64> {
+        self.inner.position(name, offset)
+    }
+    fn space(&self) -> Option<cairn_backend::StoreSpace> {
+        self.inner.space()
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! (the drive on a virtual clock, so positioning costs no test time): a
 //! mixed tree mounts from the tape alone; `kill -9` after fsyncs, then
 //! `cairn tape recover`, loses no fsync'd byte; a tree written with a CDP
-//! mirror mounts from the tape alone once the mirror is deleted.
+//! mirror mounts from the tape alone once the mirror is deleted; `cairn
+//! tape recall` fills a fresh machine's cache from the tape in one pass.
 
 use crate::cloud::{expected, fsync_files};
 use crate::common::*;
@@ -200,6 +201,45 @@ fn a_mirrored_tree_mounts_from_the_tape_alone_once_the_mirror_is_gone() {
     check_copy(&src, m.path(), "from the tape alone");
     m.umount();
     assert!(!mirror.exists(), "a mount without --mirror made the mirror");
+}
+
+/// `cairn tape recall` on a machine with only the tape: a directory's
+/// files come into the cache (report in JSON), a second recall of two of
+/// them finds them cached, the files read back byte for byte, `cairn
+/// stats` shows what the tape holds, and a path in no mount is an error.
+#[test]
+fn recall_fills_the_cache_of_a_new_machine() {
+    let _serial = serial();
+    let t = Tape::new("tape-recall");
+    let m = t.mount("a");
+    fs::create_dir(m.join("d")).unwrap();
+    for i in 0..5u64 {
+        fs::write(m.join(&format!("d/f{i}")), gen(40 + i, 3 * MIB as usize)).unwrap();
+    }
+    fs::write(m.join("other"), gen(50, MIB as usize)).unwrap();
+    m.umount();
+
+    let m = t.mount("b");
+    let d = m.join("d").display().to_string();
+    let out = cairn_ok(["tape", "recall", &d, "--json"]);
+    let r: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(r["files"], 5, "{r}");
+    assert!(r["fetched_bytes"].as_u64().unwrap() >= 15 * MIB && r["reads"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["cached_bytes"], 0, "{r}");
+    let out = cairn_ok(["tape", "recall", &m.join("d/f0").display().to_string(), &m.join("d/f1").display().to_string()]);
+    assert!(out.stdout.contains("recalled 2 files") && out.stdout.contains(", 0 B read in 0 reads"), "{out}");
+    for i in 0..5u64 {
+        assert!(fs::read(m.join(&format!("d/f{i}"))).unwrap() == gen(40 + i, 3 * MIB as usize), "d/f{i} differs");
+    }
+    let mut a = vec!["stats".to_string(), t.url.clone(), "--json".into()];
+    a.extend(t.args("b"));
+    let out = cairn(&a);
+    let s: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(s["medium"]["live_bytes"].as_u64().unwrap() > 16 * MIB, "{s}");
+    assert!(s["medium"]["dead_bytes"].is_u64(), "{s}");
+    let out = cairn(["tape", "recall", &t.env.path("src").display().to_string()]);
+    assert!(!out.ok() && out.stderr.contains("not inside a Cairn mount"), "{out}");
+    m.umount();
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

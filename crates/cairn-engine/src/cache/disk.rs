@@ -1482,6 +1482,14 @@ impl Backend for CachedBackend {
     fn backlog(&self) -> Option<cairn_backend::Backlog> {
         self.inner.remote.backlog()
     }
+
+    fn position(&self, name: &str, offset: u64) -> Option<u64> {
+        self.inner.remote.position(name, offset)
+    }
+
+    fn space(&self) -> Option<cairn_backend::StoreSpace> {
+        self.inner.remote.space()
+    }
 }
 
 #[cfg(test)]

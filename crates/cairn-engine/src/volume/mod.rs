@@ -10,9 +10,11 @@ mod buffers;
 mod edit;
 mod namespace;
 mod order;
+mod recall;
 mod tree;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
+pub use recall::RecallReport;
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
 pub(crate) use file::FileState;

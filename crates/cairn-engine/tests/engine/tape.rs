@@ -440,3 +440,67 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Store reads of any kind (from the drive or its read-ahead memory).
+fn store_reads(url: &str) -> u64 {
+    let s = tape::open(url).unwrap().stats();
+    s.reads_from_tape + s.reads_from_memory
+}
+
+/// `recall` of a directory on a machine with only the tape reads its
+/// files' data into the local cache in one pass: afterwards reading them
+/// asks the tape for nothing, while a file not recalled still goes to the
+/// tape; a second recall finds everything cached.
+#[test]
+fn recall_reads_a_tree_into_the_cache_in_one_pass() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    init_tape(&t.path().join("a"), &url);
+    let v = mount(&t.path().join("a"), &url);
+    let mut tree = write_tree(&v, 20);
+    for i in 0..3u64 {
+        let data = random_bytes(70 + i, 700_000 + 300_000 * i as usize);
+        let d = lookup_path(&v, "dir");
+        mkfile(&v, d, &format!("big{i}"), &data);
+        tree.push((format!("dir/big{i}"), data));
+    }
+    v.close().unwrap();
+    drop(v);
+
+    let w = mount(&t.path().join("b"), &url);
+    let (in_dir, at_root): (Vec<_>, Vec<_>) = tree.iter().cloned().partition(|(p, _)| p.starts_with("dir/"));
+    let before = (store_reads(&url), tape::open(&url).unwrap().stats().read_batches);
+    let rep = w.recall(&[lookup_path(&w, "dir")], &mut |_, _| {}).unwrap();
+    let after = (store_reads(&url), tape::open(&url).unwrap().stats().read_batches);
+    assert_eq!(rep.files, in_dir.len() as u64, "{rep:?}");
+    let wanted: u64 = in_dir.iter().map(|(_, d)| d.len() as u64).sum();
+    assert!(rep.stored_bytes >= wanted && rep.fetched_bytes >= wanted, "random data stores about its size: {rep:?}");
+    assert_eq!(rep.cached_bytes, 0, "{rep:?}");
+    assert!(rep.reads > 0 && after.0 > before.0, "{rep:?}");
+    assert!(!rep.overflow, "{rep:?}");
+
+    // The recalled files come from the cache alone.
+    check_tree(&w, &in_dir);
+    assert_eq!(store_reads(&url), after.0, "reading recalled files asked the tape");
+    // A file that was not recalled needs the tape.
+    check_tree(&w, &at_root);
+    assert!(store_reads(&url) > after.0, "the root's files were not recalled, yet the tape served nothing");
+
+    // Everything is cached now: a second recall of the whole tree reads nothing.
+    let again = w.recall(&[ROOT_INO], &mut |_, _| {}).unwrap();
+    assert_eq!(again.files, tree.len() as u64);
+    assert_eq!((again.fetched_bytes, again.reads), (0, 0), "{again:?}");
+    assert_eq!(again.cached_bytes, again.stored_bytes, "{again:?}");
+    w.close().unwrap();
+}
+
+/// A volume whose data is in its own directory has no cache to recall into.
+#[test]
+fn recall_on_a_local_volume_says_why_not() {
+    let d = tempfile::tempdir().unwrap();
+    init(d.path(), &Default::default()).unwrap();
+    let v = Volume::load(d.path(), Default::default()).unwrap();
+    let e = v.recall(&[ROOT_INO], &mut |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("tape or a bucket"), "{e}");
+}

@@ -279,3 +279,31 @@ fn a_garbage_catalog_is_refused_then_recovered() {
         assert_eq!(&s.get(n).unwrap(), d);
     }
 }
+
+/// `position` places bytes on the tape: objects in the order they were
+/// written, a later byte of an object at or after an earlier one, nothing
+/// for an object deleted or unknown; `space` counts deletes and
+/// replacements as dead.
+#[test]
+fn positions_follow_the_tape_and_space_counts_the_dead() {
+    let t = tempfile::tempdir().unwrap();
+    let s = create(&t.path().join("tape"), small_params());
+    let bs = s.label().block_size as u64;
+    for (i, n) in ["p/a", "p/b", "p/c"].iter().enumerate() {
+        s.put(n, &bytes(i as u64, 5 * bs as usize)).unwrap();
+    }
+    s.sync().unwrap();
+    let (a, b, c) = (s.position("p/a", 0).unwrap(), s.position("p/b", 0).unwrap(), s.position("p/c", 0).unwrap());
+    assert!(a < b && b < c, "{a} {b} {c}");
+    let a_end = s.position("p/a", 5 * bs - 1).unwrap();
+    assert!(a_end >= a + 4 && a_end < b, "{a} {a_end} {b}");
+    assert_eq!(s.position("p/none", 0), None);
+    let before = Backend::space(&s).unwrap();
+    assert_eq!((before.live_bytes, before.dead_bytes), (15 * bs, 0));
+    s.delete("p/b").unwrap();
+    s.put("p/c", b"new").unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.position("p/b", 0), None, "deleted");
+    let after = Backend::space(&s).unwrap();
+    assert_eq!((after.live_bytes, after.dead_bytes), (5 * bs + 3, 10 * bs), "{after:?}");
+}
