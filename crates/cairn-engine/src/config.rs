@@ -133,6 +133,12 @@ pub struct LocalSettings {
     /// too, while a machine with only the tape mounts without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<std::path::PathBuf>,
+    /// The volume (its config's id) whose local state this directory
+    /// holds, for a home away from it: a drive's URL names whatever tape is
+    /// loaded and a bucket prefix can be replaced, so the URL alone cannot
+    /// tell that the home is still this volume. Recorded when first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_id: Option<String>,
 }
 
 /// Options for `init`.

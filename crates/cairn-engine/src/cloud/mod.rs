@@ -539,12 +539,14 @@ pub fn attach(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str
         endpoint: endpoint.map(str::to_string),
         region: region.map(str::to_string),
         mirror: None,
+        volume_id: None,
     };
     let probe = match injected {
         Some(b) => b.0.clone(),
         None => open_remote_with(&settings, cairn_backend::RetryPolicy::quick())?,
     };
-    crate::config::VolumeConfig::parse(&probe.get(crate::config::CONFIG_OBJECT).map_err(|e| explain(e, url, endpoint))?)?;
+    let cfg = crate::config::VolumeConfig::parse(&probe.get(crate::config::CONFIG_OBJECT).map_err(|e| explain(e, url, endpoint))?)?;
+    let settings = LocalSettings { volume_id: Some(cfg.volume_id), ..settings };
     std::fs::create_dir_all(dir).map_err(|e| Error::os(format_args!("creating {}", dir.display()), &e))?;
     std::fs::create_dir_all(layout.journal())?;
     crate::volume::write_settings(&layout, &settings)

@@ -189,7 +189,7 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
         None => (crate::config::with_retries(LocalBackend::create(&layout.default_store())?), "local:store".into()),
     };
     backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
-    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location, endpoint: None, region: None, mirror: None };
+    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location, endpoint: None, region: None, mirror: None, volume_id: None };
     create_local_state(&layout)?;
     write_settings(&layout, &settings)?;
     Ok(cfg)
@@ -206,7 +206,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
             return Err(Error::new(ErrorKind::Exists, format!("{} is not empty; a volume's local directory must be new or empty", dir.display())));
         }
     }
-    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: url.to_string(), endpoint: endpoint.map(str::to_string), region: region.map(str::to_string), mirror: None };
+    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: url.to_string(), endpoint: endpoint.map(str::to_string), region: region.map(str::to_string), mirror: None, volume_id: None };
     let remote = match &opts.backend {
         Some(b) => b.0.clone(),
         None => crate::cloud::open_remote(&settings)?,
@@ -252,7 +252,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     state.base_version = 1;
     state.base_bytes = stored;
     state.save(dir)?;
-    write_settings(&layout, &settings)?;
+    write_settings(&layout, &LocalSettings { volume_id: Some(cfg.volume_id.clone()), ..settings })?;
     // The requests of the creation start the bill (folded in at the first
     // read-write open).
     if let Err(e) = crate::cost::save_unsaved(dir, remote.as_ref()) {
@@ -324,7 +324,33 @@ fn read_config_with(dir: &Path, injected: Option<&crate::config::InjectedBackend
         backend.get(CONFIG_OBJECT).map_err(|e| Error::config(format!("reading the volume config from {}: {e}", backend.describe())))?
     };
     let cfg = VolumeConfig::parse(&cfg_bytes)?;
+    let settings = if cloud { check_home(&layout, settings, &cfg)? } else { settings };
     Ok((layout, settings, backend, cfg))
+}
+
+/// Refuses a home that holds another volume than the one this directory
+/// is the local state of (another tape in the drive, a bucket prefix
+/// reused): mounting it would mix two volumes' metadata and data. A
+/// directory from before the id was kept records it now.
+fn check_home(layout: &Layout, mut settings: LocalSettings, cfg: &VolumeConfig) -> Result<LocalSettings> {
+    match &settings.volume_id {
+        Some(id) if *id != cfg.volume_id => Err(Error::config(format!(
+            "{} holds Cairn volume {}, but {} is the local directory of volume {id}: {}. Load the volume's own {}, or mount this one with another --cache-dir",
+            settings.backend,
+            cfg.volume_id,
+            layout.dir.display(),
+            if crate::tape::is_tape_url(&settings.backend) { "the wrong tape" } else { "another volume took this place" },
+            if crate::tape::is_tape_url(&settings.backend) { "tape" } else { "location" },
+        ))),
+        Some(_) => Ok(settings),
+        None => {
+            settings.volume_id = Some(cfg.volume_id.clone());
+            if let Err(e) = write_settings(layout, &settings) {
+                tracing::warn!("recording the volume id in {}: {e}", layout.settings().display());
+            }
+            Ok(settings)
+        }
+    }
 }
 
 /// Takes the volume lock: exclusive for read-write opens, shared for

@@ -504,3 +504,38 @@ fn recall_on_a_local_volume_says_why_not() {
     let e = v.recall(&[ROOT_INO], &mut |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("tape or a bucket"), "{e}");
 }
+
+/// Another tape where this directory's tape was (a drive's URL names
+/// whatever cartridge is loaded): the mount is refused naming both
+/// volumes, and nothing is written; the right tape mounts again.
+#[test]
+fn the_wrong_tape_is_refused_naming_both_volumes() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    init_tape(&t.path().join("a"), &url);
+    let v = mount(&t.path().join("a"), &url);
+    let tree = write_tree(&v, 4);
+    v.close().unwrap();
+    drop(v);
+    let ours = serde_json::from_slice::<serde_json::Value>(&std::fs::read(t.path().join("a/volume.json")).unwrap()).unwrap()["volume_id"].as_str().unwrap().to_string();
+    // Another volume's tape, then loaded in its place.
+    let other = t.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let other_url = format!("tape-emu:{}", other.join("tape").display());
+    init_tape(&other.join("dir"), &other_url);
+    std::fs::rename(t.path().join("tape"), t.path().join("ours")).unwrap();
+    std::fs::rename(other.join("tape"), t.path().join("tape")).unwrap();
+    let img = std::fs::read(t.path().join("tape/tape.img")).unwrap();
+    let e = Volume::load(&t.path().join("a"), opts()).err().expect("another volume's tape");
+    let msg = e.to_string();
+    assert!(msg.contains("wrong tape") && msg.contains(&ours), "{msg}");
+    let theirs = serde_json::from_slice::<serde_json::Value>(&std::fs::read(other.join("dir/volume.json")).unwrap()).unwrap()["volume_id"].as_str().unwrap().to_string();
+    assert!(msg.contains(&theirs) && ours != theirs, "{msg}");
+    assert!(std::fs::read(t.path().join("tape/tape.img")).unwrap() == img, "the other tape was written to");
+    std::fs::rename(t.path().join("tape"), other.join("tape")).unwrap();
+    std::fs::rename(t.path().join("ours"), t.path().join("tape")).unwrap();
+    let w = Volume::load(&t.path().join("a"), opts()).unwrap();
+    check_tree(&w, &tree);
+    w.close().unwrap();
+}
