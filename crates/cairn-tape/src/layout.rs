@@ -912,6 +912,12 @@ impl TapeWriter {
         self.open.remove(&object_id);
     }
 
+    /// Moves the tape to where the next block will be written, ahead of
+    /// the write (a writer locates there by itself otherwise).
+    pub fn prepare<D: TapeDevice + ?Sized>(&mut self, dev: &mut D) -> Result<()> {
+        self.position_for_write(dev)
+    }
+
     fn position_for_write<D: TapeDevice + ?Sized>(&mut self, dev: &mut D) -> Result<()> {
         if dev.position()? != self.next_pos {
             dev.locate(self.next_pos)?;

@@ -29,6 +29,9 @@ pub const INDEX_FORMAT: &str = "cairn-tape-index";
 pub const INDEX_VERSION: u32 = 1;
 /// Bytes read from the tape per step of a streaming read.
 const READ_STEP: u64 = 8 << 20;
+/// Idle this long after the open, a store with
+/// [`StoreOptions::prepare_append`] moves the tape to the append point.
+const PREPARE_AFTER: Duration = Duration::from_millis(500);
 /// After its last write the drive is still emptying its buffer onto the
 /// tape for about this long: data arriving within it keeps the tape moving.
 const STREAMING_GRACE: Duration = Duration::from_secs(3);
@@ -47,11 +50,17 @@ pub struct StoreOptions {
     pub batch_window: Duration,
     /// The pack size the engine should build (a run of the tape).
     pub pack_size: u64,
+    /// When the drive falls idle after the open (and the mount's own
+    /// reads), locate to where the next append goes, so the first write
+    /// streams at once instead of paying a locate (seconds) while writers
+    /// wait; a later read pays at most the locate it needed anyway. For a
+    /// read-write mount; a short look (`tape info`) leaves it off.
+    pub prepare_append: bool,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { queue_bytes: 1 << 30, read_ahead: 64 << 20, read_buffer: 256 << 20, batch_window: Duration::from_millis(50), pack_size: 128 << 20 }
+        StoreOptions { queue_bytes: 1 << 30, read_ahead: 64 << 20, read_buffer: 256 << 20, batch_window: Duration::from_millis(50), pack_size: 128 << 20, prepare_append: false }
     }
 }
 
@@ -210,6 +219,9 @@ struct State {
     dirty: bool,
     /// When the drive thread last finished writing an object.
     last_write: Option<Instant>,
+    /// The drive should go to the append point when next idle
+    /// ([`StoreOptions::prepare_append`]).
+    want_prepare: bool,
     /// A write failed: every later put and sync fails so (the data before
     /// it stays readable).
     failed: Option<(ErrorKind, String)>,
@@ -269,6 +281,7 @@ impl TapeStore {
     }
 
     fn start(dev: Box<dyn TapeDevice>, opts: StoreOptions, label: Label, index: Index, at: AppendPoint) -> TapeStore {
+        let want_prepare = opts.prepare_append;
         let describe = format!("tape {} (volume {})", dev.name(), label.volume_id);
         let inner = Arc::new(Inner {
             describe,
@@ -286,6 +299,7 @@ impl TapeStore {
                 synced: 0,
                 dirty: false,
                 last_write: None,
+                want_prepare,
                 failed: None,
                 stop: false,
                 stats: StoreStats::default(),
@@ -502,6 +516,7 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
             });
             st.queued_bytes -= job.data.len() as u64;
             st.last_write = Some(Instant::now());
+            st.want_prepare = false;
             // Deleted while it waited: on the tape all the same, but dead.
             let deleted = !st.in_flight.contains_key(&job.name);
             match r {
@@ -579,6 +594,22 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
         }
         if stream_ahead(inner, &mut st, dev.as_mut(), label) {
             inner.cv.notify_all();
+            continue;
+        }
+        if st.want_prepare && st.failed.is_none() {
+            // Only once the drive has been idle a moment: a short-lived
+            // open (a check, an unmount right after) must not pay a locate.
+            if !inner.cv.wait_until(&mut st, Instant::now() + PREPARE_AFTER).timed_out() {
+                continue;
+            }
+            if st.stop || !st.queue.is_empty() || !st.reads.is_empty() || st.want_sync > st.synced {
+                continue;
+            }
+            st.want_prepare = false;
+            if let Err(e) = MutexGuard::unlocked(&mut st, || writer.prepare(dev.as_mut())) {
+                // The next write locates by itself (and reports what fails).
+                tracing::warn!("{name}: moving to the append point: {e}");
+            }
             continue;
         }
         inner.cv.wait(&mut st);

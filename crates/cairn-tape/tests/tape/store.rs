@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 fn opts() -> StoreOptions {
-    StoreOptions { queue_bytes: 8 << 20, read_ahead: 1 << 20, read_buffer: 4 << 20, batch_window: Duration::from_millis(5), pack_size: 1 << 20 }
+    StoreOptions { queue_bytes: 8 << 20, read_ahead: 1 << 20, read_buffer: 4 << 20, batch_window: Duration::from_millis(5), pack_size: 1 << 20, prepare_append: false }
 }
 
 fn create(dir: &Path, p: EmuParams) -> TapeStore {
@@ -306,4 +306,27 @@ fn positions_follow_the_tape_and_space_counts_the_dead() {
     assert_eq!(s.position("p/b", 0), None, "deleted");
     let after = Backend::space(&s).unwrap();
     assert_eq!((after.live_bytes, after.dead_bytes), (5 * bs + 3, 10 * bs), "{after:?}");
+}
+
+/// With `prepare_append`, a store idle after its open moves the tape to
+/// the append point, so the first write after it pays no locate (3 s on
+/// the default drive); without it the first write pays it.
+#[test]
+fn an_idle_store_prepares_the_first_append() {
+    let first_write_secs = |prepare: bool| {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("tape");
+        drop(create(&dir, small_params()));
+        let vc = cairn_tape::VirtualClock::new();
+        let dev = EmuDrive::open(&dir, Clock::Virtual(vc.clone())).unwrap();
+        let s = TapeStore::open(Box::new(dev), StoreOptions { prepare_append: prepare, ..opts() }, None, false).unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        let t0 = vc.now();
+        s.put("p/x", &bytes(1, 64 << 10)).unwrap();
+        s.sync().unwrap();
+        vc.now() - t0
+    };
+    let (with, without) = (first_write_secs(true), first_write_secs(false));
+    let locate = small_params().locate_fixed_secs;
+    assert!(without - with >= locate * 0.9, "with {with:.2} s, without {without:.2} s");
 }
