@@ -30,6 +30,7 @@ pub fn run_all(mut dev: Box<dyn TapeDevice>, opts: Options<'_>) -> Box<dyn TapeD
     write_read_roundtrip(d);
     short_read_stops_before_filemark(d);
     filemarks_occupy_positions(d);
+    immediate_filemarks(d);
     overwrite_truncates(d);
     read_past_end_of_data(d);
     locate_position_roundtrip(d);
@@ -160,6 +161,24 @@ fn filemarks_occupy_positions(d: &mut dyn TapeDevice) {
     expect_block(d, 3, 5, "after two filemarks");
     expect_block(d, 3, 6, "the last block");
     expect_outcome(d, ReadOutcome::EndOfData, "after the last block");
+}
+
+/// A filemark written in immediate mode is a filemark like any other once
+/// a later flush has made it durable, and occupies its position.
+fn immediate_filemarks(d: &mut dyn TapeDevice) {
+    let bs = d.block_size();
+    d.rewind().unwrap();
+    d.write_blocks(&blocks(bs, 9, 0..2)).unwrap();
+    d.write_filemarks_immediate(1).unwrap();
+    d.write_blocks(&blocks(bs, 9, 3..4)).unwrap();
+    d.write_filemarks(1).unwrap();
+    assert_eq!(pos(d), 5, "2 blocks + filemark + block + filemark");
+    d.rewind().unwrap();
+    expect_block(d, 9, 0, "before the immediate filemark");
+    expect_block(d, 9, 1, "before the immediate filemark");
+    expect_outcome(d, ReadOutcome::Filemark, "the immediate filemark");
+    expect_block(d, 9, 3, "after the immediate filemark");
+    expect_outcome(d, ReadOutcome::Filemark, "the closing filemark");
 }
 
 fn overwrite_truncates(d: &mut dyn TapeDevice) {

@@ -190,6 +190,14 @@ pub trait TapeDevice: Send {
     fn write_blocks(&mut self, data: &[u8]) -> Result<()>;
     /// Writes `count` filemarks and makes everything written so far durable.
     fn write_filemarks(&mut self, count: u32) -> Result<()>;
+    /// Writes `count` filemarks without waiting for them, or anything
+    /// before them, to reach the medium (st: `MTWEOFI`): they pass through
+    /// the drive's buffer in order, like blocks, and a moving tape keeps
+    /// moving. A later `write_filemarks` or `flush` makes them durable.
+    /// Waiting (the default: `write_filemarks`) always keeps the contract.
+    fn write_filemarks_immediate(&mut self, count: u32) -> Result<()> {
+        self.write_filemarks(count)
+    }
     /// Makes everything written so far durable (`write_filemarks(0)`).
     fn flush(&mut self) -> Result<()> {
         self.write_filemarks(0)
@@ -226,6 +234,9 @@ impl<T: TapeDevice + ?Sized> TapeDevice for Box<T> {
     }
     fn write_filemarks(&mut self, count: u32) -> Result<()> {
         (**self).write_filemarks(count)
+    }
+    fn write_filemarks_immediate(&mut self, count: u32) -> Result<()> {
+        (**self).write_filemarks_immediate(count)
     }
     fn flush(&mut self) -> Result<()> {
         (**self).flush()

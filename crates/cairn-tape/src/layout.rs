@@ -932,9 +932,9 @@ impl TapeWriter {
         Ok(())
     }
 
-    /// Ends the data segment and writes `catalog` after it: filemark (which
-    /// makes all data durable first), the framed catalog, filemark (which
-    /// makes the catalog durable). The writer stays usable: its next block
+    /// Ends the data segment and writes `catalog` after it: filemark (in
+    /// immediate mode: the tape keeps streaming), the framed catalog,
+    /// filemark (which makes the data and then the catalog durable). The writer stays usable: its next block
     /// overwrites this catalog. Unfinished objects may continue after it.
     pub fn write_catalog<D: TapeDevice + ?Sized>(
         &mut self,
@@ -943,7 +943,12 @@ impl TapeWriter {
     ) -> Result<CatalogLocation> {
         self.position_for_write(dev)?;
         let data_end = self.next_pos;
-        dev.write_filemarks(1)?;
+        // No sync point here: the drive writes its buffer in order, so a
+        // catalog that reached the tape whole has every data block before
+        // it there too, and a torn one is refused by its length and hash.
+        // Waiting would stop the tape, and the catalog's first block would
+        // then start it again with a backhitch (seconds) at every sync.
+        dev.write_filemarks_immediate(1)?;
         let framed = frame_catalog(catalog);
         let cap = self.payload_capacity();
         let chunks: Vec<&[u8]> = framed.chunks(cap).collect();

@@ -92,6 +92,8 @@ pub const MTIOCPOS: u32 = ioc(IOC_READ, b'm', 3, std::mem::size_of::<MtPos>());
 
 /// Write `mt_count` filemarks (0: flush the drive buffer).
 pub const MTWEOF: i16 = 5;
+/// Write `mt_count` filemarks in immediate mode (no flush).
+pub const MTWEOFI: i16 = 35;
 /// Rewind.
 pub const MTREW: i16 = 6;
 /// Space to the end of recorded data.
@@ -374,6 +376,14 @@ impl TapeDevice for StDrive {
         self.op(MTWEOF, count, "MTWEOF")
     }
 
+    fn write_filemarks_immediate(&mut self, count: u32) -> Result<()> {
+        let count = i32::try_from(count).map_err(|_| DeviceError::InvalidArgument {
+            device: self.name.clone(),
+            message: format!("{count} filemarks"),
+        })?;
+        self.op(MTWEOFI, count, "MTWEOFI")
+    }
+
     fn read_blocks(&mut self, buf: &mut [u8]) -> Result<ReadOutcome> {
         let want = buf.len() / self.bs * self.bs;
         if want == 0 {
@@ -549,9 +559,10 @@ mod tests {
                 MTSEEK,
                 MTSETDRVBUFFER,
                 MTLOAD,
-                MTUNLOAD
+                MTUNLOAD,
+                MTWEOFI
             ),
-            (5, 6, 12, 20, 22, 24, 30, 31)
+            (5, 6, 12, 20, 22, 24, 30, 31, 35)
         );
         assert_eq!(
             (MT_ST_SETBOOLEANS, MT_ST_SCSI2LOGICAL, MT_ST_FAST_MTEOM),

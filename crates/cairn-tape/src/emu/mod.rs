@@ -459,6 +459,32 @@ impl TapeDevice for EmuDrive {
         Ok(())
     }
 
+    fn write_filemarks_immediate(&mut self, count: u32) -> Result<()> {
+        self.check_writable()?;
+        self.wrote_last = false;
+        let fit = (count as u64).min(self.max_positions().saturating_sub(self.pos));
+        if fit > 0 {
+            let mut slots = Vec::with_capacity(fit as usize * self.slot as usize);
+            for _ in 0..fit {
+                slots.extend_from_slice(&self.slot_bytes(KIND_FILEMARK, &[]));
+            }
+            self.put_slots(slots, fit)?;
+            // Through the drive's buffer like a block: the tape keeps moving.
+            let t = self.model.host_write(self.clock.now(), (fit as usize * self.bs) as f64);
+            self.after_model(t)?;
+        }
+        if fit < count as u64 {
+            return Err(DeviceError::EndOfMedium {
+                device: self.name.clone(),
+                written_blocks: 0,
+            });
+        }
+        if self.pos > self.ew_position() && !self.ew_reported {
+            self.ew_pending = true;
+        }
+        Ok(())
+    }
+
     fn write_filemarks(&mut self, count: u32) -> Result<()> {
         self.check_writable()?;
         self.wrote_last = false;

@@ -591,3 +591,27 @@ fn real_clock_emulator_works_with_the_layout() {
     );
     assert_eq!(dev.block_size(), BS);
 }
+
+/// A catalog written right after streaming data costs no backhitch: its
+/// leading filemark does not stop the tape (immediate mode), only the
+/// closing one does, and the data and the catalog are durable after it.
+#[test]
+fn a_catalog_after_streaming_data_does_not_backhitch() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let (mut dev, _vc) = emu(&dir, small_params());
+    let l = label();
+    let c = layout::format(&mut dev, &l, b"").unwrap();
+    let mut w = TapeWriter::new(&l, c.append_point());
+    let before = dev.stats().backhitches;
+    for id in 0..8u64 {
+        w.write(&mut dev, id, &data(id, 200 * (BS - layout::HEADER_LEN)), true).unwrap();
+    }
+    let loc = w.write_catalog(&mut dev, b"cat").unwrap();
+    assert_eq!(dev.stats().backhitches, before, "{:?}", dev.stats());
+    drop(dev);
+    let mut dev = reopen(&dir);
+    let l = layout::read_label(&mut dev, None).unwrap();
+    let got = layout::read_catalog(&mut dev, &l, None).unwrap();
+    assert_eq!((got.bytes.as_slice(), got.location.start), (&b"cat"[..], loc.start));
+}
