@@ -2,7 +2,8 @@
 //! (the drive on a virtual clock, so positioning costs no test time): a
 //! mixed tree mounts from the tape alone; `kill -9` after fsyncs, then
 //! `cairn tape recover`, loses no fsync'd byte; a tree written with a CDP
-//! mirror mounts from the tape alone once the mirror is deleted.
+//! mirror mounts from the tape alone once the mirror is deleted; a tape
+//! reclaimed to a second one mounts from the second alone.
 
 use crate::cloud::{expected, fsync_files};
 use crate::common::*;
@@ -199,6 +200,48 @@ fn a_mirrored_tree_mounts_from_the_tape_alone_once_the_mirror_is_gone() {
     check_copy(&src, m.path(), "from the tape alone");
     m.umount();
     assert!(!mirror.exists(), "a mount without --mirror made the mirror");
+}
+
+/// `cairn tape reclaim`: a tree copied in through a mount; the tape's live
+/// objects copied to a second tape (created with the first one's drive
+/// parameters) mount on a fresh directory byte for byte, with no dead
+/// bytes; the first tape's directory refuses the second; reclaiming onto a
+/// tape that now holds a volume is refused.
+#[test]
+fn a_reclaimed_tape_mounts_from_the_new_tape_alone() {
+    let _serial = serial();
+    let t = Tape::new("tape-reclaim");
+    let src = t.env.path("src");
+    build_tree_with(&src, 150, 4 * MIB);
+    let m = t.mount("a");
+    let out = run(Command::new("cp").arg("-a").arg(format!("{}/.", src.display())).arg(m.path()));
+    assert!(out.ok(), "cp -a: {out}");
+    m.umount();
+    let info = |url: &str| -> serde_json::Value { serde_json::from_str(&cairn_ok(["tape", "info", url, "--json"]).stdout).unwrap() };
+    let before = info(&t.url);
+
+    let dst = format!("tape-emu:{}", t.env.path("tape2").display());
+    let out = cairn_ok(["tape", "reclaim", &t.url, &dst, "--json"]);
+    let rep: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(rep["report"]["bytes"], before["live_bytes"], "{out}");
+    assert_eq!(rep["report"]["dead_bytes_left"], before["dead_bytes"], "{out}");
+    let after = info(&dst);
+    assert_eq!((&after["live_bytes"], &after["dead_bytes"], &after["objects"]), (&before["live_bytes"], &serde_json::json!(0), &before["objects"]), "{after}");
+    assert_eq!(fs::read(t.env.path("tape2/params.json")).unwrap(), fs::read(t.env.path("tape/params.json")).unwrap());
+    assert_eq!(info(&t.url)["live_bytes"], before["live_bytes"], "the source changed");
+
+    let out = cairn(["tape", "reclaim", &t.url, &dst]);
+    assert!(!out.ok() && out.stderr.contains("already holds Cairn tape volume"), "{out}");
+
+    let a: Vec<String> = t.args("a");
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let err = Mount::new(Path::new(&dst), &t.env.mnt, &a).err().expect("the first tape's directory must refuse the second tape");
+    assert!(err.stderr.contains("choose another --cache-dir"), "{err}");
+    let b: Vec<String> = t.args("b");
+    let b: Vec<&str> = b.iter().map(String::as_str).collect();
+    let m = Mount::new(Path::new(&dst), &t.env.mnt, &b).unwrap_or_else(|out| panic!("mount of the reclaimed tape failed: {out}"));
+    check_copy(&src, m.path(), "from the reclaimed tape");
+    m.umount();
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
