@@ -152,6 +152,7 @@ if errors:
         assert!(got == expect(i, size), "w{i} differs after the round trip through the tape");
     }
     m.umount();
+}
 
 /// CDP (`--mirror`): a tree copied in through a mount that mirrors lands in
 /// the mirror directory too (sealed: no plaintext); a remount from the same
