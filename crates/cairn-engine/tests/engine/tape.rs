@@ -494,7 +494,7 @@ fn a_reclaimed_tape_mounts_alone_byte_for_byte() {
     assert_eq!((r.bytes, r.dead_bytes_left), (live, dead));
     drop(s);
     drop(d);
-    assert_eq!(tape::open(&dst).unwrap().space(), (live, 0), "no dead bytes on the new tape");
+    assert_eq!(tape::open(&dst).unwrap().index().space(), (live, 0), "no dead bytes on the new tape");
     let params = |d: &str| std::fs::read_to_string(t.path().join(d).join("params.json")).unwrap();
     assert_eq!(params("tape2"), params("tape"));
     // Not again onto a tape that now holds a volume.
