@@ -240,6 +240,9 @@ fn recall_fills_the_cache_of_a_new_machine() {
     assert!(s["medium"]["dead_bytes"].is_u64(), "{s}");
     let out = cairn(["tape", "recall", &t.env.path("src").display().to_string()]);
     assert!(!out.ok() && out.stderr.contains("not inside a Cairn mount"), "{out}");
+    m.umount();
+}
+
 /// `cairn tape reclaim`: a tree copied in through a mount; the tape's live
 /// objects copied to a second tape (created with the first one's drive
 /// parameters) mount on a fresh directory byte for byte, with no dead
