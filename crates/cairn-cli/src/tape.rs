@@ -46,6 +46,22 @@ pub enum TapeCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Copy the live objects of tape SRC to the blank tape DST in one pass,
+    /// in SRC's order, then write DST's catalog: the dead bytes of deleted
+    /// and replaced objects stay behind. The volume then mounts from DST
+    /// alone, with a new --cache-dir (a local directory belongs to the tape
+    /// it was attached to). An emulated DST that does not exist is created
+    /// with SRC's drive parameters; a DST holding anything is refused. SRC
+    /// is only read.
+    Reclaim {
+        /// tape:/dev/nstN or tape-emu:DIR to copy from
+        src: String,
+        /// tape:/dev/nstN or tape-emu:DIR to copy to (blank)
+        dst: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Stream raw fixed-size blocks to or from a tape, with no file system:
     /// standard input to the tape (--to) or the tape to standard output
     /// (--from), as `dd` does with /dev/nst0. Measures the drive's raw rate
@@ -189,6 +205,44 @@ pub fn run(cmd: TapeCmd) -> Result<i32> {
                         t.metres
                     );
                 }
+            }
+            Ok(0)
+        }
+        TapeCmd::Reclaim { src, dst, json } => {
+            let (src, dst) = (tape::absolute(&src)?, tape::absolute(&dst)?);
+            // The destination's queue keeps its drive streaming while the
+            // next object is read; with one object in hand it bounds memory.
+            let o = TapeOptions { store: store::StoreOptions { queue_bytes: 512 << 20, ..Default::default() }, ..Default::default() };
+            let (s, d) = tape::open_reclaim(&src, &dst, &o)?;
+            use cairn_engine::maintenance::Progress;
+            let bars = crate::progress::Bars::new(!json);
+            if !json {
+                eprintln!("{src} -> {dst}: copying the live objects in tape order...");
+            }
+            let mut shown = 0;
+            let r = store::reclaim(&s, &d, &mut |done, total| {
+                if done == 0 {
+                    bars.phase("bytes", total);
+                }
+                bars.inc(done - shown);
+                shown = done;
+            });
+            bars.finish();
+            drop(s);
+            drop(d);
+            let r = r.with_context(|| format!("reclaiming {src} to {dst}"))?;
+            let rate = r.bytes as f64 / r.seconds.max(1e-9) / 1e6;
+            if json {
+                println!("{}", serde_json::json!({"src": src, "dst": dst, "report": r, "mb_per_sec": rate}));
+            } else {
+                println!(
+                    "{dst}: {} objects, {} copied from {src} in {:.1} s ({rate:.1} MB/s); {} of dead data left behind on {src}",
+                    r.objects,
+                    crate::size::human(r.bytes),
+                    r.seconds,
+                    crate::size::human(r.dead_bytes_left)
+                );
+                println!("Mount the volume from {dst} with a new --cache-dir: a local directory belongs to the tape it was attached to and refuses {dst}. {src} is unchanged: keep it until `cairn fsck --read-data` has checked the volume on {dst}.");
             }
             Ok(0)
         }

@@ -167,3 +167,34 @@ pub fn absolute(url: &str) -> Result<String> {
         _ => Ok(url.to_string()),
     }
 }
+
+/// Opens the two tapes of `cairn tape reclaim` (docs/tape.md §5): the
+/// source as it is (its catalog needed), the destination blank. An
+/// emulated destination that does not exist is created with the source's
+/// drive parameters; one that holds anything is refused. The source reads
+/// with no read-ahead and no read buffer (each object is read whole, once)
+/// and the destination queues at most `queue_bytes`, which bounds memory.
+pub fn open_reclaim(src: &str, dst: &str, o: &TapeOptions) -> Result<(TapeStore, TapeStore)> {
+    let (src, dst) = (absolute(src)?, absolute(dst)?);
+    let same = match (src.strip_prefix(EMU_SCHEME), dst.strip_prefix(EMU_SCHEME)) {
+        (Some(a), Some(b)) => Path::new(a).canonicalize().ok().is_some_and(|a| Path::new(b).canonicalize().ok() == Some(a)) || a == b,
+        _ => src == dst,
+    };
+    if same {
+        return Err(Error::invalid(format!("{src}: the source and the destination are the same tape")));
+    }
+    let s = TapeStore::open(open_device(&src, o, None).map_err(|e| e.context(format!("source {src}")))?, StoreOptions { read_ahead: 0, read_buffer: 0, ..o.store.clone() }, None, false)
+        .map_err(|e| Error::from(e).context(format!("source {src}")))?;
+    // The destination's drive as the source's, for an emulated tape made here.
+    let params = match src.strip_prefix(EMU_SCHEME) {
+        Some(dir) => {
+            let f = Path::new(dir).join("params.json");
+            let text = std::fs::read_to_string(&f).map_err(|e| Error::io(format!("{}: {e}", f.display())))?;
+            serde_json::from_str::<EmuParams>(&text).map_err(|e| Error::config(format!("{}: {e}", f.display())))?
+        }
+        None => EmuParams { block_size: s.label().block_size, ..Default::default() },
+    };
+    let d = cairn_tape::store::open_blank(open_device(&dst, o, Some(Some(params))).map_err(|e| e.context(format!("destination {dst}")))?, o.store.clone())
+        .map_err(|e| Error::from(e).context(format!("destination {dst}")))?;
+    Ok((s, d))
+}

@@ -927,6 +927,105 @@ pub fn recover(mut dev: Box<dyn TapeDevice>, expect: Option<VolumeId>, progress:
     Ok((out, dev))
 }
 
+/// Opens the tape in `dev` as the destination of [`reclaim`]: a blank tape
+/// is formatted (a new label, so a new tape volume id); anything else is
+/// refused, naming what it holds, so no data is ever overwritten.
+pub fn open_blank(mut dev: Box<dyn TapeDevice>, opts: StoreOptions) -> Result<TapeStore> {
+    let name = dev.name().to_string();
+    match layout::read_label(dev.as_mut(), None) {
+        Err(LayoutError::BlankTape { .. }) => TapeStore::open(dev, opts, None, true),
+        Ok(label) => Err(Error::new(ErrorKind::AlreadyExists, format!("{name} already holds Cairn tape volume {}; a reclaim writes only to a blank tape and never overwrites one", label.volume_id))),
+        Err(LayoutError::NotCairnTape { .. }) => Err(Error::new(ErrorKind::AlreadyExists, format!("{name} holds data that is not a Cairn tape; a reclaim writes only to a blank tape and never overwrites one"))),
+        Err(e) => {
+            let e = layout_err(&name, e);
+            Err(Error::new(e.kind(), format!("{e}; a reclaim writes only to a blank tape")))
+        }
+    }
+}
+
+/// What [`reclaim`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReclaimReport {
+    /// The source tape's volume id (its label).
+    pub src_volume: String,
+    /// The destination's, new.
+    pub dst_volume: String,
+    /// Live objects copied.
+    pub objects: u64,
+    /// Their bytes (heads not counted).
+    pub bytes: u64,
+    /// Dead bytes (deleted or replaced objects) left behind on the source.
+    pub dead_bytes_left: u64,
+    /// Wall-clock seconds, the destination's final sync included.
+    pub seconds: f64,
+}
+
+/// Copies the live objects of `src` to `dst` (`cairn tape reclaim`,
+/// docs/tape.md §5) under the same names, then syncs `dst` (its catalog).
+///
+/// One pass over `src`: objects go in the order of their first block on
+/// the tape, so each read starts where the last ended or after a dead gap
+/// that is read through, never located back to. One object at a time is in
+/// memory here; `dst`'s put queue (bounded, blocking) keeps its drive
+/// streaming while the next object is read. Every block read is checked
+/// (checksum, volume, object, sequence) by the layout, and each object's
+/// length against the index. `progress` gets bytes copied and the total.
+///
+/// `dst` must hold no object (open it with [`open_blank`]). On an error
+/// (end of `dst`'s medium, a bad block on `src`) `src` is untouched and
+/// `dst` is a partial copy that must not stand in for the volume.
+pub fn reclaim(src: &TapeStore, dst: &TapeStore, progress: &mut dyn FnMut(u64, u64)) -> Result<ReclaimReport> {
+    let t0 = Instant::now();
+    let (sd, dd) = (src.describe(), dst.describe());
+    if src.label().volume_id == dst.label().volume_id {
+        return Err(Error::new(ErrorKind::Permanent, format!("{sd}: the source and the destination are the same tape")));
+    }
+    let held = dst.index();
+    if !held.objects.is_empty() || !dst.list("")?.is_empty() {
+        return Err(Error::new(ErrorKind::AlreadyExists, format!("{dd} holds {} objects; a reclaim writes only to a blank tape", held.objects.len())));
+    }
+    let index = src.index();
+    let (_, dead) = index.space();
+    let mut live: Vec<(&String, &IndexEntry)> = index.objects.iter().filter(|(_, e)| !e.dead).collect();
+    live.sort_by_key(|(_, e)| e.extents.first().map_or(u64::MAX, |x| x.start));
+    let total: u64 = live.iter().map(|(_, e)| e.size).sum();
+    let mut rep = ReclaimReport { src_volume: src.label().volume_id.to_string(), dst_volume: dst.label().volume_id.to_string(), dead_bytes_left: dead, ..Default::default() };
+    // How far it got, for an error: what reached the destination's tape.
+    let partial = |e: Error, what: &str| {
+        let st = dst.stats();
+        Error::new(
+            e.kind(),
+            format!(
+                "{what}: {e}; {} of {} objects ({} of {total} bytes) had reached {dd}, which is a partial copy: do not use it as the volume. {sd} is untouched",
+                st.objects_written,
+                live.len(),
+                st.bytes_written
+            ),
+        )
+    };
+    progress(0, total);
+    for (name, e) in &live {
+        // One request, served at once in position order: no batch window.
+        let data = src.read_many(&[((*name).clone(), 0, e.size)]).pop().expect("one answer per request").map_err(|x| partial(x, &format!("reading {name} from {sd}")))?;
+        if data.len() as u64 != e.size {
+            return Err(partial(Error::new(ErrorKind::Corrupt, format!("{name}: read {} bytes, the index says {}", data.len(), e.size)).with_object(name.as_str()), &format!("reading {name} from {sd}")));
+        }
+        dst.put(name, &data).map_err(|x| partial(x, &format!("writing {name} to {dd}")))?;
+        rep.objects += 1;
+        rep.bytes += e.size;
+        progress(rep.bytes, total);
+    }
+    dst.sync().map_err(|x| partial(x, &format!("syncing {dd}")))?;
+    // The destination's index names exactly the live objects, at their sizes.
+    let got = dst.index();
+    let same = got.objects.len() == live.len() && live.iter().all(|(n, e)| got.objects.get(*n).is_some_and(|g| !g.dead && g.size == e.size));
+    if !same || got.space().1 != 0 {
+        return Err(Error::new(ErrorKind::Corrupt, format!("{dd}: after the copy its catalog does not name exactly the live objects of {sd}")));
+    }
+    rep.seconds = t0.elapsed().as_secs_f64();
+    Ok(rep)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

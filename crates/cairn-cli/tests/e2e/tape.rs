@@ -3,7 +3,8 @@
 //! mixed tree mounts from the tape alone; `kill -9` after fsyncs, then
 //! `cairn tape recover`, loses no fsync'd byte; a tree written with a CDP
 //! mirror mounts from the tape alone once the mirror is deleted; `cairn
-//! tape recall` fills a fresh machine's cache from the tape in one pass.
+//! tape recall` fills a fresh machine's cache from the tape in one pass; a
+//! tape reclaimed to a second one mounts from the second alone.
 
 use crate::cloud::{expected, fsync_files};
 use crate::common::*;
@@ -239,6 +240,48 @@ fn recall_fills_the_cache_of_a_new_machine() {
     assert!(s["medium"]["dead_bytes"].is_u64(), "{s}");
     let out = cairn(["tape", "recall", &t.env.path("src").display().to_string()]);
     assert!(!out.ok() && out.stderr.contains("not inside a Cairn mount"), "{out}");
+    m.umount();
+}
+
+/// `cairn tape reclaim`: a tree copied in through a mount; the tape's live
+/// objects copied to a second tape (created with the first one's drive
+/// parameters) mount on a fresh directory byte for byte, with no dead
+/// bytes; the first tape's directory refuses the second; reclaiming onto a
+/// tape that now holds a volume is refused.
+#[test]
+fn a_reclaimed_tape_mounts_from_the_new_tape_alone() {
+    let _serial = serial();
+    let t = Tape::new("tape-reclaim");
+    let src = t.env.path("src");
+    build_tree_with(&src, 150, 4 * MIB);
+    let m = t.mount("a");
+    let out = run(Command::new("cp").arg("-a").arg(format!("{}/.", src.display())).arg(m.path()));
+    assert!(out.ok(), "cp -a: {out}");
+    m.umount();
+    let info = |url: &str| -> serde_json::Value { serde_json::from_str(&cairn_ok(["tape", "info", url, "--json"]).stdout).unwrap() };
+    let before = info(&t.url);
+
+    let dst = format!("tape-emu:{}", t.env.path("tape2").display());
+    let out = cairn_ok(["tape", "reclaim", &t.url, &dst, "--json"]);
+    let rep: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(rep["report"]["bytes"], before["live_bytes"], "{out}");
+    assert_eq!(rep["report"]["dead_bytes_left"], before["dead_bytes"], "{out}");
+    let after = info(&dst);
+    assert_eq!((&after["live_bytes"], &after["dead_bytes"], &after["objects"]), (&before["live_bytes"], &serde_json::json!(0), &before["objects"]), "{after}");
+    assert_eq!(fs::read(t.env.path("tape2/params.json")).unwrap(), fs::read(t.env.path("tape/params.json")).unwrap());
+    assert_eq!(info(&t.url)["live_bytes"], before["live_bytes"], "the source changed");
+
+    let out = cairn(["tape", "reclaim", &t.url, &dst]);
+    assert!(!out.ok() && out.stderr.contains("already holds Cairn tape volume"), "{out}");
+
+    let a: Vec<String> = t.args("a");
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let err = Mount::new(Path::new(&dst), &t.env.mnt, &a).err().expect("the first tape's directory must refuse the second tape");
+    assert!(err.stderr.contains("choose another --cache-dir"), "{err}");
+    let b: Vec<String> = t.args("b");
+    let b: Vec<&str> = b.iter().map(String::as_str).collect();
+    let m = Mount::new(Path::new(&dst), &t.env.mnt, &b).unwrap_or_else(|out| panic!("mount of the reclaimed tape failed: {out}"));
+    check_copy(&src, m.path(), "from the reclaimed tape");
     m.umount();
 }
 

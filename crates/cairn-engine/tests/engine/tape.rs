@@ -539,3 +539,75 @@ fn the_wrong_tape_is_refused_naming_both_volumes() {
     check_tree(&w, &tree);
     w.close().unwrap();
 }
+
+/// `cairn tape reclaim`: a volume whose tape holds dead packs and versions
+/// (files deleted and overwritten, `gc` run) is copied to a second tape,
+/// created with the first one's drive parameters; the second tape alone
+/// mounts it on a fresh directory byte for byte, with no dead bytes. The
+/// directory attached to the first tape refuses the second; a tape in use
+/// cannot be reclaimed from.
+#[test]
+fn a_reclaimed_tape_mounts_alone_byte_for_byte() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    let dst = format!("tape-emu:{}", t.path().join("tape2").display());
+    init_tape(&t.path().join("a"), &url);
+    let v = mount(&t.path().join("a"), &url);
+    let mut tree = write_tree(&v, 16);
+    v.sync().unwrap();
+    // Deleted, and overwritten with other bytes: their packs die.
+    for i in [0u64, 3, 4, 7, 12, 2, 9] {
+        let (path, _) = tree.iter().find(|(p, _)| p.ends_with(&format!("f{i}"))).unwrap().clone();
+        let parent = if path.starts_with("dir/") { lookup_path(&v, "dir") } else { ROOT_INO };
+        v.unlink(parent, format!("f{i}").as_bytes()).unwrap();
+        tree.retain(|(p, _)| *p != path);
+        if i == 2 || i == 9 {
+            let data = random_bytes(900 + i, 60_000);
+            mkfile(&v, parent, &format!("f{i}"), &data);
+            tree.push((path, data));
+        }
+    }
+    v.sync().unwrap();
+    let gc = maintenance::gc(&v, 0.9, &maintenance::NoProgress).unwrap();
+    assert!(gc.packs_deleted > 0, "{gc:?}");
+    // Trashed packs go once the versions naming them are pruned: then
+    // they, and the pruned versions, are dead on the tape.
+    for _ in 0..4 {
+        v.ship_base_now().unwrap();
+    }
+    v.sync().unwrap();
+
+    // In use by the mount: refused, and no destination is made.
+    let o = TapeOptions { virtual_clock: true, store: StoreOptions { queue_bytes: 4 << 20, ..Default::default() } };
+    let e = tape::open_reclaim(&url, &dst, &o).err().expect("the source is busy");
+    assert!(e.to_string().contains("busy"), "{e}");
+    assert!(!t.path().join("tape2").exists());
+    v.close().unwrap();
+    drop(v);
+
+    let (s, d) = tape::open_reclaim(&url, &dst, &o).unwrap();
+    let (live, dead) = s.space();
+    assert!(dead > 0);
+    let r = cairn_tape::store::reclaim(&s, &d, &mut |_, _| {}).unwrap();
+    assert_eq!((r.bytes, r.dead_bytes_left), (live, dead));
+    drop(s);
+    drop(d);
+    assert_eq!(tape::open(&dst).unwrap().index().space(), (live, 0), "no dead bytes on the new tape");
+    let params = |d: &str| std::fs::read_to_string(t.path().join(d).join("params.json")).unwrap();
+    assert_eq!(params("tape2"), params("tape"));
+    // Not again onto a tape that now holds a volume.
+    let e = tape::open_reclaim(&url, &dst, &o).err().expect("the destination is not blank");
+    assert!(e.to_string().contains("already holds Cairn tape volume"), "{e}");
+
+    let e = cloud::attach(&t.path().join("a"), &dst, None, None, None).unwrap_err();
+    assert!(e.to_string().contains("choose another --cache-dir"), "{e}");
+    let w = mount(&t.path().join("b"), &dst);
+    check_tree(&w, &tree);
+    for gone in ["f0", "f4", "f12"] {
+        assert_eq!(w.lookup(ROOT_INO, gone.as_bytes()).unwrap_err().errno(), libc::ENOENT);
+    }
+    let rep = maintenance::fsck(&w, true, &maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
+    w.close().unwrap();
+}

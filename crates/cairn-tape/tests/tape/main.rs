@@ -7,5 +7,6 @@ mod emu_crash;
 mod emu_model;
 mod emu_timing;
 mod layout;
+mod reclaim;
 mod st_conformance;
 mod store;
