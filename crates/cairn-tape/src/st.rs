@@ -269,6 +269,15 @@ impl StDrive {
         self.logical
     }
 
+    /// `MTWEOF`/`MTWEOFI` with a count that must fit st's `int`.
+    fn filemark_op(&mut self, op: i16, count: u32, what: &'static str) -> Result<()> {
+        let count = i32::try_from(count).map_err(|_| DeviceError::InvalidArgument {
+            device: self.name.clone(),
+            message: format!("{count} filemarks"),
+        })?;
+        self.op(op, count, what)
+    }
+
     fn op(&mut self, op: i16, count: i32, what: &'static str) -> Result<()> {
         let mt = MtOp {
             mt_op: op,
@@ -369,19 +378,11 @@ impl TapeDevice for StDrive {
     }
 
     fn write_filemarks(&mut self, count: u32) -> Result<()> {
-        let count = i32::try_from(count).map_err(|_| DeviceError::InvalidArgument {
-            device: self.name.clone(),
-            message: format!("{count} filemarks"),
-        })?;
-        self.op(MTWEOF, count, "MTWEOF")
+        self.filemark_op(MTWEOF, count, "MTWEOF")
     }
 
     fn write_filemarks_immediate(&mut self, count: u32) -> Result<()> {
-        let count = i32::try_from(count).map_err(|_| DeviceError::InvalidArgument {
-            device: self.name.clone(),
-            message: format!("{count} filemarks"),
-        })?;
-        self.op(MTWEOFI, count, "MTWEOFI")
+        self.filemark_op(MTWEOFI, count, "MTWEOFI")
     }
 
     fn read_blocks(&mut self, buf: &mut [u8]) -> Result<ReadOutcome> {

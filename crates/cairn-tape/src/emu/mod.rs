@@ -347,6 +347,40 @@ impl EmuDrive {
     }
 
     /// Brings the timing model to `t` and lands what it wrote.
+    /// Puts as many of `count` filemarks as fit at the position and hands
+    /// them to the drive model; returns how many fit and when the host may
+    /// go on.
+    fn put_filemarks(&mut self, count: u32) -> Result<(u64, f64)> {
+        self.check_writable()?;
+        self.wrote_last = false;
+        let fit = (count as u64).min(self.max_positions().saturating_sub(self.pos));
+        let mut t = self.clock.now();
+        if fit > 0 {
+            let mut slots = Vec::with_capacity(fit as usize * self.slot as usize);
+            for _ in 0..fit {
+                slots.extend_from_slice(&self.slot_bytes(KIND_FILEMARK, &[]));
+            }
+            self.put_slots(slots, fit)?;
+            t = self.model.host_write(self.clock.now(), (fit as usize * self.bs) as f64);
+        }
+        Ok((fit, t))
+    }
+
+    /// End of medium for filemarks that did not fit, and the early warning
+    /// for the next write.
+    fn filemarks_done(&mut self, fit: u64, count: u32) -> Result<()> {
+        if fit < count as u64 {
+            return Err(DeviceError::EndOfMedium {
+                device: self.name.clone(),
+                written_blocks: 0,
+            });
+        }
+        if self.pos > self.ew_position() && !self.ew_reported {
+            self.ew_pending = true;
+        }
+        Ok(())
+    }
+
     fn after_model(&mut self, t: f64) -> Result<()> {
         self.clock.wait_until(t);
         self.commit_model()
@@ -460,59 +494,20 @@ impl TapeDevice for EmuDrive {
     }
 
     fn write_filemarks_immediate(&mut self, count: u32) -> Result<()> {
-        self.check_writable()?;
-        self.wrote_last = false;
-        let fit = (count as u64).min(self.max_positions().saturating_sub(self.pos));
-        if fit > 0 {
-            let mut slots = Vec::with_capacity(fit as usize * self.slot as usize);
-            for _ in 0..fit {
-                slots.extend_from_slice(&self.slot_bytes(KIND_FILEMARK, &[]));
-            }
-            self.put_slots(slots, fit)?;
-            // Through the drive's buffer like a block: the tape keeps moving.
-            let t = self.model.host_write(self.clock.now(), (fit as usize * self.bs) as f64);
-            self.after_model(t)?;
-        }
-        if fit < count as u64 {
-            return Err(DeviceError::EndOfMedium {
-                device: self.name.clone(),
-                written_blocks: 0,
-            });
-        }
-        if self.pos > self.ew_position() && !self.ew_reported {
-            self.ew_pending = true;
-        }
-        Ok(())
+        let (fit, t) = self.put_filemarks(count)?;
+        // Through the drive's buffer like a block: the tape keeps moving.
+        self.after_model(t)?;
+        self.filemarks_done(fit, count)
     }
 
     fn write_filemarks(&mut self, count: u32) -> Result<()> {
-        self.check_writable()?;
-        self.wrote_last = false;
-        let fit = (count as u64).min(self.max_positions().saturating_sub(self.pos));
-        if fit > 0 {
-            let mut slots = Vec::with_capacity(fit as usize * self.slot as usize);
-            for _ in 0..fit {
-                slots.extend_from_slice(&self.slot_bytes(KIND_FILEMARK, &[]));
-            }
-            self.put_slots(slots, fit)?;
-            self.model
-                .host_write(self.clock.now(), (fit as usize * self.bs) as f64);
-        } else if count == 0 && self.pos < self.eod {
-            // A flush in the middle of recorded data writes nothing and erases nothing.
-        }
+        // A flush in the middle of recorded data (count 0) writes nothing
+        // and erases nothing.
+        let (fit, _) = self.put_filemarks(count)?;
         let t = self.model.host_flush(self.clock.now());
         self.clock.wait_until(t);
         self.sync()?;
-        if fit < count as u64 {
-            return Err(DeviceError::EndOfMedium {
-                device: self.name.clone(),
-                written_blocks: 0,
-            });
-        }
-        if self.pos > self.ew_position() && !self.ew_reported {
-            self.ew_pending = true;
-        }
-        Ok(())
+        self.filemarks_done(fit, count)
     }
 
     fn read_blocks(&mut self, buf: &mut [u8]) -> Result<ReadOutcome> {

@@ -19,3 +19,16 @@ pub fn emu(dir: &Path, p: EmuParams) -> (EmuDrive, VirtualClock) {
     let d = EmuDrive::create(dir, p, Clock::Virtual(vc.clone())).expect("create emulated tape");
     (d, vc)
 }
+
+/// Deterministic incompressible bytes (xorshift) for object contents.
+pub fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -3,7 +3,7 @@
 //! byte for byte, leaving the source as it was; destinations that are not
 //! blank refused; the end of the destination's medium reported.
 
-use crate::common::small_params;
+use crate::common::{bytes, small_params};
 use cairn_backend::{Backend, ErrorKind};
 use cairn_tape::store::{self, StoreOptions, TapeStore};
 use cairn_tape::{Clock, EmuDrive, EmuParams, TapeDevice};
@@ -15,17 +15,6 @@ fn opts() -> StoreOptions {
     StoreOptions { queue_bytes: 2 << 20, read_ahead: 1 << 20, read_buffer: 4 << 20, batch_window: Duration::from_millis(5), pack_size: 1 << 20, prepare_append: false }
 }
 
-fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn open(dir: &Path) -> TapeStore {
     TapeStore::open(Box::new(EmuDrive::open(dir, Clock::virtual_clock()).unwrap()), opts(), None, false).unwrap()

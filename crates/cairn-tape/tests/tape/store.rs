@@ -3,7 +3,7 @@
 //! from the tape alone), recovery after a crash, logical deletes, reads in
 //! position order, streaming read-ahead, end of medium.
 
-use crate::common::small_params;
+use crate::common::{bytes, small_params};
 use cairn_backend::{Backend, ErrorKind};
 use cairn_tape::store::{self, StoreOptions, TapeStore};
 use cairn_tape::{Clock, EmuDrive, EmuParams, TapeDevice};
@@ -23,17 +23,6 @@ fn reopen(dir: &Path) -> cairn_backend::Result<TapeStore> {
     TapeStore::open(Box::new(EmuDrive::open(dir, Clock::virtual_clock()).unwrap()), opts(), None, false)
 }
 
-fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 #[test]
 fn the_store_keeps_the_backend_contract() {
