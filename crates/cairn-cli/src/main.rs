@@ -179,9 +179,11 @@ enum Cmd {
         /// Mount read-only.
         #[arg(long)]
         read_only: bool,
-        /// Threads serving FUSE requests.
-        #[arg(long, default_value_t = 4)]
-        threads: usize,
+        /// Threads serving FUSE requests (default 4; 32 for a volume on a
+        /// tape, where a read may wait seconds for a locate and the drive
+        /// can only put in tape order the reads it has been given at once).
+        #[arg(long)]
+        threads: Option<usize>,
         /// Memory for decoded chunks (default: 1/16 of the machine's memory,
         /// at least 256M and at most 1G). A read that misses decodes and
         /// verifies a whole chunk (1 MiB on average), so random reads are
@@ -759,7 +761,7 @@ fn run(cli: Cli) -> Result<i32> {
                 mountpoint: mountpoint.clone(),
                 read_only,
                 allow_other: !private,
-                threads: threads.max(1),
+                threads: threads.unwrap_or(if cairn_engine::tape::is_tape_url(&volume) { 32 } else { 4 }).max(1),
                 fsname: source.clone(),
                 writeback_cache: !no_writeback_cache,
             };

@@ -221,6 +221,10 @@ fn recall_fills_the_cache_of_a_new_machine() {
     m.umount();
 
     let m = t.mount("b");
+    // A tape mount serves FUSE with 32 threads by default, so that many
+    // reads reach the drive at once and are put in tape order.
+    let log = fs::read_to_string(t.dir("b").join("cairn.log")).unwrap();
+    assert!(log.contains("threads=32"), "{log}");
     let d = m.join("d").display().to_string();
     let out = cairn_ok(["tape", "recall", &d, "--json"]);
     let r: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
