@@ -289,7 +289,10 @@ fn cairn_status_lists_a_local_and_a_bucket_mount() {
     write_stream(&mut f, 3, 4 << 20).unwrap();
     f.sync_all().expect("fsync with the bucket down (local durability)");
     drop(f);
-    let r = wait_status(m2.path(), "backend_unreachable with the file queued", 60, |r| r["health"] == "backend_unreachable" && r["dirty_bytes"].as_u64().unwrap() >= 4 << 20);
+    // An upload retries inside the S3 backend for up to its write deadline
+    // (60 s, RetryPolicy::cloud) before the uploader sees the failure that
+    // status reports: 60 s here failed on a loaded machine.
+    let r = wait_status(m2.path(), "backend_unreachable with the file queued", 150, |r| r["health"] == "backend_unreachable" && r["dirty_bytes"].as_u64().unwrap() >= 4 << 20);
     let problems = r["problems"].as_array().unwrap();
     assert!(problems.iter().any(|p| p["what"] == "upload" && !p["error"].as_str().unwrap().is_empty()), "{r:#}");
     let text = cairn_ok(["status"]).stdout;
