@@ -185,10 +185,7 @@ fn send(conn: &UnixStream, msg: &impl Serialize) -> std::io::Result<()> {
 fn recall(vol: &Volume, paths: &[Vec<u8>], conn: &UnixStream) -> std::io::Result<()> {
     let mut gone: Option<std::io::Error> = None;
     let r = (|| {
-        let mut roots = Vec::with_capacity(paths.len());
-        for p in paths {
-            roots.push(vol.resolve(p).map_err(|e| e.context(String::from_utf8_lossy(p)))?);
-        }
+        let roots = recall_roots(vol, paths)?;
         let mut last = std::time::Instant::now();
         let rep = vol.recall(&roots, &mut |done, total| {
             if gone.is_none() && (last.elapsed() >= Duration::from_millis(100) || done == total) {
@@ -280,7 +277,7 @@ fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json:
             Ok(serde_json::to_value(plan).expect("plans serialise"))
         }
         Request::Recall { paths } => {
-            let roots = paths.iter().map(|p| vol.resolve(p)).collect::<Result<Vec<_>>>()?;
+            let roots = recall_roots(vol, &paths)?;
             Ok(serde_json::to_value(vol.recall(&roots, &mut |_, _| {})?).expect("the report serialises"))
         }
     }
@@ -308,11 +305,7 @@ pub fn call(path: &Path, req: &Request) -> Result<Option<serde_json::Value>> {
 /// request, is bounded.
 pub fn call_with_progress(path: &Path, req: &Request, progress: &mut dyn FnMut(Progress)) -> Result<Option<serde_json::Value>> {
     let timeout = Duration::from_secs(600);
-    let conn = match UnixStream::connect(path) {
-        Ok(c) => c,
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => return Ok(None),
-        Err(e) => return Err(Error::io(format!("control socket {}: {e}", path.display()))),
-    };
+    let Some(conn) = connect(path)? else { return Ok(None) };
     conn.set_read_timeout(Some(timeout))?;
     send(&conn, req)?;
     let mut lines = BufReader::new(&conn);
@@ -333,6 +326,20 @@ pub fn call_with_progress(path: &Path, req: &Request, progress: &mut dyn FnMut(P
     }
 }
 
+/// The mount's socket, or None if nothing listens there.
+fn connect(path: &Path) -> Result<Option<UnixStream>> {
+    match UnixStream::connect(path) {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => Ok(None),
+        Err(e) => Err(Error::io(format!("control socket {}: {e}", path.display()))),
+    }
+}
+
+/// The inodes of a recall's paths (from the volume root).
+fn recall_roots(vol: &Volume, paths: &[Vec<u8>]) -> Result<Vec<crate::types::Ino>> {
+    paths.iter().map(|p| vol.resolve(p).map_err(|e| e.context(String::from_utf8_lossy(p)))).collect()
+}
+
 fn parse_reply(line: &str) -> Result<Option<serde_json::Value>> {
     let reply: Reply = serde_json::from_str(line).map_err(|e| Error::io(format!("bad reply from the mount: {e}")))?;
     if reply.ok {
@@ -347,15 +354,9 @@ fn parse_reply(line: &str) -> Result<Option<serde_json::Value>> {
 /// within `timeout` (the server answers one request at a time: a long one,
 /// such as a `stats` that flushes, holds the next back).
 pub fn call_within(path: &Path, req: &Request, timeout: Duration) -> Result<Option<serde_json::Value>> {
-    let conn = match UnixStream::connect(path) {
-        Ok(c) => c,
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => return Ok(None),
-        Err(e) => return Err(Error::io(format!("control socket {}: {e}", path.display()))),
-    };
+    let Some(conn) = connect(path)? else { return Ok(None) };
     conn.set_read_timeout(Some(timeout))?;
-    let mut msg = serde_json::to_vec(req).expect("request serialises");
-    msg.push(b'\n');
-    (&conn).write_all(&msg)?;
+    send(&conn, req)?;
     let mut line = String::new();
     BufReader::new(&conn).read_line(&mut line).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::new(ErrorKind::Busy, format!("no answer from {} within {timeout:?}", path.display())),
