@@ -134,7 +134,9 @@ def render(rows, b, summary, h):
     if wr:
         b(f"**Table II: n concurrent `dd` writers of {human(st.get('file_bytes', 0))} each.** Rate = all bytes / time from the "
           "first write to the end of `cairn umount` (every byte and the catalog on tape; the writes themselves are "
-          "acknowledged from the local journal, so `dd` alone finishes earlier, column dd).")
+          "acknowledged from the local journal, so `dd` alone finishes earlier, column dd). The writers start a few seconds "
+          "after the mount returns, once the mount has moved the tape to its append point (it does so when the drive has "
+          "been idle 0.5 s after its own reads: a 3 s locate); a write issued sooner waits for that locate, once.")
         b("")
         b("| writers | dd done | all on tape | rate | vs raw | backhitches | streaming | idle | locates | daemon peak RSS |")
         b("|---|---|---|---|---|---|---|---|---|---|")

@@ -60,6 +60,13 @@ tp_mount() { # NAME CACHE [more mount options]: mount the tape volume NAME with 
     DAEMON[$MNT]=$(pgrep -f -- "cairn mount $(tp_url "$name") $MNT( |\$)" | head -n 1)
 }
 
+# A read-write mount moves the tape to its append point once the drive
+# has been idle 0.5 s after the mount's own reads (a 3 s locate on a fresh
+# tape; docs/tape.md §2). The write tables start their clock after it, as
+# the paper's dd runs against a drive already positioned; a write issued
+# sooner waits for that locate.
+TP_SETTLE=${TP_SETTLE:-4}
+
 tp_init() { # NAME CACHE: a fresh tape and volume
     rm -rf "$SCRATCH/tp-$1" "$2"
     "$CAIRN" init "$(tp_url "$1")" --cache-dir "$2" >/dev/null || die "cairn init $(tp_url "$1")"
@@ -75,6 +82,7 @@ record kind=tape_setup raw_bytes=$((TP_RAW_MIB << 20)) file_bytes="$file_bytes" 
     "$("${TP[@]}" params)"
 cmd tape "cairn tape dd --create --to tape-emu:T < rnd.bin; cairn tape dd --from tape-emu:T > /dev/null   # raw drive rate"
 cmd tape "cairn init tape-emu:T --cache-dir A; cairn mount tape-emu:T $MNT --cache-dir A"
+cmd tape "sleep $TP_SETTLE   # the mount moves the tape to its append point"
 cmd tape "for i in 0..n-1: dd if=rnd.bin of=$MNT/w\$i bs=1M count=$TP_FILE_MIB skip=\$((i*$TP_FILE_MIB))) &   # then: wait; cairn umount $MNT (timed to here)"
 cmd tape "cairn mount tape-emu:T $MNT --cache-dir FRESH; python3 bench/tape.py read-file $MNT/w0   # table III, one file back (1 MiB reads)"
 cmd tape "python3 bench/tape.py pm-write $MNT $TP_PM_FILES $TP_PM_MIN $TP_PM_MAX SEED; cairn umount   # then per batch size b, on a fresh cache dir:"
@@ -102,6 +110,7 @@ for run in $(seq "$TP_RUNS"); do
         tp_init "$name" "$SCRATCH/tp-cache-a"
         tp_mount "$name" "$SCRATCH/tp-cache-a"
         pid=${DAEMON[$MNT]}
+        sleep "$TP_SETTLE"
         t0=$(now)
         for i in $(seq 0 $((n - 1))); do
             dd if="$RND" of="$MNT/w$i" bs=1M count="$TP_FILE_MIB" skip=$((i * TP_FILE_MIB)) status=none &
@@ -154,6 +163,7 @@ for run in $(seq "$TP_RUNS"); do
             name=cdp-$mode-$run
             tp_init "$name" "$SCRATCH/tp-cache-a"
             if [[ $mode == mirror ]]; then tp_mount "$name" "$SCRATCH/tp-cache-a" --mirror "$SCRATCH/tp-mirror"; else tp_mount "$name" "$SCRATCH/tp-cache-a"; fi
+            sleep "$TP_SETTLE"
             t0=$(now)
             dd if="$RND" of="$MNT/w0" bs=1M count="$TP_FILE_MIB" status=none
             umount_volume "$MNT"

@@ -509,12 +509,14 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
                 continue;
             }
             st.stream = None;
+            let t = Instant::now();
             let r = MutexGuard::unlocked(&mut st, || {
                 let mut bytes = object_head(&job.name);
                 bytes.extend_from_slice(&job.data);
                 writer.write(dev.as_mut(), job.id, &bytes, true).map(|x| (x, bytes.len() as u64 - job.data.len() as u64))
             });
             st.queued_bytes -= job.data.len() as u64;
+            tracing::debug!("{name}: wrote {} ({} bytes) in {:.2?}", job.name, job.data.len(), t.elapsed());
             st.last_write = Some(Instant::now());
             st.want_prepare = false;
             // Deleted while it waited: on the tape all the same, but dead.
@@ -569,6 +571,7 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
         if st.want_sync > st.synced {
             let want = st.want_sync;
             let catalog = (st.dirty && st.failed.is_none()).then(|| encode_index(&st.index));
+            let t = Instant::now();
             let r = MutexGuard::unlocked(&mut st, || match catalog {
                 Some(c) => writer.write_catalog(dev.as_mut(), &c).map(Some),
                 None => writer.flush(dev.as_mut()).map(|()| None),
@@ -585,6 +588,7 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
                     st.failed.get_or_insert((e.kind(), e.to_string()));
                 }
             }
+            tracing::debug!("{name}: synced in {:.2?}", t.elapsed());
             st.synced = want;
             inner.cv.notify_all();
             continue;

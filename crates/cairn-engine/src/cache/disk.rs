@@ -458,6 +458,8 @@ impl Inner {
             f.write_all(data)?;
             if durable {
                 f.sync_all()?;
+            } else {
+                start_writeback(&f);
             }
             fs::rename(&tmp, path)
         })();
@@ -1097,6 +1099,19 @@ impl Inner {
         if let Err((e, _)) = r {
             tracing::warn!("writing {}: {e}", marker.display());
         }
+    }
+}
+
+/// Starts writing a file's pages to disk without waiting for them: the
+/// clean shutdown fsyncs every cached file ([`Inner::mark_clean`]), and
+/// pages already on their way make that quick instead of an unmount
+/// writing the whole cache at once (0.4 s per 500 MiB here).
+fn start_writeback(f: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sync_file_range on a descriptor we own; a failure only
+    // leaves the work to the later fsync.
+    unsafe {
+        libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
 

@@ -274,23 +274,38 @@ impl Volume {
 
     /// On a store that writes in the background, the file to flush now so
     /// a moving medium does not run dry: when the store is streaming and
-    /// holds less than a pack, the file with the most dirty bytes, if it
-    /// has at least [`RUN_MIN`] (a run shorter than that would cost more
-    /// positioning when read back than the stop it saves). A drive that
-    /// has not started is left to wait for full runs.
+    /// holds less than a pack, an open file with at least [`RUN_MIN`]
+    /// dirty bytes (a run shorter than that would cost more positioning
+    /// when read back than the stop it saves). The file fed last is fed
+    /// again while it has that much, so its runs follow one another on the
+    /// tape as one; otherwise the file with the most.
+    ///
+    /// A standing drive waits for full runs (a file closed or its run
+    /// filled), unless one file alone is being written: its runs follow
+    /// one another whatever their size, so its first [`RUN_MIN`] starts
+    /// the drive. With several writers the round that follows their
+    /// closes took longer than the drive's buffer lasts (a backhitch), so
+    /// there the drive starts with that round (docs/tape.md §2).
     fn file_to_feed(&self) -> Option<Arc<FileState>> {
         let b = self.backend.backlog()?;
-        if !b.streaming || b.queued_bytes >= self.backend.capabilities().preferred_pack_size {
+        if b.queued_bytes >= self.backend.capabilities().preferred_pack_size {
             return None;
         }
-        self.files
+        let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
+        let dirty: Vec<(bool, u64, Arc<FileState>)> = self
+            .files
             .iter()
             .filter_map(|e| {
                 let g = e.value().inner.lock();
-                (!g.evicted && g.is_dirty() && g.dirty_bytes >= RUN_MIN).then(|| (g.dirty_bytes, e.value().clone()))
+                (!g.evicted && g.is_dirty()).then(|| (e.value().ino == fed, g.dirty_bytes, e.value().clone()))
             })
-            .max_by_key(|(d, _)| *d)
-            .map(|(_, st)| st)
+            .collect();
+        if !b.streaming && dirty.len() != 1 {
+            return None;
+        }
+        let (_, _, st) = dirty.into_iter().filter(|(_, d, _)| *d >= RUN_MIN).max_by_key(|(f, d, _)| (*f, *d))?;
+        self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
+        Some(st)
     }
 
     /// One flush round: every due file (or every dirty file if `all`).

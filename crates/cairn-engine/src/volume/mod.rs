@@ -147,6 +147,9 @@ pub struct Volume {
     /// as of `.1` rollbacks of the metadata store.
     ino_reserved: Mutex<(u64, u64)>,
     pub(crate) flush_mutex: Mutex<()>,
+    /// The file a sequential store's drive was last fed (0: none): fed
+    /// again first, its runs follow one another on the tape.
+    pub(crate) last_fed: std::sync::atomic::AtomicU64,
     /// Held (read side) by every [`flush::Batch`] for its life, since a batch
     /// may hold ids of dead chunks it found by hash; the cleaner deletes
     /// dead chunk rows only under the write side (docs/frugal.md §5).
@@ -451,6 +454,7 @@ impl Volume {
             next_ino: AtomicU64::new(next_ino),
             ino_reserved: Mutex::new((0, 0)),
             flush_mutex: Mutex::new(()),
+            last_fed: std::sync::atomic::AtomicU64::new(0),
             chunk_guard: guard::ChunkGuard::default(),
             signal,
             flusher: Mutex::new(None),

@@ -28,6 +28,9 @@ struct Buffered {
     puts: Mutex<Vec<String>>,
     /// What `backlog` says: the drive is moving and needs data.
     streaming: std::sync::atomic::AtomicBool,
+    /// Bytes put since the test last said the drive took them (what
+    /// `backlog` reports queued).
+    queued: AtomicU64,
 }
 
 impl Buffered {
@@ -40,6 +43,7 @@ impl Backend for Buffered {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         cairn_backend::validate_name(name)?;
         self.puts.lock().push(name.to_string());
+        self.queued.fetch_add(data.len() as u64, Ordering::SeqCst);
         self.buffer.lock().insert(name.to_string(), data.to_vec());
         Ok(())
     }
@@ -102,7 +106,7 @@ impl Backend for Buffered {
         "buffered".into()
     }
     fn backlog(&self) -> Option<cairn_backend::Backlog> {
-        Some(cairn_backend::Backlog { queued_bytes: 0, streaming: self.streaming.load(Ordering::SeqCst) })
+        Some(cairn_backend::Backlog { queued_bytes: self.queued.load(Ordering::SeqCst), streaming: self.streaming.load(Ordering::SeqCst) })
     }
 }
 
@@ -204,42 +208,71 @@ fn files_are_flushed_whole_when_positioning_is_costly() {
     assert!(store.buffer.lock().is_empty());
 }
 
-/// A streaming drive about to run dry is fed the open file with the most
-/// dirty data once it holds a minimal run (64 MiB), before its full run; a
-/// drive that is not moving waits for full runs.
+/// A drive about to run dry is fed the open file with the most dirty data
+/// once it holds a minimal run (64 MiB), before its full run; the file fed
+/// last is fed again before a larger one, so its runs lie together on the
+/// tape. A standing drive with two files being written waits for runs.
 #[test]
-fn a_streaming_drive_is_fed_before_it_runs_dry() {
+fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
     let store = Arc::new(Buffered::default());
     let b: Arc<dyn Backend> = store.clone();
     let a = tempfile::tempdir().unwrap();
     init_in(a.path(), &b, None);
     cloud::attach(a.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
-    // A journal of 1 GiB: runs of 256 MiB for one writer.
+    // A journal of 1 GiB: runs of 256 MiB for two writers.
     let o = opts(&b);
     let v = Volume::load(a.path(), OpenOptions { cloud: CloudOptions { cache_bytes: 2 << 30, ..o.cloud.clone() }, ..o }).unwrap();
-    let packs = |s: &Buffered| s.puts.lock().iter().filter(|n| n.starts_with("packs/")).count();
+    let packed = |s: &Buffered| -> usize { s.buffer.lock().iter().filter(|(n, _)| n.starts_with("packs/")).map(|(_, d)| d.len()).sum() };
+    // The drive has plenty queued until `fed` says it took it.
+    let busy = || store.queued.store(1 << 40, Ordering::SeqCst);
+    busy();
     let small = v.create(ROOT_INO, b"small", FileKind::File, 0o644, 0, root()).unwrap().ino;
     let big = v.create(ROOT_INO, b"big", FileKind::File, 0o644, 0, root()).unwrap().ino;
     v.open(small).unwrap();
     v.open(big).unwrap();
-    v.write(small, 0, &random_bytes(5, 8 << 20)).unwrap();
-    let data = random_bytes(6, 66 << 20);
-    for (i, part) in data.chunks(4 << 20).enumerate() {
+    let mut small_data = random_bytes(5, 8 << 20);
+    v.write(small, 0, &small_data).unwrap();
+    let data = random_bytes(6, 132 << 20);
+    let (first, second) = data.split_at(66 << 20);
+    for (i, part) in first.chunks(4 << 20).enumerate() {
         v.write(big, (i as u64) << 22, part).unwrap();
     }
-    assert_eq!(v.flush_due().unwrap().files, 0, "an idle drive waits for a full run");
-    assert_eq!(packs(&store), 0);
-    assert_eq!(v.status().dirty_files, 2);
+    // The background flusher or this call, well within the age (60 s)
+    // that would flush the files anyway.
+    // Each feed queues more than a pack, so no second one follows until
+    // the drive has taken it.
+    let fed = |what: &str| {
+        store.queued.store(0, Ordering::SeqCst);
+        let before = packed(&store);
+        let t = std::time::Instant::now();
+        while packed(&store) == before && t.elapsed() < Duration::from_secs(20) {
+            v.flush_due().unwrap();
+        }
+        let n = packed(&store) - before;
+        assert!(n > 0, "{what}: the drive was not fed");
+        n
+    };
+    store.queued.store(0, Ordering::SeqCst);
+    assert_eq!(v.flush_due().unwrap().files, 0, "a standing drive waits for a full run");
+    assert_eq!(packed(&store), 0);
     store.streaming.store(true, Ordering::SeqCst);
-    // The background flusher or this call: whichever round comes first.
-    let t = std::time::Instant::now();
-    while packs(&store) == 0 && t.elapsed() < Duration::from_secs(60) {
-        v.flush_due().unwrap();
-    }
-    assert!(packs(&store) >= 1, "the moving drive was fed");
+    let n = fed("streaming");
+    assert!(n > 56 << 20 && n < 67 << 20, "the big file less its last chunk, not the small one: {n} bytes packed");
+    store.queued.store(0, Ordering::SeqCst);
     assert_eq!(v.flush_due().unwrap().files, 0, "what is left of either file is below a minimal run");
-    let packed: usize = store.buffer.lock().iter().filter(|(n, _)| n.starts_with("packs/")).map(|(_, d)| d.len()).sum();
-    assert!(packed > 56 << 20 && packed < 67 << 20, "the big file less its last chunk, not the small one: {packed} bytes packed");
+    assert_eq!(v.status().dirty_files, 2);
+    busy();
+
+    // Now the small file has more dirty bytes than the big one, both
+    // above a minimal run: the big one, fed last, goes first.
+    for (i, part) in second.chunks(4 << 20).enumerate() {
+        v.write(big, (66 << 20) + ((i as u64) << 22), part).unwrap();
+    }
+    let more = random_bytes(7, 74 << 20);
+    v.write(small, 8 << 20, &more).unwrap();
+    small_data.extend_from_slice(&more);
+    let n = fed("streaming again");
+    assert!(n > 60 << 20 && n < 70 << 20, "the big file again (about 66 MiB), not the small one (82 MiB): {n} bytes packed");
     assert!(v.status().journal_limit >= 1 << 30, "a tape's journal is half the local cache");
     v.release(small).unwrap();
     v.release(big).unwrap();
@@ -247,5 +280,44 @@ fn a_streaming_drive_is_fed_before_it_runs_dry() {
     drop(v);
     let w = Volume::load(a.path(), opts(&b)).unwrap();
     assert!(read_all(&w, lookup_path(&w, "big")) == data);
+    assert!(read_all(&w, lookup_path(&w, "small")) == small_data);
+    w.close().unwrap();
+}
+
+/// A standing drive with one file alone being written starts with that
+/// file's first minimal run (its runs follow one another on the tape, so
+/// reading it back costs no positioning); below a minimal run it waits.
+#[test]
+fn a_lone_writer_starts_a_standing_drive() {
+    let store = Arc::new(Buffered::default());
+    let b: Arc<dyn Backend> = store.clone();
+    let a = tempfile::tempdir().unwrap();
+    init_in(a.path(), &b, None);
+    cloud::attach(a.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
+    let o = opts(&b);
+    let v = Volume::load(a.path(), OpenOptions { cloud: CloudOptions { cache_bytes: 2 << 30, ..o.cloud.clone() }, ..o }).unwrap();
+    let packs = |s: &Buffered| s.puts.lock().iter().filter(|n| n.starts_with("packs/")).count();
+    let lone = v.create(ROOT_INO, b"lone", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(lone).unwrap();
+    let data = random_bytes(7, 66 << 20);
+    let (head, tail) = data.split_at(60 << 20);
+    for (i, part) in head.chunks(4 << 20).enumerate() {
+        v.write(lone, (i as u64) << 22, part).unwrap();
+    }
+    assert_eq!(v.flush_due().unwrap().files, 0, "below a minimal run the drive waits");
+    assert_eq!(packs(&store), 0);
+    v.write(lone, 60 << 20, tail).unwrap();
+    // The background flusher or this call, well within the age (60 s)
+    // that would flush it anyway.
+    let t = std::time::Instant::now();
+    while packs(&store) == 0 && t.elapsed() < Duration::from_secs(20) {
+        v.flush_due().unwrap();
+    }
+    assert!(packs(&store) >= 1, "the lone writer started the drive");
+    v.release(lone).unwrap();
+    v.close().unwrap();
+    drop(v);
+    let w = Volume::load(a.path(), opts(&b)).unwrap();
+    assert!(read_all(&w, lookup_path(&w, "lone")) == data);
     w.close().unwrap();
 }
