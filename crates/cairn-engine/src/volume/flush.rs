@@ -159,7 +159,13 @@ impl<'a> Batch<'a> {
         let (bytes, entries) = b.finish(&vol.keys, &vol.vid);
         let name = pack::fresh_name();
         self.sealed.push(SealedPack { name: name.clone(), size: bytes.len() as u64, blobs: entries.len() as u64 });
-        while self.uploads.len() >= 2 {
+        // A store that positions its medium (a tape) lays packs down in the
+        // order their puts arrive: one upload at a time keeps that the
+        // order they were sealed in, so a file's packs lie in file order
+        // (two at once let a small last pack overtake a big one, and
+        // reading the file back located backwards once per round).
+        let in_flight = if vol.backend.capabilities().cheap_ranged_reads { 2 } else { 1 };
+        while self.uploads.len() >= in_flight {
             join_upload(self.uploads.pop_front().expect("non-empty"))?;
         }
         let backend = vol.backend.clone();

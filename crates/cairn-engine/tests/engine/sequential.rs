@@ -31,6 +31,8 @@ struct Buffered {
     /// Bytes put since the test last said the drive took them (what
     /// `backlog` reports queued).
     queued: AtomicU64,
+    /// Packs read, in order.
+    reads: Mutex<Vec<String>>,
 }
 
 impl Buffered {
@@ -54,6 +56,7 @@ impl Backend for Buffered {
         self.put(name, data)
     }
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.reads.lock().push(name.to_string());
         if let Some(d) = self.buffer.lock().get(name) {
             return Ok(d[offset as usize..(offset + len) as usize].to_vec());
         }
@@ -124,6 +127,19 @@ fn opts(b: &Arc<dyn Backend>) -> OpenOptions {
         },
         ..Default::default()
     }
+}
+
+/// A volume on a fresh [`Buffered`] store, with a local cache of
+/// `cache_bytes` (on such a store the journal is half of it).
+fn buffered_volume(cache_bytes: u64) -> (Arc<Buffered>, Arc<dyn Backend>, tempfile::TempDir, Arc<Volume>) {
+    let store = Arc::new(Buffered::default());
+    let b: Arc<dyn Backend> = store.clone();
+    let a = tempfile::tempdir().unwrap();
+    init_in(a.path(), &b, None);
+    cloud::attach(a.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
+    let o = opts(&b);
+    let v = Volume::load(a.path(), OpenOptions { cloud: CloudOptions { cache_bytes, ..o.cloud.clone() }, ..o }).unwrap();
+    (store, b, a, v)
 }
 
 /// fsync'd files survive a power cut that empties the store's buffer; the
@@ -214,14 +230,8 @@ fn files_are_flushed_whole_when_positioning_is_costly() {
 /// tape. A standing drive with two files being written waits for runs.
 #[test]
 fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
-    let store = Arc::new(Buffered::default());
-    let b: Arc<dyn Backend> = store.clone();
-    let a = tempfile::tempdir().unwrap();
-    init_in(a.path(), &b, None);
-    cloud::attach(a.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
     // A journal of 1 GiB: runs of 256 MiB for two writers.
-    let o = opts(&b);
-    let v = Volume::load(a.path(), OpenOptions { cloud: CloudOptions { cache_bytes: 2 << 30, ..o.cloud.clone() }, ..o }).unwrap();
+    let (store, b, a, v) = buffered_volume(2 << 30);
     let packed = |s: &Buffered| -> usize { s.buffer.lock().iter().filter(|(n, _)| n.starts_with("packs/")).map(|(_, d)| d.len()).sum() };
     // The drive has plenty queued until `fed` says it took it.
     let busy = || store.queued.store(1 << 40, Ordering::SeqCst);
@@ -289,13 +299,7 @@ fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
 /// reading it back costs no positioning); below a minimal run it waits.
 #[test]
 fn a_lone_writer_starts_a_standing_drive() {
-    let store = Arc::new(Buffered::default());
-    let b: Arc<dyn Backend> = store.clone();
-    let a = tempfile::tempdir().unwrap();
-    init_in(a.path(), &b, None);
-    cloud::attach(a.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
-    let o = opts(&b);
-    let v = Volume::load(a.path(), OpenOptions { cloud: CloudOptions { cache_bytes: 2 << 30, ..o.cloud.clone() }, ..o }).unwrap();
+    let (store, b, a, v) = buffered_volume(2 << 30);
     let packs = |s: &Buffered| s.puts.lock().iter().filter(|n| n.starts_with("packs/")).count();
     let lone = v.create(ROOT_INO, b"lone", FileKind::File, 0o644, 0, root()).unwrap().ino;
     v.open(lone).unwrap();
@@ -319,5 +323,50 @@ fn a_lone_writer_starts_a_standing_drive() {
     drop(v);
     let w = Volume::load(a.path(), opts(&b)).unwrap();
     assert!(read_all(&w, lookup_path(&w, "lone")) == data);
+    w.close().unwrap();
+}
+
+/// A file written alone in many rounds lies on the store in file order:
+/// reading it back on a machine with only the store asks for its packs in
+/// the order they were put (none overtook another), so a tape reads it in
+/// one forward pass.
+#[test]
+fn a_files_packs_reach_the_store_in_file_order() {
+    let (store, b, _a, v) = buffered_volume(2 << 30);
+    store.streaming.store(true, Ordering::SeqCst);
+    let ino = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(ino).unwrap();
+    let data = random_bytes(8, 200 << 20);
+    for (i, part) in data.chunks(8 << 20).enumerate() {
+        v.write(ino, (i as u64) << 23, part).unwrap();
+        store.queued.store(0, Ordering::SeqCst);
+        v.flush_due().unwrap();
+    }
+    v.release(ino).unwrap();
+    v.close().unwrap();
+    drop(v);
+    let put: Vec<String> = store.puts.lock().iter().filter(|n| n.starts_with("packs/")).cloned().collect();
+    assert!(put.len() > 100, "{} packs", put.len());
+    let c = tempfile::tempdir().unwrap();
+    cloud::attach(c.path(), URL, None, None, Some(&InjectedBackend(b.clone()))).unwrap();
+    let w = Volume::load(c.path(), opts(&b)).unwrap();
+    let f = lookup_path(&w, "f");
+    store.reads.lock().clear();
+    // A byte every 64 KiB: reads too sparse to count as sequential, so no
+    // read-ahead asks for a later pack first.
+    for off in (0..data.len()).step_by(64 << 10) {
+        assert_eq!(w.read(f, off as u64, 1).unwrap(), &data[off..off + 1]);
+    }
+    // Each pack by its first read, as its place in the put order.
+    let mut order: Vec<usize> = Vec::new();
+    for n in store.reads.lock().iter() {
+        if let Some(i) = put.iter().position(|p| p == n).filter(|i| !order.contains(i)) {
+            order.push(i);
+        }
+    }
+    assert!(order.len() > put.len() * 9 / 10, "{} of {} packs read", order.len(), put.len());
+    let back = order.windows(2).filter(|w| w[1] < w[0]).count();
+    let at: Vec<(usize, usize)> = order.windows(2).filter(|w| w[1] < w[0]).map(|w| (w[0], w[1])).collect();
+    assert_eq!(back, 0, "reading the file went back {back} times: {at:?} of {}", order.len());
     w.close().unwrap();
 }
