@@ -345,14 +345,30 @@ impl Volume {
                 chosen.push(e.value().clone());
             }
         }
-        if chosen.is_empty() && sequential && !all && only.is_none() {
-            chosen.extend(self.file_to_feed());
+        let mut fed = 0;
+        if sequential && only.is_none() {
+            if chosen.is_empty() && !all {
+                chosen.extend(self.file_to_feed());
+            }
+            // The file the drive was fed goes first in any round, with what
+            // it has: its run then goes on where it stopped on the tape,
+            // not after the runs of files that closed meanwhile.
+            fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
+            if !chosen.is_empty() && !chosen.iter().any(|st| st.ino == fed) {
+                if let Some(st) = self.files.get(&fed).map(|e| e.value().clone()) {
+                    let g = st.inner.lock();
+                    if !g.evicted && g.is_dirty() {
+                        drop(g);
+                        chosen.push(st);
+                    }
+                }
+            }
         }
         // Files in inode order, so packs hold related files together (a
         // directory's files, created together, have neighbouring numbers):
         // one ranged GET of a pack then brings the files read next too
         // (docs/frugal.md §3).
-        chosen.sort_unstable_by_key(|st| st.ino);
+        chosen.sort_unstable_by_key(|st| (st.ino != fed, st.ino));
         let mut report = FlushReport::default();
         if !chosen.is_empty() {
             let mut batch = Batch::new(self);

@@ -284,7 +284,10 @@ fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
     let n = fed("streaming again");
     assert!(n > 60 << 20 && n < 70 << 20, "the big file again (about 66 MiB), not the small one (82 MiB): {n} bytes packed");
     assert!(v.status().journal_limit >= 1 << 30, "a tape's journal is half the local cache");
+    // The small file closes: the round that flushes it takes what the
+    // big one, fed last, has first, so the big file's run goes on.
     v.release(small).unwrap();
+    assert_eq!(v.flush_due().unwrap().files, 2, "the closed file and the file the drive was fed");
     v.release(big).unwrap();
     v.close().unwrap();
     drop(v);
