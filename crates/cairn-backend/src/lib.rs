@@ -26,7 +26,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use local::LocalBackend;
 pub use meter::{Meter, Metered, RequestCounts, RequestKind, Subsystem};
 pub use retry::{RetryPolicy, Retrying};
-pub use s3::{put_requests, S3Backend, S3Location};
+pub use s3::{put_requests, S3Backend, S3Location, NO_CREDENTIALS};
 
 /// An object store holding immutable named objects.
 ///

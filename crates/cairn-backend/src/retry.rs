@@ -65,6 +65,10 @@ impl<B: Backend> Retrying<B> {
         let start = Instant::now();
         let mut cap = self.policy.first_delay;
         let mut attempt = 1u32;
+        // The first failure's cause, when it says more than a later one: a
+        // refused connection or an unknown host fails at once, and a last
+        // attempt cut short by its timeout would report only "timed out".
+        let mut first: Option<Error> = None;
         loop {
             match f() {
                 Err(e) if e.kind() == ErrorKind::Transient => {
@@ -72,7 +76,14 @@ impl<B: Backend> Retrying<B> {
                     // clients that failed together do not retry together.
                     let wait = cap.mul_f64(rand::random::<f64>());
                     if deadline.is_some_and(|d| start.elapsed() + wait > d) {
+                        let e = match first {
+                            Some(f) if is_timeout(&e) && !is_timeout(&f) => f,
+                            _ => e,
+                        };
                         return Err(Error::new(ErrorKind::Transient, format!("{op} {name}: gave up after {attempt} attempts in {:.1} s", start.elapsed().as_secs_f64())).with_object(name).with_source(e));
+                    }
+                    if first.is_none() {
+                        first = Some(Error::new(e.kind(), innermost(&e)));
                     }
                     if attempt == 1 || attempt.is_power_of_two() {
                         tracing::warn!("{op} {name} failed (attempt {attempt}), retrying: {e}");
@@ -85,6 +96,38 @@ impl<B: Backend> Retrying<B> {
             }
         }
     }
+}
+
+/// An error and its causes, one line.
+fn full_text(e: &Error) -> String {
+    let mut t = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        let s_text = s.to_string();
+        if !t.contains(&s_text) {
+            t.push_str(": ");
+            t.push_str(&s_text);
+        }
+        src = s.source();
+    }
+    t
+}
+
+/// The deepest cause of an error: what the system said.
+fn innermost(e: &Error) -> String {
+    let mut last = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        last = s.to_string();
+        src = s.source();
+    }
+    last
+}
+
+/// Whether an error (or a cause of it) is a timeout.
+fn is_timeout(e: &Error) -> bool {
+    let t = full_text(e).to_ascii_lowercase();
+    t.contains("timed out") || t.contains("timeout")
 }
 
 impl<B: Backend> Backend for Retrying<B> {

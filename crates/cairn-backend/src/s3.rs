@@ -73,6 +73,99 @@ impl S3Location {
     }
 }
 
+/// Keys read from the AWS shared credentials file.
+struct FileCredentials {
+    key_id: String,
+    secret: String,
+    token: Option<String>,
+}
+
+/// What the message of a missing-credentials error starts with.
+pub const NO_CREDENTIALS: &str = "no AWS credentials found";
+
+/// Where the credentials come from when the environment has no keys:
+/// `None` when the environment provides them (keys, a web identity, a
+/// container's credentials), else the profile `AWS_PROFILE` (or `default`)
+/// of `AWS_SHARED_CREDENTIALS_FILE` (or `~/.aws/credentials`), else the EC2
+/// instance's role, but only on EC2 and for AWS itself. Anywhere else the
+/// answer is an error at once: object_store would otherwise spend seconds
+/// asking the instance metadata address of a machine that has none.
+fn credentials_outside_env(custom_endpoint: bool) -> Result<Option<FileCredentials>> {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    if (set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY"))
+        || (set("AWS_WEB_IDENTITY_TOKEN_FILE") && set("AWS_ROLE_ARN"))
+        || set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        || set("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    {
+        return Ok(None);
+    }
+    let file = std::env::var_os("AWS_SHARED_CREDENTIALS_FILE").filter(|v| !v.is_empty()).map(std::path::PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".aws/credentials")));
+    let profile = std::env::var("AWS_PROFILE").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "default".to_string());
+    if let Some(f) = &file {
+        if let Some(c) = read_credentials_file(f, &profile)? {
+            return Ok(Some(c));
+        }
+    }
+    if !custom_endpoint && on_ec2() {
+        return Ok(None);
+    }
+    let where_ = file.map_or("~/.aws/credentials".to_string(), |f| f.display().to_string());
+    Err(Error::new(
+        ErrorKind::Permanent,
+        format!("{NO_CREDENTIALS}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put aws_access_key_id and aws_secret_access_key under [{profile}] in {where_} (AWS_PROFILE picks another profile)"),
+    ))
+}
+
+/// The keys of `profile` in an AWS shared credentials file (an INI file);
+/// None if the file or the profile is missing.
+fn read_credentials_file(path: &std::path::Path, profile: &str) -> Result<Option<FileCredentials>> {
+    use std::io::Read;
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::from_io(&format!("reading {}", path.display()), e)),
+    };
+    // A credentials file is a few lines; read no more than 1 MiB of one.
+    let mut text = String::new();
+    f.take(1 << 20).read_to_string(&mut text).map_err(|e| Error::from_io(&format!("reading {}", path.display()), e))?;
+    Ok(parse_credentials(&text, profile))
+}
+
+fn parse_credentials(text: &str, profile: &str) -> Option<FileCredentials> {
+    let (mut key_id, mut secret, mut token) = (None, None, None);
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') || line.starts_with(';') || line.is_empty() {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = name.trim() == profile;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            let v = v.trim().to_string();
+            match k.trim() {
+                "aws_access_key_id" => key_id = Some(v),
+                "aws_secret_access_key" => secret = Some(v),
+                "aws_session_token" => token = Some(v),
+                _ => {}
+            }
+        }
+    }
+    Some(FileCredentials { key_id: key_id?, secret: secret?, token })
+}
+
+/// Whether this machine is an EC2 instance (its firmware says so).
+fn on_ec2() -> bool {
+    ["/sys/devices/virtual/dmi/id/sys_vendor", "/sys/devices/virtual/dmi/id/board_vendor", "/sys/hypervisor/uuid"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .any(|v| v.contains("Amazon") || v.starts_with("ec2"))
+}
+
 /// An S3 bucket (or a prefix in one) as a [`Backend`].
 pub struct S3Backend {
     loc: S3Location,
@@ -99,6 +192,15 @@ impl S3Backend {
             .with_client_options(ClientOptions::new().with_timeout(Duration::from_secs(60)).with_connect_timeout(Duration::from_secs(5)));
         if let Some(ep) = &loc.endpoint {
             b = b.with_endpoint(ep).with_allow_http(ep.starts_with("http://")).with_virtual_hosted_style_request(false);
+        }
+        match credentials_outside_env(loc.endpoint.is_some())? {
+            Some(c) => {
+                b = b.with_access_key_id(c.key_id).with_secret_access_key(c.secret);
+                if let Some(t) = c.token {
+                    b = b.with_token(t);
+                }
+            }
+            None => {}
         }
         let store = b.build().map_err(|e| Error::new(ErrorKind::Permanent, format!("configuring S3 access to bucket {}", loc.bucket)).with_source(e))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -349,5 +451,21 @@ mod tests {
             let e = S3Location::parse(bad, None, None).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Permanent, "{bad}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod credential_tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_credentials_file_is_read_by_profile() {
+        let text = "# a comment\n[default]\naws_access_key_id = AK1\naws_secret_access_key=SK1\n\n[other]\naws_access_key_id=AK2\naws_secret_access_key = SK2\naws_session_token = T2\n";
+        let d = parse_credentials(text, "default").unwrap();
+        assert_eq!((d.key_id.as_str(), d.secret.as_str(), d.token), ("AK1", "SK1", None));
+        let o = parse_credentials(text, "other").unwrap();
+        assert_eq!((o.key_id.as_str(), o.secret.as_str(), o.token.as_deref()), ("AK2", "SK2", Some("T2")));
+        assert!(parse_credentials(text, "missing").is_none());
+        assert!(parse_credentials("[default]\naws_access_key_id = AK\n", "default").is_none(), "a key without its secret is no credential");
     }
 }

@@ -54,6 +54,14 @@ fn explain(e: std::io::Error, file: &Path, offset: u64) -> anyhow::Error {
 /// `file` with the bytes of `src` (none for a delete).
 pub fn replace(file: &Path, offset: u64, mbyte: u64, src: Option<Source>) -> Result<()> {
     let target = open_target(file)?;
+    // The range replaced or deleted must lie inside the file, as an insert's
+    // offset must (the ioctl would cut it at the end: a delete past the end
+    // would quietly truncate).
+    let size = target.metadata()?.len();
+    if mbyte > 0 && offset.checked_add(mbyte).is_none_or(|end| end > size) {
+        let most = size.saturating_sub(offset);
+        bail!("{}: {mbyte} bytes at offset {offset} reach past the end of the file ({size} bytes){}", file.display(), if offset < size { format!("; at most {most} bytes there") } else { String::new() });
+    }
     let outcome = match src {
         None => cairn::rpwrite(target.as_fd(), &[], offset, mbyte).map_err(|e| explain(e, file, offset))?,
         Some(Source::File(p)) => {

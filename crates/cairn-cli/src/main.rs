@@ -8,6 +8,7 @@ mod metrics;
 mod mount_helper;
 mod passphrase;
 mod progress;
+mod resolve;
 mod runtime;
 mod sim;
 mod size;
@@ -249,10 +250,10 @@ enum Cmd {
     /// journal fill, flush and upload queues, bucket requests and errors.
     ///
     /// Read from the mount's control socket (no --metrics port needed);
-    /// the same counters as the Prometheus endpoint. Ctrl-C stops it.
+    /// the same counters as the Prometheus endpoint. q (or Ctrl-C) stops it.
     /// `cairn stats VOLUME --watch` is the same by volume.
     Top {
-        /// The mountpoint.
+        /// The mountpoint, or the mounted volume (a directory or s3://BUCKET/PREFIX).
         mountpoint: PathBuf,
         /// Seconds between refreshes.
         #[arg(long, default_value_t = 1.0)]
@@ -266,6 +267,7 @@ enum Cmd {
     },
     /// Unmount a Cairn mount and wait until its data is safely flushed.
     Umount {
+        /// The mountpoint, or the mounted volume (a directory or s3://BUCKET/PREFIX).
         mountpoint: PathBuf,
         /// Give up waiting for the flush after this many seconds.
         #[arg(long, default_value_t = 600)]
@@ -273,6 +275,8 @@ enum Cmd {
     },
     /// Check a volume's consistency (it must not be mounted).
     Fsck {
+        /// The volume (a directory, s3://BUCKET/PREFIX or a tape), or the
+        /// mountpoint of a mounted one.
         #[arg(value_name = "VOLUME")]
         dir: String,
         #[command(flatten)]
@@ -289,6 +293,8 @@ enum Cmd {
     /// Show space use: logical and stored bytes, dedup and compression, and
     /// for a volume in a bucket its cache (hits, fetched bytes, evictions).
     Stats {
+        /// The volume (a directory, s3://BUCKET/PREFIX or a tape), or the
+        /// mountpoint of a mounted one.
         #[arg(value_name = "VOLUME")]
         dir: String,
         #[command(flatten)]
@@ -324,10 +330,14 @@ enum Cmd {
     /// request for it; an unmounted one is opened read-only, and the
     /// requests that takes are counted after this report (the next one shows
     /// them). Not counted: the requests of a command that failed before the
-    /// volume's local directory existed, metadata versions' storage, and
+    /// volume's local directory existed, of a read-only query (`stats`,
+    /// `cost`, `meta list`, `gc --dry-run`) run on a machine without a local
+    /// directory of the volume (it works in a temporary one, removed
+    /// afterwards), metadata versions' storage, and
     /// the storage of packs gc trashed that wait for deletion.
     Cost {
-        /// s3://BUCKET/PREFIX (or the volume's local directory).
+        /// s3://BUCKET/PREFIX (or the volume's local directory, or the
+        /// mountpoint of the volume).
         #[arg(value_name = "VOLUME")]
         dir: String,
         #[command(flatten)]
@@ -362,6 +372,8 @@ enum Cmd {
     /// (seed 004's theorem 1: the least total cost); `gc` cleans every pack
     /// below --repack-below now, whatever that costs.
     Gc {
+        /// The volume (a directory, s3://BUCKET/PREFIX or a tape), or the
+        /// mountpoint of a mounted one.
         #[arg(value_name = "VOLUME")]
         dir: String,
         #[command(flatten)]
@@ -655,7 +667,12 @@ fn init_logging(verbose: u8, file: Option<&Path>) -> Result<()> {
             let f = std::fs::OpenOptions::new().create(true).append(true).open(p).with_context(|| format!("opening log file {}", p.display()))?;
             b.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init();
         }
-        None => b.with_writer(std::io::stderr).init(),
+        // Colour codes only for a terminal: a log redirected to a file
+        // stays plain text.
+        None => {
+            use std::io::IsTerminal;
+            b.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init()
+        }
     }
     Ok(())
 }
@@ -738,6 +755,14 @@ fn run(cli: Cli) -> Result<i32> {
             if mirror != MirrorChoice::Remembered && !cairn_engine::tape::is_tape_url(&volume) {
                 bail!("--mirror and --no-mirror are for volumes on a tape (tape:/dev/nstN or tape-emu:DIR); {volume} is not one");
             }
+            check_fuse_access(private)?;
+            let local = target::local_dir(&volume, &cloud)?;
+            if let Some(m) = resolve::mount_of(&volume, Some(&local)) {
+                bail!("{volume} is already mounted at {} (daemon pid {}); use that mount, or `cairn umount {}` first", m.mountpoint.display(), m.pid, m.mountpoint.display());
+            }
+            warn_if_not_empty(&mountpoint);
+            // A local directory this mount creates goes again if the mount fails.
+            let fresh = FreshDir::new(target::is_url(&volume).then_some(local));
             // Opening a tape costs seconds of positioning (label, catalog at
             // the end of the data): the checks below share one open, and
             // the daemon opens it once more after the fork (no thread, so
@@ -809,13 +834,14 @@ fn run(cli: Cli) -> Result<i32> {
                 let exporter = metrics.as_deref().map(|a| metrics::serve(&vol, a)).transpose()?;
                 let mut registration = None;
                 cairn_fuse::mount(vol, &cfg, || {
+                    fresh.keep();
                     register(&mut registration, exporter.as_ref().map(metrics::Server::addr));
                     eprintln!("cairn: mounted {} at {}", dir.display(), mountpoint.display())
                 })?;
                 Ok(0)
             } else {
                 let log = log_file.unwrap_or_else(|| dir.join("cairn.log"));
-                daemon::run_in_background(|ready| {
+                let code = daemon::run_in_background(|ready| {
                     init_logging(cli.verbose, Some(&log))?;
                     let vol = Volume::load(&dir, opts)?;
                     let _control = serve(&vol)?;
@@ -826,7 +852,9 @@ fn run(cli: Cli) -> Result<i32> {
                         ready()
                     })?;
                     Ok(())
-                })
+                })?;
+                fresh.keep();
+                Ok(code)
             }
         }
         Cmd::Status { json } => {
@@ -838,17 +866,19 @@ fn run(cli: Cli) -> Result<i32> {
             if !(interval > 0.0 && interval.is_finite()) {
                 bail!("--interval must be a positive number of seconds");
             }
+            let mountpoint = resolve::mountpoint_of(&mountpoint);
             let sock = metrics::socket_of(&mountpoint)?;
             metrics::top(&sock, &mountpoint.display().to_string(), std::time::Duration::from_secs_f64(interval), if once { Some(1) } else { count })
         }
         Cmd::Umount { mountpoint, timeout } => {
             init_logging(cli.verbose, None)?;
+            let mountpoint = resolve::mountpoint_of(&mountpoint);
             daemon::unmount_and_wait(&mountpoint, std::time::Duration::from_secs(timeout))?;
             Ok(0)
         }
         Cmd::Fsck { dir, cloud, read_data, json, pass } => {
             init_logging(cli.verbose, None)?;
-            let dir = target::open_dir(&dir, &cloud)?;
+            let dir = VolumeDir::unmounted(&dir, &cloud, "fsck")?.path;
             let rep = maintain(&dir, &pass, json, |vol, bars| maintenance::fsck(vol, read_data, bars))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
@@ -873,7 +903,8 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Stats { dir, cloud, json, watch, pass } => {
             init_logging(cli.verbose, None)?;
-            let dir = target::open_dir(&dir, &cloud)?;
+            let vd = VolumeDir::query(&dir, &cloud)?;
+            let dir = vd.path.clone();
             if watch {
                 let sock = cairn_engine::control::socket_path(&dir);
                 return metrics::top(&sock, &dir.display().to_string(), std::time::Duration::from_secs(1), None);
@@ -923,7 +954,8 @@ fn run(cli: Cli) -> Result<i32> {
             // A bad price table or date fails before anything is opened.
             let prices = cost::Prices::load(&prices)?;
             let since_day = since.as_deref().map(cost::parse_day).transpose()?;
-            let dir = target::open_dir(&dir, &cloud)?;
+            let vd = VolumeDir::query(&dir, &cloud)?;
+            let dir = vd.path.clone();
             let sock = cairn_engine::control::socket_path(&dir);
             let rows: Vec<cairn_engine::meta::BillRow> = match cairn_engine::control::call(&sock, &cairn_engine::control::Request::Cost { since_day })? {
                 Some(v) => serde_json::from_value(v).context("reading the bill from the mount")?,
@@ -971,6 +1003,8 @@ fn run(cli: Cli) -> Result<i32> {
                 ArchiveCmd::Extract { archive, dest, consume } => archive::extract(&archive, &dest, consume)?,
                 ArchiveCmd::Import { file, dest } => archive::import(&file, &dest)?,
                 ArchiveCmd::Mount { file, mountpoint, foreground, private, log_file } => {
+                    check_fuse_access(private)?;
+                    warn_if_not_empty(&mountpoint);
                     let opts = cairn_tarfs::TarMountOptions { allow_other: !private, ..Default::default() };
                     let say = |info: &cairn_tarfs::MountInfo| {
                         let how = match &info.index.rebuilt {
@@ -1011,19 +1045,34 @@ fn run(cli: Cli) -> Result<i32> {
             init_logging(cli.verbose, None)?;
             let volume_arg = dir.clone();
             let prices = cairn_engine::cost::Prices::load(&prices)?;
-            let dir = target::open_dir(&dir, &cloud)?;
             if !(0.0..=1.0).contains(&repack_below) {
                 bail!("--repack-below must be between 0 and 1");
             }
             if dry_run {
-                return gc_dry_run(&dir, target::is_url(&volume_arg), repack_below, &prices, json, &pass);
+                let vd = VolumeDir::query(&dir, &cloud)?;
+                let in_bucket = vd.mount.as_ref().map_or(target::is_url(&volume_arg), |m| target::is_url(&m.volume));
+                return gc_dry_run(&vd.path, in_bucket, repack_below, &prices, json, &pass);
             }
+            let vd = VolumeDir::unmounted(&dir, &cloud, "gc")?;
+            let dir = vd.path;
             let rep = maintain(&dir, &pass, json, |vol, bars| maintenance::gc(vol, repack_below, bars))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {
                 if target::is_url(&volume_arg) {
-                    println!("(in a bucket, packs are deleted once no kept metadata version names them: after a few more metadata bases)");
+                    // In a bucket a dropped pack goes to the trash first: an
+                    // older metadata version may still name it.
+                    println!(
+                        "{} packs ({} repacked) and {} orphan packs put in the trash, {} dead chunks dropped; the bucket's packs take {} (were {}) until the trash is emptied",
+                        rep.packs_deleted,
+                        rep.packs_repacked,
+                        rep.orphans_deleted,
+                        rep.chunks_deleted,
+                        size::human(rep.bytes_after),
+                        size::human(rep.bytes_before)
+                    );
+                    println!("(trashed packs are deleted from the bucket once no kept metadata version names them: after a few more metadata bases)");
+                    return Ok(0);
                 }
                 println!(
                     "deleted {} packs ({} repacked), {} orphan packs, {} dead chunks; backend {} -> {}",
@@ -1053,6 +1102,125 @@ fn run(cli: Cli) -> Result<i32> {
     }
 }
 
+/// The local directory of the volume a command was given (a volume or the
+/// mountpoint of one; see resolve.rs), with the mount that has it, if any.
+struct VolumeDir {
+    path: PathBuf,
+    mount: Option<runtime::Entry>,
+    /// A read-only query of a volume in a bucket that this machine has no
+    /// local directory for works in a temporary one, removed afterwards, so
+    /// that asking leaves nothing behind (a later `cairn init` of the same
+    /// bucket and prefix would refuse a directory it left).
+    _scratch: Option<tempfile::TempDir>,
+}
+
+impl VolumeDir {
+    fn resolve(arg: &str, cloud: &target::CloudArgs, query: bool) -> Result<VolumeDir> {
+        let v = match resolve::VolumeArg::of(arg) {
+            resolve::VolumeArg::Mountpoint(e) => {
+                if cloud.cache_dir.is_some() || cloud.endpoint.is_some() || cloud.region.is_some() {
+                    bail!("{arg} is where {} is mounted; --cache-dir, --endpoint and --region name a volume in a bucket, not a mount", e.volume);
+                }
+                return Ok(VolumeDir { path: e.local_dir.clone(), mount: Some(e), _scratch: None });
+            }
+            resolve::VolumeArg::Volume(v) => v,
+        };
+        let local = target::local_dir(&v, cloud)?;
+        let mount = resolve::mount_of(&v, Some(&local));
+        if let (Some(m), None) = (&mount, &cloud.cache_dir) {
+            // The mount's own directory, whatever the default would be.
+            return Ok(VolumeDir { path: m.local_dir.clone(), mount, _scratch: None });
+        }
+        if query && target::is_url(&v) && cloud.cache_dir.is_none() && !local.exists() && cairn_engine::cloud::is_remote_url(&v) && !cairn_engine::tape::is_tape_url(&v) {
+            let scratch = tempfile::Builder::new().prefix("cairn-query.").tempdir().context("creating a temporary local directory")?;
+            let path = scratch.path().join("volume");
+            let c = target::CloudArgs { cache_dir: Some(path.clone()), ..cloud.clone() };
+            target::open_dir(&v, &c)?;
+            return Ok(VolumeDir { path, mount, _scratch: Some(scratch) });
+        }
+        Ok(VolumeDir { path: target::open_dir(&v, cloud)?, mount, _scratch: None })
+    }
+
+    /// For a command that reads (a mounted volume answers through its mount).
+    fn query(arg: &str, cloud: &target::CloudArgs) -> Result<VolumeDir> {
+        Self::resolve(arg, cloud, true)
+    }
+
+    /// For a command that needs the volume to itself (`what` names it).
+    fn unmounted(arg: &str, cloud: &target::CloudArgs, what: &str) -> Result<VolumeDir> {
+        let v = Self::resolve(arg, cloud, false)?;
+        if let Some(m) = &v.mount {
+            bail!("{} is mounted at {} (daemon pid {}): `cairn {what}` needs it unmounted; run `cairn umount {}` first", m.volume, m.mountpoint.display(), m.pid, m.mountpoint.display());
+        }
+        Ok(v)
+    }
+}
+
+/// Whether this user can make the FUSE mount asked for, checked before
+/// anything is opened so that the error says what to do.
+fn check_fuse_access(private: bool) -> Result<()> {
+    // SAFETY: access and geteuid have no preconditions; the path is a C string.
+    if unsafe { libc::access(c"/dev/fuse".as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("cannot open /dev/fuse for reading and writing ({e}): a FUSE mount needs it. Is FUSE installed (apt-get install fuse3) and the fuse module loaded? As a user, /dev/fuse must be mode 0666, as Debian sets it");
+    }
+    // SAFETY: as above.
+    if !private && unsafe { libc::geteuid() } != 0 && !user_allow_other() {
+        bail!("mounting for every user (the default) needs the line user_allow_other in /etc/fuse.conf, which only root can add; or mount with --private to let only yourself in");
+    }
+    Ok(())
+}
+
+/// Whether /etc/fuse.conf lets users mount with allow_other.
+fn user_allow_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf").is_ok_and(|c| c.lines().any(|l| l.trim() == "user_allow_other"))
+}
+
+/// Says so when a mount is about to hide what a directory holds.
+fn warn_if_not_empty(mountpoint: &Path) {
+    let Ok(rd) = std::fs::read_dir(mountpoint) else { return };
+    let n = rd.take(1001).count();
+    if n > 0 {
+        let what = match n {
+            1 => "its 1 entry is".to_string(),
+            1001.. => "its more than 1,000 entries are".to_string(),
+            n => format!("its {n} entries are"),
+        };
+        eprintln!("cairn: warning: {} is not empty: {what} hidden while it is mounted, and come back at the unmount", mountpoint.display());
+    }
+}
+
+/// A local directory that a failed mount leaves as it found it: removed if
+/// this mount created it, unless `keep` was called.
+struct FreshDir {
+    path: Option<PathBuf>,
+    kept: std::cell::Cell<bool>,
+}
+
+impl FreshDir {
+    fn new(path: Option<PathBuf>) -> FreshDir {
+        FreshDir { path: path.filter(|p| !p.exists()), kept: std::cell::Cell::new(false) }
+    }
+
+    fn keep(&self) {
+        self.kept.set(true);
+    }
+}
+
+impl Drop for FreshDir {
+    fn drop(&mut self) {
+        if let (Some(p), false) = (&self.path, self.kept.get()) {
+            // The failed daemon may still be closing its log in it.
+            for _ in 0..20 {
+                match std::fs::remove_dir_all(p) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => std::thread::sleep(std::time::Duration::from_millis(50)),
+                    _ => return,
+                }
+            }
+        }
+    }
+}
+
 /// Where a volume's packs are, for `cairn status`.
 fn backend_label(layout: &cairn_engine::config::Layout, settings: &cairn_engine::config::LocalSettings) -> Result<String> {
     if target::is_url(&settings.backend) {
@@ -1077,7 +1245,8 @@ fn meta_command(op: MetaCmd) -> Result<i32> {
     use cairn_engine::cloud::{self, versions};
     match op {
         MetaCmd::List { volume, cloud: c, json } => {
-            let dir = target::open_dir(&volume, &c)?;
+            let vd = VolumeDir::query(&volume, &c)?;
+            let dir = vd.path.clone();
             let (_, settings, _, _) = cairn_engine::read_config(&dir)?;
             let remote = cloud::open_remote(&settings)?;
             let all = versions::list(remote.as_ref())?;
@@ -1172,7 +1341,7 @@ fn gc_dry_run(dir: &Path, in_bucket: bool, repack_below: f64, prices: &cairn_eng
         } else {
             let cost: f64 = due.iter().fold(0.0, |a, p| a + p.c_clean);
             let save: f64 = due.iter().fold(0.0, |a, p| a + p.dead_per_month);
-            format!("cleaning them costs ${cost:.6} and saves ${save:.6} a month")
+            format!("cleaning them costs {} and saves {} a month", money(cost), money(save))
         };
         println!("the cost-optimal cleaner ({}): {} of {} packs with dead bytes are due; {what}", prices.name, due.len(), plan.len());
         println!("  {:<40} {:>10} {:>10} {:>5} {:>12} {:>12} {:>12}  due", "pack", "dead", "live", "GETs", "dead so far", "to clean", "dead/month");
@@ -1190,9 +1359,9 @@ fn gc_dry_run(dir: &Path, in_bucket: bool, repack_below: f64, prices: &cairn_eng
                 size::human(p.dead_bytes),
                 size::human(p.live_bytes),
                 p.gets,
-                format!("${:.3e}", p.c_store),
-                format!("${:.3e}", p.c_clean),
-                format!("${:.3e}", p.dead_per_month)
+                money(p.c_store),
+                money(p.c_clean),
+                money(p.dead_per_month)
             );
         }
     }
@@ -1229,12 +1398,13 @@ fn print_bill(b: &cairn_engine::cost::Bill) {
     for i in &b.items {
         let (q, p) = match i.unit.as_str() {
             "requests" => (format!("{}", i.quantity as u64), format!("${} per 1,000", num(i.unit_price * 1000.0))),
-            "GB" => (format!("{} GB", num(i.quantity)), format!("${} per GB", num(i.unit_price))),
-            _ => (format!("{} GB-months", num(i.quantity)), format!("${} per GB-month", num(i.unit_price))),
+            // Bytes in binary units, as everywhere else Cairn shows sizes.
+            "GB" => (size::human((i.quantity * cairn_engine::cost::GB) as u64), format!("${} per GB", num(i.unit_price))),
+            _ => (format!("{}-months", size::human((i.quantity * cairn_engine::cost::GB) as u64)), format!("${} per GB-month", num(i.unit_price))),
         };
-        println!("{:<18} {:>22} {:>24} {:>14}", i.item, q, p, format!("${:.6}", i.cost));
+        println!("{:<18} {:>22} {:>24} {:>14}", i.item, q, p, money(i.cost));
     }
-    println!("{:<18} {:>22} {:>24} {:>14}", "total", "", "", format!("${:.6}", b.total));
+    println!("{:<18} {:>22} {:>24} {:>14}", "total", "", "", money(b.total));
     println!();
     let kinds = ["GET", "HEAD", "PUT", "POST", "LIST", "DELETE"];
     print!("{:<10}", "subsystem");
@@ -1247,11 +1417,26 @@ fn print_bill(b: &cairn_engine::cost::Bill) {
         for k in kinds {
             print!(" {:>8}", s.requests.get(k).copied().unwrap_or(0));
         }
-        println!(" {:>12} {:>12} {:>12}", size::human(s.bytes_up), size::human(s.bytes_down), format!("${:.6}", s.cost));
+        println!(" {:>12} {:>12} {:>12}", size::human(s.bytes_up), size::human(s.bytes_down), money(s.cost));
     }
     let months = |bs: u64| bs as f64 / cairn_engine::cost::GB / cairn_engine::cost::MONTH_SECS;
     let storage = (months(b.live_byte_seconds) + months(b.dead_byte_seconds)) * b.prices.storage_per_gb_month;
-    println!("{:<10} {:>92}", "storage", format!("${storage:.6}"));
+    println!("{:<10} {:>92}", "storage", money(storage));
+}
+
+/// Dollars as a person reads them: `$0.0123`, `$4.50`, `< $0.000001`
+/// (never `1.033e-9`). JSON output keeps the exact figures.
+fn money(x: f64) -> String {
+    if x == 0.0 {
+        return "$0".to_string();
+    }
+    if x.abs() < 0.000_001 {
+        return if x < 0.0 { "> -$0.000001".to_string() } else { "< $0.000001".to_string() };
+    }
+    let digits = if x.abs() >= 1.0 { 2 } else { 6 };
+    let s = format!("{:.*}", digits, x.abs());
+    let s = if digits > 2 { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
+    format!("{}${s}", if x < 0.0 { "-" } else { "" })
 }
 
 fn hex_of(b: &[u8]) -> String {

@@ -219,8 +219,15 @@ pub fn top(sock: &Path, what: &str, interval: Duration, count: Option<u64>) -> R
     let mut prev = snapshot_of(sock)?;
     let mut at = Instant::now();
     let mut shown = 0;
+    // On a terminal, q (or Ctrl-C) stops it, as in top(1).
+    let keys = Keys::new();
     while count.is_none_or(|c| shown < c) {
-        std::thread::sleep(interval);
+        if keys.as_ref().map_or_else(|| {
+            std::thread::sleep(interval);
+            false
+        }, |k| k.quit_within(interval)) {
+            break;
+        }
         let now = snapshot_of(sock)?;
         let secs = at.elapsed().as_secs_f64();
         at = Instant::now();
@@ -249,4 +256,83 @@ pub fn top(sock: &Path, what: &str, interval: Duration, count: Option<u64>) -> R
         shown += 1;
     }
     Ok(0)
+}
+
+/// Single keys from a terminal on standard input (no line editing, no
+/// echo) while `cairn top` runs; the terminal is restored when it drops,
+/// also after Ctrl-C, which is caught and read as `q`.
+struct Keys {
+    saved: libc::termios,
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+impl Keys {
+    /// None when standard input is not a terminal.
+    fn new() -> Option<Keys> {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: termios is plain data filled by tcgetattr; fd 0 is a terminal.
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(0, &mut t) } != 0 {
+            return None;
+        }
+        let saved = t;
+        t.c_lflag &= !(libc::ICANON | libc::ECHO);
+        t.c_cc[libc::VMIN] = 1;
+        t.c_cc[libc::VTIME] = 0;
+        // SAFETY: a handler that only stores an atomic; sigaction is
+        // filled before use; SA_RESTART is off so that poll returns EINTR.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_interrupt as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+            libc::tcsetattr(0, libc::TCSANOW, &t);
+        }
+        Some(Keys { saved })
+    }
+
+    /// Waits `d` for a key; true when it was q or Q (or Ctrl-C came).
+    fn quit_within(&self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        loop {
+            if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+                return true;
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let mut p = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+            if n > 0 {
+                let mut b = [0u8; 16];
+                // SAFETY: reading into a local buffer.
+                let r = unsafe { libc::read(0, b.as_mut_ptr().cast(), b.len()) };
+                if r <= 0 {
+                    // End of input: no more keys will come; just wait.
+                    std::thread::sleep(left);
+                    return false;
+                }
+                if b[..r as usize].iter().any(|c| matches!(c, b'q' | b'Q')) {
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Keys {
+    fn drop(&mut self) {
+        // SAFETY: restores the attributes read in `new`.
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &self.saved) };
+    }
 }

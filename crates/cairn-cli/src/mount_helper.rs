@@ -194,11 +194,45 @@ fn mount_main(args: &[OsString]) -> Result<i32> {
     let mut argv: Vec<OsString> = vec!["cairn".into(), "mount".into(), inv.volume, inv.mountpoint];
     argv.extend(flags);
     // Values are checked by clap as for `cairn mount` (--durability etc.).
-    let parsed = crate::Cli::try_parse_from(&argv).map_err(|e| usage(format!("bad mount option: {}", e.render().to_string().trim_start_matches("error: ").trim())))?;
+    // Messages name the -o options the helper was given, not the flags
+    // they became.
+    let parsed = crate::Cli::try_parse_from(&argv).map_err(|e| usage(format!("bad mount option: {}", as_options(mount, e.render().to_string().trim_start_matches("error: ").trim()))))?;
     if inv.fake {
         return Ok(0);
     }
-    crate::run(parsed)
+    crate::run(parsed).map_err(|e| anyhow::anyhow!("{}", as_options(mount, &format!("{e:#}"))))
+}
+
+/// `msg` with every `cairn mount` flag in it (`--cache-dir`, `--durability
+/// <DURABILITY>`) spelled as the -o option it came from (`-o cache_dir`,
+/// `-o durability=<DURABILITY>`).
+fn as_options(mount: &clap::Command, msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(at) = rest.find("--") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let len = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).unwrap_or(after.len());
+        let name = &after[..len];
+        let known = !name.is_empty() && mount.get_arguments().any(|a| a.get_long() == Some(name));
+        if !known {
+            out.push_str("--");
+            rest = after;
+            continue;
+        }
+        let option = if name == "read-only" { "ro".to_string() } else { name.replace('-', "_") };
+        out.push_str("-o ");
+        out.push_str(&option);
+        rest = &after[len..];
+        // clap's `--flag <VALUE>` becomes `-o flag=<VALUE>`.
+        if let Some(v) = rest.strip_prefix(" <").and_then(|r| r.find('>').map(|e| &r[..=e])) {
+            out.push_str("=<");
+            out.push_str(v);
+            rest = &rest[2 + v.len()..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn umount_main(args: &[OsString]) -> Result<()> {
@@ -255,6 +289,16 @@ mod tests {
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn messages_name_the_options_given_not_the_flags() {
+        let m = mount_cmd();
+        assert_eq!(as_options(&m, "invalid value 'x' for '--durability <DURABILITY>'"), "invalid value 'x' for '-o durability=<DURABILITY>'");
+        assert_eq!(as_options(&m, "--cache-block must be between 4K and 64M"), "-o cache_block must be between 4K and 64M");
+        assert_eq!(as_options(&m, "--read-only and --mirror"), "-o ro and -o mirror");
+        // Not a mount flag: left alone.
+        assert_eq!(as_options(&m, "see --help, or -- --nothing"), "see --help, or -- --nothing");
     }
 
     #[test]

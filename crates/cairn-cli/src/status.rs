@@ -156,6 +156,9 @@ pub fn run(json: bool) -> Result<i32> {
         if let Some(b) = &r.backend {
             println!("    backend {b}");
         }
+        if let Some(m) = &r.metrics {
+            println!("    metrics http://{m}/metrics");
+        }
         for p in &r.problems {
             let n = if p.failures > 1 { format!(" ({} times)", p.failures) } else { String::new() };
             println!("    {}: {}{n}", p.what, p.error);

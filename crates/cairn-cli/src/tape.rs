@@ -21,8 +21,10 @@ pub enum TapeCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Show a tape's label and catalog: volume id, block size, objects, live
-    /// and dead bytes, and for an emulated tape its drive parameters.
+    /// Show what a tape holds: the volume on it (its id as `cairn init`
+    /// printed it) and the tape's own id, block size, objects, live and dead
+    /// bytes, and for an emulated tape its capacity and the room left. A
+    /// mounted tape is described by its mount (the drive is the mount's).
     Info {
         /// tape:/dev/nstN or tape-emu:DIR
         tape: String,
@@ -169,45 +171,7 @@ pub fn run(cmd: TapeCmd) -> Result<i32> {
             }
             Ok(0)
         }
-        TapeCmd::Info { tape: url, json } => {
-            let url = tape::absolute(&url)?;
-            let s = TapeStore::open(tape::open_device(&url, &TapeOptions::default(), None)?, Default::default(), None, false)?;
-            let (live, dead) = s.space();
-            let idx = s.index();
-            let l = s.label();
-            let live_objects = idx.objects.values().filter(|o| !o.dead).count();
-            // An emulated drive records what its last session did (the
-            // drive of a mount is inside the mount's process).
-            let session = url.strip_prefix(tape::EMU_SCHEME).and_then(|d| cairn_tape::Session::read(std::path::Path::new(d)));
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"tape": url, "volume_id": l.volume_id.to_string(), "block_size": l.block_size, "created": l.created, "objects": live_objects, "live_bytes": live, "dead_bytes": dead, "last_session": session})
-                );
-            } else {
-                println!("tape        {url}");
-                println!("label       volume {}, {}-byte blocks, format version {}", l.volume_id, l.block_size, layout::FORMAT_VERSION);
-                println!("objects     {live_objects} live");
-                println!("live        {}", crate::size::human(live));
-                println!("dead        {}   (deleted or replaced; `cairn tape reclaim` copies the live data to a new tape)", crate::size::human(dead));
-                if let Some(x) = &session {
-                    let t = &x.stats;
-                    println!(
-                        "last session {:.1} s: {} written, {} read, streaming {:.1} s, positioning {:.1} s, idle {:.1} s, {} backhitches, {} locates, {:.0} m of tape",
-                        x.seconds,
-                        crate::size::human(t.bytes_written),
-                        crate::size::human(t.bytes_read),
-                        t.streaming_secs,
-                        t.positioning_secs,
-                        t.idle_secs,
-                        t.backhitches,
-                        t.locates,
-                        t.metres
-                    );
-                }
-            }
-            Ok(0)
-        }
+        TapeCmd::Info { tape: url, json } => info(&url, json),
         TapeCmd::Reclaim { src, dst, json } => {
             let (src, dst) = (tape::absolute(&src)?, tape::absolute(&dst)?);
             // The destination's queue keeps its drive streaming while the
@@ -307,4 +271,90 @@ pub fn run(cmd: TapeCmd) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// `cairn tape info TAPE`.
+fn info(url: &str, json: bool) -> Result<i32> {
+    let url = tape::absolute(url)?;
+    let h = crate::size::human;
+    // A mounted tape's drive belongs to the mount: ask the mount.
+    if let Some(m) = crate::resolve::mount_of(&url, None) {
+        use cairn_engine::control::{self, Request};
+        let sock = control::socket_path(&m.local_dir);
+        let v = control::call(&sock, &Request::Stats)?.with_context(|| format!("{url} is mounted at {}, whose daemon does not answer on {}", m.mountpoint.display(), sock.display()))?;
+        let st: cairn_engine::maintenance::Stats = serde_json::from_value(v).context("reading stats from the mount")?;
+        // The mount's local directory records the volume's id (opening
+        // the config would open the tape, which is the mount's).
+        let settings = std::fs::read(m.local_dir.join("volume.json")).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        let volume_id = settings.as_ref().and_then(|s| s["volume_id"].as_str().map(str::to_string));
+        let medium = st.medium.unwrap_or_default();
+        if json {
+            println!("{}", serde_json::json!({"tape": url, "mounted_at": m.mountpoint, "volume_id": volume_id, "live_bytes": medium.live_bytes, "dead_bytes": medium.dead_bytes, "free_bytes": medium.free_bytes}));
+        } else {
+            println!("tape        {url} (mounted at {}, pid {})", m.mountpoint.display(), m.pid);
+            println!("volume      {}", volume_id.as_deref().unwrap_or("(not recorded in the mount's local directory)"));
+            println!("live        {}", h(medium.live_bytes));
+            println!("dead        {}   (deleted or replaced; `cairn tape reclaim` copies the live data to a new tape)", h(medium.dead_bytes));
+            if let Some(f) = medium.free_bytes {
+                println!("room left   {}", h(f));
+            }
+            println!("(the label, the catalog and the drive's session: unmount, then `cairn tape info {url}`)");
+        }
+        return Ok(0);
+    }
+    let s = TapeStore::open(tape::open_device(&url, &TapeOptions::default(), None)?, Default::default(), None, false)?;
+    let (live, dead) = s.space();
+    let idx = s.index();
+    let l = s.label();
+    let live_objects = idx.objects.values().filter(|o| !o.dead).count();
+    // The volume's id, as `cairn init` printed it, is in its config object.
+    let volume_id = {
+        use cairn_backend::Backend;
+        s.get(cairn_engine::config::CONFIG_OBJECT).ok().and_then(|b| cairn_engine::config::VolumeConfig::parse(&b).ok()).map(|c| c.volume_id)
+    };
+    // An emulated drive records what its last session did (the drive of a
+    // mount is inside the mount's process), and knows its capacity; the st
+    // driver reports no cartridge capacity.
+    let emu_dir = url.strip_prefix(tape::EMU_SCHEME).map(std::path::Path::new);
+    let session = emu_dir.and_then(cairn_tape::Session::read);
+    let params = emu_dir.and_then(|d| std::fs::read_to_string(d.join("params.json")).ok()).and_then(|t| serde_json::from_str::<EmuParams>(&t).ok());
+    let used = s.data_end_at_open().saturating_mul(l.block_size as u64);
+    let capacity = params.as_ref().map(|p| p.capacity_bytes.saturating_sub(p.early_warning_bytes));
+    let free = capacity.map(|c| c.saturating_sub(used));
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"tape": url, "volume_id": volume_id, "tape_id": l.volume_id.to_string(), "block_size": l.block_size, "created": l.created, "objects": live_objects, "live_bytes": live, "dead_bytes": dead, "used_bytes": used, "capacity_bytes": capacity, "free_bytes": free, "last_session": session})
+        );
+        return Ok(0);
+    }
+    println!("tape        {url}");
+    match &volume_id {
+        Some(v) => println!("volume      {v}"),
+        None => println!("volume      none (no readable config object: not a Cairn volume, or a damaged one)"),
+    }
+    println!("label       tape id {}, {}-byte blocks, format version {}", l.volume_id, l.block_size, layout::FORMAT_VERSION);
+    println!("objects     {live_objects} live");
+    println!("live        {}", h(live));
+    println!("dead        {}   (deleted or replaced; `cairn tape reclaim` copies the live data to a new tape)", h(dead));
+    match (capacity, free) {
+        (Some(c), Some(f)) => println!("capacity    {} (to the early-warning point), {} used, {} left", h(c), h(used), h(f)),
+        _ => println!("used        {}   (capacity: the st driver does not report a cartridge's)", h(used)),
+    }
+    if let Some(x) = &session {
+        let t = &x.stats;
+        println!(
+            "last session {:.1} s: {} written, {} read, streaming {:.1} s, positioning {:.1} s, idle {:.1} s, {} backhitches, {} locates, {:.0} m of tape",
+            x.seconds,
+            h(t.bytes_written),
+            h(t.bytes_read),
+            t.streaming_secs,
+            t.positioning_secs,
+            t.idle_secs,
+            t.backhitches,
+            t.locates,
+            t.metres
+        );
+    }
+    Ok(0)
 }

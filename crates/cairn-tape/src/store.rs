@@ -241,6 +241,7 @@ pub struct TapeStore {
     inner: Arc<Inner>,
     thread: Mutex<Option<std::thread::JoinHandle<Box<dyn TapeDevice>>>>,
     label: Label,
+    data_end_at_open: u64,
 }
 
 fn layout_err(dev: &str, e: LayoutError) -> Error {
@@ -306,10 +307,17 @@ impl TapeStore {
             }),
             cv: Condvar::new(),
         });
+        let data_end_at_open = at.data_end;
         let writer = layout::TapeWriter::new(&label, at);
         let (i2, l2) = (inner.clone(), label.clone());
         let thread = std::thread::Builder::new().name("cairn-tape-drive".into()).spawn(move || drive(&i2, dev, &l2, writer)).expect("spawning the drive thread");
-        TapeStore { inner, thread: Mutex::new(Some(thread)), label }
+        TapeStore { inner, thread: Mutex::new(Some(thread)), label, data_end_at_open }
+    }
+
+    /// The block where data ended when the tape was opened (what `tape
+    /// info` counts as used: the label, the objects and the catalogs).
+    pub fn data_end_at_open(&self) -> u64 {
+        self.data_end_at_open
     }
 
     /// The tape's label.

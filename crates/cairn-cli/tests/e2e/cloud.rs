@@ -702,3 +702,74 @@ fn the_mount_cleans_a_pack_when_its_dead_bytes_have_cost_its_cleaning() {
     assert_eq!(fs::read(m.join("keep")).unwrap(), keep, "a machine that never saw the volume");
     m.umount();
 }
+
+/// Asking about a volume in a bucket leaves nothing on a machine that has
+/// no local directory for it (a later `cairn init` of the same bucket and
+/// prefix would refuse what it left), a mount that fails removes the
+/// directory it made, gc says that dropped packs wait in the trash, and
+/// the bill reads in human units.
+#[test]
+fn queries_and_failed_mounts_leave_no_local_directory() {
+    let _serial = serial();
+    let (ep, bucket) = s3_env();
+    let c = Cloud::new("cloud-queries", false, None);
+    let m = c.mount("a", &[]);
+    write_random_file(&m.join("gone"), 3, 2 * MIB);
+    write_random_file(&m.join("kept"), 4, MIB);
+    m.umount();
+    let m = c.mount("a", &[]);
+    fs::remove_file(m.join("gone")).unwrap();
+    m.umount();
+    let prefix = c.url.trim_start_matches(&format!("s3://{bucket}/")).to_string();
+    let default_dir = PathBuf::from(format!("/var/cache/cairn/{bucket}/{prefix}"));
+    for cmd in [&["stats", c.url.as_str()][..], &["cost", &c.url], &["meta", "list", &c.url], &["gc", &c.url, "--dry-run"]] {
+        let mut args: Vec<&str> = cmd.to_vec();
+        args.extend(["--endpoint", ep.as_str()]);
+        let out = cairn_ok(&args);
+        assert!(!default_dir.exists(), "`cairn {}` left {}\n{out}", cmd.join(" "), default_dir.display());
+        let exponent = out.stdout.as_bytes().windows(3).any(|w| w[0].is_ascii_digit() && w[1] == b'e' && w[2] == b'-');
+        assert!(!exponent, "a number in scientific notation for a person to read:\n{out}");
+    }
+    // A failed first mount (a wrong passphrase is impossible here: the
+    // volume is not encrypted; a mountpoint that does not exist fails after
+    // the directory was set up from the bucket).
+    let fresh = c.dir("fresh");
+    let out = cairn(["mount", &c.url, c.env.path("no-such-mnt").to_str().unwrap(), "--cache-dir", fresh.to_str().unwrap(), "--endpoint", &ep]);
+    assert!(!out.ok(), "{out}");
+    assert!(!fresh.exists(), "a failed mount left its new directory {}\n{out}", fresh.display());
+    // gc in a bucket: into the trash, not "deleted".
+    let out = c.cairn("gc", "a", &[]);
+    assert!(out.ok() && out.stdout.contains("trash") && !out.stdout.contains("deleted 1 packs"), "{out}");
+}
+
+/// Without credentials a command says so at once, and never asks the
+/// instance metadata address of a machine that is not on EC2; the AWS
+/// shared credentials file is read.
+#[test]
+fn missing_credentials_fail_at_once_and_the_credentials_file_is_read() {
+    let _serial = serial();
+    let (ep, _) = s3_env();
+    let c = Cloud::new("cloud-creds", false, None);
+    let home = c.env.path("home");
+    fs::create_dir(&home).unwrap();
+    let cmd = || {
+        let mut k = Command::new(CAIRN);
+        k.args(["stats", &c.url, "--endpoint", &ep, "--cache-dir", c.dir("a").to_str().unwrap()]);
+        for v in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"] {
+            k.env_remove(v);
+        }
+        k.env("HOME", &home);
+        k
+    };
+    let t = Instant::now();
+    let out = run(&mut cmd());
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(3), "took {:?}: {out}", t.elapsed());
+    assert!(out.stderr.contains("no AWS credentials found") && out.stderr.contains(".aws/credentials"), "{out}");
+    assert!(!out.stderr.contains("169.254"), "asked the instance metadata address: {out}");
+    assert!(out.stderr.lines().filter(|l| !l.trim().is_empty()).count() <= 2, "more than one message: {out}");
+    fs::create_dir(home.join(".aws")).unwrap();
+    fs::write(home.join(".aws/credentials"), "[default]\naws_access_key_id = cairn-test\naws_secret_access_key = cairn-test\n").unwrap();
+    let out = run(&mut cmd());
+    assert!(out.ok(), "with ~/.aws/credentials: {out}");
+}

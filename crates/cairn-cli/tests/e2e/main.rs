@@ -18,6 +18,7 @@ mod dedup;
 mod edits;
 mod errors;
 mod permissions;
+mod newcomer;
 mod posix;
 mod powercut;
 mod roundtrip;

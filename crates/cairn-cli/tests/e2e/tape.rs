@@ -301,3 +301,30 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// `cairn tape info` names the volume by the id `cairn init` printed, says
+/// how much room is left, and answers for a mounted tape through its mount.
+#[test]
+fn tape_info_names_the_volume_init_made_and_works_while_mounted() {
+    let _serial = serial();
+    std::env::set_var("CAIRN_TAPE_CLOCK", "virtual");
+    let env = Env::bare("tape-info");
+    let url = format!("tape-emu:{}", env.path("tape").display());
+    let dir = env.path("cache");
+    let init = cairn_ok(["init", &url, "--cache-dir", dir.to_str().unwrap(), "--pack-size", "8M"]);
+    let id = init.stdout.split_whitespace().nth(2).unwrap_or_else(|| panic!("{init}")).to_string();
+    let info = cairn_ok(["tape", "info", &url]);
+    assert!(info.stdout.contains(&format!("volume      {id}")), "{info}\ninit said: {init}");
+    assert!(info.stdout.contains("capacity") && info.stdout.contains("left"), "{info}");
+    let json: serde_json::Value = serde_json::from_str(&cairn_ok(["tape", "info", &url, "--json"]).stdout).unwrap();
+    assert_eq!(json["volume_id"], id.as_str(), "{json}");
+    let free_before = json["free_bytes"].as_u64().unwrap();
+    let m = Mount::new(Path::new(&url), &env.mnt, &["--cache-dir", dir.to_str().unwrap()]).unwrap_or_else(|o| panic!("{o}"));
+    write_random_file(&m.join("f"), 5, 20 * MIB);
+    cairn_ok(["stats", m.path().to_str().unwrap()]);
+    let info = cairn_ok(["tape", "info", &url]);
+    assert!(info.stdout.contains("mounted at") && info.stdout.contains(&format!("volume      {id}")), "{info}");
+    m.umount();
+    let json: serde_json::Value = serde_json::from_str(&cairn_ok(["tape", "info", &url, "--json"]).stdout).unwrap();
+    assert!(json["free_bytes"].as_u64().unwrap() + 20 * MIB <= free_before, "{json} (before: {free_before})");
+}

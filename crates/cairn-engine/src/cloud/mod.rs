@@ -131,6 +131,9 @@ pub fn explain(e: cairn_backend::Error, url: &str, endpoint: Option<&str>) -> Er
     };
     let detail = short;
     let at = endpoint.map(|ep| format!(" at {ep}")).unwrap_or_default();
+    if full.contains(cairn_backend::NO_CREDENTIALS) {
+        return Error::config(format!("{url}: {e}"));
+    }
     if full.contains("169.254.169.254") {
         // object_store fell through to the instance metadata service.
         return Error::config(format!(
