@@ -758,7 +758,7 @@ fn run(cli: Cli) -> Result<i32> {
             check_fuse_access(private)?;
             let local = target::local_dir(&volume, &cloud)?;
             if let Some(m) = resolve::mount_of(&volume, Some(&local)) {
-                bail!("{volume} is already mounted at {} (daemon pid {}); use that mount, or `cairn umount {}` first", m.mountpoint.display(), m.pid, m.mountpoint.display());
+                bail!("{volume} is in use: already mounted at {} (daemon pid {}); use that mount, or `cairn umount {}` first", m.mountpoint.display(), m.pid, m.mountpoint.display());
             }
             warn_if_not_empty(&mountpoint);
             // A local directory this mount creates goes again if the mount fails.
@@ -1150,7 +1150,7 @@ impl VolumeDir {
     fn unmounted(arg: &str, cloud: &target::CloudArgs, what: &str) -> Result<VolumeDir> {
         let v = Self::resolve(arg, cloud, false)?;
         if let Some(m) = &v.mount {
-            bail!("{} is mounted at {} (daemon pid {}): `cairn {what}` needs it unmounted; run `cairn umount {}` first", m.volume, m.mountpoint.display(), m.pid, m.mountpoint.display());
+            bail!("{} is in use: it is mounted at {} (daemon pid {}), and `cairn {what}` needs it unmounted; run `cairn umount {}` first", m.volume, m.mountpoint.display(), m.pid, m.mountpoint.display());
         }
         Ok(v)
     }
