@@ -25,3 +25,4 @@ mod writeback;
 mod cloud;
 mod system;
 mod tape;
+mod inspect;
