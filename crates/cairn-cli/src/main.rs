@@ -4,6 +4,7 @@ mod archive;
 mod daemon;
 mod edit;
 mod generate;
+mod inspect;
 mod metrics;
 mod mount_helper;
 mod passphrase;
@@ -292,9 +293,12 @@ enum Cmd {
     },
     /// Show space use: logical and stored bytes, dedup and compression, and
     /// for a volume in a bucket its cache (hits, fetched bytes, evictions).
+    /// Given a directory or file inside a mount instead: that tree's files,
+    /// bytes, dedup, and what it shares with the rest of the volume versus
+    /// what deleting it would free.
     Stats {
-        /// The volume (a directory, s3://BUCKET/PREFIX or a tape), or the
-        /// mountpoint of a mounted one.
+        /// The volume (a directory, s3://BUCKET/PREFIX or a tape), the
+        /// mountpoint of a mounted one, or a path inside a mount.
         #[arg(value_name = "VOLUME")]
         dir: String,
         #[command(flatten)]
@@ -436,6 +440,34 @@ enum Cmd {
     /// are kept. DST must not exist. (Plain `cp` of a file inside a Cairn
     /// mount is a clone too: it uses copy_file_range.)
     Clone { src: PathBuf, dst: PathBuf },
+    /// Where a file's bytes are: its chunks (offset, length, chunk id,
+    /// stored length, pack and offset), how many places reference each, and
+    /// whether each is in the journal (not yet flushed), `local` (a pack in
+    /// the volume's directory), `cache` (the local pack cache of a bucket or
+    /// tape volume), or only in the `bucket` or on the `tape`.
+    Info {
+        /// A file (or directory: its entry count) inside a mount.
+        path: PathBuf,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring the data of files or whole trees close, before they are read.
+    /// On a volume in a bucket or on tape this is `cairn tape recall`: their
+    /// chunks' pack ranges are read into the local cache in one pass, in
+    /// the order they lie on the medium (bounded by --cache-dir-size). On a
+    /// volume in a local directory there is no cache: the ranges of its
+    /// packs are read once so that the OS page cache holds them, until the
+    /// kernel needs the memory. Bytes not yet flushed are in the journal,
+    /// local already.
+    Warmup {
+        /// Files or directories inside one mounted volume.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Tar archives without copying data: inside a mount an archive is a new
     /// extent list over its members' chunks, and extracting is the reverse.
     Archive {
@@ -903,6 +935,10 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Stats { dir, cloud, json, watch, pass } => {
             init_logging(cli.verbose, None)?;
+            // A file or directory inside a mount (not its mountpoint): that tree.
+            if let Some(p) = inspect::tree_path(&dir) {
+                return inspect::tree_stats(&p, json);
+            }
             let vd = VolumeDir::query(&dir, &cloud)?;
             let dir = vd.path.clone();
             if watch {
@@ -993,6 +1029,14 @@ fn run(cli: Cli) -> Result<i32> {
             init_logging(cli.verbose, None)?;
             edit::clone(&src, &dst)?;
             Ok(0)
+        }
+        Cmd::Info { path, json } => {
+            init_logging(cli.verbose, None)?;
+            inspect::info(&path, json)
+        }
+        Cmd::Warmup { paths, json } => {
+            init_logging(cli.verbose, None)?;
+            inspect::warmup(&paths, json, "warmup")
         }
         Cmd::Archive { op } => {
             if !matches!(op, ArchiveCmd::Mount { foreground: false, .. }) {

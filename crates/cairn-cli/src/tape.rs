@@ -39,7 +39,7 @@ pub enum TapeCmd {
     /// of the files are served from the cache (bounded by the mount's
     /// --cache-dir-size: a recall larger than that keeps only its end).
     /// Works on a volume in a bucket too (warms the cache with few large
-    /// ranged GETs).
+    /// ranged GETs). The same as `cairn warmup`.
     Recall {
         /// Files or directories inside one mounted volume.
         #[arg(required = true)]
@@ -91,58 +91,9 @@ fn emu_params(file: Option<PathBuf>) -> Result<Option<EmuParams>> {
     .transpose()
 }
 
-/// `cairn tape recall PATH...` (docs/tape.md §3).
+/// `cairn tape recall PATH...` (docs/tape.md §3): `cairn warmup`.
 fn recall(paths: &[PathBuf], json: bool) -> Result<i32> {
-    use cairn_engine::control::{self, Request};
-    let first = crate::edit::locate(&paths[0])?;
-    let mut rels = vec![first.rel.clone()];
-    for p in &paths[1..] {
-        let m = crate::edit::locate(p)?;
-        if m.socket != first.socket {
-            bail!("{} and {} are not in the same Cairn volume (recall one mount at a time)", paths[0].display(), p.display());
-        }
-        rels.push(m.rel);
-    }
-    let bar = (!json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(indicatif::ProgressStyle::with_template("{prefix:>8} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {eta}").expect("template").progress_chars("=> "));
-        b.set_prefix("recall");
-        b
-    });
-    let reply = control::call_with_progress(&first.socket, &Request::Recall { paths: rels }, &mut |p| {
-        if let Some(b) = &bar {
-            b.set_length(p.total);
-            b.set_position(p.done);
-        }
-    });
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
-    let v = match reply {
-        Ok(Some(v)) => v,
-        Ok(None) => bail!("the mount at {} does not answer on {} (is its daemon running?)", first.mountpoint.display(), first.socket.display()),
-        Err(e) => return Err(anyhow::Error::from(e).context(format!("recall in {}", first.mountpoint.display()))),
-    };
-    let r: cairn_engine::RecallReport = serde_json::from_value(v).context("reading the mount's recall report")?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-        return Ok(0);
-    }
-    let h = crate::size::human;
-    let rate = if r.seconds > 0.0 { r.fetched_bytes as f64 / r.seconds / 1e6 } else { 0.0 };
-    println!(
-        "recalled {} files: {} stored, {} already cached, {} read in {} reads, {:.1} s ({rate:.1} MB/s)",
-        r.files,
-        h(r.stored_bytes),
-        h(r.cached_bytes),
-        h(r.fetched_bytes),
-        r.reads,
-        r.seconds
-    );
-    if r.overflow {
-        println!("warning: more than the cache holds ({}): the first data read may have been evicted again; raise --cache-dir-size or recall less at once", h(r.cache_capacity));
-    }
-    Ok(0)
+    crate::inspect::warmup(paths, json, "recall")
 }
 
 pub fn run(cmd: TapeCmd) -> Result<i32> {

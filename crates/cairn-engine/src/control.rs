@@ -16,7 +16,10 @@
 //! -> {"op":"archive_extract","archive":[..],"dest":[..],"consume":false}
 //!                              <- {"ok":true,"result":{ArchiveReport}}
 //!                              <- {"ok":false,"error":"message","errno":N}
+//! -> {"op":"info","path":[..bytes..]}   <- {"ok":true,"result":{FileInfo}}   (a file's chunks and where they are)
+//! -> {"op":"tree_stats","path":[..bytes..]}   <- {"ok":true,"result":{TreeStats}}   (after a sync)
 //! -> {"op":"recall","paths":[[..bytes..]..]}   files or trees into the local cache
+//!                              (a volume in a local directory: into the OS page cache; `cairn warmup`)
 //!                              <- {"progress":{"done":N,"total":M}}   (any number, every 100 ms or so)
 //!                              <- {"ok":true,"result":{RecallReport}}
 //! ```
@@ -79,6 +82,11 @@ pub enum Request {
     /// into the local cache in one pass in medium order ([`Volume::recall`]).
     /// Answered with progress lines before the reply ([`call_with_progress`]).
     Recall { paths: Vec<Vec<u8>> },
+    /// Where the bytes of a file are (path from the volume root): its
+    /// chunks, packs, references and places ([`crate::FileInfo`]).
+    Info { path: Vec<u8> },
+    /// A summary of the tree at `path` ([`crate::TreeStats`]), after a sync.
+    TreeStats { path: Vec<u8> },
 }
 
 /// A progress line sent before the reply of a long request.
@@ -156,7 +164,7 @@ fn handle(vol: &Arc<Volume>, conn: UnixStream) -> std::io::Result<()> {
         Ok(Request::Recall { paths }) => {
             let vol = vol.clone();
             std::thread::Builder::new().name("cairn-recall".into()).spawn(move || {
-                if let Err(e) = recall(&vol, &paths, &conn) {
+                if let Err(e) = recall(&vol, &paths, caller, &conn) {
                     tracing::info!("recall: the client went away ({e})");
                 }
             })?;
@@ -182,12 +190,12 @@ fn send(conn: &UnixStream, msg: &impl Serialize) -> std::io::Result<()> {
 
 /// Runs a recall, sending progress lines, then the reply. A client that
 /// has gone makes the next progress line fail, which stops the recall.
-fn recall(vol: &Volume, paths: &[Vec<u8>], conn: &UnixStream) -> std::io::Result<()> {
+fn recall(vol: &Volume, paths: &[Vec<u8>], caller: Caller, conn: &UnixStream) -> std::io::Result<()> {
     let mut gone: Option<std::io::Error> = None;
     let r = (|| {
-        let roots = recall_roots(vol, paths)?;
+        let roots = recall_roots(vol, paths, caller)?;
         let mut last = std::time::Instant::now();
-        let rep = vol.recall(&roots, &mut |done, total| {
+        let rep = vol.warmup(&roots, Some(caller), &mut |done, total| {
             if gone.is_none() && (last.elapsed() >= Duration::from_millis(100) || done == total) {
                 last = std::time::Instant::now();
                 if let Err(e) = send(conn, &ProgressLine { progress: Progress { done, total } }) {
@@ -217,7 +225,7 @@ fn peer_caller(conn: &UnixStream) -> Caller {
 }
 
 fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
-    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Metrics | Request::Cost { .. } | Request::GcPlan { .. } | Request::Recall { .. });
+    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Metrics | Request::Cost { .. } | Request::GcPlan { .. } | Request::Recall { .. } | Request::Info { .. } | Request::TreeStats { .. });
     let v = execute_one(vol, req, caller)?;
     // A command that reports success has made its change durable (one WAL
     // fsync): `cairn clone` or `cairn snapshot create` followed by a power
@@ -277,9 +285,11 @@ fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json:
             Ok(serde_json::to_value(plan).expect("plans serialise"))
         }
         Request::Recall { paths } => {
-            let roots = recall_roots(vol, &paths)?;
-            Ok(serde_json::to_value(vol.recall(&roots, &mut |_, _| {})?).expect("the report serialises"))
+            let roots = recall_roots(vol, &paths, caller)?;
+            Ok(serde_json::to_value(vol.warmup(&roots, Some(caller), &mut |_, _| {})?).expect("the report serialises"))
         }
+        Request::Info { path } => Ok(serde_json::to_value(vol.info(&path, caller)?).expect("the info serialises")),
+        Request::TreeStats { path } => Ok(serde_json::to_value(vol.tree_stats(&path, caller)?).expect("the stats serialise")),
     }
 }
 
@@ -335,9 +345,10 @@ fn connect(path: &Path) -> Result<Option<UnixStream>> {
     }
 }
 
-/// The inodes of a recall's paths (from the volume root).
-fn recall_roots(vol: &Volume, paths: &[Vec<u8>]) -> Result<Vec<crate::types::Ino>> {
-    paths.iter().map(|p| vol.resolve(p).map_err(|e| e.context(String::from_utf8_lossy(p)))).collect()
+/// The inodes of a recall's paths (from the volume root), reached as
+/// `caller` would reach them.
+fn recall_roots(vol: &Volume, paths: &[Vec<u8>], caller: Caller) -> Result<Vec<(crate::types::Ino, Vec<u8>)>> {
+    paths.iter().map(|p| Ok((vol.resolve_as(p, caller, 4).map_err(|e| e.context(String::from_utf8_lossy(p)))?, p.clone()))).collect()
 }
 
 fn parse_reply(line: &str) -> Result<Option<serde_json::Value>> {

@@ -26,3 +26,4 @@ mod writeback;
 mod cloud;
 mod system;
 mod tape;
+mod inspect;

@@ -11,10 +11,12 @@ mod edit;
 mod namespace;
 mod order;
 mod recall;
+mod inspect;
 mod tree;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
+pub use inspect::{ChunkInfo, FileInfo, Place, TreeStats};
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
 pub(crate) use file::FileState;

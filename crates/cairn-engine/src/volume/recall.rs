@@ -46,8 +46,12 @@ pub struct RecallReport {
     pub reads: u64,
     /// Seconds from the plan to the last byte.
     pub seconds: f64,
-    /// The local cache's bound.
+    /// The local cache's bound (0 for a volume in a local directory).
     pub cache_capacity: u64,
+    /// The volume keeps its packs in its own directory: there is no cache,
+    /// the packs' ranges were read once so the OS page cache holds them.
+    #[serde(default)]
+    pub local: bool,
     /// More was recalled than the cache holds: the first ranges read may
     /// have been evicted again.
     pub overflow: bool,
@@ -65,17 +69,25 @@ struct Range {
 impl Volume {
     /// Reads the data of the files `roots` (files, or directories taken
     /// whole) into the local cache, in the order it lies on the medium.
-    /// `progress(done, total)` follows the bytes to fetch. Only volumes
-    /// whose home is away from the local directory (a tape, a bucket) have
-    /// a cache to recall into.
+    /// `progress(done, total)` follows the bytes to fetch. A volume in a
+    /// local directory has no cache: see [`Volume::warmup`].
     pub fn recall(&self, roots: &[Ino], progress: &mut dyn FnMut(u64, u64)) -> Result<RecallReport> {
-        let Some(cloud) = self.cloud() else {
-            return Err(Error::invalid("recall brings data from a tape or a bucket into the local cache; this volume keeps its data in its own directory"));
-        };
+        let roots: Vec<(Ino, Vec<u8>)> = roots.iter().map(|&i| (i, Vec::new())).collect();
+        self.warmup(&roots, None, progress)
+    }
+
+    /// `cairn warmup`: [`Volume::recall`] for any volume. On a volume in a
+    /// local directory (no cache) the packs' ranges are read once, so that
+    /// the OS page cache holds them. With a `caller`, every directory in
+    /// the trees must be readable and searchable by it and every file
+    /// readable (the roots' paths, from the volume root, name them in
+    /// errors).
+    pub fn warmup(&self, roots: &[(Ino, Vec<u8>)], caller: Option<crate::types::Caller>, progress: &mut dyn FnMut(u64, u64)) -> Result<RecallReport> {
+        let cloud = self.cloud();
         let t0 = Instant::now();
-        let cache = cloud.cache.clone();
+        let cache = cloud.map(|c| c.cache.clone());
         let caps = self.backend.capabilities();
-        let (files, chunks) = self.recall_chunks(roots)?;
+        let (files, chunks) = self.recall_chunks(roots, caller)?;
 
         // Chunk ranges per pack, in offset order.
         let mut by_pack: BTreeMap<Arc<str>, Vec<(u64, u64)>> = BTreeMap::new();
@@ -87,7 +99,7 @@ impl Volume {
         // seconds and reading costs milliseconds per MiB; on a bucket a GET
         // costs about as much as a few dozen KiB of transfer.
         let gap = if caps.cheap_ranged_reads { 64 << 10 } else { 4 << 20 };
-        let mut rep = RecallReport { files, cache_capacity: cloud.opts.cache_bytes, ..Default::default() };
+        let mut rep = RecallReport { files, cache_capacity: cloud.map_or(0, |c| c.opts.cache_bytes), local: cloud.is_none(), ..Default::default() };
         let mut plan: Vec<Range> = Vec::new();
         for (pack, mut ranges) in by_pack {
             ranges.sort_unstable();
@@ -109,7 +121,7 @@ impl Volume {
             plan.extend(cur);
         }
         plan.retain(|r| {
-            let held = cache.holds(&r.pack, r.off, r.len);
+            let held = cache.as_ref().is_some_and(|c| c.holds(&r.pack, r.off, r.len));
             if held {
                 rep.cached_bytes += r.needed;
             }
@@ -121,7 +133,7 @@ impl Volume {
         keyed.sort_by(|a, b| (a.0, &a.1.pack, a.1.off).cmp(&(b.0, &b.1.pack, b.1.off)));
         let plan: Vec<Range> = keyed.into_iter().map(|(_, r)| r).collect();
         let total: u64 = plan.iter().map(|r| r.len).sum();
-        rep.overflow = total + cache.stats().clean_bytes > rep.cache_capacity;
+        rep.overflow = cache.as_ref().is_some_and(|c| total + c.stats().clean_bytes > rep.cache_capacity);
         progress(0, total);
 
         let next = AtomicUsize::new(0);
@@ -179,32 +191,22 @@ impl Volume {
 
     /// The regular files under `roots` and the chunks their content
     /// references (each once), from the committed metadata.
-    fn recall_chunks(&self, roots: &[Ino]) -> Result<(u64, HashSet<u64>)> {
+    fn recall_chunks(&self, roots: &[(Ino, Vec<u8>)], caller: Option<crate::types::Caller>) -> Result<(u64, HashSet<u64>)> {
         let mut files = 0u64;
         let mut chunks = HashSet::new();
-        let mut seen = HashSet::new();
-        let mut stack: Vec<Ino> = roots.to_vec();
-        while let Some(ino) = stack.pop() {
-            if !seen.insert(ino) {
-                continue;
-            }
-            let kind = self.getattr(ino)?.kind;
-            match kind {
-                FileKind::Dir => self.meta.read(|c| {
-                    stack.extend(meta::list_dir(c, ino)?.into_iter().map(|(_, child, _)| child));
-                    Ok(())
-                })?,
-                FileKind::File => {
+        for (root, path) in roots {
+            self.walk_tree(*root, path, caller, true, &mut |a, _| {
+                if a.kind == FileKind::File {
                     files += 1;
-                    let map = self.meta.read(|c| meta::load_extents(c, ino))?;
+                    let map = self.meta.read(|c| meta::load_extents(c, a.ino))?;
                     for (_, e) in map.iter() {
                         if let Source::Chunk(id) = e.src {
                             chunks.insert(id);
                         }
                     }
                 }
-                _ => {}
-            }
+                Ok(())
+            })?;
         }
         Ok((files, chunks))
     }

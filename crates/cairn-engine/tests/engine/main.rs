@@ -15,3 +15,4 @@ mod trace;
 mod cleaner;
 mod sequential;
 mod tape;
+mod inspect;
