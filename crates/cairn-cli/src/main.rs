@@ -285,6 +285,11 @@ enum Cmd {
         /// Also read, decrypt and verify every stored chunk.
         #[arg(long)]
         read_data: bool,
+        /// Replay a damaged journal: every record that still verifies, the
+        /// damaged ones skipped (lost); a copy of each damaged segment is
+        /// kept in the volume's journal-damaged/ directory.
+        #[arg(long)]
+        salvage_journal: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -730,7 +735,14 @@ fn open_volume(dir: &Path, pass: &PassArgs, read_only: bool, cache: Option<u64>)
 /// Opens the volume exclusively, runs a maintenance task with progress bars
 /// (none for JSON output), and closes the volume cleanly.
 fn maintain<T>(dir: &Path, pass: &PassArgs, json: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
-    let vol = open_volume(dir, pass, false, None)?;
+    maintain_with(dir, pass, json, false, task)
+}
+
+/// As [`maintain`]; `salvage_journal` replays a damaged journal's intact records.
+fn maintain_with<T>(dir: &Path, pass: &PassArgs, json: bool, salvage_journal: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
+    let (_, _, _, cfg) = cairn_engine::read_config(dir)?;
+    let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
+    let vol = Volume::load(dir, OpenOptions { passphrase, salvage_journal, ..Default::default() })?;
     let bars = progress::Bars::new(!json);
     let r = task(&vol, &bars);
     bars.finish();
@@ -908,10 +920,33 @@ fn run(cli: Cli) -> Result<i32> {
             daemon::unmount_and_wait(&mountpoint, std::time::Duration::from_secs(timeout))?;
             Ok(0)
         }
-        Cmd::Fsck { dir, cloud, read_data, json, pass } => {
+        Cmd::Fsck { dir, cloud, read_data, salvage_journal, json, pass } => {
             init_logging(cli.verbose, None)?;
             let dir = VolumeDir::unmounted(&dir, &cloud, "fsck")?.path;
-            let rep = maintain(&dir, &pass, json, |vol, bars| maintenance::fsck(vol, read_data, bars))?;
+            // A damaged journal stops an open that replays it: report it,
+            // and check what is committed through a read-only open (or
+            // salvage the journal when asked to).
+            let damage = cairn_engine::journal::check_dir(&dir.join("journal"))?;
+            let mut rep = if damage.is_empty() || salvage_journal {
+                maintain_with(&dir, &pass, json, salvage_journal, |vol, bars| maintenance::fsck(vol, read_data, bars))?
+            } else {
+                let vol = open_volume(&dir, &pass, true, None)?;
+                let bars = progress::Bars::new(!json);
+                let r = maintenance::fsck(&vol, read_data, &bars);
+                bars.finish();
+                vol.close()?;
+                r?
+            };
+            for (i, d) in damage.into_iter().enumerate() {
+                rep.errors.insert(
+                    i,
+                    if salvage_journal {
+                        format!("{d}; salvaged: every record that verifies was replayed, the damaged ones are lost, a copy of the segment is in journal-damaged/")
+                    } else {
+                        format!("{d}; the volume will not mount until `cairn fsck --salvage-journal` replays every record that verifies")
+                    },
+                );
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {

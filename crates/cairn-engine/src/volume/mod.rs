@@ -73,6 +73,11 @@ pub struct OpenOptions {
     /// the remembered one is written into the local settings first, so it
     /// holds for the next opens from this directory too.
     pub mirror: crate::mirror::MirrorChoice,
+    /// Replay a damaged journal: every record that verifies, skipping the
+    /// damaged stretches, with a copy of each damaged segment kept in
+    /// `journal-damaged/` (`cairn fsck --salvage-journal`). Without it a
+    /// damaged segment stops the open.
+    pub salvage_journal: bool,
 }
 
 impl Default for OpenOptions {
@@ -89,6 +94,7 @@ impl Default for OpenOptions {
             cloud: Default::default(),
             trace: None,
             mirror: Default::default(),
+            salvage_journal: false,
         }
     }
 }
@@ -424,7 +430,7 @@ impl Volume {
             // Look without touching: no journal at all.
             (Journal::disabled(), Vec::new())
         } else {
-            Journal::open(&layout.journal(), keys.journal_cipher())?
+            Journal::open_with(&layout.journal(), keys.journal_cipher(), opts.salvage_journal)?
         };
         let max_chunk = meta.read(meta::max_chunk_id)?;
         let next_ino = meta.read(meta::next_free_ino)?;
