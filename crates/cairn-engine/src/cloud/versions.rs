@@ -548,7 +548,8 @@ mod tests {
         let good = vec![(n1.clone(), b1.clone()), (n2.clone(), b2.clone()), (n3.clone(), b3.clone())];
         assert_eq!(verify_chain(&good).unwrap(), 3);
         // Version 2 replaced by another history's version 2: 3 does not follow it.
-        let (_, other2) = object(&keys, 2, Kind::Delta, Some((1, &b1)));
+        let h = Header { kind: Kind::Delta, version: 2, time: 2, writer: [2; 8], prev: Some(Prev { version: 1, digest: digest(&b1) }) };
+        let other2 = encode(&keys, &h, b"another history").unwrap();
         let mixed = vec![(n1.clone(), b1.clone()), (n2.clone(), other2), (n3.clone(), b3.clone())];
         let e = verify_chain(&mixed).unwrap_err();
         assert!(e.to_string().contains("two histories are mixed"), "{e}");
