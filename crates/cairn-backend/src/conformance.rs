@@ -10,6 +10,7 @@ pub fn run_all(b: &dyn Backend) {
     missing_objects(b);
     overwrite_and_delete(b);
     create_only_if_absent(b);
+    conditional_updates(b);
     errors_name_their_object(b);
     listing(b);
     invalid_names(b);
@@ -62,6 +63,42 @@ fn create_only_if_absent(b: &dyn Backend) {
     });
     assert_eq!(wins, 1, "{wins} racing creates succeeded");
     assert_eq!(b.get("conf/race").unwrap().len(), 64);
+}
+
+fn conditional_updates(b: &dyn Backend) {
+    if !b.conditional_updates() {
+        assert_eq!(b.put_if_match("conf/cas", b"x", "t").unwrap_err().kind(), ErrorKind::Permanent, "an unsupported update must say so");
+        return;
+    }
+    b.delete("conf/cas").unwrap();
+    assert_eq!(b.get_tagged("conf/cas").unwrap_err().kind(), ErrorKind::NotFound);
+    b.put_if_absent("conf/cas", b"one").unwrap();
+    let (data, t1) = b.get_tagged("conf/cas").expect("get_tagged");
+    assert_eq!(data, b"one");
+    let t2 = b.put_if_match("conf/cas", b"two", &t1).expect("an update from the current tag");
+    assert_ne!(t1, t2, "the tag did not change with the object");
+    assert_eq!(b.get_tagged("conf/cas").unwrap(), (b"two".to_vec(), t2.clone()), "put_if_match must return the new tag");
+    // A stale tag is refused and changes nothing.
+    let e = b.put_if_match("conf/cas", b"three", &t1).expect_err("an update from a stale tag must fail");
+    assert_eq!(e.kind(), ErrorKind::Changed, "{e}");
+    assert_eq!(b.get("conf/cas").unwrap(), b"two");
+    // A plain put replaces the tag too.
+    b.put("conf/cas", b"four").unwrap();
+    assert_eq!(b.put_if_match("conf/cas", b"five", &t2).unwrap_err().kind(), ErrorKind::Changed);
+    // A deleted object is not updated (nor recreated).
+    let (_, t4) = b.get_tagged("conf/cas").unwrap();
+    b.delete("conf/cas").unwrap();
+    assert_eq!(b.put_if_match("conf/cas", b"six", &t4).unwrap_err().kind(), ErrorKind::Changed);
+    assert_eq!(b.get("conf/cas").unwrap_err().kind(), ErrorKind::NotFound, "an update recreated a deleted object");
+    // Of racing updates from the same tag exactly one wins.
+    b.put("conf/cas", b"base").unwrap();
+    let (_, t) = b.get_tagged("conf/cas").unwrap();
+    let t = &t;
+    let wins = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4u8).map(|i| s.spawn(move || b.put_if_match("conf/cas", &[i; 16], t).is_ok())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).filter(|won| *won).count()
+    });
+    assert_eq!(wins, 1, "{wins} racing updates from one tag succeeded");
 }
 
 fn errors_name_their_object(b: &dyn Backend) {

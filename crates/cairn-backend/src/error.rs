@@ -14,6 +14,9 @@ pub enum ErrorKind {
     InvalidName,
     /// A conditional create found the object already there.
     AlreadyExists,
+    /// A conditional update found the object replaced or gone (its tag is
+    /// not the one given).
+    Changed,
     /// The store could not be reached, timed out, was busy or failed on its
     /// side (a 5xx, a reset, a full disk): the same call may succeed later.
     Transient,

@@ -46,6 +46,16 @@ pub use s3::{put_requests, S3Backend, S3Location, NO_CREDENTIALS};
 /// - `put_if_absent` stores only if no object of that name exists, atomically
 ///   (of two concurrent calls at most one succeeds); otherwise it fails with
 ///   [`ErrorKind::AlreadyExists`] and leaves the object as it was.
+/// - Conditional updates (only where [`Backend::conditional_updates`] says
+///   so): `get_tagged` returns the object and its *tag*, an opaque string
+///   that changes whenever the object is replaced or recreated with other
+///   bytes (S3's ETag; a content hash on a local directory).
+///   `put_if_match(name, data, tag)` replaces the object only if it exists
+///   and its tag is still `tag`, atomically (of two updates from the same
+///   tag at most one succeeds), and returns the new tag; otherwise it fails
+///   with [`ErrorKind::Changed`] (also when the object is gone) and leaves
+///   the store as it was. A store without them fails both with
+///   [`ErrorKind::Permanent`].
 /// - `delete` of a missing object succeeds (idempotent).
 /// - `list` returns every object whose name starts with `prefix`, with sizes,
 ///   in no particular order.
@@ -57,6 +67,20 @@ pub trait Backend: Send + Sync {
     fn put(&self, name: &str, data: &[u8]) -> Result<()>;
     /// Stores `data` under `name` only if nothing is stored there yet.
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()>;
+    /// Whether [`Backend::get_tagged`] and [`Backend::put_if_match`] work
+    /// (see the contract). Without them a lease cannot fence a holder that
+    /// lost it (docs/cloud.md §4).
+    fn conditional_updates(&self) -> bool {
+        false
+    }
+    /// Reads the whole object and its tag (see the contract).
+    fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
+        Err(Error::new(ErrorKind::Permanent, format!("{} does not support conditional updates", self.describe())).with_object(name))
+    }
+    /// Replaces `name` only if its tag is still `tag`; returns the new tag.
+    fn put_if_match(&self, name: &str, _data: &[u8], _tag: &str) -> Result<String> {
+        Err(Error::new(ErrorKind::Permanent, format!("{} does not support conditional updates", self.describe())).with_object(name))
+    }
     /// Reads `len` bytes of `name` starting at `offset`.
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Reads the whole object.
@@ -156,6 +180,15 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     }
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
         (**self).put_if_absent(name, data)
+    }
+    fn conditional_updates(&self) -> bool {
+        (**self).conditional_updates()
+    }
+    fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
+        (**self).get_tagged(name)
+    }
+    fn put_if_match(&self, name: &str, data: &[u8], tag: &str) -> Result<String> {
+        (**self).put_if_match(name, data, tag)
     }
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         (**self).get_range(name, offset, len)

@@ -183,6 +183,11 @@ mod direct {
     }
 }
 
+/// An object's tag on a local directory: a hash of its bytes.
+fn tag_of(data: &[u8]) -> String {
+    blake3::hash(data).to_hex()[..32].to_string()
+}
+
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -246,6 +251,43 @@ impl Backend for LocalBackend {
 
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
         self.store(name, data, true)
+    }
+
+    fn conditional_updates(&self) -> bool {
+        true
+    }
+
+    fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
+        let data = self.get(name)?;
+        let tag = tag_of(&data);
+        Ok((data, tag))
+    }
+
+    /// Compare and replace under an exclusive `flock` of `tmp/update.lock`,
+    /// so updates by every process using this directory are serialised (a
+    /// plain `put` or `delete` does not take it: only updates exclude each
+    /// other, as the contract asks).
+    fn put_if_match(&self, name: &str, data: &[u8], tag: &str) -> Result<String> {
+        validate_name(name)?;
+        let lock_path = self.root.join("tmp").join("update.lock");
+        let ctx = |e| Error::from_io(&format!("locking {}", lock_path.display()), e).with_object(name);
+        create_dir_durable(&self.root.join("tmp")).map_err(ctx)?;
+        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(ctx)?;
+        // SAFETY: flock on a descriptor this function owns; released when `lock` is dropped.
+        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+            return Err(ctx(std::io::Error::last_os_error()));
+        }
+        let current = match self.get(name) {
+            Ok(d) => Some(tag_of(&d)),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        if current.as_deref() != Some(tag) {
+            return Err(Error::new(ErrorKind::Changed, format!("object {name} was replaced or deleted (tag {tag} no longer matches)")).with_object(name));
+        }
+        self.store(name, data, false)?;
+        drop(lock);
+        Ok(tag_of(data))
     }
 
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {

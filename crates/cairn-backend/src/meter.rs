@@ -352,6 +352,18 @@ impl<B: Backend> Backend for Metered<B> {
         self.meter.record(RequestKind::Put, data.len() as u64);
         self.inner.put(name, data)
     }
+    fn conditional_updates(&self) -> bool {
+        self.inner.conditional_updates()
+    }
+    fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
+        let r = self.inner.get_tagged(name);
+        self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.0.len() as u64));
+        r
+    }
+    fn put_if_match(&self, name: &str, data: &[u8], tag: &str) -> Result<String> {
+        self.meter.record(RequestKind::Put, data.len() as u64);
+        self.inner.put_if_match(name, data, tag)
+    }
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
         self.meter.record(RequestKind::Put, data.len() as u64);
         self.inner.put_if_absent(name, data)

@@ -153,6 +153,31 @@ impl<B: Backend> Backend for Retrying<B> {
             }
         })
     }
+    fn conditional_updates(&self) -> bool {
+        self.inner.conditional_updates()
+    }
+    fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
+        self.run("get", name, Some(self.policy.read_deadline), || self.inner.get_tagged(name))
+    }
+    fn put_if_match(&self, name: &str, data: &[u8], tag: &str) -> Result<String> {
+        // A retried update that finds the object changed may be finding its
+        // own first attempt (the reply was lost): it succeeded if the object
+        // now holds exactly these bytes.
+        let mut tried = false;
+        self.run("put", name, self.policy.write_deadline, || {
+            let r = self.inner.put_if_match(name, data, tag);
+            match r {
+                Err(e) if e.kind() == ErrorKind::Changed && tried => match self.inner.get_tagged(name) {
+                    Ok((stored, now)) if stored == data => Ok(now),
+                    _ => Err(e),
+                },
+                r => {
+                    tried = true;
+                    r
+                }
+            }
+        })
+    }
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.run("get", name, Some(self.policy.read_deadline), || self.inner.get_range(name, offset, len))
     }

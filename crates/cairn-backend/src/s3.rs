@@ -325,6 +325,41 @@ impl Backend for S3Backend {
             .map_err(|e| self.fail("put", name, e))
     }
 
+    fn conditional_updates(&self) -> bool {
+        // object_store sends If-Match with the ETag (its default,
+        // S3ConditionalPut::ETagMatch), which S3 honours since 2024.
+        true
+    }
+
+    fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
+        let key = self.key(name)?;
+        let got = self.rt.block_on(async {
+            let r = self.store.get(&key).await?;
+            let tag = r.meta.e_tag.clone();
+            Ok::<_, object_store::Error>((r.bytes().await?, tag))
+        });
+        self.meter.record(RequestKind::Get, got.as_ref().map_or(0, |b| b.0.len() as u64));
+        let (data, tag) = got.map_err(|e| self.fail("get", name, e))?;
+        let tag = tag.ok_or_else(|| Error::new(ErrorKind::Permanent, format!("{} returned {name} without an ETag: conditional updates are not possible", self.describe())).with_object(name))?;
+        Ok((data.to_vec(), tag))
+    }
+
+    fn put_if_match(&self, name: &str, data: &[u8], tag: &str) -> Result<String> {
+        let key = self.key(name)?;
+        let mode = PutMode::Update(object_store::UpdateVersion { e_tag: Some(tag.to_string()), version: None });
+        let opts = PutOptions { mode, ..Default::default() };
+        self.meter.record(RequestKind::Put, data.len() as u64);
+        match self.rt.block_on(self.store.put_opts(&key, PutPayload::from(data.to_vec()), opts)) {
+            Ok(r) => r.e_tag.ok_or_else(|| Error::new(ErrorKind::Permanent, format!("{} stored {name} without returning an ETag", self.describe())).with_object(name)),
+            // If-Match failed (412), or the object is gone (object_store
+            // reports S3's 404 as a precondition failure too).
+            Err(e @ (object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. })) => {
+                Err(Error::new(ErrorKind::Changed, format!("put {name} in {}: replaced or deleted since it was read", self.describe())).with_object(name).with_source(e))
+            }
+            Err(e) => Err(self.fail("put", name, e)),
+        }
+    }
+
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let key = self.key(name)?;
         let end = offset.checked_add(len).ok_or_else(|| Error::new(ErrorKind::OutOfRange, format!("object {name}: range {offset}+{len} overflows")).with_object(name))?;

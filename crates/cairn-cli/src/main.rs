@@ -235,8 +235,9 @@ enum Cmd {
     /// machine holds that the backend has not got yet. Health: ok;
     /// backend_unreachable (uploads, metadata shipping or lease renewals are
     /// failing: writes pile up locally and are sent when the bucket answers);
-    /// degraded (the flusher is failing, or another machine took the lease
-    /// and the mount refuses writes); not_responding (the daemon does not
+    /// lease_lost (another machine took the volume's lease, or its lease
+    /// object was deleted: the mount refuses writes, and `cairn umount` of
+    /// it exits non-zero); degraded (the flusher is failing); not_responding (the daemon does not
     /// answer within 5 s); dead (the daemon is gone: `cairn umount` it);
     /// unknown (it cannot be asked, e.g. another user's mount). The last
     /// error of each failing part is shown. Exits 0 whatever the health.

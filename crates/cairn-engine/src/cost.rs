@@ -10,8 +10,16 @@
 //!   the round has other changes to ship, or when the bill was last saved
 //!   [`BILL_EVERY`] ago (so an idle mount does not publish a metadata
 //!   version, itself a billed PUT, every interval just for its bill);
-//! - what is left when a volume closes (the last version's own upload, the
-//!   lease's release, a read-only command's requests) goes to
+//! - what no metadata version holds (every request of a read-only mount,
+//!   and what a read-write one made after its last version: that
+//!   version's upload, the lease's release) goes into the mount's own bill
+//!   object in the bucket, `bills/<mount id>.json`, rewritten with its
+//!   cumulative rows at unmount and, by a read-only mount, every
+//!   [`BILL_OBJECT_EVERY`] (issue 25: `cairn cost` on another machine
+//!   missed what a reading machine spent). `cairn cost` adds every bill
+//!   object to the table's rows;
+//! - only if that upload fails, and for commands that do not open the
+//!   volume (`init`, `meta list`, `meta restore`), the rows go to
 //!   `DIR/bill-pending.jsonl` in the local directory, which `cairn cost`
 //!   reads too and the next read-write open folds into the table.
 //!
@@ -38,6 +46,95 @@ pub const STORAGE: &str = "storage";
 pub const BILL_EVERY: Duration = Duration::from_secs(600);
 /// Counts saved outside the metadata, one JSON array of rows a line.
 pub const PENDING_FILE: &str = "bill-pending.jsonl";
+/// Where each mount's bill object lives in the bucket (format.md "Bills").
+pub const BILLS_PREFIX: &str = "bills/";
+/// A read-only mount rewrites its bill object at most this often (when it
+/// made requests since), and at unmount.
+pub const BILL_OBJECT_EVERY: Duration = Duration::from_secs(300);
+/// A bill object larger than this is not read (it is not one of ours).
+const BILL_OBJECT_MAX: u64 = 4 << 20;
+
+/// A mount's bill object (JSON).
+#[derive(Serialize, Deserialize)]
+struct BillObject {
+    format: String,
+    host: String,
+    dir: String,
+    /// Seconds since the epoch.
+    written: i64,
+    /// Every request the mount counted that no metadata version holds,
+    /// this object's own upload included.
+    rows: Vec<BillRow>,
+}
+
+/// This mount's bill object, as it was last written.
+#[derive(Debug, Default)]
+pub struct MountBill {
+    /// Random per mount: the object's name.
+    pub id: String,
+    /// The rows the object holds (cumulative).
+    rows: Vec<BillRow>,
+    /// The object's own last upload: in its rows already, and counted by
+    /// the meter after; the next take leaves it out.
+    own_put: RequestCounts,
+}
+
+impl MountBill {
+    pub fn new() -> Self {
+        MountBill { id: hex::encode(rand::random::<[u8; 8]>()), ..Default::default() }
+    }
+
+    fn object(&self) -> String {
+        format!("{BILLS_PREFIX}{}.json", self.id)
+    }
+}
+
+/// `a` less `b`, per (subsystem, kind), not below zero.
+pub fn minus(a: &RequestCounts, b: &RequestCounts) -> RequestCounts {
+    let mut out = RequestCounts::default();
+    for (s, k, t) in a.iter() {
+        let p = b.get(s, k);
+        out.add(s, k, t.requests.saturating_sub(p.requests), t.bytes.saturating_sub(p.bytes));
+    }
+    out
+}
+
+/// Adds `more` into `rows`, one row per (day, subsystem, item).
+fn merge(rows: &mut Vec<BillRow>, more: Vec<BillRow>) {
+    for r in more {
+        match rows.iter_mut().find(|x| x.day == r.day && x.subsystem == r.subsystem && x.item == r.item) {
+            Some(x) => {
+                x.requests += r.requests;
+                x.bytes += r.bytes;
+            }
+            None => rows.push(r),
+        }
+    }
+}
+
+/// The rows of every mount's bill object in the bucket except `except`'s
+/// (a mount's own are counted from memory). An object that cannot be read
+/// or parsed is skipped with a warning: the bill is then short, not wrong.
+pub fn bucket_bills(remote: &dyn Backend, except: Option<&str>) -> Result<Vec<BillRow>> {
+    let _who = cairn_backend::meter::tag(Subsystem::Metadata);
+    let mut out = Vec::new();
+    for o in remote.list(BILLS_PREFIX)? {
+        if except.is_some_and(|id| o.name == format!("{BILLS_PREFIX}{id}.json")) {
+            continue;
+        }
+        if o.size > BILL_OBJECT_MAX {
+            tracing::warn!("{}: {} bytes, not a bill object; skipped", o.name, o.size);
+            continue;
+        }
+        let parsed = remote.get(&o.name).map_err(Error::from).and_then(|b| serde_json::from_slice::<BillObject>(&b).map_err(|e| Error::corrupt(format!("{e}"))));
+        match parsed {
+            Ok(b) if b.format == "cairn-bill-1" => out.extend(b.rows),
+            Ok(b) => tracing::warn!("{}: unknown format {:?}; skipped", o.name, b.format),
+            Err(e) => tracing::warn!("{}: {e}; skipped", o.name),
+        }
+    }
+    Ok(out)
+}
 
 const SECS_PER_DAY: i64 = 86_400;
 /// A gigabyte as S3 bills it (2^30 bytes).
@@ -236,13 +333,71 @@ impl Volume {
         crate::fsutil::fsync_dir(&self.layout.dir)
     }
 
+    /// Rewrites this mount's bill object with what its meter counted that
+    /// no metadata version holds, cumulatively, its own upload included.
+    /// Nothing is written when nothing was counted since the last time.
+    /// On failure the counts stay in the meter.
+    pub(crate) fn publish_mount_bill(&self) -> Result<()> {
+        let Some(cloud) = self.cloud.as_ref() else { return Ok(()) };
+        let Some(m) = cloud.meter.as_ref() else { return Ok(()) };
+        if cloud.remote.capabilities().deferred_durability {
+            // A tape keeps no bill objects: its counts go to the pending bill.
+            return Ok(());
+        }
+        let mut b = cloud.bill.lock();
+        let taken = minus(&m.take(), &b.own_put);
+        b.own_put = RequestCounts::default();
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let now = now_secs();
+        let day = unix_day(now);
+        let mut rows = b.rows.clone();
+        merge(&mut rows, rows_of(&taken, day));
+        // The object counts its own PUT, whose bytes are its length.
+        let mut len = 0u64;
+        let mut out = (Vec::new(), rows.clone());
+        for _ in 0..8 {
+            let mut r = rows.clone();
+            merge(&mut r, vec![BillRow { day, subsystem: Subsystem::Metadata.name().into(), item: RequestKind::Put.name().into(), requests: 1, bytes: len }]);
+            let obj = BillObject { format: "cairn-bill-1".into(), host: crate::cloud::lease::hostname(), dir: self.layout.dir.display().to_string(), written: now, rows: r };
+            let bytes = serde_json::to_vec(&obj).expect("bill serialises");
+            let done = bytes.len() as u64 == len;
+            len = bytes.len() as u64;
+            out = (bytes, obj.rows);
+            if done {
+                break;
+            }
+        }
+        let (bytes, rows) = out;
+        let _who = cairn_backend::meter::tag(Subsystem::Metadata);
+        match cloud.remote.put(&b.object(), &bytes) {
+            Ok(()) => {
+                b.rows = rows;
+                b.own_put.add(Subsystem::Metadata, RequestKind::Put, 1, bytes.len() as u64);
+                Ok(())
+            }
+            Err(e) => {
+                m.add(&taken);
+                Err(Error::from(e).context(format_args!("uploading this mount's bill {}", b.object())))
+            }
+        }
+    }
+
     /// At close: what the meter counted since the last save (the last
     /// metadata version's own upload, the lease's release; everything a
-    /// read-only open did) goes to the pending bill.
+    /// read-only open did) goes into the mount's bill object in the
+    /// bucket; only if that fails, to the pending bill.
     pub(crate) fn save_bill_residue(&self) {
-        let Some(m) = self.cloud.as_ref().and_then(|c| c.meter.as_ref()) else { return };
-        let counts = m.take();
-        if let Err(e) = append_pending(&self.layout.dir, &rows_of(&counts, unix_day(now_secs()))) {
+        let Some(cloud) = self.cloud.as_ref() else { return };
+        let Some(m) = cloud.meter.as_ref() else { return };
+        if let Err(e) = self.publish_mount_bill() {
+            tracing::warn!("{e}; the requests are kept in {} until the next read-write mount", pending_path(&self.layout.dir).display());
+        }
+        // What the upload did not cover: a failed one's counts, a retried
+        // one's extra attempts.
+        let rest = minus(&m.take(), &std::mem::take(&mut cloud.bill.lock().own_put));
+        if let Err(e) = append_pending(&self.layout.dir, &rows_of(&rest, unix_day(now_secs()))) {
             tracing::warn!("saving the last requests of the bill: {e}");
         }
     }
@@ -268,9 +423,13 @@ impl Volume {
             Ok(rows)
         })?;
         rows.extend(read_pending(&self.layout.dir)?);
+        // Every mount's bill object, this mount's from memory.
+        let own = cloud.bill.lock();
+        rows.extend(own.rows.iter().cloned());
+        rows.extend(bucket_bills(cloud.remote.as_ref(), Some(&own.id))?);
         if live {
             if let Some(m) = &cloud.meter {
-                rows.extend(rows_of(&m.snapshot(), unix_day(now)));
+                rows.extend(rows_of(&minus(&m.snapshot(), &own.own_put), unix_day(now)));
             }
         }
         rows.retain(|r| since.is_none_or(|s| r.day >= s));

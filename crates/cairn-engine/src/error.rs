@@ -168,6 +168,7 @@ impl From<cairn_backend::Error> for Error {
             B::Transient => (ErrorKind::Io, "backend unavailable"),
             B::Permanent => (ErrorKind::Io, "backend refused the request"),
             B::NoSpace => (ErrorKind::NoSpace, "the backend's medium is full"),
+            B::Changed => (ErrorKind::Busy, "changed in the backend by someone else"),
             _ => (ErrorKind::Io, "backend error"),
         };
         Error::new(kind, format!("{what}: {e}"))

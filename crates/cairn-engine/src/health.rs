@@ -76,10 +76,11 @@ pub struct Problems {
 /// How a mount is doing, as its control socket reports it (`status`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MountStatus {
-    /// `ok`, `backend_unreachable` (uploads, metadata shipping or lease
-    /// renewals to the bucket are failing; writes pile up locally) or
-    /// `degraded` (the flusher is failing, or the lease was lost and the
-    /// mount refuses writes).
+    /// `ok`, `lease_lost` (another machine took the volume's lease, or its
+    /// lease object was deleted: the mount refuses writes), `backend_unreachable`
+    /// (uploads, metadata shipping or lease renewals to the bucket are
+    /// failing; writes pile up locally) or `degraded` (the flusher is
+    /// failing).
     pub health: String,
     /// What is failing, oldest first.
     pub problems: Vec<Problem>,
@@ -104,9 +105,11 @@ pub struct MountStatus {
 impl MountStatus {
     /// The health word for a set of problems (and a lost lease).
     pub fn judge(problems: &[Problem], lease_lost: bool) -> &'static str {
-        if problems.iter().any(|p| matches!(p.what.as_str(), "upload" | "metadata" | "lease")) {
+        if lease_lost {
+            "lease_lost"
+        } else if problems.iter().any(|p| matches!(p.what.as_str(), "upload" | "metadata" | "lease")) {
             "backend_unreachable"
-        } else if lease_lost || !problems.is_empty() {
+        } else if !problems.is_empty() {
             "degraded"
         } else {
             "ok"
@@ -141,7 +144,8 @@ mod tests {
     fn health_words() {
         let p = |what: &str| Problem { what: what.into(), error: "x".into(), since: 0, failures: 1 };
         assert_eq!(MountStatus::judge(&[], false), "ok");
-        assert_eq!(MountStatus::judge(&[], true), "degraded");
+        assert_eq!(MountStatus::judge(&[], true), "lease_lost");
+        assert_eq!(MountStatus::judge(&[p("lease"), p("upload")], true), "lease_lost", "a lost lease is not an unreachable bucket");
         assert_eq!(MountStatus::judge(&[p("flush")], false), "degraded");
         assert_eq!(MountStatus::judge(&[p("flush"), p("upload")], false), "backend_unreachable");
         assert_eq!(MountStatus::judge(&[p("lease")], false), "backend_unreachable");

@@ -179,6 +179,15 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
         self.call("put", name, true, || self.inner.put_if_absent(name, data))
     }
+    fn conditional_updates(&self) -> bool {
+        self.inner.conditional_updates()
+    }
+    fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
+        self.call("get", name, false, || self.inner.get_tagged(name))
+    }
+    fn put_if_match(&self, name: &str, data: &[u8], tag: &str) -> Result<String> {
+        self.call("put", name, true, || self.inner.put_if_match(name, data, tag))
+    }
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.call("get", name, false, || self.inner.get_range(name, offset, len))
     }

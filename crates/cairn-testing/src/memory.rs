@@ -33,6 +33,11 @@ impl MemoryBackend {
     }
 }
 
+/// An object's tag: a hash of its bytes.
+fn tag_of(data: &[u8]) -> String {
+    blake3::hash(data).to_hex()[..32].to_string()
+}
+
 impl Backend for MemoryBackend {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         validate_name(name)?;
@@ -48,6 +53,26 @@ impl Backend for MemoryBackend {
         }
         objects.insert(name.to_string(), Arc::new(data.to_vec()));
         Ok(())
+    }
+
+    fn conditional_updates(&self) -> bool {
+        true
+    }
+
+    fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
+        let o = self.object(name)?;
+        Ok((o.as_ref().clone(), tag_of(&o)))
+    }
+
+    fn put_if_match(&self, name: &str, data: &[u8], tag: &str) -> Result<String> {
+        validate_name(name)?;
+        let mut objects = self.objects.write();
+        match objects.get(name) {
+            Some(o) if tag_of(o) == tag => {}
+            _ => return Err(Error::new(ErrorKind::Changed, format!("object {name} was replaced or deleted (tag {tag} no longer matches)")).with_object(name)),
+        }
+        objects.insert(name.to_string(), Arc::new(data.to_vec()));
+        Ok(tag_of(data))
     }
 
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {

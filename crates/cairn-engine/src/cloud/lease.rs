@@ -7,6 +7,15 @@
 //! lease at renewal has been forced out and stops writing. Version objects
 //! are conditional creates too, so even a holder that has not noticed yet
 //! cannot publish over the new holder's metadata.
+//!
+//! On a store with conditional updates (S3's If-Match, a local
+//! directory's compare-and-replace: `Backend::conditional_updates`) the
+//! holder also remembers the lease object's tag: it renews with
+//! `put_if_match` and checks the tag before every version it publishes, so
+//! a lease object deleted or replaced behind its back (another machine then
+//! took the volume) stops it at its next write instead of letting both
+//! publish. On a store without them a renewal reads the lease and rewrites
+//! it, as before.
 
 use crate::error::{Error, ErrorKind, Result};
 use cairn_backend::Backend;
@@ -75,6 +84,26 @@ fn pid_alive(pid: u32) -> bool {
 /// A lease this process holds.
 pub struct Lease {
     body: parking_lot::Mutex<LeaseBody>,
+    /// The lease object's tag as this holder last wrote it (None: the
+    /// store has no conditional updates).
+    tag: parking_lot::Mutex<Option<String>>,
+}
+
+/// The error of a holder that lost its lease (kind Busy: the shipper
+/// treats it as final and the mount stops writing).
+pub fn lost(why: &str) -> Error {
+    Error::new(ErrorKind::Busy, format!("this mount lost the volume's lease: {why}; it refuses writes from now on (unmount it; changes made since the last published metadata version are not in the bucket)"))
+}
+
+/// The lease object and its tag, if the store has conditional updates.
+fn read_tagged(backend: &dyn Backend) -> std::result::Result<(LeaseBody, Option<String>), cairn_backend::Error> {
+    if backend.conditional_updates() {
+        let (b, t) = backend.get_tagged(OBJECT)?;
+        Ok((parse(&b).map_err(|e| cairn_backend::Error::new(cairn_backend::ErrorKind::Corrupt, e.message().to_string()))?, Some(t)))
+    } else {
+        let b = backend.get(OBJECT)?;
+        Ok((parse(&b).map_err(|e| cairn_backend::Error::new(cairn_backend::ErrorKind::Corrupt, e.message().to_string()))?, None))
+    }
 }
 
 impl Lease {
@@ -96,15 +125,29 @@ impl Lease {
             expires: t + EXPIRY.as_secs(),
         };
         let bytes = serde_json::to_vec_pretty(&body).expect("lease serialises");
+        let ours = |body: LeaseBody| -> Result<Lease> {
+            // The tag of what we just wrote: the renewals and the checks
+            // before each publish compare against it.
+            let tag = if backend.conditional_updates() {
+                let (b, t) = backend.get_tagged(OBJECT).map_err(|e| Error::from(e).context("reading the volume's lease"))?;
+                if b != bytes {
+                    return Err(lost("another mount replaced the lease object just after this one took it"));
+                }
+                Some(t)
+            } else {
+                None
+            };
+            Ok(Lease { body: parking_lot::Mutex::new(body), tag: parking_lot::Mutex::new(tag) })
+        };
         match backend.put_if_absent(OBJECT, &bytes) {
-            Ok(()) => return Ok(Lease { body: parking_lot::Mutex::new(body) }),
+            Ok(()) => return ours(body),
             Err(e) if e.kind() == cairn_backend::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::from(e).context("taking the volume's lease")),
         }
         let held = parse(&backend.get(OBJECT).map_err(|e| Error::from(e).context("reading the volume's lease"))?)?;
         if held.mount_id == body.mount_id {
             // Our own create, retried after its reply was lost.
-            return Ok(Lease { body: parking_lot::Mutex::new(body) });
+            return ours(body);
         }
         // A lease of this machine and this directory is a dead mount of it:
         // the caller holds the directory's lock, so no live process uses it.
@@ -144,20 +187,69 @@ impl Lease {
             tracing::warn!(host = %held.host, pid = held.pid, "taking over an expired lease (--force)");
         }
         backend.put(OBJECT, &bytes).map_err(|e| Error::from(e).context("taking the volume's lease"))?;
-        Ok(Lease { body: parking_lot::Mutex::new(body) })
+        ours(body)
     }
 
-    /// Extends the lease; fails with Busy if another mount took it.
+    /// Extends the lease; fails with Busy ([`lost`]) if another mount took
+    /// it or the lease object was deleted or replaced.
     pub fn renew(&self, backend: &dyn Backend) -> Result<()> {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-        let held = parse(&backend.get(OBJECT).map_err(|e| Error::from(e).context("reading the volume's lease"))?)?;
+        let mut tag = self.tag.lock();
         let mut b = self.body.lock();
+        if let Some(t) = tag.as_ref() {
+            let mut next = b.clone();
+            next.expires = now() + EXPIRY.as_secs();
+            let bytes = serde_json::to_vec_pretty(&next).expect("lease serialises");
+            return match backend.put_if_match(OBJECT, &bytes, t) {
+                Ok(new) => {
+                    *tag = Some(new);
+                    *b = next;
+                    Ok(())
+                }
+                Err(e) if e.kind() == cairn_backend::ErrorKind::Changed => {
+                    drop((b, tag)); // why_lost takes the body's lock
+                    Err(self.why_lost(backend))
+                }
+                Err(e) => Err(Error::from(e).context("renewing the volume's lease")),
+            };
+        }
+        let held = parse(&backend.get(OBJECT).map_err(|e| Error::from(e).context("reading the volume's lease"))?)?;
         if held.mount_id != b.mount_id {
             return Err(Error::new(ErrorKind::Busy, format!("the volume's lease was taken over by {} (pid {}) at {}", held.host, held.pid, show_time(held.since))));
         }
         b.expires = now() + EXPIRY.as_secs();
         backend.put(OBJECT, &serde_json::to_vec_pretty(&*b).expect("lease serialises")).map_err(|e| Error::from(e).context("renewing the volume's lease"))?;
         Ok(())
+    }
+
+    /// Checks, before a version is published, that the lease object is
+    /// still the one this holder last wrote (one GET; nothing on a store
+    /// without conditional updates). Busy ([`lost`]) if not.
+    pub fn check(&self, backend: &dyn Backend) -> Result<()> {
+        let tag = self.tag.lock();
+        let Some(t) = tag.as_ref() else { return Ok(()) };
+        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+        match backend.get_tagged(OBJECT) {
+            Ok((_, now)) if &now == t => Ok(()),
+            Ok(_) => {
+                drop(tag);
+                Err(self.why_lost(backend))
+            }
+            Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound => Err(lost("the lease object was deleted from the bucket")),
+            Err(e) => Err(Error::from(e).context("checking the volume's lease")),
+        }
+    }
+
+    /// Why an update or check of the lease found it changed, for the error.
+    fn why_lost(&self, backend: &dyn Backend) -> Error {
+        match read_tagged(backend) {
+            Ok((held, _)) if held.mount_id != self.body.lock().mount_id => {
+                lost(&format!("{} (pid {}, directory {}) took it at {}", held.host, held.pid, held.dir, show_time(held.since)))
+            }
+            Ok(_) => lost("the lease object was rewritten behind this mount's back"),
+            Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound => lost("the lease object was deleted from the bucket"),
+            Err(_) => lost("the lease object was replaced or deleted"),
+        }
     }
 
     /// Gives the lease up (at unmount), if it is still ours.
@@ -168,9 +260,10 @@ impl Lease {
             Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::from(e).context("reading the volume's lease")),
         };
-        if held.mount_id == self.body.lock().mount_id {
-            backend.delete(OBJECT)?;
+        if held.mount_id != self.body.lock().mount_id {
+            return Err(lost(&format!("{} (pid {}) holds it since {}", held.host, held.pid, show_time(held.since))));
         }
+        backend.delete(OBJECT)?;
         Ok(())
     }
 }

@@ -168,6 +168,11 @@ pub struct LocalState {
     pub base_bytes: u64,
     pub deltas_since_base: u64,
     pub delta_bytes_since_base: u64,
+    /// The digest of version `shipped`'s stored object (hex), which the
+    /// next version names; absent when not known here (it is then read
+    /// from the bucket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shipped_digest: Option<String>,
 }
 
 impl LocalState {
@@ -176,13 +181,27 @@ impl LocalState {
     }
 
     pub fn fresh() -> Self {
-        LocalState { writer: hex::encode(rand::random::<[u8; 8]>()), shipped: 0, dirty: false, base_version: 0, base_bytes: 0, deltas_since_base: 0, delta_bytes_since_base: 0 }
+        LocalState { writer: hex::encode(rand::random::<[u8; 8]>()), shipped: 0, dirty: false, base_version: 0, base_bytes: 0, deltas_since_base: 0, delta_bytes_since_base: 0, shipped_digest: None }
     }
 
     pub fn writer_bytes(&self) -> [u8; 8] {
         let mut w = [0u8; 8];
         let _ = hex::decode_to_slice(&self.writer, &mut w);
         w
+    }
+
+    /// What the next version names as its predecessor: version `shipped`
+    /// and its digest (known here, or read from the bucket).
+    pub fn predecessor(&self, remote: &dyn Backend) -> Result<Option<versions::Prev>> {
+        if self.shipped == 0 {
+            return Ok(None);
+        }
+        let mut known = [0u8; 32];
+        let digest = match self.shipped_digest.as_deref().map(|h| hex::decode_to_slice(h, &mut known)) {
+            Some(Ok(())) => known,
+            _ => versions::digest_of(remote, self.shipped)?,
+        };
+        Ok(Some(versions::Prev { version: self.shipped, digest }))
     }
 
     pub fn load(dir: &Path) -> Result<Option<Self>> {
@@ -211,9 +230,23 @@ impl LocalState {
 /// Makes `layout`'s database the bucket's latest state when it is missing
 /// or behind (another machine wrote since), and returns the directory's
 /// state. Refuses when both sides changed.
-pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &str) -> Result<LocalState> {
+///
+/// A version missing from the latest chain stops a read-write open with
+/// an error naming it; a read-only one (`read_only`) uses the intact part
+/// before the hole (or this directory's own database, if it is further).
+pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &str, read_only: bool) -> Result<LocalState> {
     let all = versions::list(remote)?;
-    let latest = versions::chain(&all, None)?;
+    let (latest, holed) = match versions::chain(&all, None) {
+        Ok(c) => (c, false),
+        Err(e) if read_only && e.kind() == ErrorKind::Corrupt => match versions::intact_prefix(&all) {
+            Some(c) => {
+                tracing::warn!("{volume}: {e}");
+                (c, true)
+            }
+            None => return Err(e),
+        },
+        Err(e) => return Err(Error::new(e.kind(), format!("{volume}: {}", e.message()))),
+    };
     let top = latest.last().expect("a chain is never empty").version;
     let have_db = layout.meta_db().exists();
     let mut state = match LocalState::load(&layout.dir)? {
@@ -237,6 +270,7 @@ pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &st
                 // next version is a base numbered after the store's top.
                 tracing::warn!(local = state.shipped, store = top, "{volume}: metadata versions after {top} were lost with the drive's buffer; this directory's state is kept and published again");
                 state.shipped = top;
+                state.shipped_digest = None;
                 state.dirty = true;
                 state.save(&layout.dir)?;
                 return Ok(state);
@@ -260,6 +294,12 @@ pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &st
     if top == state.shipped {
         return Ok(state);
     }
+    if holed && top < state.shipped {
+        // Read-only: this directory's database holds the versions the hole
+        // took and more; nothing is changed here.
+        tracing::warn!("{volume}: this directory's metadata (version {}) is used read-only", state.shipped);
+        return Ok(state);
+    }
     if top < state.shipped {
         return Err(Error::config(format!(
             "{volume}: this directory ({}) has metadata version {} but the bucket's latest is {top}: versions were removed from the bucket. Remove the directory to start from the bucket's state",
@@ -273,6 +313,7 @@ pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &st
     let heads = versions::headers(remote, &newer)?;
     if heads.iter().all(|h| h.writer == state.writer_bytes()) {
         state.shipped = top;
+        state.shipped_digest = None;
         state.save(&layout.dir)?;
         return Ok(state);
     }
@@ -345,9 +386,10 @@ fn set_aside(layout: &Layout) -> Result<PathBuf> {
 
 fn rebuild_into(layout: &Layout, remote: &dyn Backend, keys: &Keys, chain: &[versions::VersionInfo], state: &mut LocalState) -> Result<()> {
     let t = std::time::Instant::now();
-    let v = versions::rebuild(remote, keys, chain, &layout.meta_db(), &|_, _| {})?;
+    let (v, digest) = versions::rebuild(remote, keys, chain, &layout.meta_db(), &|_, _| {})?;
     tracing::info!(version = v, deltas = chain.len() - 1, elapsed = ?t.elapsed(), "metadata rebuilt from the bucket");
     state.shipped = v;
+    state.shipped_digest = Some(hex::encode(digest));
     state.base_version = chain[0].version;
     state.base_bytes = chain[0].size;
     state.deltas_since_base = chain.len() as u64 - 1;
@@ -379,6 +421,10 @@ pub struct Cloud {
     pub meter: Option<Arc<cairn_backend::Meter>>,
     /// When the bill was last saved into the metadata (held while saving).
     pub(crate) bill_saved: parking_lot::Mutex<std::time::Instant>,
+    /// This mount's bill object in the bucket (crate::cost).
+    pub(crate) bill: parking_lot::Mutex<crate::cost::MountBill>,
+    /// A read-only mount's thread that rewrites its bill object.
+    pub(crate) biller: std::sync::OnceLock<Background>,
     /// Closed or abandoned: nothing left to do when dropped.
     done: std::sync::atomic::AtomicBool,
 }
@@ -408,7 +454,7 @@ impl Cloud {
             }
             e
         };
-        let state = sync_down(layout, remote.as_ref(), keys, url).map_err(release)?;
+        let state = sync_down(layout, remote.as_ref(), keys, url, opts.read_only).map_err(release)?;
         let mut cloud_opts = opts.cloud.clone();
         if caps.deferred_durability {
             // Where a put lasts only after a sync, every fsync must reach
@@ -436,6 +482,8 @@ impl Cloud {
             cleaner: std::sync::OnceLock::new(),
             meter,
             bill_saved: parking_lot::Mutex::new(std::time::Instant::now()),
+            bill: parking_lot::Mutex::new(crate::cost::MountBill::new()),
+            biller: std::sync::OnceLock::new(),
             done: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -454,8 +502,25 @@ impl Cloud {
         Ok(())
     }
 
+    /// A read-only mount: starts rewriting its bill object every
+    /// [`crate::cost::BILL_OBJECT_EVERY`] (a read-write one's bill ships
+    /// with its metadata).
+    pub(crate) fn start_read_only(&self, vol: &Arc<crate::volume::Volume>) {
+        let weak = Arc::downgrade(vol);
+        let _ = self.biller.set(Background::start("cairn-bill", crate::cost::BILL_OBJECT_EVERY, move || {
+            let Some(vol) = weak.upgrade() else { return false };
+            if let Err(e) = vol.publish_mount_bill() {
+                tracing::warn!("{e} (will retry)");
+            }
+            true
+        }));
+    }
+
     /// Stops the background threads (after their rounds under way).
     fn stop_threads(&self) {
+        if let Some(b) = self.biller.get() {
+            b.stop();
+        }
         if let Some(c) = self.cleaner.get() {
             c.stop();
         }
@@ -476,6 +541,10 @@ impl Cloud {
                 tracing::info!("waiting for {n} uploads ({bytes} bytes) before unmounting");
             }
         });
+        if self.lost.load(std::sync::atomic::Ordering::SeqCst) {
+            self.abandon();
+            return Err(lease::lost("it was deleted or taken by another mount while this one was mounted"));
+        }
         vol.ship_durably()?;
         {
             let mut s = self.state.lock();
@@ -600,7 +669,13 @@ pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Re
             }
             let bytes = std::fs::read(&db)?;
             let top = all.last().map(|v| v.version).unwrap_or(0);
-            let h = versions::Header { kind: versions::Kind::Base, version: top + 1, time: lease::now(), writer: [0u8; 8] };
+            // The new base follows the newest version in the bucket, whole
+            // or not (a restore is how a chain with a hole is mended).
+            let prev = match top {
+                0 => None,
+                t => Some(versions::Prev { version: t, digest: versions::digest_of(remote, t)? }),
+            };
+            let h = versions::Header { kind: versions::Kind::Base, version: top + 1, time: lease::now(), writer: [0u8; 8], prev };
             versions::publish(remote, keys, &h, &bytes)?;
             Ok(top + 1)
         })();

@@ -126,6 +126,9 @@ impl Volume {
         // bucket ahead of this machine's own database).
         self.meta.sync()?;
         let st = cloud.state.lock().clone();
+        // The version this one follows (before any change is taken out of
+        // the session: a failure here loses nothing).
+        let prev = st.predecessor(cloud.remote.as_ref())?;
         let base = base || cloud.need_base.load(Ordering::SeqCst);
         let (kind, payload) = if base {
             (Kind::Base, self.meta.snapshot()?)
@@ -145,10 +148,17 @@ impl Volume {
         let pending = cloud.cache.pending();
         cloud.cache.wait_uploaded(&pending);
         let v = st.shipped + 1;
-        let h = Header { kind, version: v, time: super::lease::now(), writer: st.writer_bytes() };
+        let h = Header { kind, version: v, time: super::lease::now(), writer: st.writer_bytes(), prev };
         let mut delay = Duration::from_millis(500);
-        let stored = loop {
-            match versions::publish(cloud.remote.as_ref(), &self.keys, &h, &payload) {
+        let (stored, digest) = loop {
+            // The lease first: a holder whose lease object was deleted or
+            // replaced (another machine may hold the volume now) publishes
+            // nothing more (docs/cloud.md §4).
+            let checked = match &cloud.lease {
+                Some(l) => l.check(cloud.remote.as_ref()),
+                None => Ok(()),
+            };
+            match checked.and_then(|()| versions::publish(cloud.remote.as_ref(), &self.keys, &h, &payload)) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == ErrorKind::Busy => {
                     cloud.lost.store(true, Ordering::SeqCst);
@@ -165,6 +175,7 @@ impl Volume {
         };
         let mut s = cloud.state.lock();
         s.shipped = v;
+        s.shipped_digest = Some(hex::encode(digest));
         match kind {
             Kind::Base => {
                 s.base_version = v;
@@ -205,6 +216,14 @@ impl Volume {
             }
         }
         let Some(oldest_kept) = all.iter().map(|v| v.version).find(|v| !old.iter().any(|o| o.version == *v)) else { return };
+        // Trash is deleted only while the kept versions form one chain:
+        // with a hole (a version lost from the bucket) the versions after
+        // it may name trashed packs, and nothing is deleted until a restore
+        // mends the chain.
+        let kept: Vec<versions::VersionInfo> = all.iter().filter(|v| v.version >= oldest_kept).cloned().collect();
+        if let Err(e) = versions::chain(&kept, None) {
+            return tracing::error!("keeping every trashed pack: {e}");
+        }
         let trash = match cloud.remote.list(super::TRASH_PREFIX) {
             Ok(t) => t,
             Err(e) => return tracing::warn!("listing trashed packs: {e}"),

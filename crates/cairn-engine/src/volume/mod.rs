@@ -254,12 +254,13 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
         m.write(meta::ensure_bill_table)?;
         m.snapshot()?
     };
-    let h = crate::cloud::versions::Header { kind: crate::cloud::versions::Kind::Base, version: 1, time: crate::cloud::lease::now(), writer: state.writer_bytes() };
-    let stored = {
+    let h = crate::cloud::versions::Header { kind: crate::cloud::versions::Kind::Base, version: 1, time: crate::cloud::lease::now(), writer: state.writer_bytes(), prev: None };
+    let (stored, digest) = {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         crate::cloud::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?
     };
     state.shipped = 1;
+    state.shipped_digest = Some(hex::encode(digest));
     state.base_version = 1;
     state.base_bytes = stored;
     state.save(dir)?;
@@ -495,6 +496,8 @@ impl Volume {
                 }
                 c.start(&vol)?;
             }
+        } else if let Some(c) = &vol.cloud {
+            c.start_read_only(&vol);
         }
         Ok(vol)
     }

@@ -444,9 +444,9 @@ fn requests_of(rows: &[meta::BillRow]) -> std::collections::BTreeMap<String, u64
 
 /// The bill counts every request the bucket served (creation, mounts,
 /// closes, read-only looks), keeps it across a remount, and ships it: a
-/// machine that never saw the volume reads the same bill from the bucket,
-/// less what the last mount counted after its last version (kept in that
-/// directory's pending file until its next mount).
+/// machine that never saw the volume reads the same bill from the bucket
+/// (the metadata's table, and the bill objects of mounts for what they
+/// counted after their last version or without any: issue 25).
 #[test]
 fn the_bill_counts_every_request_persists_and_ships() {
     use cairn_backend::{Metered, RequestKind as K, Subsystem as S};
@@ -480,7 +480,8 @@ fn the_bill_counts_every_request_persists_and_ships() {
     assert!(bill.total > 0.0);
     ro.close().unwrap();
     drop(ro);
-    assert!(pending.exists(), "the read-only look's own requests are counted after it");
+    assert!(!pending.exists(), "the read-only look's own requests go to the bucket, not the pending file");
+    assert!(!bucket.list(cost::BILLS_PREFIX).unwrap().is_empty(), "the read-only look's bill object");
 
     // A remount keeps the bill and takes the pending requests in.
     let before = referee.seen();
@@ -494,26 +495,67 @@ fn the_bill_counts_every_request_persists_and_ships() {
     v.close().unwrap();
     drop(v);
 
-    // Another machine: the bill came with the metadata; the rest waits in
-    // a's pending file. Together, exactly what the bucket served.
+    // Another machine: the metadata's table and the bill objects hold
+    // exactly what the bucket served.
+    assert!(!pending.exists());
     let seen = referee.seen();
     let b = tempfile::tempdir().unwrap();
     cloud::attach(b.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
     let vb = Volume::load(b.path(), OpenOptions { read_only: true, ..o.clone() }).unwrap();
     let shipped = vb.bill_usage(None, false).unwrap();
-    assert!(!shipped.is_empty());
-    let mut all = shipped.clone();
-    all.extend(cost::read_pending(a.path()).unwrap());
-    assert_eq!(requests_of(&all), seen, "shipped bill and a's pending file against the referee");
-    // b's reads are read misses, counted into b's bill when it closes.
+    assert_eq!(requests_of(&shipped), seen, "the bill from the bucket alone against the referee");
+    // b's reads are read misses, in b's bill object once it closes.
     check_tree(&vb, &tree);
     vb.close().unwrap();
     drop(vb);
-    let later = cost::price(&cost::read_pending(b.path()).unwrap(), &cost::Prices::aws(), None);
+    assert!(!b.path().join(cost::PENDING_FILE).exists());
+    let seen = referee.seen();
+    let c = tempfile::tempdir().unwrap();
+    cloud::attach(c.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+    let vc = Volume::load(c.path(), OpenOptions { read_only: true, ..o.clone() }).unwrap();
+    let rows = vc.bill_usage(None, false).unwrap();
+    assert_eq!(requests_of(&rows), seen, "b's reads are in the bill from the bucket alone");
+    let later = cost::price(&rows, &cost::Prices::aws(), None);
     let misses = later.subsystems.iter().find(|x| x.subsystem == "read_miss").unwrap();
     assert!(misses.requests["GET"] > 0 && misses.bytes_down > 0, "{later:#?}");
-    all.extend(cost::read_pending(b.path()).unwrap());
-    assert_eq!(requests_of(&all), referee.seen());
+    vc.close().unwrap();
+}
+
+/// A mount that only reads (issue 25): its GETs reach the bucket in its
+/// bill object at unmount, so `cost` from a fresh directory counts them
+/// (it once counted 4 GETs where the bucket served 45). A second look
+/// rewrites nothing of the first's (bill objects add up, per mount).
+#[test]
+fn a_reading_mounts_bill_reaches_the_bucket() {
+    use cairn_backend::Metered;
+    let a = tempfile::tempdir().unwrap();
+    let referee = Arc::new(Referee::default());
+    let bucket: Arc<dyn Backend> = Arc::new(Metered::new(referee.clone()));
+    init_in(a.path(), &bucket, None);
+    let o = opts(&bucket, Durability::Local);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    let tree = write_tree(&v, 10);
+    v.close().unwrap();
+    drop(v);
+    let gets_of = |rows: &[meta::BillRow]| requests_of(rows).get("GET").copied().unwrap_or(0);
+    let before = referee.seen().get("GET").copied().unwrap_or(0);
+    for _ in 0..2 {
+        let r = tempfile::tempdir().unwrap();
+        cloud::attach(r.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+        let vr = Volume::load(r.path(), OpenOptions { read_only: true, ..o.clone() }).unwrap();
+        check_tree(&vr, &tree);
+        vr.close().unwrap();
+    }
+    let served = referee.seen().get("GET").copied().unwrap_or(0) - before;
+    assert!(served >= 10, "{served}");
+    let seen = referee.seen();
+    let fresh = tempfile::tempdir().unwrap();
+    cloud::attach(fresh.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+    let vf = Volume::load(fresh.path(), OpenOptions { read_only: true, ..o.clone() }).unwrap();
+    let rows = vf.bill_usage(None, false).unwrap();
+    assert_eq!(gets_of(&rows), seen["GET"], "GETs in the bill from a fresh directory against the bucket's");
+    assert_eq!(requests_of(&rows), seen);
+    vf.close().unwrap();
 }
 
 /// A volume whose database has no bill table (made before the bill) gets
@@ -540,5 +582,139 @@ fn a_volume_from_before_the_bill_ships_a_base_with_its_table() {
     let v = open_in(b.path(), &bucket, Durability::Local);
     let bill = cost::price(&v.bill_usage(None, true).unwrap(), &cost::Prices::aws(), None);
     assert!(bill.requests["PUT"] > 0, "{bill:#?}");
+    v.close().unwrap();
+}
+
+/// A lease object deleted under a mount (issue 25): another machine then
+/// mounts read-write; the first holder's next publish fails with the lease
+/// lost and it publishes nothing after, its status says `lease_lost` and
+/// its unmount fails, while the new holder goes on.
+#[test]
+fn a_holder_whose_lease_was_deleted_publishes_nothing_more() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    init_in(a.path(), &bucket, None);
+    let va = Volume::load(a.path(), opts(&bucket, Durability::Remote)).unwrap();
+    let ino = mkfile(&va, ROOT_INO, "before", b"shipped while A held the lease");
+    va.fsync(ino, false).unwrap();
+    bucket.delete(cloud::lease::OBJECT).unwrap();
+    cloud::attach(b.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+    let vb = Volume::load(b.path(), opts(&bucket, Durability::Remote)).unwrap();
+    let a_writer = cloud::LocalState::load(a.path()).unwrap().unwrap().writer_bytes();
+    let published_by_a = || {
+        let all = versions::list(bucket.as_ref()).unwrap();
+        let heads = versions::headers(bucket.as_ref(), &all).unwrap();
+        heads.iter().filter(|h| h.writer == a_writer).map(|h| h.version).collect::<Vec<_>>()
+    };
+    let before = published_by_a();
+    // A's next publish: its fsync reaches the bucket, finds the lease gone.
+    let ino = mkfile(&va, ROOT_INO, "after", b"written once B held the lease");
+    let e = va.fsync(ino, false).unwrap_err();
+    assert!(e.to_string().contains("lost the volume's lease"), "{e}");
+    let e = va.create(ROOT_INO, b"later", FileKind::File, 0o644, 0, root()).map(|_| ()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ReadOnly, "{e}");
+    std::thread::sleep(Duration::from_millis(600)); // shipper rounds
+    assert_eq!(va.status().health, "lease_lost");
+    // B goes on and publishes; A published nothing since B mounted.
+    let ino = mkfile(&vb, ROOT_INO, "from-b", b"the new holder's file");
+    vb.fsync(ino, false).unwrap();
+    assert_eq!(published_by_a(), before, "A published after losing its lease");
+    let e = va.close().unwrap_err();
+    assert!(e.to_string().contains("lost the volume's lease"), "{e}");
+    vb.close().unwrap();
+    drop(vb);
+    let c = tempfile::tempdir().unwrap();
+    let vc = open_in(c.path(), &bucket, Durability::Local);
+    assert!(vc.lookup(ROOT_INO, b"from-b").is_ok() && vc.lookup(ROOT_INO, b"before").is_ok());
+    assert_eq!(vc.lookup(ROOT_INO, b"after").map(|_| ()).unwrap_err().kind(), ErrorKind::NotFound);
+    vc.close().unwrap();
+}
+
+/// The lease renews with a conditional update: a renewal after the lease
+/// object was replaced fails as lost and does not overwrite the new one.
+#[test]
+fn a_renewal_does_not_overwrite_another_holders_lease() {
+    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let l = cloud::lease::Lease::acquire(bucket.as_ref(), "/a", false, URL).unwrap();
+    l.renew(bucket.as_ref()).unwrap();
+    l.check(bucket.as_ref()).unwrap();
+    bucket.delete(cloud::lease::OBJECT).unwrap();
+    assert_eq!(l.renew(bucket.as_ref()).unwrap_err().kind(), ErrorKind::Busy);
+    assert!(bucket.get(cloud::lease::OBJECT).is_err(), "a renewal recreated a deleted lease");
+    let other = cloud::lease::Lease::acquire(bucket.as_ref(), "/b", false, URL).unwrap();
+    let theirs = bucket.get(cloud::lease::OBJECT).unwrap();
+    let e = l.renew(bucket.as_ref()).unwrap_err();
+    assert!(e.to_string().contains("took it"), "{e}");
+    assert_eq!(l.check(bucket.as_ref()).unwrap_err().kind(), ErrorKind::Busy);
+    assert_eq!(bucket.get(cloud::lease::OBJECT).unwrap(), theirs, "the old holder overwrote the new lease");
+    other.release(bucket.as_ref()).unwrap();
+}
+
+/// A metadata version deleted from the middle of the chain (issue 25): a
+/// read-write open, here or on another machine, fails naming it (it once
+/// rolled the volume back silently and built on the hole); a read-only
+/// open shows the last intact state; `meta restore` of an intact version
+/// mends the chain; gc then keeps the packs that versions still in the
+/// bucket name.
+#[test]
+fn a_missing_version_stops_a_read_write_mount_and_names_it() {
+    let a = tempfile::tempdir().unwrap();
+    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    init_in(a.path(), &bucket, None);
+    let mut tops = Vec::new();
+    for (name, seed) in [("one", 1u64), ("two", 2), ("three", 3)] {
+        let v = Volume::load(a.path(), opts(&bucket, Durability::Local)).unwrap();
+        mkfile(&v, ROOT_INO, name, &random_bytes(seed, 200_000));
+        v.close().unwrap();
+        drop(v);
+        tops.push(versions::list(bucket.as_ref()).unwrap().last().unwrap().clone());
+    }
+    let (intact, lost) = (tops[0].version, tops[1].clone());
+    assert!(lost.version > intact && tops[2].version > lost.version);
+    bucket.delete(&lost.object()).unwrap();
+    let packs_before: Vec<String> = bucket.list("packs/").unwrap().into_iter().map(|o| o.name).collect();
+    // Read-write: refused, here and from a fresh directory, naming the version.
+    let b = tempfile::tempdir().unwrap();
+    cloud::attach(b.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+    for dir in [a.path(), b.path()] {
+        let e = Volume::load(dir, opts(&bucket, Durability::Local)).map(|_| ()).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("metadata version {} (", lost.version)) && msg.contains("missing"), "{msg}");
+        assert!(msg.contains("--read-only") && msg.contains("cairn meta restore"), "{msg}");
+    }
+    assert!(bucket.list("lease").unwrap().is_empty(), "a refused open left its lease");
+    // Read-only from a fresh directory: the last intact state.
+    let mut ro = opts(&bucket, Durability::Local);
+    ro.read_only = true;
+    let r = Volume::load(b.path(), ro).unwrap();
+    assert!(r.lookup(ROOT_INO, b"one").is_ok());
+    for gone in [&b"two"[..], b"three"] {
+        assert_eq!(r.lookup(ROOT_INO, gone).map(|_| ()).unwrap_err().kind(), ErrorKind::NotFound);
+    }
+    r.close().unwrap();
+    drop(r);
+    // Restore the intact version: the chain is whole again.
+    let keys = VolumeConfig::parse(&bucket.get("config").unwrap()).unwrap().keys(None).unwrap();
+    let restored = cloud::restore(bucket.as_ref(), &keys, URL, intact).unwrap();
+    assert!(restored > tops[2].version);
+    let v = Volume::load(b.path(), opts(&bucket, Durability::Local)).unwrap();
+    assert!(read_all(&v, v.lookup(ROOT_INO, b"one").unwrap().ino) == random_bytes(1, 200_000));
+    assert_eq!(v.lookup(ROOT_INO, b"three").map(|_| ()).unwrap_err().kind(), ErrorKind::NotFound);
+    // gc: the packs of "two" and "three" are orphans now, but version
+    // tops[2] (still in the bucket) names them: none is deleted.
+    maintenance::gc(&v, 0.5, &maintenance::NoProgress).unwrap();
+    let packs_after: Vec<String> = bucket.list("packs/").unwrap().into_iter().map(|o| o.name).collect();
+    for p in &packs_before {
+        assert!(packs_after.contains(p), "gc deleted {p}, which a version in the bucket names");
+    }
+    mkfile(&v, ROOT_INO, "four", b"after the restore");
+    v.close().unwrap();
+    drop(v);
+    // The old directory takes the restored state and writes on.
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Local)).unwrap();
+    assert!(v.lookup(ROOT_INO, b"four").is_ok());
+    let rep = maintenance::fsck(&v, true, &maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
     v.close().unwrap();
 }
