@@ -652,7 +652,8 @@ fn init_logging(verbose: u8, file: Option<&Path>) -> Result<()> {
     let b = tracing_subscriber::fmt().with_env_filter(filter);
     match file {
         Some(p) => {
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(p).with_context(|| format!("opening log file {}", p.display()))?;
+            // The log names files and volumes: private, like the volume directory.
+            let f = std::os::unix::fs::OpenOptionsExt::mode(std::fs::OpenOptions::new().create(true).append(true), 0o600).open(p).with_context(|| format!("opening log file {}", p.display()))?;
             b.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init();
         }
         None => b.with_writer(std::io::stderr).init(),

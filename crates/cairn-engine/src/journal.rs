@@ -33,7 +33,7 @@ use crate::types::{Ino, Timestamp};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -124,7 +124,7 @@ impl Journal {
     /// sequence order. Existing segments stay readable (their data backs the
     /// replayed writes); new records go to new segments.
     pub fn open(dir: &Path, cipher: Option<JournalCipher>) -> Result<(Self, Vec<Record>)> {
-        fs::create_dir_all(dir).map_err(|e| Error::io(format!("journal {}: {e}", dir.display())))?;
+        crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::io(format!("journal {}: {e}", dir.display())))?;
         let mut shards: Vec<Shard> = (0..SHARDS as u16)
             .map(|id| Shard { id, segments: BTreeMap::new(), active: None, next_segment: 0 })
             .collect();
@@ -215,7 +215,7 @@ impl Journal {
                 let n = sh.next_segment;
                 sh.next_segment += 1;
                 let path = segment_path(&self.dir, sh.id, n);
-                let f = OpenOptions::new().read(true).write(true).create_new(true).open(&path)
+                let f = OpenOptions::new().read(true).write(true).create_new(true).mode(crate::fsutil::PRIVATE_FILE).open(&path)
                     .map_err(|e| Error::os(format_args!("creating journal segment {}", path.display()), &e))?;
                 sh.segments.insert(n, Segment { file: Arc::new(f), path, max_seq: 0, size: 0, synced: 0, named: false });
                 sh.active = Some(n);
