@@ -57,8 +57,9 @@ With /sbin/mount.fuse.cairn and /sbin/umount.fuse.cairn linked to this binary, m
     VOLUME  MOUNTPOINT  fuse.cairn  defaults,_netdev,passphrase_file=/etc/cairn/pass  0 0
 
 Every flag above is an -o option without its dashes (cache_dir=DIR or cache-dir=DIR; ro for \
---read-only). defaults, rw, auto, noauto, nofail, _netdev, user, users, nosuid, nodev, \
-allow_other, x-* and comment= are passed over; any other option is an error. The passphrase \
+--read-only; no_allow_other for --private, as mount(8) keeps `private` for itself). defaults, \
+rw, auto, noauto, nofail, _netdev, user, users, nosuid, nodev, allow_other, x-* and comment= \
+are passed over; any other option is an error. The passphrase \
 comes from passphrase_file=FILE or the systemd credential cairn-passphrase \
 (LoadCredential=cairn-passphrase:FILE), never from the options. The daemon always flushes \
 everything before it exits; plain umount MOUNTPOINT also waits for that, as cairn umount does, \
@@ -195,7 +196,8 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         log_file: Option<PathBuf>,
         /// Let only the mounting user in (default: everyone, with kernel
-        /// permission checks).
+        /// permission checks). In fstab and `mount -o`: no_allow_other
+        /// (mount(8) takes `private` for a propagation flag and drops it).
         #[arg(long)]
         private: bool,
         /// Send every write(2) to the daemon at once instead of letting the
