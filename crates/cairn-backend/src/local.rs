@@ -202,7 +202,8 @@ fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
     if let Some(parent) = dir.parent() {
         create_dir_durable(parent)?;
     }
-    match fs::create_dir(dir) {
+    // Private to the owner (a volume's packs hold its files' content).
+    match std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o700).create(dir) {
         Ok(()) => fsync_dir(dir.parent().unwrap_or(Path::new("/"))),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e),
@@ -222,7 +223,7 @@ impl LocalBackend {
         create_dir_durable(&tmpdir).map_err(ctx)?;
         let tmp = tmpdir.join(format!("{}.{:016x}", std::process::id(), rand::random::<u64>()));
         let result = (|| {
-            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            let mut f = std::os::unix::fs::OpenOptionsExt::mode(OpenOptions::new().write(true).create_new(true), 0o600).open(&tmp)?;
             write_object(&mut f, data, &self.bounce)?;
             f.sync_all()?;
             drop(f);

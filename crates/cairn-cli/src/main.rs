@@ -59,8 +59,9 @@ With /sbin/mount.fuse.cairn and /sbin/umount.fuse.cairn linked to this binary, m
     VOLUME  MOUNTPOINT  fuse.cairn  defaults,_netdev,passphrase_file=/etc/cairn/pass  0 0
 
 Every flag above is an -o option without its dashes (cache_dir=DIR or cache-dir=DIR; ro for \
---read-only). defaults, rw, auto, noauto, nofail, _netdev, user, users, nosuid, nodev, \
-allow_other, x-* and comment= are passed over; any other option is an error. The passphrase \
+--read-only; no_allow_other for --private, as mount(8) keeps `private` for itself). defaults, \
+rw, auto, noauto, nofail, _netdev, user, users, nosuid, nodev, allow_other, x-* and comment= \
+are passed over; any other option is an error. The passphrase \
 comes from passphrase_file=FILE or the systemd credential cairn-passphrase \
 (LoadCredential=cairn-passphrase:FILE), never from the options. The daemon always flushes \
 everything before it exits; plain umount MOUNTPOINT also waits for that, as cairn umount does, \
@@ -197,7 +198,8 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         log_file: Option<PathBuf>,
         /// Let only the mounting user in (default: everyone, with kernel
-        /// permission checks).
+        /// permission checks). In fstab and `mount -o`: no_allow_other
+        /// (mount(8) takes `private` for a propagation flag and drops it).
         #[arg(long)]
         private: bool,
         /// Send every write(2) to the daemon at once instead of letting the
@@ -702,7 +704,8 @@ fn init_logging(verbose: u8, file: Option<&Path>) -> Result<()> {
     let b = tracing_subscriber::fmt().with_env_filter(filter);
     match file {
         Some(p) => {
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(p).with_context(|| format!("opening log file {}", p.display()))?;
+            // The log names files and volumes: private, like the volume directory.
+            let f = std::os::unix::fs::OpenOptionsExt::mode(std::fs::OpenOptions::new().create(true).append(true), 0o600).open(p).with_context(|| format!("opening log file {}", p.display()))?;
             b.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init();
         }
         // Colour codes only for a terminal: a log redirected to a file

@@ -7,6 +7,10 @@
 //! for `--cache-dir /x`, `ro` for `--read-only`); the options mount(8) and
 //! systemd keep for themselves are passed over. The translation reads the
 //! clap definition of `cairn mount`, so a new mount flag is an option at once.
+//! A mount for the mounting user alone (`--private`) is `no_allow_other`:
+//! mount(8) takes `private` for the propagation flag (MS_PRIVATE) and never
+//! passes it on, so the mount would quietly be open to every user; the old
+//! spelling is still taken, with a warning, when it does reach the helper.
 //! The passphrase comes from `passphrase_file=FILE` or the systemd
 //! credential `cairn-passphrase`, never from the option line, which anyone
 //! can read in /etc/fstab, /proc/self/mountinfo or `ps`.
@@ -31,7 +35,7 @@ const PASSED_OVER: &[&str] = &[
     // kept in /run/mount/utab: uhelper names the umount helper
     "uhelper", "helper",
     // Every Cairn mount is nosuid,nodev with default_permissions; allow_other
-    // is the default (`private` turns it off).
+    // is the default (`no_allow_other` turns it off).
     "nosuid", "nodev", "default_permissions", "allow_other",
 ];
 
@@ -154,6 +158,13 @@ pub fn translate(mount: &clap::Command, lists: &[String], sloppy: bool, credenti
             "ro" => "read-only".to_string(),
             "passphrase" => return Err(usage("a passphrase never goes in the mount options (anyone can read them): use passphrase_file=FILE or the systemd credential cairn-passphrase")),
             "foreground" => return Err(usage("foreground: mount(8) waits for its helper, so a helper mount always goes to the background")),
+            "no-allow-other" => "private".to_string(),
+            "private" => {
+                // Only a direct call of the helper gets here: mount(8)
+                // consumes `private` as a propagation flag.
+                eprintln!("mount.fuse.cairn: warning: write the mount option `private` as `no_allow_other`: mount(8) takes `private` for a propagation flag and drops it, so an fstab line with it is mounted for every user");
+                "private".to_string()
+            }
             k => k.to_string(),
         };
         let Some(arg) = mount.get_arguments().find(|a| a.get_long() == Some(long.as_str())) else {
@@ -346,6 +357,14 @@ mod tests {
         assert!(translate(&mount_cmd(), &["bogus,ro".into()], true, None).is_ok(), "sloppy (-s) ignores unknown options");
         assert!(tr("threads").unwrap_err().to_string().contains("needs a value"));
         assert!(tr("private=1").unwrap_err().to_string().contains("takes no value"));
+        assert!(tr("no_allow_other=1").unwrap_err().to_string().contains("takes no value"));
+    }
+
+    #[test]
+    fn no_allow_other_is_private_and_the_old_spelling_still_works() {
+        assert_eq!(tr("no_allow_other,ro").unwrap(), ["--private", "--read-only"]);
+        assert_eq!(tr("no-allow-other").unwrap(), ["--private"]);
+        assert_eq!(tr("private").unwrap(), ["--private"]);
     }
 
     #[test]

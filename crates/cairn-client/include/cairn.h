@@ -40,7 +40,8 @@ ssize_t cairn_rwrite(int fd, const void *buf, size_t nbyte, size_t mbyte);
 /*
  * Replaces the `mbyte` bytes at `offset` of fd's file with `len` bytes of
  * src_fd's file from `src_offset`, sharing their storage instead of copying.
- * Both files must be in the same Cairn mount (EXDEV otherwise).
+ * Both files must be in the same Cairn mount (EXDEV otherwise), and src_fd
+ * open for reading (EBADF otherwise), as for copy_file_range(2).
  * Returns 0, or -1 with errno set.
  */
 int cairn_rpsplice(int fd, off_t offset, size_t mbyte, int src_fd, off_t src_offset, size_t len);
@@ -48,12 +49,22 @@ int cairn_rpsplice(int fd, off_t offset, size_t mbyte, int src_fd, off_t src_off
 /* 1 if fd is a file inside a Cairn mount, else 0. */
 int cairn_is_cairn(int fd);
 
-/* The ioctl protocol (version 1), for programs that cannot link libcairn. */
+/*
+ * The ioctl protocol (version 2), for programs that cannot link libcairn.
+ *
+ * A splice names its source the way copy_file_range(2) does, by a
+ * descriptor the program opened: CAIRN_IOC_SOURCE on that descriptor (open
+ * for reading, else EBADF) returns a token naming its open file until the
+ * file is closed; CAIRN_IOC_RPWRITE with CAIRN_RP_FROM_SOURCE on the target
+ * takes it in `src`. An unknown or expired token is EBADF. Version 1's
+ * inode numbers (flags 1) are refused with EINVAL.
+ */
 #define CAIRN_IOC_PROBE   0x8010CA00u /* _IOR(0xCA, 0, struct cairn_probe) */
 #define CAIRN_IOC_RPWRITE 0xFFD0CA01u /* _IOWR(0xCA, 1, struct cairn_rpwrite) */
+#define CAIRN_IOC_SOURCE  0x8008CA02u /* _IOR(0xCA, 2, struct cairn_source) */
 #define CAIRN_PROBE_MAGIC 0x3153464e52494143ull /* "CAIRNFS1" little-endian */
 #define CAIRN_INLINE_MAX  (16 * 1024 - 128)
-#define CAIRN_RP_FROM_INODE 1u
+#define CAIRN_RP_FROM_SOURCE 2u
 
 struct cairn_probe {
     unsigned long long magic;
@@ -61,8 +72,12 @@ struct cairn_probe {
     unsigned int inline_max;
 };
 
+struct cairn_source {
+    unsigned long long token;
+};
+
 struct cairn_rpwrite {
-    unsigned long long offset, mbyte, nbyte, src_ino, src_offset;
+    unsigned long long offset, mbyte, nbyte, src /* token */, src_offset;
     unsigned int flags, pad;
     unsigned long long new_size, rechunked, new_bytes, old_chunks; /* out */
     unsigned char data[CAIRN_INLINE_MAX];

@@ -7,15 +7,25 @@
 
 /// `_IOC` type byte of every Cairn ioctl.
 pub const IOC_TYPE: u32 = 0xCA;
-/// Protocol version a probe reports.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Protocol version a probe reports. Version 2 names a splice's source by a
+/// token from `IOC_SOURCE` on a descriptor of it; version 1's inode numbers
+/// (`flags` 1) are refused with EINVAL.
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Answer of a probe: "CAIRNFS1".
 pub const PROBE_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNFS1");
 /// New bytes an rpwrite request carries inline; more go through a scratch file.
 pub const INLINE_MAX: usize = 16 * 1024 - 128;
-/// `Rpwrite::flags`: the new bytes are `nbyte` bytes of inode `src_ino` from
-/// `src_offset` (zero-copy), not `data`.
-pub const RP_FROM_INODE: u32 = 1;
+/// `Rpwrite::flags`: the new bytes are `nbyte` bytes from `src_offset` of
+/// the file whose source token (`IOC_SOURCE`) is `src` (zero-copy), not `data`.
+///
+/// A program names the source the way `copy_file_range` and `FICLONE` do: by
+/// a descriptor it opened for reading. FUSE cannot hand the daemon a
+/// second descriptor, so the program first asks for a token on the source
+/// descriptor (`IOC_SOURCE`): the daemon answers only on a handle opened
+/// for reading, which the kernel allowed after checking the whole path, and
+/// forgets the token when that handle is released. An unknown token is
+/// EBADF whatever inode it might name.
+pub const RP_FROM_SOURCE: u32 = 2;
 
 const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;
@@ -41,7 +51,8 @@ pub struct Rpwrite {
     pub offset: u64,
     pub mbyte: u64,
     pub nbyte: u64,
-    pub src_ino: u64,
+    /// With `RP_FROM_SOURCE`: a token from `IOC_SOURCE`.
+    pub src: u64,
     pub src_offset: u64,
     pub flags: u32,
     pub _pad: u32,
@@ -56,11 +67,27 @@ pub struct Rpwrite {
     pub data: [u8; INLINE_MAX],
 }
 
+/// Reply of `IOC_SOURCE`: a token naming the descriptor's open file (its
+/// inode) while that file stays open.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Source {
+    pub token: u64,
+}
+
+impl Source {
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: repr(C), one u64.
+        unsafe { std::slice::from_raw_parts((self as *const Source).cast::<u8>(), std::mem::size_of::<Source>()) }
+    }
+}
+
 /// Bytes of `Rpwrite` before `data` (what a reply carries back).
 pub const RPWRITE_HEADER: usize = std::mem::size_of::<Rpwrite>() - INLINE_MAX;
 
 pub const IOC_PROBE: u32 = ioc(IOC_READ, 0, std::mem::size_of::<Probe>());
 pub const IOC_RPWRITE: u32 = ioc(IOC_READ | IOC_WRITE, 1, std::mem::size_of::<Rpwrite>());
+pub const IOC_SOURCE: u32 = ioc(IOC_READ, 2, std::mem::size_of::<Source>());
 
 impl Rpwrite {
     /// A zeroed request.
@@ -107,5 +134,6 @@ mod tests {
         // The numbers cairn.h spells out.
         assert_eq!(IOC_PROBE, 0x8010_CA00);
         assert_eq!(IOC_RPWRITE, 0xFFD0_CA01);
+        assert_eq!(IOC_SOURCE, 0x8008_CA02);
     }
 }

@@ -151,10 +151,27 @@ pub fn rwrite(fd: BorrowedFd<'_>, buf: &[u8], mbyte: u64) -> io::Result<Outcome>
     Ok(out)
 }
 
+/// A token naming `src`'s open file for an rpwrite on another descriptor
+/// (`IOC_SOURCE`); the daemon gives one only for a descriptor open for
+/// reading (EBADF otherwise).
+fn source_token(src: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut s = ioctl::Source::default();
+    // SAFETY: IOC_SOURCE's size is that of `Source`, which outlives the call.
+    let rc = unsafe { libc::ioctl(src.as_raw_fd(), ioctl::IOC_SOURCE as _, &mut s as *mut ioctl::Source) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOTTY) => not_cairn(),
+            _ => e,
+        });
+    }
+    Ok(s.token)
+}
+
 /// Replaces the `mbyte` bytes at `offset` of `fd`'s file with `len` bytes
 /// of `src`'s file from `src_offset` (cut at its end), sharing their chunks
 /// instead of copying them. Both must be in the same Cairn mount; `src`
-/// must be readable.
+/// must be open for reading (EBADF otherwise), as for `copy_file_range`.
 pub fn rpsplice(fd: BorrowedFd<'_>, offset: u64, mbyte: u64, src: BorrowedFd<'_>, src_offset: u64, len: u64) -> io::Result<Outcome> {
     let (dst_meta, src_meta) = (fstat(fd)?, fstat(src)?);
     if dst_meta.dev() != src_meta.dev() {
@@ -162,13 +179,14 @@ pub fn rpsplice(fd: BorrowedFd<'_>, offset: u64, mbyte: u64, src: BorrowedFd<'_>
     }
     // The source's cached bytes too (the target's are pushed by `call`).
     push_cached_writes(src)?;
+    let token = source_token(src)?;
     let mut req = ioctl::Rpwrite::new();
     req.offset = offset;
     req.mbyte = mbyte;
     req.nbyte = len;
-    req.src_ino = src_meta.ino();
+    req.src = token;
     req.src_offset = src_offset;
-    req.flags = ioctl::RP_FROM_INODE;
+    req.flags = ioctl::RP_FROM_SOURCE;
     call(fd, &mut req)
 }
 

@@ -36,6 +36,7 @@ use cairn_backend::Backend;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -220,7 +221,7 @@ pub fn append_pending(dir: &Path, rows: &[BillRow]) -> Result<()> {
     let mut line = serde_json::to_vec(rows).expect("rows serialise");
     line.push(b'\n');
     let w = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&p)?;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(crate::fsutil::PRIVATE_FILE).open(&p)?;
         // One write: concurrent appenders (read-only commands) never interleave.
         f.write_all(&line)?;
         f.sync_data()

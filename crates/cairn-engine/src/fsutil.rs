@@ -9,3 +9,74 @@ use std::path::Path;
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::os(format_args!("fsync {}", dir.display()), &e))
 }
+
+/// Mode of a volume's or cache's directories: its files hold every stored
+/// file's content (unencrypted journal and packs) and every name (the
+/// metadata), so only the owner may enter (as ssh, restic and PostgreSQL
+/// keep their state).
+pub const PRIVATE_DIR: u32 = 0o700;
+/// Mode of the files in them.
+pub const PRIVATE_FILE: u32 = 0o600;
+
+/// `create_dir_all` whose new directories are private to their owner
+/// (0700 whatever the umask), and `dir` itself made 0700 even if it
+/// existed (a new volume may go into an empty directory made beforehand).
+pub fn create_private_dir_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(PRIVATE_DIR).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR))
+}
+
+/// Checks at open that a volume's local directory is private to its
+/// owner. One that other users may enter (from before Cairn made them
+/// 0700, or changed by hand) is closed (chmod go-rwx) with a warning
+/// saying so, when this process owns it; otherwise the warning says what
+/// to run. Only the top directory matters: nothing below it is reachable
+/// once it is 0700.
+pub fn ensure_private_dir(dir: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(m) = std::fs::metadata(dir) else { return };
+    let mode = m.mode() & 0o7777;
+    if mode & 0o077 == 0 {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if m.uid() == euid {
+        match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o077)) {
+            Ok(()) => tracing::warn!(
+                "{} had mode {mode:04o}: other users could read the volume's files (content, names, journal) and lock it; made it {:04o}",
+                dir.display(),
+                mode & !0o077
+            ),
+            Err(e) => tracing::warn!("{} has mode {mode:04o}, so other users can read the volume's files and lock it; making it private failed: {e}", dir.display()),
+        }
+    } else {
+        tracing::warn!(
+            "{} has mode {mode:04o} and belongs to uid {}, so other users can read the volume's files and lock it; its owner should run `chmod go-rwx {}`",
+            dir.display(),
+            m.uid(),
+            dir.display()
+        );
+    }
+}
+
+/// Opens (creating 0600) the lock file of a volume without following a
+/// symlink planted in its place.
+pub fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(PRIVATE_FILE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Creates (or truncates) a file private to its owner (0600).
+pub fn create_private_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(PRIVATE_FILE).open(path)
+}

@@ -37,7 +37,7 @@ use crate::types::{Ino, Timestamp};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -221,7 +221,7 @@ impl Journal {
     /// and every record of it that verifies is read back, the damaged
     /// stretches skipped.
     pub fn open_with(dir: &Path, cipher: Option<JournalCipher>, salvage: bool) -> Result<(Self, Vec<Record>)> {
-        fs::create_dir_all(dir).map_err(|e| Error::io(format!("journal {}: {e}", dir.display())))?;
+        crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::io(format!("journal {}: {e}", dir.display())))?;
         let mut shards: Vec<Shard> = (0..SHARDS as u16)
             .map(|id| Shard { id, segments: BTreeMap::new(), active: None, next_segment: 0 })
             .collect();
@@ -325,7 +325,7 @@ impl Journal {
                 let n = sh.next_segment;
                 sh.next_segment += 1;
                 let path = segment_path(&self.dir, sh.id, n);
-                let f = OpenOptions::new().read(true).write(true).create_new(true).open(&path)
+                let f = OpenOptions::new().read(true).write(true).create_new(true).mode(crate::fsutil::PRIVATE_FILE).open(&path)
                     .map_err(|e| Error::os(format_args!("creating journal segment {}", path.display()), &e))?;
                 sh.segments.insert(n, Segment { file: Arc::new(f), path, max_seq: 0, size: 0, synced: 0, named: false });
                 sh.active = Some(n);

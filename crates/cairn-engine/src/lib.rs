@@ -26,7 +26,7 @@ pub mod cost;
 pub mod crypto;
 mod error;
 pub mod extent;
-mod fsutil;
+pub mod fsutil;
 pub mod health;
 pub mod journal;
 pub mod maintenance;

@@ -16,6 +16,7 @@ use crate::types::{Attr, FileKind, Ino, Timestamp};
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -243,6 +244,15 @@ impl Drop for Meta {
 }
 
 fn open_conn(path: &Path) -> Result<Connection> {
+    // SQLite would create the database 0644; its -wal and -shm files take
+    // the database's mode, so one made 0600 first keeps all three private.
+    if !path.exists() {
+        if let Err(e) = std::fs::OpenOptions::new().write(true).create_new(true).mode(crate::fsutil::PRIVATE_FILE).open(path) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(Error::os(format_args!("creating metadata {}", path.display()), &e));
+            }
+        }
+    }
     let c = Connection::open(path).map_err(|e| Error::io(format!("opening metadata {}: {e}", path.display())))?;
     c.busy_timeout(std::time::Duration::from_secs(30))?;
     // WAL without fsync at commit (fsync(2) and flushes sync the WAL

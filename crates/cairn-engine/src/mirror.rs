@@ -235,7 +235,7 @@ impl Mirrored {
         let p = self.root.join(MARKER);
         let tmp = self.root.join("mirror.json.tmp");
         let w = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = crate::fsutil::create_private_file(&tmp)?;
             std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&m).expect("the marker serialises"))?;
             f.sync_all()?;
             std::fs::rename(&tmp, &p)
@@ -466,7 +466,7 @@ pub fn choose(dir: &Path, choice: &MirrorChoice) -> Result<()> {
         MirrorChoice::Remembered => unreachable!(),
         MirrorChoice::Off => None,
         MirrorChoice::Use(p) => {
-            std::fs::create_dir_all(p).map_err(|e| Error::os(format_args!("creating the mirror {}", p.display()), &e))?;
+            crate::fsutil::create_private_dir_all(p).map_err(|e| Error::os(format_args!("creating the mirror {}", p.display()), &e))?;
             let abs = std::fs::canonicalize(p).map_err(|e| Error::os(format_args!("the mirror {}", p.display()), &e))?;
             if abs.starts_with(&std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())) {
                 return Err(Error::invalid(format!(

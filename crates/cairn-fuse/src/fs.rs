@@ -131,6 +131,11 @@ pub struct CairnFs {
     /// Whether to ask for the kernel's writeback cache; after `init`,
     /// whether the kernel granted it.
     writeback_cache: bool,
+    /// Source tokens handed out by `IOC_SOURCE`: token -> (inode, handle).
+    /// A token is random (never an inode number) and dies with its handle.
+    sources: DashMap<u64, (Ino, u64)>,
+    /// The token of each handle that has one (handle -> token), for release.
+    source_of: DashMap<u64, u64>,
 }
 
 impl CairnFs {
@@ -153,6 +158,8 @@ impl CairnFs {
             next_fh: AtomicU64::new(1),
             initialized: false,
             writeback_cache: true,
+            sources: DashMap::new(),
+            source_of: DashMap::new(),
         }
     }
 
@@ -178,19 +185,55 @@ impl CairnFs {
             .map_err(|e| errno(op, parent.0, &e))
     }
 
-    /// A new file handle; the low bit records whether it may write (the
-    /// kernel checks open modes, but ioctls carry only the handle).
-    fn new_fh(&self, writable: bool) -> FileHandle {
-        FileHandle((self.next_fh.fetch_add(1, Ordering::Relaxed) << 1) | writable as u64)
+    /// A new file handle; the low bits record whether it may write (bit 0)
+    /// and read (bit 1) (the kernel checks open modes, but ioctls carry
+    /// only the handle).
+    fn new_fh(&self, writable: bool, readable: bool) -> FileHandle {
+        FileHandle((self.next_fh.fetch_add(1, Ordering::Relaxed) << 2) | (readable as u64) << 1 | writable as u64)
+    }
+
+    /// The source token of open file `fh` (`IOC_SOURCE`), made on first ask.
+    /// Only a handle open for reading gets one: the kernel let the caller
+    /// open it after checking every directory on the way and the file's
+    /// mode, exactly what `copy_file_range`'s source descriptor proves.
+    fn source_token(&self, ino: Ino, fh: FileHandle) -> Result<u64, Errno> {
+        if fh.0 & 2 == 0 {
+            return Err(Errno::EBADF);
+        }
+        if let Some(t) = self.source_of.get(&fh.0) {
+            return Ok(*t);
+        }
+        loop {
+            let mut b = [0u8; 8];
+            // SAFETY: getrandom fills the 8 bytes of `b`.
+            if unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) } != b.len() as isize {
+                return Err(Errno::EIO);
+            }
+            let token = u64::from_le_bytes(b);
+            if token == 0 || self.sources.contains_key(&token) {
+                continue;
+            }
+            self.sources.insert(token, (ino, fh.0));
+            // Two threads asking at once for one handle: keep the first token.
+            let kept = *self.source_of.entry(fh.0).or_insert(token);
+            if kept != token {
+                self.sources.remove(&token);
+            }
+            return Ok(kept);
+        }
     }
 
     /// Answers the Cairn ioctls (`cairn_client::ioctl`).
-    fn cairn_ioctl(&self, req: &Request, ino: Ino, fh: FileHandle, cmd: u32, in_data: &[u8]) -> Result<Vec<u8>, Errno> {
+    fn cairn_ioctl(&self, _req: &Request, ino: Ino, fh: FileHandle, cmd: u32, in_data: &[u8]) -> Result<Vec<u8>, Errno> {
         use cairn::ioctl;
         match cmd {
             ioctl::IOC_PROBE => {
                 let p = ioctl::Probe { magic: ioctl::PROBE_MAGIC, version: ioctl::PROTOCOL_VERSION, inline_max: ioctl::INLINE_MAX as u32 };
                 Ok(p.bytes().to_vec())
+            }
+            ioctl::IOC_SOURCE => {
+                let token = self.source_token(ino, fh)?;
+                Ok(ioctl::Source { token }.bytes().to_vec())
             }
             ioctl::IOC_RPWRITE => {
                 let mut r = ioctl::Rpwrite::from_bytes(in_data).ok_or(Errno::EINVAL)?;
@@ -199,9 +242,14 @@ impl CairnFs {
                 if fh.0 & 1 == 0 {
                     return Err(Errno::EBADF);
                 }
-                let rep = if r.flags & ioctl::RP_FROM_INODE != 0 {
-                    self.check_readable(req, r.src_ino)?;
-                    self.vol.replace(ino, r.offset, r.mbyte, cairn_engine::NewBytes::Range { ino: r.src_ino, offset: r.src_offset, len: r.nbyte })
+                let rep = if r.flags & ioctl::RP_FROM_SOURCE != 0 {
+                    // The same answer for every token that is not a live
+                    // one, so nothing tells which inode numbers exist.
+                    let src = self.sources.get(&r.src).map(|e| e.0).ok_or(Errno::EBADF)?;
+                    self.vol.replace(ino, r.offset, r.mbyte, cairn_engine::NewBytes::Range { ino: src, offset: r.src_offset, len: r.nbyte })
+                } else if r.flags != 0 {
+                    // Version 1 named its source by inode number.
+                    return Err(Errno::EINVAL);
                 } else {
                     let n = usize::try_from(r.nbyte).ok().filter(|n| *n <= ioctl::INLINE_MAX).ok_or(Errno::EINVAL)?;
                     self.vol.replace(ino, r.offset, r.mbyte, cairn_engine::NewBytes::Data(&r.data[..n]))
@@ -218,26 +266,6 @@ impl CairnFs {
             }
             _ => Err(Errno::ENOTTY),
         }
-    }
-
-    /// The caller may read inode `ino` (the kernel checked nothing for it).
-    fn check_readable(&self, req: &Request, ino: Ino) -> Result<(), Errno> {
-        let a = self.vol.getattr(ino).map_err(|e| errno("rpwrite source", ino, &e))?;
-        let uid = req.uid();
-        if uid == 0 {
-            return Ok(());
-        }
-        let bits = if uid == a.uid {
-            a.perm >> 6
-        } else if req.gid() == a.gid {
-            a.perm >> 3
-        } else {
-            a.perm
-        };
-        if bits & 4 == 0 {
-            return Err(Errno::EACCES);
-        }
-        Ok(())
     }
 
     /// A directory listing with `.` and `..`, as served to readdir.
@@ -306,6 +334,10 @@ fn caller(req: &Request) -> Caller {
 /// Whether open flags allow writing.
 fn writable(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY
+}
+
+fn readable(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_WRONLY
 }
 
 fn bytes(name: &OsStr) -> &[u8] {
@@ -571,7 +603,7 @@ impl Filesystem for CairnFs {
             }
         }
         match self.vol.open(ino.0) {
-            Ok(_) => reply.opened(self.new_fh(writable(flags.0)), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(_) => reply.opened(self.new_fh(writable(flags.0), readable(flags.0)), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => failed(&mut t, reply).error(errno("open", ino.0, &e)),
         }
     }
@@ -649,13 +681,16 @@ impl Filesystem for CairnFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         flush: bool,
         reply: ReplyEmpty,
     ) {
         let mut t = self.vol.metrics().start(Op::Release);
+        if let Some((_, token)) = self.source_of.remove(&fh.0) {
+            self.sources.remove(&token);
+        }
         if flush {
             if let Err(e) = self.vol.flush_file(ino.0) {
                 // The handle must still be dropped; the error is logged.
@@ -687,7 +722,7 @@ impl Filesystem for CairnFs {
         let mut t = self.vol.metrics().start(Op::Opendir);
         match self.take_listing(ino.0) {
             Ok(listing) => {
-                let fh = self.new_fh(false);
+                let fh = self.new_fh(false, false);
                 self.dirs.insert(
                     fh.0,
                     DirHandle {
@@ -901,7 +936,7 @@ impl Filesystem for CairnFs {
                 &TTL,
                 &file_attr(&attr),
                 GENERATION,
-                self.new_fh(writable(flags)),
+                self.new_fh(writable(flags), readable(flags)),
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
             Err(e) => failed(&mut t, reply).error(errno("create(open)", attr.ino, &e)),

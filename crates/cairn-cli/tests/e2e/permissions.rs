@@ -199,3 +199,186 @@ print("done")
     assert_eq!(fs::metadata(m.join("w")).unwrap().mode() & 0o7777, 0o0777);
     assert_eq!(fs::metadata(m.join("chown_u")).unwrap().mode() & 0o7777, 0o0755);
 }
+
+/// The rpwrite ioctl's splice names its source by a descriptor the caller
+/// opened for reading (a token from `IOC_SOURCE`), never by inode number:
+/// `nobody` cannot copy a 0644 file out of root's 0700 directory into its
+/// own file, and every name it can try for a source it did not open (an
+/// inode number that exists, one that does not, a guessed token) fails the
+/// same way, so nothing tells which inode numbers exist.
+#[test]
+fn rpwrite_source_must_be_a_descriptor_the_caller_opened() {
+    const PY: &str = r#"
+import errno, fcntl, os, struct, sys
+mnt, secret_ino, missing_ino = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+P = lambda *a: os.path.join(mnt, *a)
+RPWRITE, SOURCE, SIZE = 0xFFD0CA01, 0x8008CA02, 80 + 16 * 1024 - 128
+def rpwrite(fd, nbyte, src, flags):
+    req = bytearray(SIZE)
+    struct.pack_into("<5Q2I", req, 0, 0, 0, nbyte, src, 0, flags, 0)
+    fcntl.ioctl(fd, RPWRITE, req, True)
+    # As libcairn does: the kernel keeps its own size under the writeback
+    # cache, and takes the daemon's only from a truncate.
+    size = struct.unpack_from("<Q", req, 48)[0]
+    if os.fstat(fd).st_size != size:
+        os.ftruncate(fd, size)
+def t(name, f):
+    try:
+        f()
+        print(name, "OK")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, str(e.errno)))
+t("open_secret", lambda: open(P("private", "inner"), "rb").close())
+fd = os.open(P("sticky", "loot"), os.O_CREAT | os.O_RDWR, 0o600)
+t("v1_existing_ino", lambda: rpwrite(fd, 100, secret_ino, 1))
+t("v1_missing_ino", lambda: rpwrite(fd, 100, missing_ino, 1))
+t("token_as_existing_ino", lambda: rpwrite(fd, 100, secret_ino, 2))
+t("token_as_missing_ino", lambda: rpwrite(fd, 100, missing_ino, 2))
+t("token_guessed", lambda: rpwrite(fd, 100, 0x123456789abcdef, 2))
+# What it may do: splice from a file it opened for reading.
+pub = os.open(P("rootdir", "public"), os.O_RDONLY)
+tok = bytearray(8)
+t("source_of_readable", lambda: fcntl.ioctl(pub, SOURCE, tok, True))
+t("splice_opened_source", lambda: rpwrite(fd, 100, struct.unpack("<Q", tok)[0], 2))
+wo = os.open(P("sticky", "loot"), os.O_WRONLY)
+t("source_of_write_only", lambda: fcntl.ioctl(wo, SOURCE, bytearray(8), True))
+os.close(pub)
+t("token_after_close", lambda: rpwrite(fd, 100, struct.unpack("<Q", tok)[0], 2))
+"#;
+    let _serial = serial();
+    let env = Env::new("rpsource");
+    let m = env.mount();
+    let mnt = m.path();
+    fs::set_permissions(mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    assert_others_can_reach(mnt);
+    fs::create_dir(mnt.join("private")).unwrap();
+    fs::write(mnt.join("private/inner"), b"root's secret in a 0700 directory\n").unwrap();
+    fs::set_permissions(mnt.join("private/inner"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(mnt.join("private"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::create_dir(mnt.join("rootdir")).unwrap();
+    fs::write(mnt.join("rootdir/public"), b"public\n").unwrap();
+    fs::create_dir(mnt.join("sticky")).unwrap();
+    fs::set_permissions(mnt.join("sticky"), fs::Permissions::from_mode(0o1777)).unwrap();
+    let secret_ino = fs::metadata(mnt.join("private/inner")).unwrap().ino();
+    let missing_ino = secret_ino + 1000;
+
+    let (s, x) = (secret_ino.to_string(), missing_ino.to_string());
+    let out = python(PY, &[mnt.as_os_str(), s.as_ref(), x.as_ref()], Some(NOBODY));
+    assert!(out.ok(), "{out}");
+    let got: BTreeMap<&str, &str> = out.stdout.lines().filter_map(|l| l.split_once(' ')).collect();
+    let want: &[(&str, &str)] = &[
+        ("open_secret", "EACCES"),
+        // Version 1's inode numbers are refused outright, existing or not.
+        ("v1_existing_ino", "EINVAL"),
+        ("v1_missing_ino", "EINVAL"),
+        // Anything but a live token is EBADF, whatever it might name.
+        ("token_as_existing_ino", "EBADF"),
+        ("token_as_missing_ino", "EBADF"),
+        ("token_guessed", "EBADF"),
+        ("source_of_readable", "OK"),
+        ("splice_opened_source", "OK"),
+        ("source_of_write_only", "EBADF"),
+        ("token_after_close", "EBADF"),
+    ];
+    let wrong: Vec<String> = want
+        .iter()
+        .filter(|(k, v)| got.get(k) != Some(v))
+        .map(|(k, v)| format!("{k}: expected {v}, got {}", got.get(k).unwrap_or(&"(nothing)")))
+        .collect();
+    assert!(wrong.is_empty(), "as nobody:\n{}\n{out}", wrong.join("\n"));
+    // Nobody's file holds the public file's bytes and nothing of the secret.
+    assert_eq!(fs::read(mnt.join("sticky/loot")).unwrap(), b"public\n");
+    m.umount();
+}
+
+/// Everything under `dir` (and `dir`) that a group or other user may read,
+/// write or enter, with its mode.
+fn open_to_others(dir: &std::path::Path) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = fs::symlink_metadata(&p).unwrap();
+        if m.file_type().is_symlink() {
+            continue;
+        }
+        if m.mode() & 0o077 != 0 {
+            bad.push(format!("{} {:o}", p.display(), m.mode() & 0o7777));
+        }
+        if m.is_dir() {
+            stack.extend(fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    bad
+}
+
+/// A volume's directory and a volume's cache directory hold every file's
+/// content (journal, packs) and every name (meta.sqlite): they and all in
+/// them are the owner's alone, whatever the umask, so another user can
+/// neither read them nor take the volume lock and keep root from
+/// mounting; a volume left open by an older version is closed at open,
+/// with a warning.
+#[test]
+fn volume_and_cache_directories_are_private_to_their_owner() {
+    const PY: &str = r#"
+import errno, fcntl, os, sys
+def t(name, f):
+    try:
+        f()
+        print(name, "OK")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, str(e.errno)))
+def lock():
+    fd = os.open(os.path.join(sys.argv[2], "lock"), os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+t("list", lambda: os.listdir(sys.argv[2]))
+t("lock", lock)
+"#;
+    let _serial = serial();
+    // The most open umask there is: the modes must not come from it.
+    // SAFETY: umask has no preconditions; children inherit it.
+    let old_umask = unsafe { libc::umask(0) };
+    struct Restore(libc::mode_t);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: as above.
+            unsafe { libc::umask(self.0) };
+        }
+    }
+    let _restore = Restore(old_umask);
+
+    let env = Env::new("private-vol");
+    assert_eq!(fs::metadata(&env.vol).unwrap().mode() & 0o7777, 0o700, "a new volume directory");
+    let m = env.mount();
+    let mut f = fs::File::create(m.join("f")).unwrap();
+    f.write_all(&gen(1, 3 << 20)).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(open_to_others(&env.vol), Vec::<String>::new(), "open to others while mounted");
+    let out = python(PY, &[env.vol.as_os_str()], Some(NOBODY));
+    assert_eq!(out.stdout, "list EACCES\nlock EACCES\n", "{out}");
+    m.umount();
+    assert_eq!(open_to_others(&env.vol), Vec::<String>::new(), "open to others after the flush");
+
+    // A volume directory from before: opened up to everyone. The next open
+    // closes it and says so.
+    fs::set_permissions(&env.vol, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(env.vol.join("lock"), fs::Permissions::from_mode(0o644)).unwrap();
+    let m = env.mount();
+    assert_eq!(fs::metadata(&env.vol).unwrap().mode() & 0o7777, 0o700, "an old volume directory after a mount");
+    assert!(env.log().contains("had mode 0755"), "no warning in the log:\n{}", env.log());
+    let out = python(PY, &[env.vol.as_os_str()], Some(NOBODY));
+    assert_eq!(out.stdout, "list EACCES\nlock EACCES\n", "{out}");
+    m.umount();
+
+    // A volume elsewhere (an emulated tape): its --cache-dir likewise.
+    std::env::set_var("CAIRN_TAPE_CLOCK", "virtual");
+    let url = format!("tape-emu:{}", env.path("tape").display());
+    let cache = env.path("cache");
+    let cache_arg = cache.display().to_string();
+    cairn_ok(["init", &url, "--cache-dir", &cache_arg]);
+    let m = Mount::new(std::path::Path::new(&url), &env.mnt, &["--cache-dir", &cache_arg]).unwrap_or_else(|o| panic!("{o}"));
+    fs::write(m.join("g"), gen(2, 2 << 20)).unwrap();
+    assert_eq!(open_to_others(&cache), Vec::<String>::new(), "cache dir open to others while mounted");
+    m.umount();
+    assert_eq!(open_to_others(&cache), Vec::<String>::new(), "cache dir open to others after the flush");
+}

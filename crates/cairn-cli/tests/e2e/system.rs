@@ -154,9 +154,9 @@ fn mount_t_fuse_cairn_takes_options_and_names_a_bad_one() {
     assert!(!out.ok() && out.stderr.contains("sometimes"), "{out}");
     assert!(!is_mounted(&env.mnt));
 
-    // ro and private, no user-space option: umount(8) sees type "fuse" and
-    // unmounts by itself; the daemon still flushes and exits.
-    let out = mount("ro,private,no-writeback-cache");
+    // ro and no_allow_other, no user-space option: umount(8) sees type
+    // "fuse" and unmounts by itself; the daemon still flushes and exits.
+    let out = mount("ro,no_allow_other,no-writeback-cache");
     assert!(out.ok(), "{out}");
     let pid = helper_daemon(&env.vol).expect("daemon");
     assert_eq!(fs::read(env.mnt.join("f")).unwrap(), b"before");
@@ -165,6 +165,44 @@ fn mount_t_fuse_cairn_takes_options_and_names_a_bad_one() {
     let out = run(Command::new("umount").arg(&env.mnt));
     assert!(out.ok(), "{out}");
     assert!(wait_dead(pid, Duration::from_secs(60)));
+}
+
+/// A mount for root alone, written in fstab as `dist/fstab.example` shows
+/// (`no_allow_other`; mount(8) eats `private` as a propagation flag): after
+/// `mount -a` another user cannot even stat the mountpoint, root can read.
+#[test]
+fn an_fstab_mount_for_root_alone_is_closed_to_other_users() {
+    let _serial = serial();
+    let env = Env::new("fstab-private");
+    {
+        let m = env.mount();
+        fs::write(m.join("f"), b"root's").unwrap();
+        fs::set_permissions(m.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        m.umount();
+    }
+    assert_others_can_reach(&env.mnt);
+    let _helpers = Helpers::install();
+    let _unmount = Unmounter(&env.mnt);
+    let fstab = env.path("fstab");
+    fs::write(&fstab, format!("{} {} fuse.cairn defaults,uhelper=fuse.cairn,no_allow_other 0 0\n", env.vol.display(), env.mnt.display())).unwrap();
+    let out = run(Command::new("mount").arg("-a").arg("-T").arg(&fstab));
+    assert!(out.ok(), "{out}");
+    assert!(cairn_fuse::mount_at(&env.mnt).unwrap().is_some(), "not mounted by mount -a");
+    assert_eq!(fs::read(env.mnt.join("f")).unwrap(), b"root's");
+    const PY: &str = r#"
+import errno, os, sys
+for name, f in [("stat", lambda: os.stat(sys.argv[2])), ("read", lambda: open(os.path.join(sys.argv[2], "f"), "rb").read())]:
+    try:
+        f()
+        print(name, "OK")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, str(e.errno)))
+"#;
+    let out = python(PY, &[env.mnt.as_os_str()], Some((65534, 65534)));
+    assert!(out.ok(), "{out}");
+    assert_eq!(out.stdout, "stat EACCES\nread EACCES\n", "another user reached a mount for root alone");
+    let out = run(Command::new("umount").arg(&env.mnt));
+    assert!(out.ok(), "{out}");
 }
 
 /// man's output to a pipe without its overstrikes (bold is `X\x08X`).

@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -454,7 +454,7 @@ impl Inner {
     fn write_atomic(&self, path: &Path, data: &[u8], durable: bool) -> std::result::Result<(), (io::Error, bool)> {
         let tmp = self.tmp_path(path);
         let written = (|| {
-            let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(crate::fsutil::PRIVATE_FILE).open(&tmp)?;
             f.write_all(data)?;
             if durable {
                 f.sync_all()?;
@@ -1169,7 +1169,7 @@ impl CachedBackend {
         let outbox_dir = opts.dir.join("outbox");
         let data_dir = opts.dir.join("data");
         for d in [&opts.dir, &outbox_dir, &data_dir] {
-            fs::create_dir_all(d).map_err(|e| Error::from_io(&format!("creating {}", d.display()), e))?;
+            crate::fsutil::create_private_dir_all(d).map_err(|e| Error::from_io(&format!("creating {}", d.display()), e))?;
         }
         // Clean files are trusted only after a clean shutdown with the same
         // block size; the marker goes before anything is written again.

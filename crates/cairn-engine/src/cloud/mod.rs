@@ -217,7 +217,7 @@ impl LocalState {
         let p = Self::path(dir);
         let tmp = p.with_extension("json.tmp");
         let w = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = crate::fsutil::create_private_file(&tmp)?;
             std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(self).expect("state serialises"))?;
             f.sync_all()?;
             std::fs::rename(&tmp, &p)
@@ -329,7 +329,7 @@ pub fn sync_down(layout: &Layout, remote: &dyn Backend, keys: &Keys, volume: &st
     }
     tracing::info!(from = state.shipped, to = top, "the bucket has newer metadata; rebuilding the local copy");
     let _ = std::fs::remove_dir_all(layout.journal());
-    std::fs::create_dir_all(layout.journal())?;
+    crate::fsutil::create_private_dir_all(&layout.journal())?;
     rebuild_into(layout, remote, keys, &latest, &mut state)?;
     state.save(&layout.dir)?;
     Ok(state)
@@ -370,7 +370,7 @@ fn lost_tail(layout: &Layout, remote: &dyn Backend, state: &LocalState, top: u64
 /// returns it.
 fn set_aside(layout: &Layout) -> Result<PathBuf> {
     let aside = (1u32..).map(|n| layout.dir.join(format!("lost-{n}"))).find(|p| !p.exists()).expect("a free name");
-    std::fs::create_dir(&aside).map_err(|e| Error::os(format_args!("creating {}", aside.display()), &e))?;
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), crate::fsutil::PRIVATE_DIR).create(&aside).map_err(|e| Error::os(format_args!("creating {}", aside.display()), &e))?;
     let db = layout.meta_db();
     let db_name = db.file_name().expect("a file").to_string_lossy().to_string();
     let mut moved: Vec<PathBuf> = vec![LocalState::path(&layout.dir), layout.journal()];
@@ -379,7 +379,7 @@ fn set_aside(layout: &Layout) -> Result<PathBuf> {
         let to = aside.join(p.file_name().expect("a name"));
         std::fs::rename(&p, &to).map_err(|e| Error::os(format_args!("moving {} to {}", p.display(), to.display()), &e))?;
     }
-    std::fs::create_dir_all(layout.journal())?;
+    crate::fsutil::create_private_dir_all(&layout.journal())?;
     crate::fsutil::fsync_dir(&layout.dir)?;
     Ok(aside)
 }
@@ -619,8 +619,8 @@ pub fn attach(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str
     };
     let cfg = crate::config::VolumeConfig::parse(&probe.get(crate::config::CONFIG_OBJECT).map_err(|e| explain(e, url, endpoint))?)?;
     let settings = LocalSettings { volume_id: Some(cfg.volume_id), ..settings };
-    std::fs::create_dir_all(dir).map_err(|e| Error::os(format_args!("creating {}", dir.display()), &e))?;
-    std::fs::create_dir_all(layout.journal())?;
+    crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::os(format_args!("creating {}", dir.display()), &e))?;
+    crate::fsutil::create_private_dir_all(&layout.journal())?;
     crate::volume::write_settings(&layout, &settings)
 }
 
@@ -631,7 +631,7 @@ pub fn attach(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str
 /// pack the old version names must still be in the bucket.
 pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Result<u64> {
     let tmpdir = std::env::temp_dir().join(format!("cairn-restore-{}", hex::encode(rand::random::<[u8; 6]>())));
-    std::fs::create_dir_all(&tmpdir)?;
+    crate::fsutil::create_private_dir_all(&tmpdir)?;
     let r = (|| {
         let lease = lease::Lease::acquire(remote, &tmpdir.display().to_string(), false, url)?;
         let r = (|| {

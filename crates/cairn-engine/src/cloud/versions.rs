@@ -385,7 +385,7 @@ pub fn rebuild(backend: &dyn Backend, keys: &Keys, chain: &[VersionInfo], path: 
         Ok(payload)
     };
     let base = get(first)?;
-    std::fs::write(&tmp, &base).map_err(|e| Error::os(format_args!("writing {}", tmp.display()), &e))?;
+    crate::fsutil::create_private_file(&tmp).and_then(|mut f| std::io::Write::write_all(&mut f, &base)).map_err(|e| Error::os(format_args!("writing {}", tmp.display()), &e))?;
     drop(base);
     progress(1, chain.len());
     {

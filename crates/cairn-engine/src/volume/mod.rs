@@ -192,7 +192,7 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
             return Err(Error::new(ErrorKind::Exists, format!("{} is not empty; a volume needs a new or empty directory", dir.display())));
         }
     }
-    fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
+    crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
     let layout = Layout::new(dir);
     let (cfg, _master) = VolumeConfig::create(opts)?;
     let (backend, location): (Arc<dyn Backend>, String) = match &opts.backend {
@@ -240,7 +240,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
             crate::cloud::explain(e, url, endpoint)
         }
     })?;
-    fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
+    crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
     let layout = Layout::new(dir);
     create_local_state(&layout)?;
     // Version 1: the empty volume, so a mount from the bucket alone works
@@ -281,7 +281,7 @@ fn create_local_state(layout: &Layout) -> Result<()> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Meta::create(&layout.meta_db(), Caller0 { uid, gid, perm: 0o755 })?;
-    fs::create_dir_all(layout.journal())?;
+    crate::fsutil::create_private_dir_all(&layout.journal())?;
     Ok(())
 }
 
@@ -294,7 +294,7 @@ pub(crate) fn write_settings(layout: &Layout, settings: &LocalSettings) -> Resul
     // Meta::create, the config by the backend's put).
     let write_settings = || -> std::io::Result<()> {
         let tmp = dir.join("volume.json.tmp");
-        let mut f = File::create(&tmp)?;
+        let mut f = crate::fsutil::create_private_file(&tmp)?;
         std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&settings).expect("settings serialise"))?;
         f.sync_all()?;
         fs::rename(&tmp, layout.settings())
@@ -368,7 +368,10 @@ fn check_home(layout: &Layout, mut settings: LocalSettings, cfg: &VolumeConfig) 
 /// Takes the volume lock: exclusive for read-write opens, shared for
 /// read-only looks (which then keep any writer out while they read).
 pub(crate) fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
-    let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(layout.lock())?;
+    // The lock lives in the volume directory, which only its owner may
+    // enter: another user can neither read the volume nor hold its lock.
+    crate::fsutil::ensure_private_dir(&layout.dir);
+    let f = crate::fsutil::open_lock_file(&layout.lock()).map_err(|e| Error::os(format_args!("opening the volume lock {}", layout.lock().display()), &e))?;
     let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
     // SAFETY: flock on an fd we own.
     let r = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
