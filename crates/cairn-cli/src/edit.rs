@@ -106,10 +106,81 @@ fn from_stream(target: &File, file: &Path, offset: u64, mbyte: u64, mut r: impl 
     cairn::rpsplice(target.as_fd(), offset, mbyte, scratch.file.as_fd(), 0, total).map_err(|e| explain(e, file, offset))
 }
 
-/// A scratch file in the mount, removed when dropped.
+/// A scratch file in the mount, removed when dropped, and also when the
+/// command is stopped by SIGTERM, SIGINT or SIGHUP (a handler unlinks it
+/// before the signal takes its default course), so an interrupted
+/// `cairn insert --from -` or `archive import` leaves nothing in the mount.
 pub(crate) struct Scratch {
     pub path: PathBuf,
     pub file: File,
+    slot: Option<usize>,
+}
+
+/// Paths (NUL-terminated, leaked while registered) the signal handler
+/// unlinks. Only atomics are touched in the handler.
+static SCRATCH_PATHS: [std::sync::atomic::AtomicPtr<libc::c_char>; 8] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 8];
+const CLEANUP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+extern "C" fn remove_scratch_on_signal(sig: libc::c_int) {
+    use std::sync::atomic::Ordering;
+    for slot in &SCRATCH_PATHS {
+        let p = slot.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        if !p.is_null() {
+            // SAFETY: p came from CString::into_raw and is never freed while
+            // registered (Drop swaps it out first); unlink is async-signal-safe.
+            unsafe { libc::unlink(p) };
+        }
+    }
+    // SAFETY: restoring the default action and re-raising are async-signal-safe.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+fn install_cleanup_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for sig in CLEANUP_SIGNALS {
+            // SAFETY: a plain handler touching only atomics and unlink. A
+            // signal the process ignores (nohup) stays ignored.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(sig, std::ptr::null(), &mut old);
+                if old.sa_sigaction == libc::SIG_IGN {
+                    continue;
+                }
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = remove_scratch_on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                libc::sigemptyset(&mut sa.sa_mask);
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    });
+}
+
+fn register_scratch(path: &Path) -> Option<usize> {
+    use std::sync::atomic::Ordering;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    install_cleanup_handler();
+    let raw = c.into_raw();
+    for (i, slot) in SCRATCH_PATHS.iter().enumerate() {
+        if slot.compare_exchange(std::ptr::null_mut(), raw, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            return Some(i);
+        }
+    }
+    // SAFETY: raw came from into_raw just above and was not stored.
+    drop(unsafe { std::ffi::CString::from_raw(raw) });
+    None
+}
+
+fn unregister_scratch(slot: usize) {
+    let p = SCRATCH_PATHS[slot].swap(std::ptr::null_mut(), std::sync::atomic::Ordering::SeqCst);
+    if !p.is_null() {
+        // SAFETY: stored by register_scratch from CString::into_raw.
+        drop(unsafe { std::ffi::CString::from_raw(p) });
+    }
 }
 
 impl Scratch {
@@ -121,7 +192,10 @@ impl Scratch {
         for n in 0..1000 {
             let path = dir.join(format!(".cairn-{what}.{}.{n}", std::process::id()));
             match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
-                Ok(file) => return Ok(Scratch { path, file }),
+                Ok(file) => {
+                    let slot = register_scratch(&path);
+                    return Ok(Scratch { path, file, slot });
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e).with_context(|| format!("creating a scratch file in {}", dir.display())),
             }
@@ -133,6 +207,9 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        if let Some(slot) = self.slot.take() {
+            unregister_scratch(slot);
+        }
     }
 }
 

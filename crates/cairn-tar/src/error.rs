@@ -113,8 +113,8 @@ impl fmt::Display for TarError {
             }
             TarError::UnsafePath { path, reason } => write!(
                 f,
-                "refusing tar member path {:?}: {reason}",
-                String::from_utf8_lossy(path)
+                "refusing tar member path {}: {reason}",
+                crate::parse::quote(path)
             ),
             TarError::Io { offset, source } => {
                 write!(f, "reading the tar archive at offset {offset}: {source}")

@@ -50,6 +50,22 @@ use std::io;
 /// The tar block size.
 pub const BLOCK: u64 = 512;
 
+/// Longest path component (file name) of a member, as on Linux. The parser
+/// refuses a member whose path or hard-link target has a longer one.
+pub const NAME_MAX: usize = 255;
+/// Longest member path, symlink target or hard-link target, in bytes: Linux's
+/// `PATH_MAX` (4096) less its terminating NUL. GNU long names and pax
+/// `path`/`linkpath` records longer than this are refused while parsing
+/// (a long name's data is not even read).
+pub const PATH_MAX: usize = 4095;
+/// Longest xattr name (Linux `XATTR_NAME_MAX`).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest xattr value (Linux `XATTR_SIZE_MAX`): `getxattr` cannot return more.
+pub const XATTR_SIZE_MAX: usize = 64 << 10;
+/// Largest list of a member's xattr names, each with its NUL (Linux
+/// `XATTR_LIST_MAX`): `listxattr` cannot return more.
+pub const XATTR_LIST_MAX: usize = 64 << 10;
+
 /// Positional reads of an archive.
 pub trait ReadAt {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read

@@ -1,17 +1,58 @@
 //! The header parser.
 
+use std::collections::HashMap;
 use std::io;
 
 use crate::num::{parse_numeric, parse_pax_time, parse_pax_u64, parse_u64};
-use crate::{DataRun, Member, MemberKind, ReadAt, TarError, BLOCK};
+use crate::{
+    DataRun, Member, MemberKind, ReadAt, TarError, BLOCK, NAME_MAX, PATH_MAX, XATTR_LIST_MAX,
+    XATTR_NAME_MAX, XATTR_SIZE_MAX,
+};
 
 /// Largest extended header (pax `x`/`g` data, GNU long name or link) held in
 /// memory. Real ones are a few hundred bytes; a pax 0.1 sparse map of a
 /// badly fragmented file can reach megabytes.
 const MAX_EXTENDED: u64 = 64 << 20;
 
+/// Largest pax global (`g`) header. Its records apply to every later
+/// member; real ones hold a handful of keys.
+const MAX_GLOBAL: u64 = 4 << 20;
+
 /// Largest number of sparse runs accepted for one member.
 const MAX_SPARSE_RUNS: usize = 1 << 22;
+
+/// At most this many bytes of a path are quoted in an error.
+const QUOTE_MAX: usize = 120;
+
+/// A path for an error message, cut if long.
+pub(crate) fn quote(p: &[u8]) -> String {
+    if p.len() <= QUOTE_MAX {
+        format!("{:?}", String::from_utf8_lossy(p))
+    } else {
+        format!(
+            "{:?}... ({} bytes)",
+            String::from_utf8_lossy(&p[..QUOTE_MAX]),
+            p.len()
+        )
+    }
+}
+
+/// Why `path` cannot be a member path on Linux (a component longer than
+/// [`NAME_MAX`], or more than [`PATH_MAX`] bytes in all).
+pub(crate) fn path_too_long(path: &[u8]) -> Option<String> {
+    if path.len() > PATH_MAX {
+        return Some(format!(
+            "the path is {} bytes long, more than the {PATH_MAX} a Linux path can have",
+            path.len()
+        ));
+    }
+    let c = path.split(|&b| b == b'/').find(|c| c.len() > NAME_MAX)?;
+    Some(format!(
+        "its path has a component of {} bytes ({}), more than the {NAME_MAX} a file name can have",
+        c.len(),
+        quote(&c[..c.len().min(40)])
+    ))
+}
 
 /// Parses every member header of an archive of `archive_len` bytes.
 ///
@@ -29,8 +70,9 @@ pub struct Parser<'a, R: ReadAt + ?Sized> {
     r: &'a R,
     len: u64,
     pos: u64,
-    /// pax `g` records in force, in order.
-    global: Vec<(Vec<u8>, Vec<u8>)>,
+    /// What the pax `g` records in force say, applied once when read (a
+    /// member starts from a copy of it).
+    global: Ext,
     done: bool,
 }
 
@@ -41,7 +83,7 @@ impl<'a, R: ReadAt + ?Sized> Parser<'a, R> {
             r,
             len: archive_len,
             pos: 0,
-            global: Vec::new(),
+            global: Ext::default(),
             done: false,
         }
     }
@@ -188,7 +230,7 @@ fn compressed(b: &[u8]) -> Option<&'static str> {
 }
 
 /// Everything extended headers said about the member that follows.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Ext {
     /// Offset of the first `x`/`L`/`K` header of the member.
     first_header: Option<u64>,
@@ -206,12 +248,20 @@ struct Ext {
     ctime: Option<i64>,
     devmajor: Option<u32>,
     devminor: Option<u32>,
-    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// In order of first appearance; None: removed by a later global record.
+    xattrs: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Where each live name is in `xattrs` (records may repeat a name).
+    xattr_at: HashMap<Vec<u8>, usize>,
+    /// listxattr bytes of `xattrs` (each name and its NUL).
+    xattr_list: usize,
+    /// The first xattr over a Linux limit: reported, naming the member,
+    /// once its path is known. Its value is not kept.
+    xattr_error: Option<String>,
     sparse: Sparse,
 }
 
 /// pax GNU.sparse.* state.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Sparse {
     seen: bool,
     major: Option<u64>,
@@ -226,8 +276,13 @@ struct Sparse {
 /// A pax record: keyword and value.
 type Record<'a> = (&'a [u8], &'a [u8]);
 
-fn pax_records(data: &[u8], offset: u64) -> Result<Vec<Record<'_>>, TarError> {
-    let mut out = Vec::new();
+/// Calls `f` on each record in turn (no list of them is built: a 64 MiB
+/// header can hold millions).
+fn pax_records<'a>(
+    data: &'a [u8],
+    offset: u64,
+    mut f: impl FnMut(Record<'a>) -> Result<(), TarError>,
+) -> Result<(), TarError> {
     let mut p = 0usize;
     while p < data.len() {
         let rest = &data[p..];
@@ -264,10 +319,10 @@ fn pax_records(data: &[u8], offset: u64) -> Result<Vec<Record<'_>>, TarError> {
         if eq == 0 {
             return Err(bad("a record with an empty keyword"));
         }
-        out.push((&rec[..eq], &rec[eq + 1..]));
+        f((&rec[..eq], &rec[eq + 1..]))?;
         p += len;
     }
-    Ok(out)
+    Ok(())
 }
 
 fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
@@ -314,10 +369,65 @@ fn url_decode(s: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn set_xattr(list: &mut Vec<(Vec<u8>, Vec<u8>)>, name: Vec<u8>, value: Vec<u8>) {
-    match list.iter_mut().find(|(n, _)| *n == name) {
-        Some(e) => e.1 = value,
-        None => list.push((name, value)),
+/// Sets (or, with `value` None, removes) an xattr, in constant time.
+/// Names and values over the Linux limits are not kept: the first is
+/// noted in `xattr_error` (the member is refused once its name is known).
+fn set_xattr(ext: &mut Ext, name: Vec<u8>, value: Option<Vec<u8>>) {
+    let Some(value) = value else {
+        if let Some(i) = ext.xattr_at.remove(&name) {
+            ext.xattr_list -= name.len() + 1;
+            ext.xattrs[i].1 = None;
+        }
+        return;
+    };
+    let err = if name.len() > XATTR_NAME_MAX {
+        Some(format!(
+            "xattr name {} is {} bytes, more than the {XATTR_NAME_MAX} Linux allows",
+            quote(&name[..60]),
+            name.len()
+        ))
+    } else if value.len() > XATTR_SIZE_MAX {
+        Some(format!(
+            "xattr {} has a value of {} bytes, more than the {XATTR_SIZE_MAX} Linux can return",
+            quote(&name),
+            value.len()
+        ))
+    } else if !ext.xattr_at.contains_key(&name)
+        && ext.xattr_list + name.len() + 1 > XATTR_LIST_MAX
+    {
+        Some(format!(
+            "more xattrs than fit the {XATTR_LIST_MAX} bytes Linux lists (at {})",
+            quote(&name)
+        ))
+    } else {
+        None
+    };
+    if let Some(e) = err {
+        ext.xattr_error.get_or_insert(e);
+        return;
+    }
+    match ext.xattr_at.get(&name) {
+        Some(&i) => ext.xattrs[i].1 = Some(value),
+        None => {
+            ext.xattr_list += name.len() + 1;
+            ext.xattr_at.insert(name.clone(), ext.xattrs.len());
+            ext.xattrs.push((name, Some(value)));
+        }
+    }
+}
+
+impl Ext {
+    /// Drops removed xattrs (after a global header: the template is copied
+    /// for every member).
+    fn compact_xattrs(&mut self) {
+        if self.xattrs.len() == self.xattr_at.len() {
+            return;
+        }
+        self.xattrs.retain(|(_, v)| v.is_some());
+        self.xattr_at.clear();
+        for (i, (n, _)) in self.xattrs.iter().enumerate() {
+            self.xattr_at.insert(n.clone(), i);
+        }
     }
 }
 
@@ -378,7 +488,9 @@ fn apply_pax(
         _ if key.starts_with(b"SCHILY.xattr.") => {
             let name = &key[b"SCHILY.xattr.".len()..];
             if !name.is_empty() {
-                set_xattr(&mut ext.xattrs, name.to_vec(), value.to_vec());
+                // An empty global value ends that global xattr.
+                let v = (!global || !value.is_empty()).then(|| value.to_vec());
+                set_xattr(ext, name.to_vec(), v);
             }
         }
         _ if key.starts_with(b"LIBARCHIVE.xattr.") => {
@@ -388,7 +500,8 @@ fn apply_pax(
             let value = base64_decode(value)
                 .ok_or_else(|| TarError::bad(offset, "LIBARCHIVE.xattr", "bad base64 value"))?;
             if !name.is_empty() {
-                set_xattr(&mut ext.xattrs, name, value);
+                let v = (!global || !value.is_empty()).then_some(value);
+                set_xattr(ext, name, v);
             }
         }
         _ if global => {}
@@ -523,6 +636,22 @@ fn gnu_sparse_entry(b: &[u8], offset: u64) -> Result<Option<(u64, u64)>, TarErro
     Ok(Some((o, n)))
 }
 
+/// Refuses a pax path or linkpath longer than a Linux path.
+fn check_long(pos: u64, field: &'static str, v: Option<&[u8]>) -> Result<(), TarError> {
+    match v {
+        Some(p) if p.len() > PATH_MAX => Err(TarError::bad(
+            pos,
+            field,
+            format!(
+                "{} is {} bytes: a Linux path has at most {PATH_MAX} bytes",
+                quote(p),
+                p.len()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl<R: ReadAt + ?Sized> Parser<'_, R> {
     fn read_block(&self, at: u64, what: &'static str) -> Result<[u8; 512], TarError> {
         if at.checked_add(BLOCK).is_none_or(|e| e > self.len) {
@@ -567,11 +696,8 @@ impl<R: ReadAt + ?Sized> Parser<'_, R> {
     }
 
     fn next_member(&mut self) -> Result<Option<Member>, TarError> {
-        let mut ext = Ext::default();
         // Global records apply first; local ones override them.
-        for (k, v) in &self.global {
-            apply_pax(&mut ext, k, v, 0, true)?;
-        }
+        let mut ext = self.global.clone();
         loop {
             let pos = self.pos;
             if pos == self.len {
@@ -620,23 +746,35 @@ impl<R: ReadAt + ?Sized> Parser<'_, R> {
             let hsize = parse_u64(&block[off::SIZE]).map_err(|e| TarError::bad(pos, "size", e))?;
             match typeflag {
                 b'x' | b'X' | b'g' => {
+                    if typeflag == b'g' && hsize > MAX_GLOBAL {
+                        return Err(TarError::Unsupported {
+                            offset: pos,
+                            what: format!(
+                                "a pax global header of {hsize} bytes (limit {MAX_GLOBAL})"
+                            ),
+                        });
+                    }
                     let (data, next) = self.read_extended(pos, hsize)?;
-                    let recs = pax_records(&data, pos)?;
                     if typeflag == b'g' {
-                        for (k, v) in recs {
-                            self.global.retain(|(gk, _)| gk != k);
-                            if !v.is_empty() {
-                                self.global.push((k.to_vec(), v.to_vec()));
-                            }
-                            if ext.first_header.is_none() {
+                        let pending = ext.first_header.is_none();
+                        pax_records(&data, pos, |(k, v)| {
+                            apply_pax(&mut self.global, k, v, pos, true)?;
+                            if pending {
                                 apply_pax(&mut ext, k, v, pos, true)?;
                             }
+                            Ok(())
+                        })?;
+                        if let Some(e) = self.global.xattr_error.take() {
+                            return Err(TarError::bad(pos, "pax global header", e));
                         }
+                        self.global.compact_xattrs();
+                        check_long(pos, "pax global path", self.global.path.as_deref())?;
+                        check_long(pos, "pax global linkpath", self.global.linkpath.as_deref())?;
                     } else {
                         ext.first_header.get_or_insert(pos);
-                        for (k, v) in recs {
-                            apply_pax(&mut ext, k, v, pos, false)?;
-                        }
+                        pax_records(&data, pos, |(k, v)| apply_pax(&mut ext, k, v, pos, false))?;
+                        check_long(pos, "pax path", ext.path.as_deref())?;
+                        check_long(pos, "pax linkpath", ext.linkpath.as_deref())?;
                         if ext.sparse.pending_offset.is_some() {
                             return Err(TarError::bad(
                                 pos,
@@ -648,6 +786,16 @@ impl<R: ReadAt + ?Sized> Parser<'_, R> {
                     self.pos = next;
                 }
                 b'L' | b'K' => {
+                    // The name and its NUL; a longer one is refused unread.
+                    if hsize > PATH_MAX as u64 + 1 {
+                        return Err(TarError::bad(
+                            pos,
+                            if typeflag == b'L' { "GNU long name" } else { "GNU long link" },
+                            format!(
+                                "{hsize} bytes: a Linux path has at most {PATH_MAX} bytes"
+                            ),
+                        ));
+                    }
                     let (data, next) = self.read_extended(pos, hsize)?;
                     ext.first_header.get_or_insert(pos);
                     let v = cstr(&data).to_vec();
@@ -750,6 +898,37 @@ impl<R: ReadAt + ?Sized> Parser<'_, R> {
         };
         if link_target.as_ref().is_some_and(|l| l.is_empty()) {
             return Err(TarError::bad(pos, "linkname", "empty link target"));
+        }
+        // Names a Linux file system cannot hold are refused here, naming the
+        // member, so no reader of the archive makes them.
+        if let Some(why) = path_too_long(&path) {
+            return Err(TarError::bad(pos, "name", format!("member {}: {why}", quote(&path))));
+        }
+        match (&link_target, kind) {
+            (Some(t), MemberKind::Symlink) if t.len() > PATH_MAX => {
+                return Err(TarError::bad(
+                    pos,
+                    "linkname",
+                    format!(
+                        "member {}: a symlink target of {} bytes, more than the {PATH_MAX} Linux allows",
+                        quote(&path),
+                        t.len()
+                    ),
+                ))
+            }
+            (Some(t), MemberKind::HardLink) => {
+                if let Some(why) = path_too_long(t) {
+                    return Err(TarError::bad(
+                        pos,
+                        "linkname",
+                        format!("member {}: hard link target: {why}", quote(&path)),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if let Some(why) = &ext.xattr_error {
+            return Err(TarError::bad(pos, "xattr", format!("member {}: {why}", quote(&path))));
         }
 
         let mode = parse_u64(&block[off::MODE]).map_err(|e| TarError::bad(pos, "mode", e))? as u32
@@ -938,7 +1117,11 @@ impl<R: ReadAt + ?Sized> Parser<'_, R> {
             dev_major,
             dev_minor,
             size,
-            xattrs: ext.xattrs,
+            xattrs: ext
+                .xattrs
+                .into_iter()
+                .filter_map(|(n, v)| Some((n, v?)))
+                .collect(),
             data,
             header_offset,
         })

@@ -252,3 +252,54 @@ fn clone_tree_and_snapshots_from_the_command_line() {
     assert!(s1 < s0 - 2.0e6, "deleting the snapshot let gc free nothing ({s0} -> {s1})");
     env.assert_fsck_clean(|_| false);
 }
+
+/// `cairn insert --from -` stages a large stdin in a scratch file beside
+/// the target; a SIGTERM (or SIGINT) while it waits for more input must not
+/// leave that file in the mount.
+#[test]
+fn insert_from_stdin_killed_leaves_no_scratch_file() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let _serial = serial();
+    let env = Env::new("insert-sigterm");
+    let m = env.mount();
+    let f = m.join("f");
+    fs::write(&f, b"0123456789").unwrap();
+    let scratch = |m: &Mount| -> Vec<String> {
+        fs::read_dir(m.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".cairn-"))
+            .collect()
+    };
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut child = Command::new(CAIRN)
+            .args([OsStr::new("insert"), f.as_os_str(), OsStr::new("5"), OsStr::new("--from"), OsStr::new("-")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // More than fits inline: the command starts a scratch file and keeps
+        // reading, as the pipe stays open.
+        stdin.write_all(&gen(7, 1 << 20)).unwrap();
+        stdin.flush().unwrap();
+        let t = std::time::Instant::now();
+        while scratch(&m).is_empty() {
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "no scratch file appeared");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let status = child.wait().unwrap();
+        drop(stdin);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(sig), "the command should die of the signal: {status:?}");
+        assert_eq!(scratch(&m), Vec::<String>::new(), "signal {sig} left a scratch file in the mount");
+        assert_eq!(fs::read(&f).unwrap(), b"0123456789", "an interrupted insert changed the file");
+    }
+    m.umount();
+    env.assert_fsck_clean(|_| false);
+}

@@ -59,8 +59,8 @@ pub struct CreateOptions {
 
 /// A piece of the archive being built.
 enum Part {
-    /// Header bytes `[from, to)` of the header buffer.
-    Header(usize, usize),
+    /// Header bytes: `len` bytes at `off` in header block `block`.
+    Header { block: usize, off: u32, len: u32 },
     Ext(Extent),
 }
 
@@ -120,7 +120,17 @@ impl Volume {
         self.prefetch_metadata();
         self.flush_round(true)?;
         let now = Timestamp::now();
-        let mut hdrs: Vec<u8> = Vec::new();
+        // The headers, concatenated, are cut into blocks of about the average
+        // chunk size, each stored as one chunk as soon as it is full (so
+        // memory stays flat however many header bytes a tree needs: a deep
+        // tree's headers repeat its whole path); every header is a slice of
+        // its block. The member data around them stays in the members'
+        // chunks, shared. One chunk per header would cost a chunk row, an
+        // encryption and (on extract) a fetch per member.
+        let block_target = (self.cfg.chunker.avg as usize).max(64 << 10);
+        let mut batch = super::flush::Batch::new(self);
+        let mut block: Vec<u8> = Vec::with_capacity(block_target);
+        let mut ids: Vec<u64> = Vec::new();
         let mut parts: Vec<Part> = Vec::new();
         let mut report = ArchiveReport::default();
         let mut pos = 0u64;
@@ -175,8 +185,13 @@ impl Volume {
                         xattrs: &xattrs,
                     };
                     let h = cairn_tar::write_header(&spec, pos, opts.align);
-                    parts.push(Part::Header(hdrs.len(), hdrs.len() + h.len()));
-                    hdrs.extend_from_slice(&h);
+                    if !block.is_empty() && block.len() + h.len() > block_target {
+                        ids.extend(batch.store_in(c, &[&block])?);
+                        block.clear();
+                    }
+                    let too_big = || Error::invalid(format!("{}: a tar header of {} bytes", String::from_utf8_lossy(&path), h.len()));
+                    parts.push(Part::Header { block: ids.len(), off: u32::try_from(block.len()).map_err(|_| too_big())?, len: u32::try_from(h.len()).map_err(|_| too_big())? });
+                    block.extend_from_slice(&h);
                     pos += h.len() as u64;
                     report.header_bytes += h.len() as u64;
                     report.members += 1;
@@ -213,37 +228,18 @@ impl Volume {
         parts.push(Part::Ext(Extent::hole(cairn_tar::END_OF_ARCHIVE.len() as u64)));
         pos += cairn_tar::END_OF_ARCHIVE.len() as u64;
         report.archive_bytes = pos;
-        let walked = t0.elapsed();
-        // The headers, concatenated, are cut into blocks of about the average
-        // chunk size, each stored as one chunk; every header is a slice of its
-        // block. The member data around them stays in the members' chunks,
-        // shared. One chunk per header would cost a chunk row, an encryption
-        // and (on extract) a fetch per member.
-        let block_target = (self.cfg.chunker.avg as usize).max(64 << 10);
-        let mut blocks: Vec<(usize, usize)> = Vec::new();
-        for p in &parts {
-            if let Part::Header(a, b) = *p {
-                match blocks.last_mut() {
-                    Some(last) if b - last.0 <= block_target => last.1 = b,
-                    _ => blocks.push((a, b)),
-                }
-            }
+        if !block.is_empty() {
+            ids.extend(batch.store(&[&block])?);
         }
-        let mut batch = super::flush::Batch::new(self);
-        let slices: Vec<&[u8]> = blocks.iter().map(|&(a, b)| &hdrs[a..b]).collect();
-        let ids = batch.store(&slices)?;
+        drop(block);
+        let walked = t0.elapsed();
         batch.seal()?;
         batch.finish_uploads()?;
-        let mut block = 0usize;
+        let header_chunks = ids.len();
         let extents: Vec<Extent> = parts
             .into_iter()
             .map(|p| match p {
-                Part::Header(a, b) => {
-                    while blocks[block].1 < b {
-                        block += 1;
-                    }
-                    Extent::chunk(ids[block], (a - blocks[block].0) as u64, (b - a) as u64)
-                }
+                Part::Header { block, off, len } => Extent::chunk(ids[block], off as u64, len as u64),
                 Part::Ext(e) => e,
             })
             .collect();
@@ -292,7 +288,7 @@ impl Volume {
             Ok(ino)
         })?;
         batch.account();
-        tracing::debug!(members = report.members, header_chunks = blocks.len(), ?walked, ?stored, total = ?t0.elapsed(), "archive created");
+        tracing::debug!(members = report.members, header_chunks, ?walked, ?stored, total = ?t0.elapsed(), "archive created");
         for i in freed_later {
             self.last_name_gone(i)?;
         }

@@ -105,11 +105,21 @@ impl<'a> Batch<'a> {
 
     /// Stores chunks (deduplicated); returns their metadata ids in order.
     pub(crate) fn store(&mut self, chunks: &[&[u8]]) -> Result<Vec<u64>> {
+        self.store_with(None, chunks)
+    }
+
+    /// [`Batch::store`] from inside a metadata read or transaction `c`
+    /// (the chunk lookups use it instead of taking the metadata lock).
+    pub(crate) fn store_in(&mut self, c: &rusqlite::Connection, chunks: &[&[u8]]) -> Result<Vec<u64>> {
+        self.store_with(Some(c), chunks)
+    }
+
+    fn store_with(&mut self, conn: Option<&rusqlite::Connection>, chunks: &[&[u8]]) -> Result<Vec<u64>> {
         let vol = self.vol;
         let ids: Vec<ChunkId> = chunks.par_iter().map(|c| vol.keys.chunk_id(c)).collect();
         let mut out = vec![0u64; chunks.len()];
         let mut todo: Vec<usize> = Vec::new();
-        vol.meta.read_many(|c| {
+        let mut lookup = |c: &rusqlite::Connection| -> Result<()> {
             for (i, h) in ids.iter().enumerate() {
                 if let Some(&id) = self.by_hash.get(h) {
                     out[i] = id;
@@ -121,7 +131,11 @@ impl<'a> Batch<'a> {
                 }
             }
             Ok(())
-        })?;
+        };
+        match conn {
+            Some(c) => lookup(c)?,
+            None => vol.meta.read_many(|c| lookup(c))?,
+        }
         // The same new chunk twice in one step is encoded once.
         let mut first: HashMap<ChunkId, usize> = HashMap::new();
         todo.retain(|&i| first.insert(ids[i], i).is_none());

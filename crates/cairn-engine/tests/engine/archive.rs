@@ -250,3 +250,77 @@ fn extract_into_a_dangling_entry_reports_corruption() {
     assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
+
+/// A ustar header block (for crafted GNU long names).
+fn raw_header(name: &[u8], typeflag: u8, size: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 512];
+    b[..name.len()].copy_from_slice(name);
+    b[100..108].copy_from_slice(b"0000644\0");
+    b[108..116].copy_from_slice(b"0000000\0");
+    b[116..124].copy_from_slice(b"0000000\0");
+    b[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
+    b[136..148].copy_from_slice(b"14000000000\0");
+    b[156] = typeflag;
+    b[257..263].copy_from_slice(b"ustar\0");
+    b[263..265].copy_from_slice(b"00");
+    b[148..156].fill(b' ');
+    let sum: u32 = b.iter().map(|&c| u32::from(c)).sum();
+    b[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    b
+}
+
+#[test]
+fn names_and_xattrs_past_linux_limits_are_refused_and_nothing_is_made() {
+    use cairn_tar::MemberKind::*;
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let v = open(d.path());
+    let x300 = [b"top/".to_vec(), vec![b'x'; 300]].concat();
+    let x2000 = [b"top/".to_vec(), vec![b'y'; 2000]].concat();
+    // A 10 MiB GNU long name (a directory, as the report's was).
+    let mut gnu = raw_header(b"././@LongLink", b'L', 10 << 20);
+    gnu.extend(b"d/".repeat(5 << 20));
+    gnu.extend(raw_header(b"short/", b'5', 0));
+    gnu.extend_from_slice(&cairn_tar::END_OF_ARCHIVE);
+    let with_xattr = |name: &[u8], value: Vec<u8>| {
+        let x = vec![(name.to_vec(), value)];
+        let spec = cairn_tar::HeaderSpec {
+            path: b"has-xattr", kind: File, link_target: None, mode: 0o644, uid: 0, gid: 0,
+            uname: None, gname: None, mtime_ns: 0, atime_ns: None, size: 0, dev_major: 0, dev_minor: 0, xattrs: &x,
+        };
+        let mut out = hostile_tar(&[(b"first", File, None, b"x")]);
+        out.truncate(out.len() - cairn_tar::END_OF_ARCHIVE.len());
+        out.extend(cairn_tar::write_header(&spec, out.len() as u64, None));
+        out.extend_from_slice(&cairn_tar::END_OF_ARCHIVE);
+        out
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("300-byte name", hostile_tar(&[(b"ok", File, None, b"x"), (&x300, File, None, b"x")]), "component of 300 bytes"),
+        ("2000-byte name", hostile_tar(&[(&x2000, Dir, None, b"")]), "component of 2000 bytes"),
+        ("10 MiB GNU long name", gnu, "GNU long name"),
+        ("big xattr", with_xattr(b"user.big", vec![7; (64 << 10) + 1]), "member \"has-xattr\""),
+        ("long xattr name", with_xattr(&[b"user.".to_vec(), vec![b'n'; 300]].concat(), b"v".to_vec()), "member \"has-xattr\""),
+    ];
+    for (what, bytes, want) in cases {
+        let f = mkfile(&v, ROOT_INO, "t.tar", &bytes);
+        let msg = v.archive_extract(f, ROOT_INO, b"dest", None, root()).expect_err(what).to_string();
+        eprintln!("{what}: {msg}");
+        assert!(msg.contains(want), "{what}: {msg}");
+        assert!(msg.len() < 1000, "{what}: a {} byte message", msg.len());
+        assert!(v.resolve(b"dest").is_err(), "{what}: a refused extract made something");
+        v.unlink(ROOT_INO, b"t.tar").unwrap();
+    }
+    // At the limits: extracted, and read back whole.
+    let n255 = [b"top/".to_vec(), vec![b'z'; 255]].concat();
+    let ok = with_xattr(b"user.big", vec![7; 64 << 10]);
+    let mut ok2 = hostile_tar(&[(&n255, File, None, b"edge")]);
+    ok2.truncate(ok2.len() - cairn_tar::END_OF_ARCHIVE.len());
+    ok2.extend_from_slice(&ok[..ok.len()]);
+    let f = mkfile(&v, ROOT_INO, "t.tar", &ok2);
+    v.archive_extract(f, ROOT_INO, b"dest", None, root()).unwrap();
+    let i = v.resolve(&[b"dest/".to_vec(), n255].concat()).unwrap();
+    assert_eq!(read_all(&v, i), b"edge");
+    let i = v.resolve(b"dest/has-xattr").unwrap();
+    assert_eq!(v.getxattr(i, b"user.big").unwrap(), vec![7; 64 << 10]);
+    assert!(maintenance::fsck(&v, true, &NoProgress).unwrap().errors.is_empty());
+}
