@@ -81,7 +81,6 @@ fn unprivileged_user_gets_exact_errnos() {
 
     let out = python(SCRIPT, &[mnt.as_os_str()], Some(NOBODY));
     assert!(out.ok(), "{out}");
-    let got: BTreeMap<&str, &str> = out.stdout.lines().filter_map(|l| l.split_once(' ')).collect();
     let want: &[(&str, &str)] = &[
         ("whoami", "OK"),
         ("create_in_root_dir", "EACCES"),
@@ -110,12 +109,7 @@ fn unprivileged_user_gets_exact_errnos() {
         ("utime_explicit_own", "OK"),
         ("chown_own_to_root", "EPERM"),
     ];
-    let wrong: Vec<String> = want
-        .iter()
-        .filter(|(k, v)| got.get(k) != Some(v))
-        .map(|(k, v)| format!("{k}: expected {v}, got {}", got.get(k).unwrap_or(&"(nothing)")))
-        .collect();
-    assert!(wrong.is_empty(), "as nobody:\n{}\n{out}", wrong.join("\n"));
+    assert_outcomes(&out, want);
 
     // Root sees what nobody did, and nothing nobody was refused.
     assert_eq!(fs::read(mnt.join("sticky/mine")).unwrap(), b"written by nobody\n");
@@ -265,7 +259,6 @@ t("token_after_close", lambda: rpwrite(fd, 100, struct.unpack("<Q", tok)[0], 2))
     let (s, x) = (secret_ino.to_string(), missing_ino.to_string());
     let out = python(PY, &[mnt.as_os_str(), s.as_ref(), x.as_ref()], Some(NOBODY));
     assert!(out.ok(), "{out}");
-    let got: BTreeMap<&str, &str> = out.stdout.lines().filter_map(|l| l.split_once(' ')).collect();
     let want: &[(&str, &str)] = &[
         ("open_secret", "EACCES"),
         // Version 1's inode numbers are refused outright, existing or not.
@@ -280,15 +273,22 @@ t("token_after_close", lambda: rpwrite(fd, 100, struct.unpack("<Q", tok)[0], 2))
         ("source_of_write_only", "EBADF"),
         ("token_after_close", "EBADF"),
     ];
+    assert_outcomes(&out, want);
+    // Nobody's file holds the public file's bytes and nothing of the secret.
+    assert_eq!(fs::read(mnt.join("sticky/loot")).unwrap(), b"public\n");
+    m.umount();
+}
+
+/// Checks the `NAME OUTCOME` lines a script run as nobody printed against
+/// `want`, listing every mismatch at once.
+fn assert_outcomes(out: &Out, want: &[(&str, &str)]) {
+    let got: BTreeMap<&str, &str> = out.stdout.lines().filter_map(|l| l.split_once(' ')).collect();
     let wrong: Vec<String> = want
         .iter()
         .filter(|(k, v)| got.get(k) != Some(v))
         .map(|(k, v)| format!("{k}: expected {v}, got {}", got.get(k).unwrap_or(&"(nothing)")))
         .collect();
     assert!(wrong.is_empty(), "as nobody:\n{}\n{out}", wrong.join("\n"));
-    // Nobody's file holds the public file's bytes and nothing of the secret.
-    assert_eq!(fs::read(mnt.join("sticky/loot")).unwrap(), b"public\n");
-    m.umount();
 }
 
 /// Everything under `dir` (and `dir`) that a group or other user may read,
