@@ -805,7 +805,11 @@ fn run(cli: Cli) -> Result<i32> {
             }
             check_fuse_access(private)?;
             let local = target::local_dir(&volume, &cloud)?;
-            if let Some(m) = resolve::mount_of(&volume, Some(&local)) {
+            // The same local directory mounted twice (the volume's lock
+            // would refuse it less clearly). A volume in a bucket mounted
+            // here from another local directory is another "machine": its
+            // lease decides, and a read-only mount beside it is fine.
+            if let Some(m) = resolve::mount_using(&local) {
                 bail!("{volume} is in use: already mounted at {} (daemon pid {}); use that mount, or `cairn umount {}` first", m.mountpoint.display(), m.pid, m.mountpoint.display());
             }
             warn_if_not_empty(&mountpoint);

@@ -45,6 +45,13 @@ pub fn mount_of(volume: &str, local_dir: Option<&Path>) -> Option<Entry> {
     live_mounts().into_iter().find(|e| named(&e.volume) || dir.as_ref().is_some_and(|d| canon(&e.local_dir) == *d))
 }
 
+/// The live mount whose local directory is `local_dir`.
+pub fn mount_using(local_dir: &Path) -> Option<Entry> {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let dir = canon(local_dir);
+    live_mounts().into_iter().find(|e| canon(&e.local_dir) == dir)
+}
+
 /// A predicate: whether a registered volume name is `volume` (URLs compare
 /// without a trailing slash, directories by their canonical path).
 fn same_volume_name(volume: &str) -> impl Fn(&str) -> bool {
