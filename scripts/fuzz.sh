@@ -9,7 +9,7 @@ if ! rustup toolchain list 2>/dev/null | grep -q nightly; then
   exit 1
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-for t in pack extent_page journal journal_damage config tar tape_layout meta_chain; do
+for t in pack extent_page journal journal_damage config tar tape_layout meta_chain trace_reader; do
   mkdir -p corpus/$t
   echo "fuzz.sh: $t for ${SECS}s"
   cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$SECS" -rss_limit_mb=2048 2>&1 | tail -n 3
