@@ -12,7 +12,7 @@
 use crate::cost::{Prices, GB, MONTH_SECS};
 use crate::error::Result;
 use crate::maintenance::{live_runs, run_span, Mover};
-use crate::meta::{self, ChunkRow};
+use crate::meta::ChunkRow;
 use crate::pack;
 use crate::volume::Volume;
 use cairn_backend::meter::{RequestKind, Subsystem};
@@ -86,7 +86,7 @@ pub fn plan(vol: &Volume, now: i64, prices: &Prices) -> Result<Vec<PackCost>> {
 /// round costs a read of the packs table, not of every chunk. Each pack
 /// comes with its chunk rows (offset order), which cleaning needs too.
 fn plan_where(vol: &Volume, now: i64, prices: &Prices, due_only: bool) -> Result<Vec<(PackCost, Vec<ChunkRow>)>> {
-    let packs = vol.meta.read(meta::dead_packs)?;
+    let packs = vol.meta.read(|tx| Ok(tx.dead_packs()?))?;
     let s = storage_per_byte_second(prices);
     let get = prices.per_1000_requests.of(RequestKind::Get) / 1000.0;
     let delete = prices.per_1000_requests.of(RequestKind::Delete) / 1000.0;
@@ -101,7 +101,7 @@ fn plan_where(vol: &Volume, now: i64, prices: &Prices, due_only: bool) -> Result
                 continue;
             }
         }
-        let chunks = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?;
+        let chunks = vol.meta.read(|c| Ok(c.chunks_in_pack(p.id)?))?;
         let live_bytes: u64 = chunks.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
         let (mut gets, mut download_bytes) = (0, 0);
         for run in live_runs(&chunks) {
@@ -196,7 +196,7 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
     let committed = vol.meta.write(|tx| {
         let mut freed = 0;
         for (p, _) in &due {
-            for c in meta::chunks_in_pack(tx, p.id)? {
+            for c in tx.chunks_in_pack(p.id)? {
                 if moved_ids.contains(&c.id) {
                     continue;
                 }

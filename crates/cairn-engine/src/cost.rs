@@ -281,19 +281,19 @@ impl Volume {
         let rows = rows_of(&counts, unix_day(now));
         let r = self.meta.write(|tx| {
             for r in &rows {
-                meta::add_bill(tx, r)?;
+                tx.add_bill(r)?;
             }
-            match meta::get_info(tx, meta::BILL_STORAGE_AT_KEY)? {
+            match tx.get_info(meta::BILL_STORAGE_AT_KEY)? {
                 Some(at) if at < now => {
-                    let (size, dead) = meta::pack_bytes(tx)?;
+                    let (size, dead) = tx.pack_bytes()?;
                     for r in storage_rows(at, now, size.saturating_sub(dead), dead) {
-                        meta::add_bill(tx, &r)?;
+                        tx.add_bill(&r)?;
                     }
                 }
                 Some(_) => return Ok(()), // the clock went back: wait for it
                 None => {}
             }
-            meta::set_info(tx, meta::BILL_STORAGE_AT_KEY, now)
+            Ok(tx.set_info(meta::BILL_STORAGE_AT_KEY, now)?)
         });
         match r {
             Ok(()) => {
@@ -323,7 +323,7 @@ impl Volume {
         let rows = read_pending(&self.layout.dir)?;
         self.meta.write(|tx| {
             for r in &rows {
-                meta::add_bill(tx, r)?;
+                tx.add_bill(r)?;
             }
             Ok(())
         })?;
@@ -416,9 +416,9 @@ impl Volume {
         let _saving = cloud.bill_saved.lock();
         let now = now_secs();
         let mut rows = self.meta.read(|c| {
-            let mut rows = meta::bill_rows(c, since)?;
-            if let Some(at) = meta::get_info(c, meta::BILL_STORAGE_AT_KEY)? {
-                let (size, dead) = meta::pack_bytes(c)?;
+            let mut rows = c.bill_rows(since)?;
+            if let Some(at) = c.get_info(meta::BILL_STORAGE_AT_KEY)? {
+                let (size, dead) = c.pack_bytes()?;
                 rows.extend(storage_rows(at, now, size.saturating_sub(dead), dead));
             }
             Ok(rows)

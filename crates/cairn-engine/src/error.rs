@@ -3,34 +3,9 @@
 
 use std::fmt;
 
-/// What went wrong, in terms a caller can act on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    NotFound,
-    Exists,
-    NotDir,
-    IsDir,
-    NotEmpty,
-    Invalid,
-    NameTooLong,
-    NoAttr,
-    Range,
-    Permission,
-    ReadOnly,
-    TooBig,
-    /// Stored data failed verification or could not be read: never served.
-    Corrupt,
-    /// The backend or local disk failed.
-    Io,
-    /// The volume's configuration or key is wrong (bad passphrase, unknown format).
-    Config,
-    /// The volume is in use by another process.
-    Busy,
-    NotSupported,
-    /// The local disk under the volume (journal, metadata) is full.
-    NoSpace,
-}
+/// What went wrong, in terms a caller can act on (shared with the
+/// metadata store).
+pub use cairn_meta::ErrorKind;
 
 /// An engine error.
 #[derive(Debug)]
@@ -96,30 +71,7 @@ impl Error {
             ErrorKind::Busy => libc::EBUSY,
             ErrorKind::NotSupported => libc::EOPNOTSUPP,
             ErrorKind::NoSpace => libc::ENOSPC,
-        }
-    }
-}
-
-impl ErrorKind {
-    /// The kind an errno stands for (the reverse of `Error::errno`).
-    pub fn from_errno(e: i32) -> Self {
-        match e {
-            libc::ENOENT => ErrorKind::NotFound,
-            libc::EEXIST => ErrorKind::Exists,
-            libc::ENOTDIR => ErrorKind::NotDir,
-            libc::EISDIR => ErrorKind::IsDir,
-            libc::ENOTEMPTY => ErrorKind::NotEmpty,
-            libc::EINVAL => ErrorKind::Invalid,
-            libc::ENAMETOOLONG => ErrorKind::NameTooLong,
-            libc::ENODATA => ErrorKind::NoAttr,
-            libc::ERANGE => ErrorKind::Range,
-            libc::EPERM | libc::EACCES => ErrorKind::Permission,
-            libc::EROFS => ErrorKind::ReadOnly,
-            libc::EFBIG => ErrorKind::TooBig,
-            libc::EBUSY => ErrorKind::Busy,
-            libc::EOPNOTSUPP => ErrorKind::NotSupported,
-            libc::ENOSPC => ErrorKind::NoSpace,
-            _ => ErrorKind::Io,
+            _ => libc::EIO,
         }
     }
 }
@@ -132,10 +84,18 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<rusqlite::Error> for Error {
-    fn from(e: rusqlite::Error) -> Self {
-        let full = matches!(&e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull);
-        Error::new(if full { ErrorKind::NoSpace } else { ErrorKind::Io }, format!("metadata database: {e}"))
+impl From<cairn_meta::Error> for Error {
+    fn from(e: cairn_meta::Error) -> Self {
+        let (kind, msg) = e.into_parts();
+        Error { kind, msg }
+    }
+}
+
+/// An engine error raised inside a metadata transaction goes through the
+/// store unchanged (kind and message), and comes back out by the `From` above.
+impl From<Error> for cairn_meta::Error {
+    fn from(e: Error) -> Self {
+        cairn_meta::Error::new(e.kind, e.msg)
     }
 }
 

@@ -85,36 +85,26 @@ fn ratio(a: u64, b: u64) -> f64 {
 pub fn stats(vol: &Volume) -> Result<Stats> {
     vol.meta.read(|c| {
         let mut s = Stats::default();
-        let mut q = c.prepare("SELECT kind, COUNT(*), COALESCE(SUM(size),0), COALESCE(SUM(data_bytes),0) FROM inodes GROUP BY kind")?;
-        let rows = q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))?;
-        for r in rows {
-            let (k, n, size, data) = r?;
-            match FileKind::from_code(k)? {
+        for (kind, n, size, data) in c.inode_totals()?.by_kind {
+            match kind {
                 FileKind::File => {
-                    s.files = n as u64;
-                    s.logical_bytes = size as u64;
-                    s.data_bytes = data as u64;
+                    s.files = n;
+                    s.logical_bytes = size;
+                    s.data_bytes = data;
                 }
-                FileKind::Dir => s.directories = n as u64,
-                FileKind::Symlink => s.symlinks = n as u64,
+                FileKind::Dir => s.directories = n,
+                FileKind::Symlink => s.symlinks = n,
                 _ => {}
             }
         }
-        let (live, dead, ub, lsb): (i64, i64, i64, i64) = c.query_row(
-            "SELECT COALESCE(SUM(refs>0),0), COALESCE(SUM(refs=0),0), COALESCE(SUM(CASE WHEN refs>0 THEN raw_len END),0),
-                    COALESCE(SUM(CASE WHEN refs>0 THEN stored_len END),0) FROM chunks",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )?;
-        s.chunks = live as u64;
-        s.dead_chunks = dead as u64;
-        s.unique_bytes = ub as u64;
-        s.live_stored_bytes = lsb as u64;
-        let (np, sb, db): (i64, i64, i64) =
-            c.query_row("SELECT COUNT(*), COALESCE(SUM(size),0), COALESCE(SUM(dead_bytes),0) FROM packs", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        s.packs = np as u64;
-        s.stored_bytes = sb as u64;
-        s.dead_bytes = db as u64;
+        let t = c.chunk_totals()?;
+        s.chunks = t.live_chunks;
+        s.dead_chunks = t.dead_chunks;
+        s.unique_bytes = t.unique_bytes;
+        s.live_stored_bytes = t.live_stored_bytes;
+        s.packs = t.packs;
+        s.stored_bytes = t.pack_bytes;
+        s.dead_bytes = t.dead_bytes;
         s.dedup_ratio = ratio(s.data_bytes, s.unique_bytes);
         s.compression_ratio = ratio(s.unique_bytes, s.live_stored_bytes);
         s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
@@ -144,7 +134,7 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
     vol.sync()?;
     let mut rep = FsckReport::default();
     let (inodes, dentries, pages, links, chunks, packs) = vol.meta.read(|c| {
-        Ok((meta::all_inodes(c)?, meta::all_dentries(c)?, meta::all_pages(c)?, meta::all_page_links(c)?, meta::all_chunks(c)?, meta::all_packs(c)?))
+        Ok((c.all_inodes()?, c.all_dentries()?, c.all_pages()?, c.all_page_links()?, c.all_chunks()?, c.all_packs()?))
     })?;
     rep.inodes = inodes.len() as u64;
     rep.chunks = chunks.len() as u64;
@@ -355,7 +345,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     vol.check_writable()?;
     vol.sync()?;
     let mut rep = GcReport::default();
-    let packs = vol.meta.read(meta::all_packs)?;
+    let packs = vol.meta.read(|tx| Ok(tx.all_packs()?))?;
     let listed = vol.backend.list("packs/")?;
     rep.bytes_before = listed.iter().map(|o| o.size).sum();
     let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).collect();
@@ -371,7 +361,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
         if p.dead_bytes == 0 {
             continue;
         }
-        let chunks = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?;
+        let chunks = vol.meta.read(|c| Ok(c.chunks_in_pack(p.id)?))?;
         let live_bytes: u64 = chunks.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
         if !worth_cleaning(live_bytes, p.size, repack_below) {
             continue;
@@ -411,8 +401,8 @@ pub struct GcCandidate {
 /// What `gc` with `repack_below` would clean, changing nothing.
 pub fn gc_candidates(vol: &Volume, repack_below: f64) -> Result<Vec<GcCandidate>> {
     let mut out = Vec::new();
-    for p in vol.meta.read(meta::all_packs)?.into_iter().filter(|p| p.dead_bytes > 0) {
-        let live_bytes: u64 = vol.meta.read(|c| meta::chunks_in_pack(c, p.id))?.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
+    for p in vol.meta.read(|tx| Ok(tx.all_packs()?))?.into_iter().filter(|p| p.dead_bytes > 0) {
+        let live_bytes: u64 = vol.meta.read(|c| Ok(c.chunks_in_pack(p.id)?))?.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
         if worth_cleaning(live_bytes, p.size, repack_below) {
             out.push(GcCandidate { name: p.name, size: p.size, dead_bytes: p.dead_bytes, live_bytes });
         }
@@ -499,23 +489,23 @@ impl<'a> Mover<'a> {
     /// meanwhile is dead in its new pack), the moved chunks pointed at
     /// them, and the `emptied` packs' rows dropped with their dead chunks.
     /// Returns the dead chunk rows dropped.
-    pub(crate) fn commit(&self, tx: &rusqlite::Connection, emptied: impl IntoIterator<Item = u64>) -> Result<u64> {
+    pub(crate) fn commit(&self, tx: &dyn meta::MetaTx, emptied: impl IntoIterator<Item = u64>) -> Result<u64> {
         let mut dead_in: HashMap<usize, u64> = HashMap::new();
         for &(id, pidx, _) in &self.moved {
-            if let Some(c) = meta::chunk_by_id(tx, id)?.filter(|c| c.refs == 0) {
+            if let Some(c) = tx.chunk_by_id(id)?.filter(|c| c.refs == 0) {
                 *dead_in.entry(pidx).or_default() += c.stored_len as u64;
             }
         }
         let mut ids = Vec::with_capacity(self.sealed.len());
         for (i, (name, size, blobs)) in self.sealed.iter().enumerate() {
-            ids.push(meta::insert_pack(tx, name, *size, *blobs, dead_in.get(&i).copied().unwrap_or(0))?);
+            ids.push(tx.insert_pack(name, *size, *blobs, dead_in.get(&i).copied().unwrap_or(0))?);
         }
         for &(id, pidx, off) in &self.moved {
-            meta::relocate_chunk(tx, id, ids[pidx], off)?;
+            tx.relocate_chunk(id, ids[pidx], off)?;
         }
         let mut n = 0;
         for p in emptied {
-            n += meta::delete_pack(tx, p)?;
+            n += tx.delete_pack(p)?;
         }
         Ok(n)
     }

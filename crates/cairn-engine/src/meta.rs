@@ -1,1450 +1,176 @@
-//! The metadata store: SQLite in WAL mode (schema v2).
+//! The engine's side of the metadata store seam (`docs/metadata-store.md`).
 //!
-//! A read-write open uses one connection in exclusive locking mode behind a
-//! mutex: the volume lock already guarantees no other process touches the
-//! database, and exclusive mode drops the per-transaction file and
-//! shared-memory locks (11 fcntl calls per create+unlink with a reader pool)
-//! and keeps one page cache valid (3 preads per operation fewer). Statements
-//! are microseconds; flush commits are split so no transaction is long.
-//! A read-only open (`stats` on an unmounted volume) uses normal locking.
-//! All SQL of the engine lives in this module, written as plain functions
-//! over a `Connection`, so a PostgreSQL store can mirror it.
+//! The store itself is `cairn_meta`: a [`MetaStore`] trait of typed
+//! operations, whose default implementation is the embedded SQLite store.
+//! [`Meta`] holds one as `Arc<dyn MetaStore>` and gives the engine the
+//! closure forms it uses (`read(|tx| ..)`, `write(|tx| ..)`) with the
+//! engine's error type; [`load_extents`] and [`save_extents`] translate
+//! extent maps to the store's opaque pages. No SQL lives in the engine.
 
 use crate::error::{Error, Result};
-use crate::extent::{decode_page, encode_page, ExtentMap, Page, PageChanges};
-use crate::types::{Attr, FileKind, Ino, Timestamp};
-use parking_lot::Mutex;
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use std::collections::HashMap;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::extent::{decode_page, encode_page, ExtentMap, PageChanges, Source};
+use crate::types::Ino;
+pub use cairn_meta::sqlite::{GROUP_WINDOW, INO_HIGH_KEY, SCHEMA_VERSION};
+pub use cairn_meta::{
+    BillRow, Caller0, ChunkRow, ChunkTotals, DeadPack, InodeRow, InodeTotals, MetaRead, MetaStore, MetaTx, PackRow, PageEdits, PageLink, PageUpsert, ShipChanges,
+    StoredPage, BILL_STORAGE_AT_KEY, FLAG_READ_ONLY,
+};
+use cairn_meta::{MetaStoreExt, PageCodec};
+use std::path::Path;
+use std::sync::Arc;
 
-/// Schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2;
+/// The page format of `extent.rs`, for the store to read the chunk
+/// references of a page it frees.
+struct ExtentCodec;
 
-/// Inode flag: the inode belongs to a snapshot (or is the `.snapshots`
-/// directory) and refuses every change with EROFS.
-pub const FLAG_READ_ONLY: i64 = 1;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS info(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS inodes(
-  ino INTEGER PRIMARY KEY,
-  kind INTEGER NOT NULL, perm INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
-  rdev INTEGER NOT NULL DEFAULT 0, nlink INTEGER NOT NULL,
-  size INTEGER NOT NULL DEFAULT 0, data_bytes INTEGER NOT NULL DEFAULT 0,
-  atime INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, btime INTEGER NOT NULL,
-  parent INTEGER, target BLOB, jseq INTEGER NOT NULL DEFAULT 0, flags INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS dentries(parent INTEGER NOT NULL, name BLOB NOT NULL, ino INTEGER NOT NULL,
-  kind INTEGER NOT NULL, PRIMARY KEY(parent, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS xattrs(ino INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL,
-  PRIMARY KEY(ino, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS pages(id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS file_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL, page INTEGER NOT NULL,
-  PRIMARY KEY(ino, key)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS packs(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, size INTEGER NOT NULL,
-  blobs INTEGER NOT NULL, dead_bytes INTEGER NOT NULL DEFAULT 0, dead_since INTEGER, created INTEGER NOT NULL,
-  dead_acc REAL NOT NULL DEFAULT 0, dead_mark INTEGER);
-CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, pack INTEGER NOT NULL,
-  offset INTEGER NOT NULL, stored_len INTEGER NOT NULL, raw_len INTEGER NOT NULL, flags INTEGER NOT NULL,
-  refs INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS chunks_pack ON chunks(pack);
-";
-
-/// The bill of a cloud volume (docs/format.md "Metadata"): requests and
-/// payload bytes by unix day, subsystem and request kind, and stored
-/// byte-seconds (subsystem `storage`, items `live` and `dead`). Created at a
-/// read-write open of a cloud volume; a primary key, as every table, so
-/// its rows ship in session patchsets.
-const BILL_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bill(day INTEGER NOT NULL, subsystem TEXT NOT NULL, item TEXT NOT NULL,
-  requests INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(day, subsystem, item)) WITHOUT ROWID";
-
-/// `info` key: until when stored bytes were added to the bill (seconds
-/// since the epoch).
-pub const BILL_STORAGE_AT_KEY: &str = "bill_storage_at";
-
-/// Where a stored chunk lives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChunkRow {
-    pub id: u64,
-    pub hash: [u8; 32],
-    pub pack: u64,
-    pub offset: u64,
-    pub stored_len: u32,
-    pub raw_len: u32,
-    pub flags: u8,
-    pub refs: i64,
-}
-
-/// A pack row.
-#[derive(Clone, Debug)]
-pub struct PackRow {
-    pub id: u64,
-    pub name: String,
-    pub size: u64,
-    pub blobs: u64,
-    pub dead_bytes: u64,
-}
-
-/// A full inode row.
-#[derive(Clone, Debug)]
-pub struct InodeRow {
-    pub attr: Attr,
-    pub data_bytes: u64,
-    pub parent: Option<Ino>,
-    pub target: Option<Vec<u8>>,
-    pub jseq: u64,
-    /// `FLAG_*` bits.
-    pub flags: i64,
-}
-
-impl InodeRow {
-    pub fn read_only(&self) -> bool {
-        self.flags & FLAG_READ_ONLY != 0
+impl PageCodec for ExtentCodec {
+    fn chunk_ids(&self, data: &[u8], out: &mut Vec<u64>) -> cairn_meta::Result<()> {
+        for e in decode_page(0, data)?.extents {
+            if let Source::Chunk(id) = e.src {
+                out.push(id);
+            }
+        }
+        Ok(())
     }
 }
 
-/// How long a write transaction may stay open to take more changes (group
-/// commit), and how many changes it may take.
-///
-/// One connection serves every request, so a change left uncommitted is
-/// already seen by the next statements: nobody waits for the window. It
-/// only bounds what a `kill -9` of the daemon loses of changes nobody
-/// fsync'd (a kernel crash loses up to 5 s of them on ext4), while
-/// `Meta::sync` (every fsync, fsyncdir and ordering barrier) commits first.
-/// Each commit rewrites the WAL frames of every page it touched, so an untar
-/// wrote 28.8 KiB of WAL per file in 4.3 commits; grouped, a page touched
-/// by many changes is written once per window.
-pub const GROUP_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
-const GROUP_MAX: u32 = 1024;
-
-/// The connection and the state of the write transaction on it.
-struct Conn {
-    /// Records committed changes for shipping (cloud volumes, see
-    /// [`Meta::capture_changes`]). Declared before `c` so it is dropped first.
-    capture: Option<Capture>,
-    c: Connection,
-    /// When the open write transaction (if any) began.
-    open_since: Option<std::time::Instant>,
-    /// Changes in it.
-    pending: u32,
-    /// Set when a group commit failed: changes already acknowledged were
-    /// rolled back, so memory and database disagree until a remount
-    /// replays the journal. Every later change fails with this message.
-    broken: Option<String>,
-}
-
-/// A SQLite session on the connection of the [`Conn`] that holds it.
-struct Capture(rusqlite::session::Session<'static>);
-
-// SAFETY: the session is only touched under the `Conn` mutex, like the
-// connection it records (SQLite is built thread-safe; a session is tied to
-// its connection, not to a thread).
-unsafe impl Send for Capture {}
-
-impl Capture {
-    /// A session recording every table of `c`.
-    fn start(c: &Connection) -> Result<Capture> {
-        let mut s = rusqlite::session::Session::new(c)?;
-        s.attach(None::<&str>)?;
-        // SAFETY: the session keeps only the raw handle of `c`'s database;
-        // the `Conn` that owns both drops the session first (field order)
-        // and never replaces its connection.
-        Ok(Capture(unsafe { std::mem::transmute::<rusqlite::session::Session<'_>, rusqlite::session::Session<'static>>(s) }))
-    }
-}
-
-/// What the committer thread shares with [`Meta`].
-struct Shared {
-    conn: Mutex<Conn>,
-    /// Wakes the committer: a transaction opened, or stop.
-    wake: parking_lot::Condvar,
-    stop: std::sync::atomic::AtomicBool,
-    /// Write transactions committed so far (counted after each commit, under
-    /// the connection lock).
-    commits: AtomicU64,
-    /// Write transactions rolled back so far (an inode-number reservation
-    /// made in one must be made again).
-    rollbacks: AtomicU64,
-    window: std::time::Duration,
-}
-
-/// The SQLite metadata store.
+/// The volume's metadata store.
 pub struct Meta {
-    path: PathBuf,
-    shared: std::sync::Arc<Shared>,
-    /// Every commit up to this number is known durable (its WAL frames were
-    /// fsync'd). Starts below `commits`, so the first sync always runs.
-    durable: AtomicU64,
-    /// Commits open write transactions when their window ends.
-    committer: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Shared {
-    /// Commits the open write transaction, if any. Once a group was lost
-    /// this fails for good: a later barrier must not report durable what
-    /// was rolled back (the journal would then retire its only copy).
-    fn commit(&self, g: &mut Conn) -> Result<()> {
-        if let Some(why) = &g.broken {
-            return Err(Error::io(why.clone()));
-        }
-        if g.open_since.is_none() {
-            return Ok(());
-        }
-        g.open_since = None;
-        g.pending = 0;
-        match g.c.execute_batch("COMMIT") {
-            Ok(()) => {
-                self.commits.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-            Err(e) => {
-                // SQLite may have rolled back already; make sure.
-                let _ = g.c.execute_batch("ROLLBACK");
-                self.rollbacks.fetch_add(1, Ordering::SeqCst);
-                let msg = format!("committing metadata changes failed ({e}); remount the volume (the journal replays file data)");
-                tracing::error!("{msg}");
-                g.broken = Some(msg.clone());
-                Err(Error::from(e))
-            }
-        }
-    }
-
-    fn committer(&self) {
-        let mut g = self.conn.lock();
-        loop {
-            if self.stop.load(Ordering::SeqCst) {
-                let _ = self.commit(&mut g);
-                return;
-            }
-            match g.open_since {
-                None => self.wake.wait(&mut g),
-                Some(t) => {
-                    let due = t + self.window;
-                    if std::time::Instant::now() >= due {
-                        let _ = self.commit(&mut g);
-                    } else {
-                        self.wake.wait_until(&mut g, due);
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Meta {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.wake.notify_all();
-        if let Some(t) = self.committer.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn open_conn(path: &Path) -> Result<Connection> {
-    // SQLite would create the database 0644; its -wal and -shm files take
-    // the database's mode, so one made 0600 first keeps all three private.
-    if !path.exists() {
-        if let Err(e) = std::fs::OpenOptions::new().write(true).create_new(true).mode(crate::fsutil::PRIVATE_FILE).open(path) {
-            if e.kind() != std::io::ErrorKind::AlreadyExists {
-                return Err(Error::os(format_args!("creating metadata {}", path.display()), &e));
-            }
-        }
-    }
-    let c = Connection::open(path).map_err(|e| Error::io(format!("opening metadata {}: {e}", path.display())))?;
-    c.busy_timeout(std::time::Duration::from_secs(30))?;
-    // WAL without fsync at commit (fsync(2) and flushes sync the WAL
-    // explicitly); checkpoint rarely, since a checkpoint rewrites pages;
-    // read through mmap to save read(2) calls.
-    c.execute_batch(
-        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;
-         PRAGMA wal_autocheckpoint=16384; PRAGMA mmap_size=268435456;",
-    )?;
-    // `rarray(?)`: a bound list of ids as a table, for bulk statements.
-    rusqlite::vtab::array::load_module(&c)?;
-    Ok(c)
+    store: Arc<dyn MetaStore>,
 }
 
 impl Meta {
-    /// Creates a fresh database with the root directory.
+    /// Creates a fresh SQLite database with the root directory.
     pub fn create(path: &Path, root: Caller0) -> Result<()> {
-        let c = open_conn(path)?;
-        c.execute_batch(SCHEMA)?;
-        let now = Timestamp::now().0;
-        c.execute("INSERT INTO info(key, value) VALUES('schema', ?1)", [SCHEMA_VERSION])?;
-        c.execute(
-            "INSERT INTO inodes(ino, kind, perm, uid, gid, nlink, atime, mtime, ctime, btime, parent)
-             VALUES(1, ?1, ?2, ?3, ?4, 2, ?5, ?5, ?5, ?5, 1)",
-            params![FileKind::Dir.code(), root.perm, root.uid, root.gid, now],
-        )?;
-        // Durable before `init` reports success: the checkpoint fsyncs the
-        // database file, and the directory keeps its name.
-        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
-        if let Some(dir) = path.parent() {
-            crate::fsutil::fsync_dir(dir)?;
-        }
-        Ok(())
+        Ok(cairn_meta::sqlite::SqliteMeta::create(path, root)?)
     }
 
-    /// Opens an existing database, refusing unknown schema versions.
-    /// `exclusive`: this process is the only user (it holds the volume lock);
-    /// only then are changes grouped, for `group_window` (see [`GROUP_WINDOW`]).
+    /// Opens the SQLite database of a volume (see
+    /// `cairn_meta::sqlite::SqliteMeta::open`).
     pub fn open(path: &Path, exclusive: bool, group_window: std::time::Duration) -> Result<Self> {
-        if !path.exists() {
-            return Err(Error::config(format!("metadata database {} is missing", path.display())));
-        }
-        let w = open_conn(path)?;
-        if exclusive {
-            w.execute_batch("PRAGMA locking_mode=EXCLUSIVE;")?;
-        }
-        let v: Option<i64> = w.query_row("SELECT value FROM info WHERE key='schema'", [], |r| r.get(0)).optional()
-            .map_err(|e| Error::config(format!("{} is not a Cairn metadata database: {e}", path.display())))?;
-        match v {
-            Some(SCHEMA_VERSION) => {}
-            Some(1) if exclusive => migrate_v1(&w)?,
-            Some(1) => return Err(Error::config("metadata schema version 1 must be upgraded: open the volume read-write once (mount or fsck)")),
-            Some(v) => return Err(Error::config(format!("metadata schema version {v} is not supported (this build reads {SCHEMA_VERSION})"))),
-            None => return Err(Error::config("metadata database has no schema version")),
-        }
-        Ok(Meta::from_conn(path, w, if exclusive { group_window } else { std::time::Duration::ZERO }))
+        let s = cairn_meta::sqlite::SqliteMeta::open(path, exclusive, group_window, Arc::new(ExtentCodec))?;
+        Ok(Meta::from_store(Arc::new(s)))
     }
 
-    /// Group commit with window `window` (zero: every change commits at once).
-    fn from_conn(path: &Path, c: Connection, window: std::time::Duration) -> Meta {
-        let shared = std::sync::Arc::new(Shared {
-            conn: Mutex::new(Conn { capture: None, c, open_since: None, pending: 0, broken: None }),
-            wake: parking_lot::Condvar::new(),
-            stop: std::sync::atomic::AtomicBool::new(false),
-            commits: AtomicU64::new(1),
-            rollbacks: AtomicU64::new(0),
-            window,
-        });
-        let committer = (!window.is_zero()).then(|| {
-            let sh = shared.clone();
-            std::thread::Builder::new().name("cairn-meta-commit".into()).spawn(move || sh.committer()).expect("spawning the metadata committer")
-        });
-        Meta { path: path.to_path_buf(), shared, durable: AtomicU64::new(0), committer }
+    /// A volume's metadata in any store.
+    pub fn from_store(store: Arc<dyn MetaStore>) -> Self {
+        Meta { store }
     }
 
-
-    /// Runs reads; `f` sees one consistent state (the connection is this
-    /// process's only one, held for the call), including changes not yet
-    /// committed.
-    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        f(&self.shared.conn.lock().c)
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn MetaStore> {
+        &self.store
     }
 
-    /// [`Meta::read`] for many queries: `f` runs in one read transaction, so
-    /// the WAL's shared-memory locks (fcntl calls) are taken once, not once a
-    /// statement (a third of a cold 1,024-file archive walk went there).
-    /// Inside an open write transaction it already is.
-    pub fn read_many<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let mut g = self.shared.conn.lock();
-        if g.open_since.is_some() {
-            return f(&g.c);
-        }
-        let tx = g.c.transaction_with_behavior(TransactionBehavior::Deferred)?;
-        let r = f(&tx)?;
-        tx.commit()?;
-        Ok(r)
+    /// Runs queries on one consistent state, including every change whose
+    /// `write` returned. `f` may run more than once (see the contract).
+    pub fn read<T>(&self, f: impl FnMut(&dyn MetaRead) -> Result<T>) -> Result<T> {
+        self.store.read_with(f)
     }
 
-    /// Runs `f` as one change: all of it or (if `f` or SQLite fails) none of
-    /// it. The change joins the open write transaction (group commit, see
-    /// [`GROUP_WINDOW`]); it is seen by every later read at once, and is
-    /// durable after the next [`Meta::sync`].
-    pub fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let sh = &*self.shared;
-        let mut g = sh.conn.lock();
-        if let Some(why) = &g.broken {
-            return Err(Error::io(why.clone()));
-        }
-        if g.open_since.is_none() {
-            g.c.execute_batch("BEGIN IMMEDIATE")?;
-            g.open_since = Some(std::time::Instant::now());
-            sh.wake.notify_one();
-        }
-        // Cached statements: these run on every change.
-        g.c.prepare_cached("SAVEPOINT change")?.execute([])?;
-        let r = f(&g.c).and_then(|r| {
-            g.c.prepare_cached("RELEASE change")?.execute([])?;
-            Ok(r)
-        });
-        match r {
-            Ok(r) => {
-                g.pending += 1;
-                if sh.window.is_zero() || g.pending >= GROUP_MAX {
-                    sh.commit(&mut g)?;
-                }
-                Ok(r)
-            }
-            Err(e) => {
-                // Undo this change only; the others in the group stay.
-                let _ = g.c.execute_batch("ROLLBACK TO change; RELEASE change");
-                sh.rollbacks.fetch_add(1, Ordering::SeqCst);
-                if g.c.is_autocommit() {
-                    // SQLite rolled the whole transaction back (a full disk,
-                    // an I/O error): the group's acknowledged changes too.
-                    let lost = g.pending;
-                    g.open_since = None;
-                    g.pending = 0;
-                    if lost > 0 {
-                        let msg = format!("metadata changes were rolled back by SQLite ({e}); remount the volume (the journal replays file data)");
-                        tracing::error!("{msg}");
-                        g.broken = Some(msg);
-                    }
-                }
-                Err(e)
-            }
-        }
+    /// [`Meta::read`] for many queries (one read transaction).
+    pub fn read_many<T>(&self, f: impl FnMut(&dyn MetaRead) -> Result<T>) -> Result<T> {
+        self.store.read_many_with(f)
     }
 
-    /// Write transactions rolled back so far.
-    pub fn rollbacks(&self) -> u64 {
-        self.shared.rollbacks.load(Ordering::SeqCst)
+    /// Runs `f` as one change: all of it or (if `f` or the store fails) none
+    /// of it. Seen by every later read at once; durable after the next
+    /// [`Meta::sync`]. `f` may run more than once (a PostgreSQL store retries
+    /// serialization failures), so it must have no effect but its return.
+    pub fn write<T>(&self, f: impl FnMut(&dyn MetaTx) -> Result<T>) -> Result<T> {
+        self.store.write_with(f)
     }
 
-    /// What a `kill -9` leaves (for crash tests): the open write
-    /// transaction is rolled back instead of committed, and the committer
-    /// stops. Committed transactions stay, as their WAL frames would.
-    pub fn abandon(&self) {
-        {
-            let mut g = self.shared.conn.lock();
-            if g.open_since.take().is_some() {
-                let _ = g.c.execute_batch("ROLLBACK");
-            }
-            g.pending = 0;
-            g.broken = Some("the volume was abandoned (simulated crash)".into());
-        }
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.wake.notify_all();
-    }
-
-    /// Commits the open write transaction now (not durable yet: see
-    /// [`Meta::sync`]).
     pub fn commit(&self) -> Result<()> {
-        let mut g = self.shared.conn.lock();
-        self.shared.commit(&mut g)
+        Ok(self.store.commit()?)
     }
 
-    /// Asks the kernel to read the database and its WAL into the page cache
-    /// in the background, when they are at most `max_bytes` together: an
-    /// operation about to visit a large part of the metadata (archives, tree
-    /// clones) then waits for a few large reads instead of one 4 KiB read per
-    /// B-tree page. A hint: errors are ignored.
-    pub fn prefetch(&self, max_bytes: u64) {
-        use std::os::fd::AsRawFd;
-        let wal = PathBuf::from(format!("{}-wal", self.path.display()));
-        let files: Vec<std::fs::File> = [self.path.clone(), wal].iter().filter_map(|p| std::fs::File::open(p).ok()).collect();
-        let total: u64 = files.iter().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
-        if total > max_bytes {
-            return;
-        }
-        for f in &files {
-            // SAFETY: a valid descriptor; advice only.
-            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-        }
-    }
-
-    /// Makes every transaction committed before the call durable (one
-    /// fdatasync of the WAL; none when no commit happened since the last
-    /// sync). With `synchronous=NORMAL` a commit only writes its WAL frames,
-    /// so this is the barrier every ordering rule of `docs/format.md`
-    /// ("Order of writes") waits on before it deletes anything.
+    /// The barrier every ordering rule of `docs/format.md` waits on.
     pub fn sync(&self) -> Result<()> {
-        self.commit()?;
-        // Commits counted before the fsync starts are in the WAL's page cache.
-        let upto = self.shared.commits.load(Ordering::SeqCst);
-        if self.durable.load(Ordering::SeqCst) >= upto {
-            return Ok(());
-        }
-        let wal = PathBuf::from(format!("{}-wal", self.path.display()));
-        match std::fs::File::open(&wal) {
-            Ok(f) => f.sync_data().map_err(|e| Error::os(format_args!("fsync {}", wal.display()), &e))?,
-            // No WAL: everything was checkpointed into the database file
-            // (which SQLite fsyncs when it checkpoints).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("opening {} to fsync it: {e}", wal.display()))),
-        }
-        self.durable.fetch_max(upto, Ordering::SeqCst);
-        Ok(())
+        Ok(self.store.sync()?)
     }
 
-    /// Whether every committed transaction is known durable (for tests of
-    /// the ordering rules).
     pub fn is_durable(&self) -> bool {
-        let g = self.shared.conn.lock();
-        g.open_since.is_none() && self.durable.load(Ordering::SeqCst) >= self.shared.commits.load(Ordering::SeqCst)
+        self.store.is_durable()
     }
 
-    /// Starts recording every committed change, for [`Meta::take_changes`]
-    /// (cloud volumes ship them to the bucket as metadata deltas).
-    pub fn capture_changes(&self) -> Result<()> {
-        let mut g = self.shared.conn.lock();
-        if g.capture.is_none() {
-            g.capture = Some(Capture::start(&g.c)?);
-        }
-        Ok(())
+    pub fn abandon(&self) {
+        self.store.abandon()
     }
 
-    /// Commits the open group, then returns a SQLite patchset of every row
-    /// changed since the last call (each row once, with its final values;
-    /// changes undone before the call leave nothing) and starts recording
-    /// afresh. None when nothing changed. Runs under the connection lock
-    /// for the time it takes to compare the changed rows, no longer: the
-    /// caller uploads the bytes after.
-    pub fn take_changes(&self) -> Result<Option<Vec<u8>>> {
-        let mut g = self.shared.conn.lock();
-        self.shared.commit(&mut g)?;
-        let Some(cap) = g.capture.as_mut() else {
-            return Err(Error::invalid("metadata changes are not being captured"));
-        };
-        if cap.0.is_empty() {
-            return Ok(None);
-        }
-        let mut out = Vec::new();
-        cap.0.patchset_strm(&mut out)?;
-        let fresh = Capture::start(&g.c)?;
-        g.capture = Some(fresh);
-        Ok((!out.is_empty()).then_some(out))
-    }
-
-    /// Whether changes were recorded since the last [`Meta::take_changes`]
-    /// (false when changes are not being captured).
-    pub fn has_changes(&self) -> bool {
-        self.shared.conn.lock().capture.as_ref().is_some_and(|c| !c.0.is_empty())
-    }
-
-    /// A copy of the whole database as of the last commit, as the bytes of
-    /// a SQLite file, made in memory (the copy never touches the disk), and
-    /// restarts change capture so later changes are relative to it.
-    pub fn snapshot(&self) -> Result<Vec<u8>> {
-        let mut g = self.shared.conn.lock();
-        self.shared.commit(&mut g)?;
-        let mut mem = Connection::open_in_memory()?;
-        {
-            let b = rusqlite::backup::Backup::new(&g.c, &mut mem)?;
-            b.run_to_completion(1 << 16, std::time::Duration::ZERO, None)?;
-        }
-        if g.capture.is_some() {
-            let fresh = Capture::start(&g.c)?;
-            g.capture = Some(fresh);
-        }
-        drop(g);
-        let data = mem.serialize(rusqlite::MAIN_DB)?;
-        Ok(data.to_vec())
-    }
-
-    /// Folds the WAL back into the database (on clean shutdown).
     pub fn checkpoint(&self) -> Result<()> {
-        let mut g = self.shared.conn.lock();
-        self.shared.commit(&mut g)?;
-        g.c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
-        Ok(())
+        Ok(self.store.checkpoint()?)
     }
-}
 
-/// Schema v1 -> v2: extent pages become shared, reference-counted rows
-/// linked from files (clones and snapshots share them).
-fn migrate_v1(c: &Connection) -> Result<()> {
-    c.execute_batch(
-        "BEGIN IMMEDIATE;
-         CREATE TABLE pages(id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
-         CREATE TABLE file_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL, page INTEGER NOT NULL, PRIMARY KEY(ino, key)) WITHOUT ROWID;
-         INSERT INTO pages(id, refs, data) SELECT ROW_NUMBER() OVER (ORDER BY ino, key), 1, data FROM extent_pages;
-         INSERT INTO file_pages(ino, key, page) SELECT ino, key, ROW_NUMBER() OVER (ORDER BY ino, key) FROM extent_pages;
-         DROP TABLE extent_pages;
-         ALTER TABLE inodes ADD COLUMN flags INTEGER NOT NULL DEFAULT 0;
-         UPDATE info SET value=2 WHERE key='schema';
-         COMMIT;",
-    )
-    .map_err(|e| Error::config(format!("upgrading the metadata from schema 1 to 2: {e}")))?;
-    tracing::info!("metadata upgraded from schema 1 to 2 (shared extent pages)");
-    Ok(())
-}
-
-/// Owner and mode of the root directory at creation.
-#[derive(Clone, Copy, Debug)]
-pub struct Caller0 {
-    pub uid: u32,
-    pub gid: u32,
-    pub perm: u32,
-}
-
-const INODE_COLS: &str = "ino, kind, perm, nlink, uid, gid, rdev, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags";
-
-fn row_to_inode(r: &rusqlite::Row) -> rusqlite::Result<(InodeRow, i64)> {
-    let kind: i64 = r.get(1)?;
-    let data_bytes: i64 = r.get(8)?;
-    let attr = Attr {
-        ino: r.get::<_, i64>(0)? as u64,
-        kind: FileKind::File, // fixed below
-        perm: r.get::<_, i64>(2)? as u32,
-        nlink: r.get::<_, i64>(3)? as u32,
-        uid: r.get::<_, i64>(4)? as u32,
-        gid: r.get::<_, i64>(5)? as u32,
-        rdev: r.get::<_, i64>(6)? as u32,
-        size: r.get::<_, i64>(7)? as u64,
-        blocks: (data_bytes as u64).div_ceil(512),
-        atime: Timestamp(r.get(9)?),
-        mtime: Timestamp(r.get(10)?),
-        ctime: Timestamp(r.get(11)?),
-        btime: Timestamp(r.get(12)?),
-    };
-    Ok((
-        InodeRow {
-            attr,
-            data_bytes: data_bytes as u64,
-            parent: r.get::<_, Option<i64>>(13)?.map(|p| p as u64),
-            target: r.get(14)?,
-            jseq: r.get::<_, i64>(15)? as u64,
-            flags: r.get(16)?,
-        },
-        kind,
-    ))
-}
-
-/// Reads one inode.
-pub fn get_inode(c: &Connection, ino: Ino) -> Result<Option<InodeRow>> {
-    let mut st = c.prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE ino=?1"))?;
-    let r = st.query_row([ino as i64], row_to_inode).optional()?;
-    match r {
-        None => Ok(None),
-        Some((mut row, kind)) => {
-            row.attr.kind = FileKind::from_code(kind)?;
-            if row.attr.kind == FileKind::Dir {
-                row.attr.size = 4096;
-                row.attr.blocks = 8;
-            }
-            Ok(Some(row))
-        }
+    pub fn prefetch(&self, max_bytes: u64) {
+        self.store.prefetch(max_bytes)
     }
-}
 
-/// A new inode numbered `a.ino`. `jseq` is the journal position at its
-/// creation: no older record can be about it, even if its number was used
-/// by an inode deleted before a crash.
-pub fn insert_inode(c: &Connection, a: &Attr, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64) -> Result<()> {
-    insert_inode_full(c, a, 0, parent, target, jseq, 0)
-}
-
-/// A new inode with its allocation and flags given (clones, snapshots).
-pub fn insert_inode_full(c: &Connection, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64, flags: i64) -> Result<()> {
-    let mut st = c.prepare_cached(
-        "INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags)
-         VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
-    )?;
-    st.execute(params![
-        a.ino as i64, a.kind.code(), a.perm, a.uid, a.gid, a.rdev, a.nlink, a.size as i64, data_bytes as i64,
-        a.atime.0, a.mtime.0, a.ctime.0, a.btime.0, parent.map(|p| p as i64), target, jseq as i64, flags
-    ])?;
-    Ok(())
-}
-
-/// `info` key of the inode-number high-water mark: every number ever handed
-/// out is below it (numbers are never reused, even for deleted inodes).
-pub const INO_HIGH_KEY: &str = "ino_high";
-
-/// The first inode number never handed out: above every inode row and the
-/// persisted high-water mark.
-pub fn next_free_ino(c: &Connection) -> Result<u64> {
-    let max = c.query_row("SELECT COALESCE(MAX(ino), 1) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64;
-    let high = get_info(c, INO_HIGH_KEY)?.unwrap_or(0).max(0) as u64;
-    Ok((max + 1).max(high))
-}
-
-/// Writes back the mutable attributes of an inode.
-pub fn update_attr(c: &Connection, a: &Attr) -> Result<()> {
-    let mut st = c.prepare_cached(
-        "UPDATE inodes SET perm=?2, uid=?3, gid=?4, nlink=?5, atime=?6, mtime=?7, ctime=?8 WHERE ino=?1",
-    )?;
-    st.execute(params![a.ino as i64, a.perm, a.uid, a.gid, a.nlink, a.atime.0, a.mtime.0, a.ctime.0])?;
-    Ok(())
-}
-
-/// Records a flushed file's size, allocation and journal position.
-pub fn update_content(c: &Connection, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()> {
-    let mut st = c.prepare_cached("UPDATE inodes SET size=?2, data_bytes=?3, mtime=?4, ctime=?5, jseq=MAX(jseq, ?6) WHERE ino=?1")?;
-    st.execute(params![ino as i64, size as i64, data_bytes as i64, mtime.0, ctime.0, jseq as i64])?;
-    Ok(())
-}
-
-pub fn set_nlink(c: &Connection, ino: Ino, nlink: u32, ctime: Timestamp) -> Result<()> {
-    c.prepare_cached("UPDATE inodes SET nlink=?2, ctime=?3 WHERE ino=?1")?.execute(params![ino as i64, nlink, ctime.0])?;
-    Ok(())
-}
-
-pub fn set_parent(c: &Connection, ino: Ino, parent: Ino) -> Result<()> {
-    c.prepare_cached("UPDATE inodes SET parent=?2 WHERE ino=?1")?.execute(params![ino as i64, parent as i64])?;
-    Ok(())
-}
-
-/// Touches a directory's mtime and ctime.
-pub fn touch_dir(c: &Connection, ino: Ino, now: Timestamp, nlink_delta: i64) -> Result<()> {
-    c.prepare_cached("UPDATE inodes SET mtime=?2, ctime=?2, nlink=nlink+?3 WHERE ino=?1")?
-        .execute(params![ino as i64, now.0, nlink_delta])?;
-    Ok(())
-}
-
-/// The entry `name` in `parent`: (ino, kind).
-pub fn lookup(c: &Connection, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
-    let mut st = c.prepare_cached("SELECT ino, kind FROM dentries WHERE parent=?1 AND name=?2")?;
-    let r: Option<(i64, i64)> = st.query_row(params![parent as i64, name], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
-    match r {
-        None => Ok(None),
-        Some((i, k)) => Ok(Some((i as u64, FileKind::from_code(k)?))),
+    fn ship(&self) -> Result<&dyn ShipChanges> {
+        self.store.shipping().ok_or_else(|| Error::invalid("this metadata store does not ship its changes"))
     }
-}
 
-pub fn insert_dentry(c: &Connection, parent: Ino, name: &[u8], ino: Ino, kind: FileKind) -> Result<()> {
-    c.prepare_cached("INSERT INTO dentries(parent, name, ino, kind) VALUES(?1, ?2, ?3, ?4)")?
-        .execute(params![parent as i64, name, ino as i64, kind.code()])?;
-    Ok(())
-}
-
-pub fn delete_dentry(c: &Connection, parent: Ino, name: &[u8]) -> Result<()> {
-    c.prepare_cached("DELETE FROM dentries WHERE parent=?1 AND name=?2")?.execute(params![parent as i64, name])?;
-    Ok(())
-}
-
-/// Entries of a directory, sorted by name.
-pub fn list_dir(c: &Connection, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, FileKind)>> {
-    let mut st = c.prepare_cached("SELECT name, ino, kind FROM dentries WHERE parent=?1 ORDER BY name")?;
-    let rows = st.query_map([dir as i64], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
-    let mut out = Vec::new();
-    for r in rows {
-        let (n, i, k) = r?;
-        out.push((n, i as u64, FileKind::from_code(k)?));
+    /// See `cairn_meta::ShipChanges`.
+    pub fn capture_changes(&self) -> Result<()> {
+        Ok(self.ship()?.capture_changes()?)
     }
-    Ok(out)
-}
 
-pub fn dir_is_empty(c: &Connection, dir: Ino) -> Result<bool> {
-    let n: Option<i64> = c.prepare_cached("SELECT 1 FROM dentries WHERE parent=?1 LIMIT 1")?
-        .query_row([dir as i64], |r| r.get(0)).optional()?;
-    Ok(n.is_none())
-}
+    pub fn take_changes(&self) -> Result<Option<Vec<u8>>> {
+        Ok(self.ship()?.take_changes()?)
+    }
 
-/// Removes an inode row with its xattrs and page links. The caller has
-/// already released its pages (`release_pages`).
-pub fn delete_inode(c: &Connection, ino: Ino) -> Result<()> {
-    c.prepare_cached("DELETE FROM inodes WHERE ino=?1")?.execute([ino as i64])?;
-    c.prepare_cached("DELETE FROM xattrs WHERE ino=?1")?.execute([ino as i64])?;
-    c.prepare_cached("DELETE FROM file_pages WHERE ino=?1")?.execute([ino as i64])?;
-    Ok(())
-}
+    pub fn has_changes(&self) -> bool {
+        self.store.shipping().is_some_and(|s| s.has_changes())
+    }
 
-pub fn get_xattr(c: &Connection, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
-    Ok(c.prepare_cached("SELECT value FROM xattrs WHERE ino=?1 AND name=?2")?
-        .query_row(params![ino as i64, name], |r| r.get(0)).optional()?)
-}
-
-pub fn set_xattr(c: &Connection, ino: Ino, name: &[u8], value: &[u8]) -> Result<()> {
-    c.prepare_cached("INSERT OR REPLACE INTO xattrs(ino, name, value) VALUES(?1, ?2, ?3)")?
-        .execute(params![ino as i64, name, value])?;
-    Ok(())
-}
-
-pub fn remove_xattr(c: &Connection, ino: Ino, name: &[u8]) -> Result<bool> {
-    Ok(c.prepare_cached("DELETE FROM xattrs WHERE ino=?1 AND name=?2")?.execute(params![ino as i64, name])? > 0)
-}
-
-pub fn list_xattrs(c: &Connection, ino: Ino) -> Result<Vec<Vec<u8>>> {
-    let mut st = c.prepare_cached("SELECT name FROM xattrs WHERE ino=?1 ORDER BY name")?;
-    let rows = st.query_map([ino as i64], |r| r.get::<_, Vec<u8>>(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    pub fn snapshot(&self) -> Result<Vec<u8>> {
+        Ok(self.ship()?.snapshot()?)
+    }
 }
 
 /// Loads a file's extent map.
-pub fn load_extents(c: &Connection, ino: Ino) -> Result<ExtentMap> {
-    let mut st = c.prepare_cached("SELECT f.key, p.id, p.data FROM file_pages f JOIN pages p ON p.id=f.page WHERE f.ino=?1 ORDER BY f.key")?;
-    let rows = st.query_map([ino as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)))?;
-    let mut pages: Vec<Page> = Vec::new();
-    for r in rows {
-        let (k, id, d) = r?;
-        let mut p = decode_page(k, &d).map_err(|e| e.context(format!("inode {ino}, page #{id}")))?;
-        p.id = id as u64;
+pub fn load_extents(tx: &dyn MetaRead, ino: Ino) -> Result<ExtentMap> {
+    let mut pages = Vec::new();
+    for sp in tx.load_pages(ino)? {
+        let mut p = decode_page(sp.key, &sp.data).map_err(|e| e.context(format!("inode {ino}, page #{}", sp.id)))?;
+        p.id = sp.id;
         pages.push(p);
-    }
-    let n: i64 = c.prepare_cached("SELECT COUNT(*) FROM file_pages WHERE ino=?1")?.query_row([ino as i64], |r| r.get(0))?;
-    if n as usize != pages.len() {
-        return Err(Error::corrupt(format!("inode {ino} links {} pages that do not exist", n as usize - pages.len())));
     }
     Ok(ExtentMap::from_pages(pages))
 }
 
-/// Adds each chunk reference of `extents` times `sign` to `deltas`.
-fn count_chunk_refs(extents: &[crate::extent::Extent], sign: i64, deltas: &mut HashMap<u64, i64>) {
-    for e in extents {
-        if let crate::extent::Source::Chunk(id) = e.src {
-            *deltas.entry(id).or_default() += sign;
-        }
-    }
+fn chunk_ids(extents: &[crate::extent::Extent]) -> Vec<u64> {
+    extents.iter().filter_map(|e| if let Source::Chunk(id) = e.src { Some(id) } else { None }).collect()
 }
 
-/// Persists the page edits of one file. New pages are stored (their chunk
-/// references counted into `deltas`); pages that lose their last link are
-/// freed (their chunk references released). Returns the ids of the new
-/// pages by key, for `ExtentMap::assign_ids`.
-pub fn save_extents(c: &Connection, ino: Ino, ch: &PageChanges, deltas: &mut HashMap<u64, i64>) -> Result<Vec<(i64, u64)>> {
-    let mut link = c.prepare_cached("UPDATE pages SET refs=refs+1 WHERE id=?1")?;
-    for id in &ch.gained {
-        if link.execute([*id as i64])? != 1 {
-            return Err(Error::corrupt(format!("inode {ino}: shared page #{id} is missing")));
-        }
-    }
-    let mut ins = c.prepare_cached("INSERT INTO pages(refs, data) VALUES(1, ?1)")?;
-    let mut put = c.prepare_cached("INSERT OR REPLACE INTO file_pages(ino, key, page) VALUES(?1, ?2, ?3)")?;
-    let mut ids = Vec::new();
+/// Persists the page edits of one file: new pages are encoded and stored,
+/// dropped ones unlinked; the store counts the chunk references. Returns
+/// the ids of the new pages by key, for `ExtentMap::assign_ids`.
+pub fn save_extents(tx: &dyn MetaTx, ino: Ino, ch: &PageChanges) -> Result<Vec<(i64, u64)>> {
+    let mut upserts = Vec::with_capacity(ch.upserts.len());
     for p in &ch.upserts {
-        let id = if p.id == 0 {
-            ins.execute([encode_page(p)?])?;
-            let id = c.last_insert_rowid() as u64;
-            count_chunk_refs(&p.extents, 1, deltas);
-            ids.push((p.key, id));
-            id
+        upserts.push(if p.id == 0 {
+            PageUpsert { key: p.key, id: 0, data: encode_page(p)?, chunks: chunk_ids(&p.extents) }
         } else {
-            p.id
-        };
-        put.execute(params![ino as i64, p.key, id as i64])?;
+            PageUpsert { key: p.key, id: p.id, data: Vec::new(), chunks: Vec::new() }
+        });
     }
-    let mut del = c.prepare_cached("DELETE FROM file_pages WHERE ino=?1 AND key=?2")?;
-    for k in &ch.deletes {
-        del.execute(params![ino as i64, k])?;
-    }
-    for p in &ch.dropped {
-        unlink_page(c, p.id, Some(&p.extents), deltas)?;
-    }
-    Ok(ids)
-}
-
-/// Drops one link of a stored page; frees it, releasing its chunk
-/// references, when it was the last. `extents`: the page's content if the
-/// caller has it (saves decoding it again).
-fn unlink_page(c: &Connection, id: u64, extents: Option<&[crate::extent::Extent]>, deltas: &mut HashMap<u64, i64>) -> Result<()> {
-    let refs: i64 = c
-        .prepare_cached("UPDATE pages SET refs=refs-1 WHERE id=?1 RETURNING refs")?
-        .query_row([id as i64], |r| r.get(0))
-        .optional()?
-        .ok_or_else(|| Error::corrupt(format!("page #{id} is missing")))?;
-    if refs < 0 {
-        return Err(Error::corrupt(format!("page #{id}: link count went negative")));
-    }
-    if refs == 0 {
-        match extents {
-            Some(ex) => count_chunk_refs(ex, -1, deltas),
-            None => {
-                let data: Vec<u8> = c.prepare_cached("SELECT data FROM pages WHERE id=?1")?.query_row([id as i64], |r| r.get(0))?;
-                count_chunk_refs(&decode_page(0, &data)?.extents, -1, deltas);
-            }
-        }
-        c.prepare_cached("DELETE FROM pages WHERE id=?1")?.execute([id as i64])?;
-    }
-    Ok(())
-}
-
-/// Unlinks every page of `ino` (freeing those no other file links) and
-/// applies the resulting chunk reference changes.
-pub fn release_pages(c: &Connection, ino: Ino) -> Result<()> {
-    let ids: Vec<i64> = {
-        let mut st = c.prepare_cached("SELECT page FROM file_pages WHERE ino=?1")?;
-        let rows = st.query_map([ino as i64], |r| r.get(0))?;
-        rows.collect::<rusqlite::Result<_>>()?
+    let edits = PageEdits {
+        gained: ch.gained.clone(),
+        upserts,
+        deletes: ch.deletes.clone(),
+        dropped: ch.dropped.iter().map(|p| (p.id, chunk_ids(&p.extents))).collect(),
     };
-    let mut deltas = HashMap::new();
-    for id in ids {
-        unlink_page(c, id as u64, None, &mut deltas)?;
-    }
-    c.prepare_cached("DELETE FROM file_pages WHERE ino=?1")?.execute([ino as i64])?;
-    apply_ref_deltas(c, &deltas)
+    Ok(tx.save_pages(ino, &edits)?)
 }
 
-/// Links every page of `src` into `dst` as well (which must have none):
-/// the O(pages) heart of a whole-file clone. No chunk reference changes.
-pub fn share_pages(c: &Connection, src: Ino, dst: Ino) -> Result<()> {
-    c.prepare_cached("UPDATE pages SET refs=refs+1 WHERE id IN (SELECT page FROM file_pages WHERE ino=?1)")?.execute([src as i64])?;
-    c.prepare_cached("INSERT INTO file_pages(ino, key, page) SELECT ?2, key, page FROM file_pages WHERE ino=?1")?
-        .execute(params![src as i64, dst as i64])?;
-    Ok(())
-}
-
-/// Copies every xattr of `src` to `dst`.
-pub fn copy_xattrs(c: &Connection, src: Ino, dst: Ino) -> Result<()> {
-    c.prepare_cached("INSERT INTO xattrs(ino, name, value) SELECT ?2, name, value FROM xattrs WHERE ino=?1")?
-        .execute(params![src as i64, dst as i64])?;
-    Ok(())
-}
-
-/// Sets an inode's flags.
-pub fn set_flags(c: &Connection, ino: Ino, flags: i64) -> Result<()> {
-    c.prepare_cached("UPDATE inodes SET flags=?2 WHERE ino=?1")?.execute(params![ino as i64, flags])?;
-    Ok(())
-}
-
-/// A value of the `info` table.
-pub fn get_info(c: &Connection, key: &str) -> Result<Option<i64>> {
-    Ok(c.prepare_cached("SELECT value FROM info WHERE key=?1")?.query_row([key], |r| r.get(0)).optional()?)
-}
-
-pub fn set_info(c: &Connection, key: &str, value: i64) -> Result<()> {
-    c.prepare_cached("INSERT OR REPLACE INTO info(key, value) VALUES(?1, ?2)")?.execute(params![key, value])?;
-    Ok(())
-}
-
-/// Creates the `bill` table if it is missing; true if it was.
-pub fn ensure_bill_table(c: &Connection) -> Result<bool> {
-    let had = has_bill_table(c)?;
-    if !had {
-        c.execute_batch(BILL_SCHEMA)?;
-    }
-    Ok(!had)
-}
-
-fn has_bill_table(c: &Connection) -> Result<bool> {
-    Ok(c.prepare_cached("SELECT 1 FROM sqlite_master WHERE type='table' AND name='bill'")?.exists([])?)
-}
-
-/// One row of the bill.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BillRow {
-    /// Days since the epoch (UTC).
-    pub day: i64,
-    /// Who: `write`, `read_miss`, `prefetch`, `gc`, `metadata`, `other`, or
-    /// `storage`.
-    pub subsystem: String,
-    /// A request kind (`GET`, `HEAD`, `PUT`, `POST`, `LIST`, `DELETE`), or
-    /// for `storage`, `live` or `dead`.
-    pub item: String,
-    pub requests: u64,
-    /// Payload bytes; for `storage`, byte-seconds.
-    pub bytes: u64,
-}
-
-/// Adds to a row of the bill.
-pub fn add_bill(c: &Connection, r: &BillRow) -> Result<()> {
-    c.prepare_cached(
-        "INSERT INTO bill(day, subsystem, item, requests, bytes) VALUES(?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT(day, subsystem, item) DO UPDATE SET requests=requests+excluded.requests, bytes=bytes+excluded.bytes",
-    )?
-    .execute(params![r.day, r.subsystem, r.item, r.requests as i64, r.bytes as i64])?;
-    Ok(())
-}
-
-/// The bill's rows from day `since` on (all of them for None); none when
-/// the table does not exist (a volume never mounted read-write by a build
-/// that keeps one).
-pub fn bill_rows(c: &Connection, since: Option<i64>) -> Result<Vec<BillRow>> {
-    if !has_bill_table(c)? {
-        return Ok(Vec::new());
-    }
-    let mut st = c.prepare("SELECT day, subsystem, item, requests, bytes FROM bill WHERE day >= ?1 ORDER BY day, subsystem, item")?;
-    let rows = st.query_map([since.unwrap_or(i64::MIN)], |r| {
-        Ok(BillRow { day: r.get(0)?, subsystem: r.get(1)?, item: r.get(2)?, requests: r.get::<_, i64>(3)? as u64, bytes: r.get::<_, i64>(4)? as u64 })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-/// Bytes of every pack, and the dead ones among them.
-pub fn pack_bytes(c: &Connection) -> Result<(u64, u64)> {
-    let (size, dead): (i64, i64) = c.query_row("SELECT COALESCE(SUM(size),0), COALESCE(SUM(dead_bytes),0) FROM packs", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok((size as u64, dead as u64))
-}
-
-fn row_to_chunk(r: &rusqlite::Row) -> rusqlite::Result<ChunkRow> {
-    let h: Vec<u8> = r.get(1)?;
-    let mut hash = [0u8; 32];
-    if h.len() == 32 {
-        hash.copy_from_slice(&h);
-    }
-    Ok(ChunkRow {
-        id: r.get::<_, i64>(0)? as u64,
-        hash,
-        pack: r.get::<_, i64>(2)? as u64,
-        offset: r.get::<_, i64>(3)? as u64,
-        stored_len: r.get::<_, i64>(4)? as u32,
-        raw_len: r.get::<_, i64>(5)? as u32,
-        flags: r.get::<_, i64>(6)? as u8,
-        refs: r.get(7)?,
-    })
-}
-
-const CHUNK_COLS: &str = "id, hash, pack, offset, stored_len, raw_len, flags, refs";
-
-pub fn chunk_by_id(c: &Connection, id: u64) -> Result<Option<ChunkRow>> {
-    Ok(c.prepare_cached(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE id=?1"))?
-        .query_row([id as i64], row_to_chunk).optional()?)
-}
-
-pub fn chunk_by_hash(c: &Connection, hash: &[u8; 32]) -> Result<Option<ChunkRow>> {
-    Ok(c.prepare_cached(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE hash=?1"))?
-        .query_row([&hash[..]], row_to_chunk).optional()?)
-}
-
-pub fn all_chunks(c: &Connection) -> Result<Vec<ChunkRow>> {
-    let mut st = c.prepare(&format!("SELECT {CHUNK_COLS} FROM chunks ORDER BY pack, offset"))?;
-    let rows = st.query_map([], row_to_chunk)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-pub fn chunks_in_pack(c: &Connection, pack: u64) -> Result<Vec<ChunkRow>> {
-    let mut st = c.prepare_cached(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE pack=?1 ORDER BY offset"))?;
-    let rows = st.query_map([pack as i64], row_to_chunk)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-pub fn insert_chunk(c: &Connection, ch: &ChunkRow) -> Result<()> {
-    c.prepare_cached("INSERT INTO chunks(id, hash, pack, offset, stored_len, raw_len, flags, refs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)")?
-        .execute(params![ch.id as i64, &ch.hash[..], ch.pack as i64, ch.offset as i64, ch.stored_len, ch.raw_len, ch.flags, ch.refs])?;
-    Ok(())
-}
-
-pub fn max_chunk_id(c: &Connection) -> Result<u64> {
-    Ok(c.query_row("SELECT COALESCE(MAX(id), 0) FROM chunks", [], |r| r.get::<_, i64>(0))? as u64)
-}
-
-pub fn max_jseq(c: &Connection) -> Result<u64> {
-    Ok(c.query_row("SELECT COALESCE(MAX(jseq), 0) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64)
-}
-
-/// A new pack. `dead_bytes` counts its blobs that no extent references yet
-/// (new chunks start unreferenced; their first reference revives them).
-pub fn insert_pack(c: &Connection, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
-    let now = Timestamp::now().0;
-    c.prepare_cached(
-        "INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark) VALUES(?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN ?5 END, ?5, ?5)",
-    )?
-        .execute(params![name, size as i64, blobs as i64, dead_bytes as i64, now])?;
-    Ok(c.last_insert_rowid() as u64)
-}
-
-pub fn all_packs(c: &Connection) -> Result<Vec<PackRow>> {
-    let mut st = c.prepare("SELECT id, name, size, blobs, dead_bytes FROM packs ORDER BY id")?;
-    let rows = st.query_map([], |r| {
-        Ok(PackRow {
-            id: r.get::<_, i64>(0)? as u64,
-            name: r.get(1)?,
-            size: r.get::<_, i64>(2)? as u64,
-            blobs: r.get::<_, i64>(3)? as u64,
-            dead_bytes: r.get::<_, i64>(4)? as u64,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-pub fn pack_name(c: &Connection, id: u64) -> Result<String> {
-    c.prepare_cached("SELECT name FROM packs WHERE id=?1")?
-        .query_row([id as i64], |r| r.get(0))
-        .optional()?
-        .ok_or_else(|| Error::corrupt(format!("pack #{id} is missing from the metadata")))
-}
-
-/// Applies reference-count changes, keeping each pack's dead-byte count
-/// (bytes of chunks nobody references) in step.
-pub fn apply_ref_deltas(c: &Connection, deltas: &HashMap<u64, i64>) -> Result<()> {
-    let mut rows: Vec<(u64, i64)> = deltas.iter().filter(|(_, &d)| d != 0).map(|(&id, &d)| (id, d)).collect();
-    rows.sort_unstable();
-    if rows.len() < BULK_DELTAS {
-        return apply_ref_deltas_each(c, &rows);
-    }
-    // Archives, tree clones and deletes change thousands of counts at once:
-    // the ids go to SQLite as one bound array (`rarray`) and one statement
-    // reads every affected row, instead of one query a chunk (whose fixed
-    // cost was most of an archive's time). The new counts are then written
-    // by one cached statement a row, which measured faster (4,096 rows:
-    // 3.4 ms) than `refs = refs + ?` over the array (4.7 ms), and much
-    // faster than an earlier version that staged the deltas in a temporary
-    // table (its inserts and correlated subquery were a third of a
-    // 1,024-file extract).
-    let ids: rusqlite::vtab::array::Array = std::rc::Rc::new(rows.iter().map(|&(id, _)| rusqlite::types::Value::Integer(id as i64)).collect());
-    // Check every count and sum the bytes that die (count reaches 0) or come
-    // back (count leaves 0) by pack, in one pass; rows come in id order, as
-    // `rows` is sorted.
-    let mut dead: HashMap<i64, i64> = HashMap::new();
-    let mut new_refs: Vec<(i64, i64)> = Vec::with_capacity(rows.len());
-    {
-        let mut st = c.prepare_cached("SELECT id, refs, pack, stored_len FROM chunks WHERE id IN rarray(?1) ORDER BY id")?;
-        let mut q = st.query([&ids])?;
-        let mut want = rows.iter();
-        while let Some(r) = q.next()? {
-            let id: i64 = r.get(0)?;
-            let &(wid, d) = want.next().ok_or_else(|| Error::corrupt(format!("chunk #{id} came back unasked")))?;
-            if wid as i64 != id {
-                return Err(Error::corrupt(format!("reference to unknown chunk #{wid}")));
-            }
-            let refs: i64 = r.get(1)?;
-            let new = refs + d;
-            if new < 0 {
-                return Err(Error::corrupt(format!("chunk #{id} reference count would go negative ({refs}{d:+})")));
-            }
-            let (pack, stored): (i64, i64) = (r.get(2)?, r.get(3)?);
-            if refs > 0 && new == 0 {
-                *dead.entry(pack).or_default() += stored;
-            } else if refs == 0 && new > 0 {
-                *dead.entry(pack).or_default() -= stored;
-            }
-            new_refs.push((id, new));
-        }
-        if let Some(&(id, _)) = want.next() {
-            return Err(Error::corrupt(format!("reference to unknown chunk #{id}")));
-        }
-    }
-    let mut set = c.prepare_cached("UPDATE chunks SET refs=?2 WHERE id=?1")?;
-    for (id, new) in new_refs {
-        set.execute([id, new])?;
-    }
-    let now = Timestamp::now().0;
-    let mut upd = c.prepare_cached(DEAD_BYTES_SQL)?;
-    for (pack, bytes) in dead {
-        if bytes != 0 {
-            upd.execute(params![pack, bytes, now])?;
-        }
-    }
-    Ok(())
-}
-
-/// From this many changed counts on, `apply_ref_deltas` works in bulk.
-const BULK_DELTAS: usize = 64;
-
-/// Adds `?2` bytes to pack `?1`'s dead bytes at time `?3` (ns); `dead_since`
-/// is set when it holds dead bytes and cleared when it holds none. The dead
-/// bytes held until now are first accrued into `dead_acc` (byte-seconds), so
-/// the cost of storing them is exact for any history of deaths
-/// (docs/frugal.md §5; SET sees the row as it was).
-const DEAD_BYTES_SQL: &str = "UPDATE packs SET dead_bytes=dead_bytes+?2,
-           dead_since=CASE WHEN ?2 > 0 AND dead_since IS NULL THEN ?3 WHEN dead_bytes+?2 = 0 THEN NULL ELSE dead_since END,
-           dead_acc=dead_acc + dead_bytes * ((?3 - COALESCE(dead_mark, dead_since, ?3)) / 1e9), dead_mark=?3
-         WHERE id=?1";
-
-fn apply_ref_deltas_each(c: &Connection, rows: &[(u64, i64)]) -> Result<()> {
-    let mut get = c.prepare_cached("SELECT refs, pack, stored_len FROM chunks WHERE id=?1")?;
-    let mut set = c.prepare_cached("UPDATE chunks SET refs=?2 WHERE id=?1")?;
-    let mut dead = c.prepare_cached(DEAD_BYTES_SQL)?;
-    let now = Timestamp::now().0;
-    for &(id, d) in rows {
-        let (refs, pack, stored): (i64, i64, i64) = get
-            .query_row([id as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?
-            .ok_or_else(|| Error::corrupt(format!("reference to unknown chunk #{id}")))?;
-        let new = refs + d;
-        if new < 0 {
-            return Err(Error::corrupt(format!("chunk #{id} reference count would go negative ({refs}{d:+})")));
-        }
-        set.execute(params![id as i64, new])?;
-        if refs > 0 && new == 0 {
-            dead.execute(params![pack, stored, now])?;
-        } else if refs == 0 && new > 0 {
-            dead.execute(params![pack, -stored, now])?;
-        }
-    }
-    Ok(())
-}
-
-/// Every inode number.
-pub fn all_inodes(c: &Connection) -> Result<Vec<InodeRow>> {
-    let mut st = c.prepare(&format!("SELECT {INODE_COLS} FROM inodes ORDER BY ino"))?;
-    let rows = st.query_map([], row_to_inode)?;
-    let mut out = Vec::new();
-    for r in rows {
-        let (mut row, k) = r?;
-        row.attr.kind = FileKind::from_code(k)?;
-        out.push(row);
-    }
-    Ok(out)
-}
-
-/// Inodes with no names left (orphans of a crash while files were open).
-pub fn orphan_inodes(c: &Connection) -> Result<Vec<Ino>> {
-    let mut st = c.prepare("SELECT ino FROM inodes WHERE nlink=0")?;
-    let rows = st.query_map([], |r| r.get::<_, i64>(0))?;
-    Ok(rows.map(|r| r.map(|i| i as u64)).collect::<rusqlite::Result<_>>()?)
-}
-
-/// Every dentry: (parent, name, ino, kind code).
-pub fn all_dentries(c: &Connection) -> Result<Vec<(Ino, Vec<u8>, Ino, i64)>> {
-    let mut st = c.prepare("SELECT parent, name, ino, kind FROM dentries")?;
-    let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get::<_, i64>(2)? as u64, r.get(3)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-/// Every stored page: (id, refs, data).
-pub fn all_pages(c: &Connection) -> Result<Vec<(u64, i64, Vec<u8>)>> {
-    let mut st = c.prepare("SELECT id, refs, data FROM pages ORDER BY id")?;
-    let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-/// Every page link: (ino, key, page id).
-pub fn all_page_links(c: &Connection) -> Result<Vec<(Ino, i64, u64)>> {
-    let mut st = c.prepare("SELECT ino, key, page FROM file_pages ORDER BY ino, key")?;
-    let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-pub fn count_inodes(c: &Connection) -> Result<u64> {
-    Ok(c.query_row("SELECT COUNT(*) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64)
-}
-
-/// Moves a chunk to another pack (repacking).
-pub fn relocate_chunk(c: &Connection, id: u64, pack: u64, offset: u64) -> Result<()> {
-    c.prepare_cached("UPDATE chunks SET pack=?2, offset=?3 WHERE id=?1")?.execute(params![id as i64, pack as i64, offset as i64])?;
-    Ok(())
-}
-
-/// Deletes a pack row and the unreferenced chunks still pointing at it.
-pub fn delete_pack(c: &Connection, pack: u64) -> Result<u64> {
-    let n = c.prepare_cached("DELETE FROM chunks WHERE pack=?1 AND refs=0")?.execute([pack as i64])?;
-    let live: i64 = c.query_row("SELECT COUNT(*) FROM chunks WHERE pack=?1", [pack as i64], |r| r.get(0))?;
-    if live > 0 {
-        return Err(Error::corrupt(format!("pack #{pack} still holds {live} live chunks")));
-    }
-    c.prepare_cached("DELETE FROM packs WHERE id=?1")?.execute([pack as i64])?;
-    Ok(n as u64)
-}
-
-/// Adds the dead-byte accrual columns to a database from before them (the
-/// cost-optimal cleaner's clock, docs/frugal.md §5); true if they were
-/// missing. Dead bytes already there count from `dead_since`.
-pub fn ensure_dead_accrual(c: &Connection) -> Result<bool> {
-    if has_dead_accrual(c)? {
-        return Ok(false);
-    }
-    c.execute_batch(
-        "ALTER TABLE packs ADD COLUMN dead_acc REAL NOT NULL DEFAULT 0;
-         ALTER TABLE packs ADD COLUMN dead_mark INTEGER;
-         UPDATE packs SET dead_mark = COALESCE(dead_since, created);",
-    )?;
-    Ok(true)
-}
-
-/// Whether the packs table has the accrual columns (a read-only open of an
-/// older database may lack them).
-pub fn has_dead_accrual(c: &Connection) -> Result<bool> {
-    Ok(c.prepare_cached("SELECT 1 FROM pragma_table_info('packs') WHERE name='dead_acc'")?.exists([])?)
-}
-
-/// What the cleaner needs of a pack with dead bytes: dead byte-seconds
-/// accrued until `mark` (ns), dead bytes since then.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeadPack {
-    pub id: u64,
-    pub name: String,
-    pub size: u64,
-    pub blobs: u64,
-    pub dead_bytes: u64,
-    pub dead_acc: f64,
-    pub mark: i64,
-}
-
-/// Every pack holding dead bytes.
-pub fn dead_packs(c: &Connection) -> Result<Vec<DeadPack>> {
-    let sql = if has_dead_accrual(c)? {
-        "SELECT id, name, size, dead_bytes, dead_acc, COALESCE(dead_mark, dead_since, created), blobs FROM packs WHERE dead_bytes > 0 ORDER BY id"
+/// Removes `name` from `parent` if it still names `ino` (the inode the
+/// operation looked up); fails otherwise, so a name someone re-created
+/// meanwhile is never removed.
+pub fn remove_entry(tx: &dyn MetaTx, parent: Ino, name: &[u8], ino: Ino) -> Result<()> {
+    if tx.delete_dentry(parent, name, ino)? {
+        Ok(())
     } else {
-        "SELECT id, name, size, dead_bytes, 0.0, COALESCE(dead_since, created), blobs FROM packs WHERE dead_bytes > 0 ORDER BY id"
-    };
-    let mut st = c.prepare(sql)?;
-    let rows = st.query_map([], |r| {
-        Ok(DeadPack {
-            id: r.get::<_, i64>(0)? as u64,
-            name: r.get(1)?,
-            size: r.get::<_, i64>(2)? as u64,
-            dead_bytes: r.get::<_, i64>(3)? as u64,
-            dead_acc: r.get(4)?,
-            mark: r.get(5)?,
-            blobs: r.get::<_, i64>(6)? as u64,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A database with `n` chunks of 100 stored bytes in two packs; chunk
-    /// `i` (1-based) starts with `i % 3` references.
-    fn db(n: u64) -> (tempfile::TempDir, Meta) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta.sqlite");
-        Meta::create(&path, Caller0 { uid: 0, gid: 0, perm: 0o755 }).unwrap();
-        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
-        m.write(|tx| {
-            for p in ["a", "b"] {
-                insert_pack(tx, p, 1 << 20, n, 0)?;
-            }
-            for i in 1..=n {
-                let mut hash = [0u8; 32];
-                hash[..8].copy_from_slice(&i.to_le_bytes());
-                let refs = (i % 3) as i64;
-                insert_chunk(tx, &ChunkRow { id: i, hash, pack: 1 + i % 2, offset: i * 100, stored_len: 100, raw_len: 100, flags: 0, refs })?;
-            }
-            // Dead bytes as the invariant wants them: chunks nobody references.
-            tx.execute("UPDATE packs SET dead_bytes = (SELECT COALESCE(SUM(stored_len), 0) FROM chunks WHERE refs = 0 AND pack = packs.id)", [])?;
-            Ok(())
-        })
-        .unwrap();
-        (dir, m)
-    }
-
-    fn state(m: &Meta) -> (Vec<(u64, i64)>, Vec<(u64, u64)>) {
-        m.read(|c| {
-            let chunks = all_chunks(c)?.into_iter().map(|r| (r.id, r.refs)).collect::<Vec<_>>();
-            let packs = all_packs(c)?.into_iter().map(|p| (p.id, p.dead_bytes)).collect();
-            let mut chunks = chunks;
-            chunks.sort();
-            Ok((chunks, packs))
-        })
-        .unwrap()
-    }
-
-    /// Both paths (a few deltas, thousands) against the obvious model:
-    /// counts add up and each pack's dead bytes are its unreferenced chunks'.
-    #[test]
-    fn ref_deltas_match_model_small_and_bulk() {
-        for count in [10u64, 3000] {
-            let (_d, m) = db(count + 5);
-            let (before, _) = state(&m);
-            let mut deltas = HashMap::new();
-            for i in 1..=count {
-                // Mixed deltas, never below zero: +1, +2, -refs (to zero), 0.
-                let refs = (i % 3) as i64;
-                let d = match i % 4 { 0 => 1, 1 => 2, 2 => -refs, _ => 0 };
-                deltas.insert(i, d);
-            }
-            m.write(|tx| apply_ref_deltas(tx, &deltas)).unwrap();
-            let (after, packs) = state(&m);
-            let mut dead = HashMap::<u64, u64>::new();
-            for (&(id, r0), &(id1, r1)) in before.iter().zip(&after) {
-                assert_eq!(id, id1);
-                assert_eq!(r1, r0 + deltas.get(&id).copied().unwrap_or(0), "chunk {id} ({count} deltas)");
-                if r1 == 0 {
-                    *dead.entry(1 + id % 2).or_default() += 100;
-                }
-            }
-            for (p, d) in packs {
-                assert_eq!(d, dead.get(&p).copied().unwrap_or(0), "pack {p} dead bytes ({count} deltas)");
-            }
-        }
-    }
-
-    /// Bad deltas fail and change nothing, on both paths.
-    #[test]
-    fn ref_deltas_refuse_unknown_and_negative() {
-        for count in [10u64, 3000] {
-            let (_d, m) = db(count);
-            let before = state(&m);
-            let mut deltas: HashMap<u64, i64> = (1..=count).map(|i| (i, 1)).collect();
-            deltas.insert(count + 7, 1);
-            let e = m.write(|tx| apply_ref_deltas(tx, &deltas)).unwrap_err();
-            assert!(e.to_string().contains(&format!("unknown chunk #{}", count + 7)), "{e}");
-            let mut deltas: HashMap<u64, i64> = (1..=count).map(|i| (i, 1)).collect();
-            deltas.insert(3, -1); // chunk 3 has no references
-            let e = m.write(|tx| apply_ref_deltas(tx, &deltas)).unwrap_err();
-            assert!(e.to_string().contains("chunk #3 reference count would go negative"), "{e}");
-            assert_eq!(state(&m), before);
-        }
-    }
-
-    /// The bulk statements look chunks up by id: their cost follows the
-    /// number of deltas, not the size of the chunks table.
-    #[test]
-    fn bulk_ref_statements_do_not_scan_chunks() {
-        let (_d, m) = db(10);
-        m.read(|c| {
-            for sql in [
-                "SELECT id, refs, pack, stored_len FROM chunks WHERE id IN rarray(?1) ORDER BY id",
-            ] {
-                let ids: rusqlite::vtab::array::Array = std::rc::Rc::new(vec![rusqlite::types::Value::Integer(1)]);
-                let mut st = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
-                let mut q = if st.parameter_count() == 2 { st.query(params![ids, 1])? } else { st.query(params![ids])? };
-                let mut plan = Vec::new();
-                while let Some(r) = q.next()? {
-                    plan.push(r.get::<_, String>(3)?);
-                }
-                assert!(plan.iter().any(|l| l.starts_with("SEARCH chunks")), "{sql}: {plan:?}");
-                assert!(!plan.iter().any(|l| l.starts_with("SCAN chunks")), "{sql}: {plan:?}");
-            }
-            Ok(())
-        })
-        .unwrap();
-    }
-
-    fn fresh() -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta.sqlite");
-        Meta::create(&path, Caller0 { uid: 0, gid: 0, perm: 0o755 }).unwrap();
-        (dir, path)
-    }
-
-    fn info(m: &Meta, key: &str) -> Option<i64> {
-        m.read(|c| get_info(c, key)).unwrap()
-    }
-
-    /// Group commit: a change is seen at once, durable after `sync`, and
-    /// the window commits it without one.
-    #[test]
-    fn grouped_changes_are_seen_at_once_and_committed_by_sync_or_the_window() {
-        let (_d, path) = fresh();
-        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
-        let c0 = m.shared.commits.load(Ordering::SeqCst);
-        for i in 0..10 {
-            m.write(|tx| set_info(tx, &format!("k{i}"), i)).unwrap();
-            assert_eq!(info(&m, &format!("k{i}")), Some(i), "a change is not seen by the next read");
-        }
-        assert!(m.shared.commits.load(Ordering::SeqCst) - c0 <= 1, "ten changes in a burst took several commits");
-        m.sync().unwrap();
-        assert!(m.is_durable());
-        assert_eq!(m.shared.commits.load(Ordering::SeqCst), c0 + 1, "the burst was not one commit");
-        // Without a sync, the committer ends the window.
-        m.write(|tx| set_info(tx, "late", 1)).unwrap();
-        assert!(!m.is_durable());
-        std::thread::sleep(GROUP_WINDOW * 5);
-        assert!(m.shared.conn.lock().open_since.is_none(), "the window did not commit");
-        assert_eq!(m.shared.commits.load(Ordering::SeqCst), c0 + 2);
-        drop(m);
-        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
-        assert_eq!((info(&m, "k9"), info(&m, "late")), (Some(9), Some(1)));
-    }
-
-    /// A failing change is undone alone: the changes grouped with it stay.
-    #[test]
-    fn a_failed_change_leaves_the_rest_of_its_group() {
-        let (_d, path) = fresh();
-        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
-        m.write(|tx| set_info(tx, "a", 1)).unwrap();
-        let r: Result<()> = m.write(|tx| {
-            set_info(tx, "b", 2)?;
-            set_info(tx, "a", 99)?;
-            Err(Error::io("refused"))
-        });
-        assert!(r.is_err());
-        assert_eq!(m.rollbacks(), 1);
-        // A constraint error from SQLite itself, likewise.
-        let r = m.write(|tx| {
-            set_info(tx, "c", 3)?;
-            tx.execute("INSERT INTO info(key, value) VALUES('a', 5)", [])?;
-            Ok(())
-        });
-        assert!(r.is_err(), "a duplicate key was accepted");
-        m.write(|tx| set_info(tx, "d", 4)).unwrap();
-        assert_eq!((info(&m, "a"), info(&m, "b"), info(&m, "c"), info(&m, "d")), (Some(1), None, None, Some(4)));
-        m.sync().unwrap();
-        drop(m);
-        let m = Meta::open(&path, true, GROUP_WINDOW).unwrap();
-        assert_eq!((info(&m, "a"), info(&m, "b"), info(&m, "c"), info(&m, "d")), (Some(1), None, None, Some(4)));
-    }
-
-    /// After a group was lost (here: abandoned, as a simulated crash does),
-    /// no barrier may report the store durable, and no change is taken.
-    #[test]
-    fn a_lost_group_fails_every_later_barrier() {
-        let (_d, path) = fresh();
-        let m = Meta::open(&path, true, std::time::Duration::from_secs(3600)).unwrap();
-        m.write(|tx| set_info(tx, "a", 1)).unwrap();
-        m.abandon();
-        assert!(m.sync().is_err(), "a barrier after a lost group succeeded");
-        assert!(m.write(|tx| set_info(tx, "b", 2)).is_err());
+        Err(Error::not_found(format!("{} no longer names inode {ino}", String::from_utf8_lossy(name))))
     }
 }

@@ -347,12 +347,7 @@ enum Tail {
 }
 
 fn lost_tail(layout: &Layout, remote: &dyn Backend, state: &LocalState, top: u64) -> Result<Tail> {
-    let named: Vec<String> = {
-        let c = rusqlite::Connection::open_with_flags(layout.meta_db(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-        let mut q = c.prepare("SELECT name FROM packs")?;
-        let v = q.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
-        v
-    };
+    let named: Vec<String> = cairn_meta::sqlite::pack_names_in(&layout.meta_db())?;
     // The store's listing is its in-memory index: no request per pack.
     let present: std::collections::HashSet<String> = remote.list("packs/")?.into_iter().map(|o| o.name).collect();
     let missing: Vec<String> = named.into_iter().filter(|n| !present.contains(n)).collect();
@@ -639,12 +634,7 @@ pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Re
             let chain = versions::chain(&all, Some(version))?;
             let db = tmpdir.join("meta.sqlite");
             versions::rebuild(remote, keys, &chain, &db, &|_, _| {})?;
-            let names: Vec<String> = {
-                let c = rusqlite::Connection::open(&db)?;
-                let mut q = c.prepare("SELECT name FROM packs")?;
-                let v = q.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
-                v
-            };
+            let names: Vec<String> = cairn_meta::sqlite::pack_names_in(&db)?;
             let present: std::collections::HashSet<String> = remote.list("packs/")?.into_iter().map(|o| o.name).collect();
             let missing: Vec<&String> = names.iter().filter(|n| !present.contains(*n)).collect();
             if !missing.is_empty() {

@@ -239,10 +239,7 @@ impl Volume {
                     return Err(Error::corrupt(format!("{} lists {bad:?}, which is not a pack; deleting nothing", t.name)));
                 }
                 // A second guard: never delete what the metadata names now.
-                let named = self.meta.read(|c| {
-                    let mut st = c.prepare_cached("SELECT 1 FROM packs WHERE name=?1")?;
-                    names.iter().map(|n| Ok(st.exists([n])?)).collect::<Result<Vec<bool>>>()
-                })?;
+                let named = self.meta.read(|c| names.iter().map(|n| Ok(c.pack_exists(n)?)).collect::<Result<Vec<bool>>>())?;
                 for (n, named) in names.iter().zip(named) {
                     if named {
                         tracing::error!("{} lists pack {n}, which the metadata names: keeping it", t.name);

@@ -388,31 +388,22 @@ pub fn rebuild(backend: &dyn Backend, keys: &Keys, chain: &[VersionInfo], path: 
     crate::fsutil::create_private_file(&tmp).and_then(|mut f| std::io::Write::write_all(&mut f, &base)).map_err(|e| Error::os(format_args!("writing {}", tmp.display()), &e))?;
     drop(base);
     progress(1, chain.len());
-    {
-        let c = rusqlite::Connection::open(&tmp)?;
-        c.execute_batch("PRAGMA journal_mode=WAL;")?;
-        for (i, v) in chain.iter().enumerate().skip(1) {
-            let delta = get(v)?;
-            let conflicts = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let seen = conflicts.clone();
-            c.execute_batch("BEGIN IMMEDIATE")?;
-            let r = c.apply_strm(&mut &delta[..], None::<fn(&str) -> bool>, move |_, _| {
-                seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                rusqlite::session::ConflictAction::SQLITE_CHANGESET_ABORT
-            });
-            if r.is_err() || conflicts.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-                let _ = c.execute_batch("ROLLBACK");
-                return Err(Error::corrupt(format!(
-                    "metadata version {} does not apply to the state before it{}",
-                    v.version,
-                    r.err().map(|e| format!(" ({e})")).unwrap_or_default()
-                )));
+    let mut rest = chain.iter().enumerate().skip(1);
+    let at = std::cell::Cell::new(1);
+    cairn_meta::sqlite::apply_patchsets(
+        &tmp,
+        &mut || match rest.next() {
+            None => Ok(None),
+            Some((i, v)) => {
+                at.set(i);
+                Ok(Some((format!("metadata version {}", v.version), get(v)?)))
             }
-            c.execute_batch("COMMIT")?;
-            progress(i + 1, chain.len());
-        }
-        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
-    }
+        },
+        &mut || {
+            progress(at.get() + 1, chain.len());
+            Ok(())
+        },
+    )?;
     let f = std::fs::File::open(&tmp)?;
     f.sync_all()?;
     for suffix in ["-wal", "-shm"] {

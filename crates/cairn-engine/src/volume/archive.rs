@@ -140,11 +140,11 @@ impl Volume {
                 // Depth first, entries in name order, as tar walks a tree.
                 let mut stack: Vec<(Vec<u8>, Ino)> = vec![(s.name.clone(), s.ino)];
                 while let Some((path, ino)) = stack.pop() {
-                    let row = meta::get_inode(c, ino)?.ok_or_else(|| Error::not_found(format!("{} vanished", String::from_utf8_lossy(&path))))?;
+                    let row = c.get_inode(ino)?.ok_or_else(|| Error::not_found(format!("{} vanished", String::from_utf8_lossy(&path))))?;
                     let a = &row.attr;
                     let mut xattrs = Vec::new();
-                    for n in meta::list_xattrs(c, ino)? {
-                        if let Some(v) = meta::get_xattr(c, ino, &n)? {
+                    for n in c.list_xattrs(ino)? {
+                        if let Some(v) = c.get_xattr(ino, &n)? {
                             xattrs.push((n, v));
                         }
                     }
@@ -212,7 +212,7 @@ impl Volume {
                         }
                     }
                     if a.kind == FileKind::Dir {
-                        let mut children = meta::list_dir(c, ino)?;
+                        let mut children = c.list_dir(ino)?;
                         children.reverse(); // popped in name order
                         for (n, child, _) in children {
                             let mut p = path.clone();
@@ -248,25 +248,24 @@ impl Volume {
         map.splice(0, 0, extents);
         let jseq = self.journal.last_seq();
         let mut freed_later = Vec::new();
+        let ch = map.take_changes();
         let ino = self.meta.write(|tx| {
-            let parent = meta::get_inode(tx, dst_parent)?.ok_or_else(|| Error::not_found("destination directory does not exist"))?;
+            freed_later.clear(); // the store may run this again
+            let parent = tx.get_inode(dst_parent)?.ok_or_else(|| Error::not_found("destination directory does not exist"))?;
             if parent.attr.kind != FileKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, "destination is not a directory"));
             }
             super::namespace::check_not_snapshot(&parent)?;
-            if meta::lookup(tx, dst_parent, name)?.is_some() {
+            if tx.lookup(dst_parent, name)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, format!("{} already exists", String::from_utf8_lossy(name))));
             }
             batch.insert_into(tx)?;
             let ino = self.alloc_ino(tx)?;
             let a = new_attr(ino, FileKind::File, 0o644, 1, opts.caller, now, map.len());
-            meta::insert_inode_full(tx, &a, map.data_bytes(), None, None, jseq, 0)?;
-            meta::insert_dentry(tx, dst_parent, name, ino, FileKind::File)?;
-            meta::touch_dir(tx, dst_parent, now, 0)?;
-            let mut deltas = HashMap::new();
-            let ch = map.take_changes();
-            meta::save_extents(tx, ino, &ch, &mut deltas)?;
-            meta::apply_ref_deltas(tx, &deltas)?;
+            tx.insert_inode_full(&a, map.data_bytes(), None, None, jseq, 0)?;
+            tx.insert_dentry(dst_parent, name, ino, FileKind::File)?;
+            tx.touch_dir(dst_parent, now, 0)?;
+            meta::save_extents(tx, ino, &ch)?;
             if opts.remove {
                 // The archive must not vanish with its sources.
                 let mut cur = dst_parent;
@@ -274,13 +273,13 @@ impl Volume {
                     if sources.iter().any(|s| s.ino == cur) {
                         return Err(Error::invalid("the archive would be inside a source it removes"));
                     }
-                    match meta::get_inode(tx, cur)?.and_then(|r| r.parent) {
+                    match tx.get_inode(cur)?.and_then(|r| r.parent) {
                         Some(p) if p != cur => cur = p,
                         _ => break,
                     }
                 }
                 for s in sources {
-                    let p = meta::get_inode(tx, s.parent)?.ok_or_else(|| Error::not_found("a source's directory vanished"))?;
+                    let p = tx.get_inode(s.parent)?.ok_or_else(|| Error::not_found("a source's directory vanished"))?;
                     super::namespace::check_not_snapshot(&p)?;
                     freed_later.extend(remove_tree(self, tx, s.parent, &s.entry, now)?);
                 }
@@ -329,13 +328,14 @@ impl Volume {
         let jseq = self.journal.last_seq();
         let mut freed_later = Vec::new();
         let root = self.meta.write(|tx| {
-            let parent = meta::get_inode(tx, dest_parent)?.ok_or_else(|| Error::not_found("destination's directory does not exist"))?;
+            freed_later.clear(); // the store may run this again
+            let parent = tx.get_inode(dest_parent)?.ok_or_else(|| Error::not_found("destination's directory does not exist"))?;
             super::namespace::check_not_snapshot(&parent)?;
             // DEST: an existing directory whose names must stay untouched, or new.
-            let (root, fresh) = match meta::lookup(tx, dest_parent, dest_name)? {
+            let (root, fresh) = match tx.lookup(dest_parent, dest_name)? {
                 Some((ino, FileKind::Dir)) => {
                     // A name whose inode row is missing is damage, not a reason to crash.
-                    let r = meta::get_inode(tx, ino)?.ok_or_else(|| {
+                    let r = tx.get_inode(ino)?.ok_or_else(|| {
                         Error::corrupt(format!("directory entry {:?} names inode {ino}, which does not exist (run cairn fsck)", String::from_utf8_lossy(dest_name)))
                     })?;
                     super::namespace::check_not_snapshot(&r)?;
@@ -346,13 +346,13 @@ impl Volume {
             };
             if fresh {
                 let a = new_attr(root, FileKind::Dir, 0o755, 2, caller, now, 0);
-                meta::insert_inode_full(tx, &a, 0, Some(dest_parent), None, jseq, 0)?;
-                meta::insert_dentry(tx, dest_parent, dest_name, root, FileKind::Dir)?;
-                meta::touch_dir(tx, dest_parent, now, 1)?;
+                tx.insert_inode_full(&a, 0, Some(dest_parent), None, jseq, 0)?;
+                tx.insert_dentry(dest_parent, dest_name, root, FileKind::Dir)?;
+                tx.touch_dir(dest_parent, now, 1)?;
             } else {
                 for top in plan.children_of(0) {
                     let n = &plan.nodes[top].name;
-                    if meta::lookup(tx, root, n)?.is_some() {
+                    if tx.lookup(root, n)?.is_some() {
                         return Err(Error::new(ErrorKind::Exists, format!("{} already holds {}", String::from_utf8_lossy(dest_name), String::from_utf8_lossy(n))));
                     }
                 }
@@ -376,12 +376,11 @@ impl Volume {
                     *subdirs.entry(n.parent).or_default() += 1;
                 }
             }
-            let mut deltas = HashMap::new();
             let mut cur = RangeCursor::default();
             for i in 1..plan.nodes.len() {
                 let n = &plan.nodes[i];
                 let ino = inos[i];
-                meta::insert_dentry(tx, inos[n.parent], &n.name, ino, n.kind)?;
+                tx.insert_dentry(inos[n.parent], &n.name, ino, n.kind)?;
                 if n.hard_of.is_some() {
                     continue;
                 }
@@ -425,23 +424,22 @@ impl Volume {
                     data_bytes = map.data_bytes();
                     report.data_bytes += data_bytes;
                     let ch = map.take_changes();
-                    meta::save_extents(tx, ino, &ch, &mut deltas)?;
+                    meta::save_extents(tx, ino, &ch)?;
                 } else if n.kind == FileKind::Symlink {
                     a.size = target.as_ref().map_or(0, |t| t.len() as u64);
                 }
                 let parent = (n.kind == FileKind::Dir).then_some(inos[n.parent]);
-                meta::insert_inode_full(tx, &a, data_bytes, parent, target.as_deref(), jseq, 0)?;
+                tx.insert_inode_full(&a, data_bytes, parent, target.as_deref(), jseq, 0)?;
                 if let Some(m) = m {
                     for (k, v) in &m.xattrs {
                         if !k.starts_with(b"system.") && !k.is_empty() && k.len() <= 255 {
-                            meta::set_xattr(tx, ino, k, v)?;
+                            tx.set_xattr(ino, k, v)?;
                         }
                     }
                 }
             }
-            meta::apply_ref_deltas(tx, &deltas)?;
             let top_dirs = plan.children_of(0).filter(|&c| plan.nodes[c].kind == FileKind::Dir).count() as i64;
-            meta::touch_dir(tx, root, now, top_dirs)?;
+            tx.touch_dir(root, now, top_dirs)?;
             if let Some((p, n)) = &consume {
                 freed_later.extend(remove_tree(self, tx, *p, n, now)?);
             }

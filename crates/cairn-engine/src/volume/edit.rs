@@ -17,7 +17,6 @@ use crate::extent::{Extent, ExtentMap, Source};
 use crate::meta;
 use crate::types::{Ino, Timestamp};
 use parking_lot::MutexGuard;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Flush attempts before an edit gives up on a file that keeps failing to flush.
@@ -204,17 +203,18 @@ impl Volume {
         let data_bytes = map.data_bytes();
         let size = map.len();
         let jseq = g.last_seq;
-        self.meta.write(|tx| {
+        // Taken before the transaction and installed after it: its closure
+        // may run again (docs/metadata-store.md).
+        let ch = map.take_changes();
+        let ids = self.meta.write(|tx| {
             if let Some(b) = batch {
                 b.insert_into(tx)?;
             }
-            let mut deltas: HashMap<u64, i64> = HashMap::new();
-            let ch = map.take_changes();
-            let ids = meta::save_extents(tx, ino, &ch, &mut deltas)?;
-            map.assign_ids(&ids);
-            meta::apply_ref_deltas(tx, &deltas)?;
-            meta::update_content(tx, ino, size, data_bytes, now, now, jseq)
+            let ids = meta::save_extents(tx, ino, &ch)?;
+            tx.update_content(ino, size, data_bytes, now, now, jseq)?;
+            Ok(ids)
         })?;
+        map.assign_ids(&ids);
         if let Some(b) = batch {
             b.account();
         }

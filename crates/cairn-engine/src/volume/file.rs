@@ -223,7 +223,7 @@ impl Volume {
             return Ok(st.clone());
         }
         let (row, base) = self.meta.read(|c| {
-            let row = meta::get_inode(c, ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))?;
+            let row = c.get_inode(ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))?;
             if row.attr.kind != FileKind::File {
                 let kind = if row.attr.kind == FileKind::Dir { ErrorKind::IsDir } else { ErrorKind::Invalid };
                 return Err(Error::new(kind, format!("inode {ino} is not a regular file")));
@@ -294,7 +294,7 @@ impl Volume {
             Ok(g.open == 0)
         })?;
         if last {
-            let nlink = self.meta.read(|c| meta::get_inode(c, ino))?.map(|r| r.attr.nlink);
+            let nlink = self.meta.read(|c| Ok(c.get_inode(ino)?))?.map(|r| r.attr.nlink);
             // Otherwise the flusher picks the file up on its next round, together
             // with every other file closed meanwhile, so small files share packs.
             if nlink == Some(0) {

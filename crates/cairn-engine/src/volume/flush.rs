@@ -110,20 +110,21 @@ impl<'a> Batch<'a> {
 
     /// [`Batch::store`] from inside a metadata read or transaction `c`
     /// (the chunk lookups use it instead of taking the metadata lock).
-    pub(crate) fn store_in(&mut self, c: &rusqlite::Connection, chunks: &[&[u8]]) -> Result<Vec<u64>> {
+    pub(crate) fn store_in(&mut self, c: &dyn meta::MetaRead, chunks: &[&[u8]]) -> Result<Vec<u64>> {
         self.store_with(Some(c), chunks)
     }
 
-    fn store_with(&mut self, conn: Option<&rusqlite::Connection>, chunks: &[&[u8]]) -> Result<Vec<u64>> {
+    fn store_with(&mut self, conn: Option<&dyn meta::MetaRead>, chunks: &[&[u8]]) -> Result<Vec<u64>> {
         let vol = self.vol;
         let ids: Vec<ChunkId> = chunks.par_iter().map(|c| vol.keys.chunk_id(c)).collect();
         let mut out = vec![0u64; chunks.len()];
         let mut todo: Vec<usize> = Vec::new();
-        let mut lookup = |c: &rusqlite::Connection| -> Result<()> {
+        let mut lookup = |c: &dyn meta::MetaRead| -> Result<()> {
+            todo.clear(); // a store may run a read again
             for (i, h) in ids.iter().enumerate() {
                 if let Some(&id) = self.by_hash.get(h) {
                     out[i] = id;
-                } else if let Some(row) = meta::chunk_by_hash(c, h)? {
+                } else if let Some(row) = c.chunk_by_hash(h)? {
                     self.by_hash.insert(*h, row.id);
                     out[i] = row.id;
                 } else {
@@ -142,7 +143,7 @@ impl<'a> Batch<'a> {
         let level = vol.cfg.compression.level;
         let blobs: Vec<(Vec<u8>, u8)> = todo.par_iter().map(|&i| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level)).collect();
         for (&i, (blob, flags)) in todo.iter().zip(blobs) {
-            let id = vol.next_chunk_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let id = vol.meta.store().alloc_chunk_id()?;
             let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(vol.cfg.pack_target as usize + (8 << 20))));
             let e = b.add(ids[i], &blob, chunks[i].len() as u32, flags);
             self.new_chunks.push((id, self.sealed.len(), e));
@@ -230,18 +231,17 @@ impl<'a> Batch<'a> {
     }
 
     /// Inserts this round's packs and chunks into a transaction.
-    pub(crate) fn insert_into(&self, tx: &rusqlite::Connection) -> Result<()> {
+    pub(crate) fn insert_into(&self, tx: &dyn meta::MetaTx) -> Result<()> {
         let mut pack_ids = Vec::with_capacity(self.sealed.len());
         let mut unreferenced = vec![0u64; self.sealed.len()];
         for (_, pidx, e) in &self.new_chunks {
             unreferenced[*pidx] += e.stored_len as u64;
         }
         for (p, dead) in self.sealed.iter().zip(unreferenced) {
-            pack_ids.push(meta::insert_pack(tx, &p.name, p.size, p.blobs, dead)?);
+            pack_ids.push(tx.insert_pack(&p.name, p.size, p.blobs, dead)?);
         }
         for (id, pidx, e) in &self.new_chunks {
-            meta::insert_chunk(
-                tx,
+            tx.insert_chunk(
                 &ChunkRow { id: *id, hash: e.id, pack: pack_ids[*pidx], offset: e.offset, stored_len: e.stored_len, raw_len: e.raw_len, flags: e.flags, refs: 0 },
             )?;
         }
@@ -735,35 +735,47 @@ impl Volume {
     /// reference counts, in one transaction.
     fn commit(&self, batch: &Batch, prepared: &mut [Prepared]) -> Result<()> {
         // The trace's PLACE records: every extent of the changed pages.
-        let mut placed = Vec::new();
-        self.meta.write(|tx| {
+        // The maps' changes are taken before the transaction and their new
+        // page ids installed after it: its closure may run again
+        // (docs/metadata-store.md), so it changes nothing outside it.
+        let mut edits = Vec::with_capacity(prepared.len());
+        for p in prepared.iter_mut() {
+            let ino = p.st.ino;
+            let placed: Vec<Event> = if self.trace.is_some() {
+                p.map.changed_extents().into_iter().map(|(at, e)| {
+                    let chunk = match e.src {
+                        Source::Chunk(id) => id,
+                        _ => 0,
+                    };
+                    Event::Place { ino, offset: at, len: e.len, chunk, described: false }
+                }).collect()
+            } else {
+                Vec::new()
+            };
+            let (mtime, ctime) = {
+                let g = p.st.inner.lock();
+                (g.mtime, g.ctime)
+            };
+            edits.push((p.map.take_changes(), placed, p.map.data_bytes(), mtime, ctime));
+        }
+        let (placed, ids) = self.meta.write(|tx| {
             batch.insert_into(tx)?;
-            let mut deltas: HashMap<u64, i64> = HashMap::new();
-            for p in prepared.iter_mut() {
-                if meta::get_inode(tx, p.st.ino)?.is_none() {
+            let mut placed = Vec::new();
+            let mut ids = Vec::with_capacity(prepared.len());
+            for (p, (ch, ev, data_bytes, mtime, ctime)) in prepared.iter().zip(&edits) {
+                if tx.get_inode(p.st.ino)?.is_none() {
+                    ids.push(Vec::new());
                     continue; // deleted meanwhile: its new chunks stay unreferenced
                 }
-                if self.trace.is_some() {
-                    let ino = p.st.ino;
-                    placed.extend(p.map.changed_extents().into_iter().map(|(at, e)| {
-                        let chunk = match e.src {
-                            Source::Chunk(id) => id,
-                            _ => 0,
-                        };
-                        Event::Place { ino, offset: at, len: e.len, chunk, described: false }
-                    }));
-                }
-                let ch = p.map.take_changes();
-                let ids = meta::save_extents(tx, p.st.ino, &ch, &mut deltas)?;
-                p.map.assign_ids(&ids);
-                let (mtime, ctime) = {
-                    let g = p.st.inner.lock();
-                    (g.mtime, g.ctime)
-                };
-                meta::update_content(tx, p.st.ino, p.size, p.map.data_bytes(), mtime, ctime, p.committed_seq)?;
+                placed.extend(ev.iter().cloned());
+                ids.push(meta::save_extents(tx, p.st.ino, ch)?);
+                tx.update_content(p.st.ino, p.size, *data_bytes, *mtime, *ctime, p.committed_seq)?;
             }
-            meta::apply_ref_deltas(tx, &deltas)
+            Ok((placed, ids))
         })?;
+        for (p, ids) in prepared.iter_mut().zip(&ids) {
+            p.map.assign_ids(ids);
+        }
         if let Some(t) = &self.trace {
             t.record_all(batch.trace_events().chain(placed));
         }

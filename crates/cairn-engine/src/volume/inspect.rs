@@ -203,7 +203,7 @@ impl Volume {
                     _ => {}
                 }
             }
-            let list = if a.kind == FileKind::Dir { self.meta.read(|c| meta::list_dir(c, ino))? } else { Vec::new() };
+            let list = if a.kind == FileKind::Dir { self.meta.read(|c| Ok(c.list_dir(ino)?))? } else { Vec::new() };
             f(&a, &list)?;
             {
                 for (name, child, _) in list {
@@ -263,19 +263,14 @@ impl Volume {
         };
         let mut info = FileInfo { ino, kind: kind.into(), size: a.size, entries: None, map_links: 1, chunks: 0, hole_bytes: 0, exclusive_bytes: 0, shared_bytes: 0, placed: BTreeMap::new(), runs: Vec::new() };
         if a.kind == FileKind::Dir {
-            info.entries = Some(self.meta.read(|c| meta::list_dir(c, ino))?.len() as u64);
+            info.entries = Some(self.meta.read(|c| Ok(c.list_dir(ino)?))?.len() as u64);
             return Ok(info);
         }
         if a.kind != FileKind::File {
             return Ok(info);
         }
         let map = self.current_extents(ino)?;
-        info.map_links = self.meta.read(|c| {
-            let n: i64 = c
-                .prepare_cached("SELECT COALESCE(MAX(p.refs),1) FROM file_pages f JOIN pages p ON p.id=f.page WHERE f.ino=?1")?
-                .query_row([ino as i64], |r| r.get(0))?;
-            Ok(n.max(1) as u64)
-        })?;
+        info.map_links = self.meta.read(|c| Ok(c.page_links(ino)?.iter().map(|p| p.refs).max().unwrap_or(1).max(1) as u64))?;
         let mut rows: HashMap<u64, meta::ChunkRow> = HashMap::new();
         for (at, e) in map.iter() {
             let run = match e.src {
@@ -286,7 +281,7 @@ impl Volume {
                 Source::Pending(_) | Source::Mem => ChunkInfo { offset: at, len: e.len, chunk: None, chunk_offset: 0, raw_len: 0, stored_len: 0, pack: None, pack_offset: 0, refs: 1, place: Place::Journal },
                 Source::Chunk(id) => {
                     if !rows.contains_key(&id) {
-                        let row = self.meta.read(|c| meta::chunk_by_id(c, id))?.ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
+                        let row = self.meta.read(|c| Ok(c.chunk_by_id(id)?))?.ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
                         rows.insert(id, row);
                     }
                     let row = &rows[&id];
@@ -369,14 +364,11 @@ impl Volume {
             // Another name outside the tree keeps this file alive.
             let escapes = names.get(&ino).copied().unwrap_or(0) < nlink;
             self.meta.read(|c| {
-                if let Some(row) = meta::get_inode(c, ino)? {
+                if let Some(row) = c.get_inode(ino)? {
                     s.hole_bytes += row.attr.size - row.data_bytes.min(row.attr.size);
                 }
-                let mut st = c.prepare_cached("SELECT f.key, p.id, p.refs, p.data FROM file_pages f JOIN pages p ON p.id=f.page WHERE f.ino=?1")?;
-                let mut q = st.query([ino as i64])?;
-                while let Some(r) = q.next()? {
-                    let (key, id, refs, data): (i64, i64, i64, Vec<u8>) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
-                    let e = pages.entry(id as u64).or_insert(Seen { key, refs, links: 0, escapes: false });
+                for meta::PageLink { key, id, refs, data } in c.page_links(ino)? {
+                    let e = pages.entry(id).or_insert(Seen { key, refs, links: 0, escapes: false });
                     e.links += 1;
                     e.escapes |= escapes;
                     if e.links == 1 {
@@ -390,12 +382,12 @@ impl Volume {
         // the tree's alone (its chunks stay in the tree's set, counted 0).
         for (&id, p) in &pages {
             if p.escapes || p.links < p.refs {
-                let data: Vec<u8> = self.meta.read(|c| Ok(c.prepare_cached("SELECT data FROM pages WHERE id=?1")?.query_row([id as i64], |r| r.get(0))?))?;
+                let data = self.meta.read(|c| c.page_data(id)?.ok_or_else(|| Error::corrupt(format!("page #{id} is missing"))))?;
                 count(&mut in_tree, p.key, &data, -1)?;
             }
         }
         for (&id, &n) in &in_tree {
-            let row = self.meta.read(|c| meta::chunk_by_id(c, id))?.ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
+            let row = self.meta.read(|c| Ok(c.chunk_by_id(id)?))?.ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
             let (raw, stored) = (row.raw_len as u64, row.stored_len as u64);
             s.chunks += 1;
             s.unique_bytes += raw;

@@ -36,7 +36,7 @@ use parking_lot::{Condvar, Mutex};
 use std::fs::{self, File};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -148,12 +148,6 @@ pub struct Volume {
     /// (the old packs stay readable meanwhile, docs/frugal.md §5).
     pub(crate) chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
     prefetching: DashMap<u64, ()>,
-    pub(crate) next_chunk_id: AtomicU64,
-    /// Next inode number; see [`Volume::alloc_ino`].
-    pub(crate) next_ino: AtomicU64,
-    /// Numbers below `.0` are reserved in the committed `info.ino_high`,
-    /// as of `.1` rollbacks of the metadata store.
-    ino_reserved: Mutex<(u64, u64)>,
     pub(crate) flush_mutex: Mutex<()>,
     /// The file a sequential store's drive was last fed (0: none): fed
     /// again first, its runs follow one another on the tape.
@@ -251,7 +245,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
         let m = Meta::open(&layout.meta_db(), true, Duration::ZERO)?;
         // Version 1 has the bill's table, so no delta names a table the
         // base lacks.
-        m.write(meta::ensure_bill_table)?;
+        m.write(|tx| Ok(tx.ensure_bill_table()?))?;
         m.snapshot()?
     };
     let h = crate::cloud::versions::Header { kind: crate::cloud::versions::Kind::Base, version: 1, time: crate::cloud::lease::now(), writer: state.writer_bytes(), prev: None };
@@ -420,12 +414,12 @@ impl Volume {
         };
         let meta = Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit)?;
         // A volume from before the cleaner's accrual columns gets them.
-        let altered = !opts.read_only && meta.write(meta::ensure_dead_accrual)?;
+        let altered = !opts.read_only && meta.write(|tx| Ok(tx.ensure_dead_accrual()?))?;
         if let Some(c) = cloud.as_ref().filter(|_| !opts.read_only) {
             // A volume from before the bill gets its table. New tables and
             // columns are not in the versions shipped so far (a session
             // records rows, not schema), so the next version is a base.
-            if meta.write(meta::ensure_bill_table)? || altered {
+            if meta.write(|tx| Ok(tx.ensure_bill_table()?))? || altered {
                 c.need_base.store(true, Ordering::SeqCst);
             }
             meta.capture_changes()?;
@@ -436,9 +430,7 @@ impl Volume {
         } else {
             Journal::open_with(&layout.journal(), keys.journal_cipher(), opts.salvage_journal)?
         };
-        let max_chunk = meta.read(meta::max_chunk_id)?;
-        let next_ino = meta.read(meta::next_free_ino)?;
-        journal.bump_seq(meta.read(meta::max_jseq)?);
+        journal.bump_seq(meta.read(|tx| Ok(tx.max_jseq()?))?);
         let signal = Arc::new(FlushSignal {
             state: Mutex::new((false, false)),
             cv: Condvar::new(),
@@ -462,9 +454,6 @@ impl Volume {
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
-            next_chunk_id: AtomicU64::new(max_chunk + 1),
-            next_ino: AtomicU64::new(next_ino),
-            ino_reserved: Mutex::new((0, 0)),
             flush_mutex: Mutex::new(()),
             last_fed: std::sync::atomic::AtomicU64::new(0),
             chunk_guard: guard::ChunkGuard::default(),
@@ -505,24 +494,10 @@ impl Volume {
         Ok(vol)
     }
 
-    /// Hands out a new inode number inside write transaction `tx`. Numbers
-    /// are never reused, even after the newest inode is deleted and the
-    /// volume reopened (a kernel, an NFS export or a backup tool may
-    /// remember them): the transaction that hands out a number past the
-    /// reserved range commits a new high-water mark `info.ino_high`, 4,096
-    /// numbers ahead, so a create costs no extra statement. If a transaction
-    /// that reserved rolls back, the next number reserves again.
-    pub(crate) fn alloc_ino(&self, tx: &rusqlite::Connection) -> Result<Ino> {
-        const RESERVE: u64 = 4096;
-        let ino = self.next_ino.fetch_add(1, Ordering::SeqCst);
-        let mut r = self.ino_reserved.lock();
-        let rollbacks = self.meta.rollbacks();
-        if ino >= r.0 || rollbacks != r.1 {
-            let high = ino.max(r.0) + RESERVE;
-            meta::set_info(tx, meta::INO_HIGH_KEY, high as i64)?;
-            *r = (high, rollbacks);
-        }
-        Ok(ino)
+    /// Hands out a new inode number inside write transaction `tx` (the
+    /// store's: numbers are never reused, see `docs/metadata-store.md`).
+    pub(crate) fn alloc_ino(&self, tx: &dyn meta::MetaTx) -> Result<Ino> {
+        Ok(tx.alloc_ino()?)
     }
 
     /// Whether this handle refuses changes.
@@ -828,7 +803,7 @@ impl Volume {
         if unsafe { libc::statvfs(path.as_ptr(), &mut s) } != 0 {
             return Err(std::io::Error::last_os_error().into());
         }
-        let files = self.meta.read(meta::count_inodes)?;
+        let files = self.meta.read(|tx| Ok(tx.count_inodes()?))?;
         let bs = s.f_frsize as u64;
         Ok(StatFs {
             block_size: 4096,
@@ -845,7 +820,7 @@ impl Volume {
         if let Some(n) = self.pack_names.get(&pack) {
             return Ok(n.clone());
         }
-        let n: Arc<str> = self.meta.read(|c| meta::pack_name(c, pack))?.into();
+        let n: Arc<str> = self.meta.read(|c| Ok(c.pack_name(pack)?))?.into();
         self.pack_names.insert(pack, n.clone());
         Ok(n)
     }
@@ -885,7 +860,7 @@ impl Volume {
         }
         let row = self
             .meta
-            .read(|c| meta::chunk_by_id(c, id))?
+            .read(|c| Ok(c.chunk_by_id(id)?))?
             .ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
         let name = self.pack_name(row.pack)?;
         let entry = BlobEntry { id: row.hash, offset: row.offset, stored_len: row.stored_len, raw_len: row.raw_len, flags: row.flags };

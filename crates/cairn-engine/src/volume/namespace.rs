@@ -5,7 +5,7 @@ use super::Volume;
 use crate::error::{Error, ErrorKind, Result};
 use crate::meta::{self, InodeRow};
 use crate::types::*;
-use rusqlite::Connection;
+use crate::meta::MetaRead;
 
 /// Largest extended attribute value (as Linux: 64 KiB).
 const XATTR_MAX: usize = 64 << 10;
@@ -20,11 +20,11 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn inode(c: &Connection, ino: Ino) -> Result<InodeRow> {
-    meta::get_inode(c, ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))
+fn inode(c: &dyn MetaRead, ino: Ino) -> Result<InodeRow> {
+    c.get_inode(ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))
 }
 
-fn dir(c: &Connection, ino: Ino) -> Result<InodeRow> {
+fn dir(c: &dyn MetaRead, ino: Ino) -> Result<InodeRow> {
     let r = inode(c, ino)?;
     if r.attr.kind != FileKind::Dir {
         return Err(Error::new(ErrorKind::NotDir, format!("inode {ino} is not a directory")));
@@ -44,14 +44,14 @@ pub(crate) fn check_not_snapshot(r: &InodeRow) -> Result<()> {
 }
 
 /// A directory whose entries may change.
-fn wdir(c: &Connection, ino: Ino) -> Result<InodeRow> {
+fn wdir(c: &dyn MetaRead, ino: Ino) -> Result<InodeRow> {
     let r = dir(c, ino)?;
     check_not_snapshot(&r)?;
     Ok(r)
 }
 
 /// An inode that may change.
-fn winode(c: &Connection, ino: Ino) -> Result<InodeRow> {
+fn winode(c: &dyn MetaRead, ino: Ino) -> Result<InodeRow> {
     let r = inode(c, ino)?;
     check_not_snapshot(&r)?;
     Ok(r)
@@ -96,7 +96,7 @@ impl Volume {
         }
         let mut a = self.meta.read(|c| {
             dir(c, parent)?;
-            let (ino, _) = meta::lookup(c, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            let (ino, _) = c.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             Ok(inode(c, ino)?.attr)
         })?;
         self.overlay_attr(&mut a);
@@ -146,7 +146,7 @@ impl Volume {
                     a.mtime = resolve(t);
                 }
                 a.ctime = set.ctime.unwrap_or(now);
-                meta::update_attr(tx, &a)?;
+                tx.update_attr(&a)?;
                 Ok(a)
             })?;
             // An open file's in-memory times win over the row; keep them in step.
@@ -173,7 +173,7 @@ impl Volume {
         let now = Timestamp::now();
         self.meta.write(|tx| {
             let p = wdir(tx, parent)?;
-            if meta::lookup(tx, parent, name)?.is_some() {
+            if tx.lookup(parent, name)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, "name exists"));
             }
             let mut perm = perm & 0o7777;
@@ -202,9 +202,9 @@ impl Volume {
             };
             let dparent = (kind == FileKind::Dir).then_some(parent);
             a.ino = self.alloc_ino(tx)?;
-            meta::insert_inode(tx, &a, dparent, target, self.journal.last_seq())?;
-            meta::insert_dentry(tx, parent, name, a.ino, kind)?;
-            meta::touch_dir(tx, parent, now, if kind == FileKind::Dir { 1 } else { 0 })?;
+            tx.insert_inode(&a, dparent, target, self.journal.last_seq())?;
+            tx.insert_dentry(parent, name, a.ino, kind)?;
+            tx.touch_dir(parent, now, if kind == FileKind::Dir { 1 } else { 0 })?;
             if kind == FileKind::Dir {
                 a.size = 4096;
                 a.blocks = 8;
@@ -263,17 +263,17 @@ impl Volume {
                 return Err(Error::not_found("file was removed"));
             }
             wdir(tx, newparent)?;
-            if meta::lookup(tx, newparent, newname)?.is_some() {
+            if tx.lookup(newparent, newname)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, "name exists"));
             }
             if a.nlink >= 65_000 {
                 return Err(Error::new(ErrorKind::Range, "too many links"));
             }
-            meta::insert_dentry(tx, newparent, newname, ino, a.kind)?;
+            tx.insert_dentry(newparent, newname, ino, a.kind)?;
             a.nlink += 1;
             a.ctime = now;
-            meta::set_nlink(tx, ino, a.nlink, now)?;
-            meta::touch_dir(tx, newparent, now, 0)?;
+            tx.set_nlink(ino, a.nlink, now)?;
+            tx.touch_dir(newparent, now, 0)?;
             Ok(())
         })?;
         self.getattr(ino)
@@ -286,22 +286,22 @@ impl Volume {
         let now = Timestamp::now();
         let (ino, nlink, freed) = self.meta.write(|tx| {
             wdir(tx, parent)?;
-            let (ino, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            let (ino, kind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             if kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::IsDir, "is a directory (use rmdir)"));
             }
             let a = inode(tx, ino)?.attr;
-            meta::delete_dentry(tx, parent, name)?;
+            meta::remove_entry(tx, parent, name, ino)?;
             let n = a.nlink.saturating_sub(1);
-            meta::touch_dir(tx, parent, now, 0)?;
+            tx.touch_dir(parent, now, 0)?;
             // The common case, a file nobody has open or dirty: free it in
             // this same transaction.
             if n == 0 && !self.files.contains_key(&ino) {
-                meta::release_pages(tx, ino)?;
-                meta::delete_inode(tx, ino)?;
+                tx.release_pages(ino)?;
+                tx.delete_inode(ino)?;
                 return Ok((ino, n, true));
             }
-            meta::set_nlink(tx, ino, n, now)?;
+            tx.set_nlink(ino, n, now)?;
             Ok((ino, n, false))
         })?;
         if nlink == 0 && !freed {
@@ -318,17 +318,17 @@ impl Volume {
         let now = Timestamp::now();
         self.meta.write(|tx| {
             wdir(tx, parent)?;
-            let (ino, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            let (ino, kind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             if kind != FileKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, "not a directory"));
             }
             winode(tx, ino)?;
-            if !meta::dir_is_empty(tx, ino)? {
+            if !tx.dir_is_empty(ino)? {
                 return Err(Error::new(ErrorKind::NotEmpty, "directory not empty"));
             }
-            meta::delete_dentry(tx, parent, name)?;
-            meta::delete_inode(tx, ino)?;
-            meta::touch_dir(tx, parent, now, -1)
+            meta::remove_entry(tx, parent, name, ino)?;
+            tx.delete_inode(ino)?;
+            Ok(tx.touch_dir(parent, now, -1)?)
         })
     }
 
@@ -343,9 +343,9 @@ impl Volume {
         let freed = self.meta.write(|tx| {
             wdir(tx, parent)?;
             wdir(tx, newparent)?;
-            let (sino, skind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            let (sino, skind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             winode(tx, sino)?;
-            let dst = meta::lookup(tx, newparent, newname)?;
+            let dst = tx.lookup(newparent, newname)?;
             if let Some((dino, _)) = dst {
                 winode(tx, dino)?;
             }
@@ -360,28 +360,28 @@ impl Volume {
                 if dkind == FileKind::Dir {
                     check_not_ancestor(tx, dino, parent)?;
                 }
-                meta::delete_dentry(tx, parent, name)?;
-                meta::delete_dentry(tx, newparent, newname)?;
-                meta::insert_dentry(tx, parent, name, dino, dkind)?;
-                meta::insert_dentry(tx, newparent, newname, sino, skind)?;
+                meta::remove_entry(tx, parent, name, sino)?;
+                meta::remove_entry(tx, newparent, newname, dino)?;
+                tx.insert_dentry(parent, name, dino, dkind)?;
+                tx.insert_dentry(newparent, newname, sino, skind)?;
                 if parent != newparent {
                     let sd = (skind == FileKind::Dir) as i64;
                     let dd = (dkind == FileKind::Dir) as i64;
                     if skind == FileKind::Dir {
-                        meta::set_parent(tx, sino, newparent)?;
+                        tx.set_parent(sino, newparent)?;
                     }
                     if dkind == FileKind::Dir {
-                        meta::set_parent(tx, dino, parent)?;
+                        tx.set_parent(dino, parent)?;
                     }
-                    meta::touch_dir(tx, parent, now, dd - sd)?;
-                    meta::touch_dir(tx, newparent, now, sd - dd)?;
+                    tx.touch_dir(parent, now, dd - sd)?;
+                    tx.touch_dir(newparent, now, sd - dd)?;
                 } else {
-                    meta::touch_dir(tx, parent, now, 0)?;
+                    tx.touch_dir(parent, now, 0)?;
                 }
                 for i in [sino, dino] {
                     let mut a = inode(tx, i)?.attr;
                     a.ctime = now;
-                    meta::update_attr(tx, &a)?;
+                    tx.update_attr(&a)?;
                 }
                 return Ok(None);
             }
@@ -401,17 +401,17 @@ impl Volume {
                 if skind == FileKind::Dir {
                     check_not_ancestor(tx, sino, newparent)?;
                 }
-                meta::delete_dentry(tx, newparent, newname)?;
+                meta::remove_entry(tx, newparent, newname, dino)?;
                 if dkind == FileKind::Dir {
-                    if !meta::dir_is_empty(tx, dino)? {
+                    if !tx.dir_is_empty(dino)? {
                         return Err(Error::new(ErrorKind::NotEmpty, "target directory not empty"));
                     }
-                    meta::delete_inode(tx, dino)?;
-                    meta::touch_dir(tx, newparent, now, -1)?;
+                    tx.delete_inode(dino)?;
+                    tx.touch_dir(newparent, now, -1)?;
                 } else {
                     let a = inode(tx, dino)?.attr;
                     let n = a.nlink.saturating_sub(1);
-                    meta::set_nlink(tx, dino, n, now)?;
+                    tx.set_nlink(dino, n, now)?;
                     if n == 0 {
                         freed = Some(dino);
                     }
@@ -419,21 +419,21 @@ impl Volume {
             } else if skind == FileKind::Dir {
                 check_not_ancestor(tx, sino, newparent)?;
             }
-            meta::delete_dentry(tx, parent, name)?;
-            meta::insert_dentry(tx, newparent, newname, sino, skind)?;
+            meta::remove_entry(tx, parent, name, sino)?;
+            tx.insert_dentry(newparent, newname, sino, skind)?;
             let isdir = (skind == FileKind::Dir) as i64;
             if parent != newparent {
                 if skind == FileKind::Dir {
-                    meta::set_parent(tx, sino, newparent)?;
+                    tx.set_parent(sino, newparent)?;
                 }
-                meta::touch_dir(tx, parent, now, -isdir)?;
-                meta::touch_dir(tx, newparent, now, isdir)?;
+                tx.touch_dir(parent, now, -isdir)?;
+                tx.touch_dir(newparent, now, isdir)?;
             } else {
-                meta::touch_dir(tx, parent, now, 0)?;
+                tx.touch_dir(parent, now, 0)?;
             }
             let mut a = inode(tx, sino)?.attr;
             a.ctime = now;
-            meta::update_attr(tx, &a)?;
+            tx.update_attr(&a)?;
             Ok(freed)
         })?;
         if let Some(ino) = freed {
@@ -446,7 +446,7 @@ impl Volume {
     pub fn readdir(&self, d: Ino) -> Result<Vec<DirEntry>> {
         self.meta.read(|c| {
             dir(c, d)?;
-            Ok(meta::list_dir(c, d)?.into_iter().map(|(name, ino, kind)| DirEntry { name, ino, kind }).collect())
+            Ok(c.list_dir(d)?.into_iter().map(|(name, ino, kind)| DirEntry { name, ino, kind }).collect())
         })
     }
 
@@ -465,16 +465,16 @@ impl Volume {
         let now = Timestamp::now();
         self.meta.write(|tx| {
             let mut a = winode(tx, ino)?.attr;
-            let exists = meta::get_xattr(tx, ino, name)?.is_some();
+            let exists = tx.get_xattr(ino, name)?.is_some();
             if flags.create && exists {
                 return Err(Error::new(ErrorKind::Exists, "attribute exists"));
             }
             if flags.replace && !exists {
                 return Err(Error::new(ErrorKind::NoAttr, "no such attribute"));
             }
-            meta::set_xattr(tx, ino, name, value)?;
+            tx.set_xattr(ino, name, value)?;
             a.ctime = now;
-            meta::update_attr(tx, &a)
+            Ok(tx.update_attr(&a)?)
         })
     }
 
@@ -483,7 +483,7 @@ impl Volume {
         check_xattr_name(name)?;
         self.meta.read(|c| {
             inode(c, ino)?;
-            meta::get_xattr(c, ino, name)?.ok_or_else(|| Error::new(ErrorKind::NoAttr, "no such attribute"))
+            c.get_xattr(ino, name)?.ok_or_else(|| Error::new(ErrorKind::NoAttr, "no such attribute"))
         })
     }
 
@@ -491,7 +491,7 @@ impl Volume {
     pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
         self.meta.read(|c| {
             inode(c, ino)?;
-            meta::list_xattrs(c, ino)
+            Ok(c.list_xattrs(ino)?)
         })
     }
 
@@ -502,11 +502,11 @@ impl Volume {
         let now = Timestamp::now();
         self.meta.write(|tx| {
             let mut a = winode(tx, ino)?.attr;
-            if !meta::remove_xattr(tx, ino, name)? {
+            if !tx.remove_xattr(ino, name)? {
                 return Err(Error::new(ErrorKind::NoAttr, "no such attribute"));
             }
             a.ctime = now;
-            meta::update_attr(tx, &a)
+            Ok(tx.update_attr(&a)?)
         })
     }
 
@@ -521,12 +521,12 @@ impl Volume {
             g.dirty_bytes = 0;
         }
         let freed = self.meta.write(|tx| {
-            let Some(row) = meta::get_inode(tx, ino)? else { return Ok(false) };
+            let Some(row) = tx.get_inode(ino)? else { return Ok(false) };
             if row.attr.nlink > 0 {
                 return Ok(false);
             }
-            meta::release_pages(tx, ino)?;
-            meta::delete_inode(tx, ino)?;
+            tx.release_pages(ino)?;
+            tx.delete_inode(ino)?;
             Ok(true)
         })?;
         if let (Some(t), true) = (&self.trace, freed) {
@@ -537,7 +537,7 @@ impl Volume {
 
     /// Frees inodes left without names by a crash while they were open.
     pub(crate) fn remove_orphans(&self) -> Result<()> {
-        for ino in self.meta.read(meta::orphan_inodes)? {
+        for ino in self.meta.read(|tx| Ok(tx.orphan_inodes()?))? {
             self.free_inode(ino)?;
         }
         Ok(())
@@ -558,7 +558,7 @@ fn check_xattr_name(name: &[u8]) -> Result<()> {
 
 /// Fails if `dir` is `target` or one of its ancestors (moving a directory
 /// into its own subtree).
-fn check_not_ancestor(c: &Connection, dir: Ino, target: Ino) -> Result<()> {
+fn check_not_ancestor(c: &dyn MetaRead, dir: Ino, target: Ino) -> Result<()> {
     let mut cur = target;
     for _ in 0..100_000 {
         if cur == dir {

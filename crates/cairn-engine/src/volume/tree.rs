@@ -15,7 +15,7 @@ use super::Volume;
 use crate::error::{Error, ErrorKind, Result};
 use crate::meta::{self, FLAG_READ_ONLY};
 use crate::types::{Attr, Caller, FileKind, Ino, Timestamp, ROOT_INO};
-use rusqlite::Connection;
+use crate::meta::MetaTx;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 
@@ -61,12 +61,12 @@ impl Volume {
         let now = Timestamp::now();
         let owner = (opts.caller.uid != 0).then_some(opts.caller);
         let ino = self.meta.write(|tx| {
-            let parent = meta::get_inode(tx, dst_parent)?.ok_or_else(|| Error::not_found("destination directory does not exist"))?;
+            let parent = tx.get_inode(dst_parent)?.ok_or_else(|| Error::not_found("destination directory does not exist"))?;
             if parent.attr.kind != FileKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, "destination parent is not a directory"));
             }
             check_not_snapshot(&parent)?;
-            if meta::lookup(tx, dst_parent, name)?.is_some() {
+            if tx.lookup(dst_parent, name)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, format!("{} already exists", String::from_utf8_lossy(name))));
             }
             // A directory copied into itself would never end.
@@ -78,7 +78,7 @@ impl Volume {
                 if cur == ROOT_INO {
                     break;
                 }
-                cur = meta::get_inode(tx, cur)?.and_then(|r| r.parent).unwrap_or(ROOT_INO);
+                cur = tx.get_inode(cur)?.and_then(|r| r.parent).unwrap_or(ROOT_INO);
             }
             let stamp = Stamp { flags: 0, owner, now, keep_times: false };
             self.copy_tree(tx, src, dst_parent, name, &stamp, None)
@@ -96,13 +96,13 @@ impl Volume {
         let now = Timestamp::now();
         let (dir, ino, created) = self.meta.write(|tx| {
             let dir = self.snapshot_dir(tx, true)?.expect("created");
-            if meta::lookup(tx, dir, name.as_bytes())?.is_some() {
+            if tx.lookup(dir, name.as_bytes())?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, format!("snapshot {name:?} already exists")));
             }
             let stamp = Stamp { flags: FLAG_READ_ONLY, owner: None, now, keep_times: true };
             let ino = self.copy_tree(tx, ROOT_INO, dir, name.as_bytes(), &stamp, Some(dir))?;
             // The snapshot root records when it was taken.
-            tx.execute("UPDATE inodes SET btime=?2 WHERE ino=?1", rusqlite::params![ino as i64, now.0])?;
+            tx.set_btime(ino, now)?;
             Ok((dir, ino, now))
         })?;
         self.kernel_entry_changed(ROOT_INO, SNAPSHOT_DIR.as_bytes());
@@ -114,10 +114,10 @@ impl Volume {
     /// Every snapshot, by name.
     pub fn snapshot_list(&self) -> Result<Vec<SnapshotInfo>> {
         self.meta.read(|c| {
-            let Some(dir) = self.snapshot_dir(c, false)? else { return Ok(Vec::new()) };
+            let Some(dir) = c.get_info(SNAPSHOT_DIR_KEY)?.map(|i| i as Ino) else { return Ok(Vec::new()) };
             let mut out = Vec::new();
-            for (name, ino, _) in meta::list_dir(c, dir)? {
-                let row = meta::get_inode(c, ino)?.ok_or_else(|| Error::corrupt(format!("snapshot inode {ino} is missing")))?;
+            for (name, ino, _) in c.list_dir(dir)? {
+                let row = c.get_inode(ino)?.ok_or_else(|| Error::corrupt(format!("snapshot inode {ino} is missing")))?;
                 out.push(SnapshotInfo { name: String::from_utf8_lossy(&name).into_owned(), created_ns: row.attr.btime.0, ino });
             }
             Ok(out)
@@ -130,7 +130,7 @@ impl Volume {
         let now = Timestamp::now();
         let (dir, open_files) = self.meta.write(|tx| {
             let dir = self.snapshot_dir(tx, false)?.ok_or_else(|| Error::not_found(format!("no snapshot {name:?}")))?;
-            if meta::lookup(tx, dir, name.as_bytes())?.is_none() {
+            if tx.lookup(dir, name.as_bytes())?.is_none() {
                 return Err(Error::not_found(format!("no snapshot {name:?}")));
             }
             Ok((dir, remove_tree(self, tx, dir, name.as_bytes(), now)?))
@@ -144,14 +144,14 @@ impl Volume {
     }
 
     /// The snapshot directory, created (read-only, in the root) if asked.
-    fn snapshot_dir(&self, c: &Connection, create: bool) -> Result<Option<Ino>> {
-        if let Some(ino) = meta::get_info(c, SNAPSHOT_DIR_KEY)? {
+    fn snapshot_dir(&self, c: &dyn MetaTx, create: bool) -> Result<Option<Ino>> {
+        if let Some(ino) = c.get_info(SNAPSHOT_DIR_KEY)? {
             return Ok(Some(ino as Ino));
         }
         if !create {
             return Ok(None);
         }
-        if meta::lookup(c, ROOT_INO, SNAPSHOT_DIR.as_bytes())?.is_some() {
+        if c.lookup(ROOT_INO, SNAPSHOT_DIR.as_bytes())?.is_some() {
             return Err(Error::new(ErrorKind::Exists, format!("/{SNAPSHOT_DIR} already exists and is not the snapshot directory; rename it first")));
         }
         let now = Timestamp::now();
@@ -170,17 +170,17 @@ impl Volume {
             ctime: now,
             btime: now,
         };
-        meta::insert_inode_full(c, &a, 0, Some(ROOT_INO), None, self.journal.last_seq(), FLAG_READ_ONLY)?;
-        meta::insert_dentry(c, ROOT_INO, SNAPSHOT_DIR.as_bytes(), a.ino, FileKind::Dir)?;
-        meta::touch_dir(c, ROOT_INO, now, 1)?;
-        meta::set_info(c, SNAPSHOT_DIR_KEY, a.ino as i64)?;
+        c.insert_inode_full(&a, 0, Some(ROOT_INO), None, self.journal.last_seq(), FLAG_READ_ONLY)?;
+        c.insert_dentry(ROOT_INO, SNAPSHOT_DIR.as_bytes(), a.ino, FileKind::Dir)?;
+        c.touch_dir(ROOT_INO, now, 1)?;
+        c.set_info(SNAPSHOT_DIR_KEY, a.ino as i64)?;
         Ok(Some(a.ino))
     }
 
     /// Copies the tree at `src` to `name` in `dst_parent` inside transaction
     /// `tx`; `skip` is a directory left out (the snapshot directory).
     /// Returns the copy's inode number.
-    fn copy_tree(&self, tx: &Connection, src: Ino, dst_parent: Ino, name: &[u8], stamp: &Stamp, skip: Option<Ino>) -> Result<Ino> {
+    fn copy_tree(&self, tx: &dyn MetaTx, src: Ino, dst_parent: Ino, name: &[u8], stamp: &Stamp, skip: Option<Ino>) -> Result<Ino> {
         let jseq = self.journal.last_seq();
         let mut new_ino: HashMap<Ino, Ino> = HashMap::new();
         let mut names: HashMap<Ino, u32> = HashMap::new();
@@ -194,7 +194,7 @@ impl Volume {
         let mut queue: VecDeque<(Ino, Ino, Ino)> = VecDeque::from([(src, root, dst_parent)]);
         let mut root_kind = FileKind::File;
         while let Some((s, d, dparent)) = queue.pop_front() {
-            let row = meta::get_inode(tx, s)?.ok_or_else(|| Error::not_found(format!("inode {s} vanished during the copy")))?;
+            let row = tx.get_inode(s)?.ok_or_else(|| Error::not_found(format!("inode {s} vanished during the copy")))?;
             let mut a = row.attr;
             if s == src {
                 root_kind = a.kind;
@@ -212,13 +212,13 @@ impl Volume {
             let (size, data_bytes) = if a.kind == FileKind::File { (a.size, row.data_bytes) } else { (a.size, 0) };
             a.size = if a.kind == FileKind::Dir { 0 } else { size };
             let parent = (a.kind == FileKind::Dir).then_some(dparent);
-            meta::insert_inode_full(tx, &a, data_bytes, parent, row.target.as_deref(), jseq, stamp.flags)?;
+            tx.insert_inode_full(&a, data_bytes, parent, row.target.as_deref(), jseq, stamp.flags)?;
             kinds.insert(d, a.kind);
-            meta::copy_xattrs(tx, s, d)?;
+            tx.copy_xattrs(s, d)?;
             match a.kind {
-                FileKind::File => meta::share_pages(tx, s, d)?,
+                FileKind::File => tx.share_pages(s, d)?,
                 FileKind::Dir => {
-                    for (n, child, kind) in meta::list_dir(tx, s)? {
+                    for (n, child, kind) in tx.list_dir(s)? {
                         if Some(child) == skip {
                             continue;
                         }
@@ -230,7 +230,7 @@ impl Volume {
                                 (c, true)
                             }
                         };
-                        meta::insert_dentry(tx, d, &n, copy, kind)?;
+                        tx.insert_dentry(d, &n, copy, kind)?;
                         *names.entry(copy).or_default() += 1;
                         if kind == FileKind::Dir {
                             *subdirs.entry(d).or_default() += 1;
@@ -246,10 +246,10 @@ impl Volume {
         // Link counts of the copies: names copied (files), 2 + subdirectories (dirs).
         for (&d, &kind) in &kinds {
             let want = if kind == FileKind::Dir { 2 + subdirs.get(&d).copied().unwrap_or(0) } else { names.get(&d).copied().unwrap_or(1) };
-            tx.prepare_cached("UPDATE inodes SET nlink=?2 WHERE ino=?1")?.execute(rusqlite::params![d as i64, want])?;
+            tx.fix_nlink(d, want)?;
         }
-        meta::insert_dentry(tx, dst_parent, name, root, root_kind)?;
-        meta::touch_dir(tx, dst_parent, stamp.now, if root_kind == FileKind::Dir { 1 } else { 0 })?;
+        tx.insert_dentry(dst_parent, name, root, root_kind)?;
+        tx.touch_dir(dst_parent, stamp.now, if root_kind == FileKind::Dir { 1 } else { 0 })?;
         Ok(root)
     }
 }
@@ -258,31 +258,31 @@ impl Volume {
 /// below it, inside transaction `tx`: entries go, link counts drop, and
 /// inodes left without names are freed, or, if open, returned so the caller
 /// can hand them to `last_name_gone` after the commit.
-pub(super) fn remove_tree(vol: &Volume, tx: &Connection, parent: Ino, name: &[u8], now: Timestamp) -> Result<Vec<Ino>> {
-    let (top, kind) = meta::lookup(tx, parent, name)?.ok_or_else(|| Error::not_found(format!("{} does not exist", String::from_utf8_lossy(name))))?;
-    meta::delete_dentry(tx, parent, name)?;
-    meta::touch_dir(tx, parent, now, if kind == FileKind::Dir { -1 } else { 0 })?;
+pub(super) fn remove_tree(vol: &Volume, tx: &dyn MetaTx, parent: Ino, name: &[u8], now: Timestamp) -> Result<Vec<Ino>> {
+    let (top, kind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found(format!("{} does not exist", String::from_utf8_lossy(name))))?;
+    meta::remove_entry(tx, parent, name, top)?;
+    tx.touch_dir(parent, now, if kind == FileKind::Dir { -1 } else { 0 })?;
     let mut open = Vec::new();
     let mut stack = vec![top];
     while let Some(ino) = stack.pop() {
-        let Some(row) = meta::get_inode(tx, ino)? else { continue };
+        let Some(row) = tx.get_inode(ino)? else { continue };
         if row.attr.kind == FileKind::Dir {
-            for (n, child, _) in meta::list_dir(tx, ino)? {
-                meta::delete_dentry(tx, ino, &n)?;
+            for (n, child, _) in tx.list_dir(ino)? {
+                meta::remove_entry(tx, ino, &n, child)?;
                 stack.push(child);
             }
-            meta::delete_inode(tx, ino)?;
+            tx.delete_inode(ino)?;
             continue;
         }
         let n = row.attr.nlink.saturating_sub(1);
         if n > 0 {
-            meta::set_nlink(tx, ino, n, now)?;
+            tx.set_nlink(ino, n, now)?;
         } else if vol.files.contains_key(&ino) {
-            meta::set_nlink(tx, ino, 0, now)?;
+            tx.set_nlink(ino, 0, now)?;
             open.push(ino);
         } else {
-            meta::release_pages(tx, ino)?;
-            meta::delete_inode(tx, ino)?;
+            tx.release_pages(ino)?;
+            tx.delete_inode(ino)?;
         }
     }
     Ok(open)

@@ -1,0 +1,282 @@
+//! The contract checks every metadata store must pass
+//! (`docs/metadata-store.md`). Each store's tests call [`run_all`], so a new
+//! store (PostgreSQL) is proven the same way as the embedded SQLite one.
+
+use crate::*;
+use std::collections::HashMap;
+
+/// The page format of the suite: a page's bytes are the little-endian ids
+/// of the chunks it references. A store under test must be opened with it.
+pub struct TestCodec;
+
+impl PageCodec for TestCodec {
+    fn chunk_ids(&self, data: &[u8], out: &mut Vec<u64>) -> Result<()> {
+        if data.len() % 8 != 0 {
+            return Err(Error::corrupt("test page of a length not a multiple of 8"));
+        }
+        out.extend(data.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())));
+        Ok(())
+    }
+}
+
+/// A page of the suite's format referencing `chunks`.
+pub fn test_page(key: i64, chunks: &[u64]) -> PageUpsert {
+    PageUpsert { key, id: 0, data: chunks.iter().flat_map(|c| c.to_le_bytes()).collect(), chunks: chunks.to_vec() }
+}
+
+/// Runs every check; panics with a message on the first failure.
+/// `make(true)` makes a fresh, empty store (with the root directory, inode
+/// 1) opened with [`TestCodec`]; `make(false)` reopens the store made last
+/// (the caller has dropped it first).
+pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
+    namespace(&*make(true));
+    entry_removal_checks_the_inode(&*make(true));
+    xattrs(&*make(true));
+    pages_and_reference_counts(&*make(true));
+    bad_reference_counts_fail_whole(&*make(true));
+    rollback_leaves_nothing(&*make(true));
+    read_your_writes_and_sync(&*make(true));
+    ids_never_repeat(make);
+}
+
+fn attr(ino: Ino, kind: FileKind) -> Attr {
+    let t = Timestamp(1_000_000_000);
+    Attr { ino, kind, perm: 0o644, nlink: 1, uid: 7, gid: 8, rdev: 0, size: 0, blocks: 0, atime: t, mtime: t, ctime: t, btime: t }
+}
+
+/// A new inode named `name` in `parent`, in its own transaction.
+fn mk(s: &dyn MetaStore, parent: Ino, name: &[u8], kind: FileKind) -> Ino {
+    s.write_with(|tx| -> Result<Ino> {
+        let ino = tx.alloc_ino()?;
+        tx.insert_inode(&attr(ino, kind), (kind == FileKind::Dir).then_some(parent), None, 0)?;
+        tx.insert_dentry(parent, name, ino, kind)?;
+        Ok(ino)
+    })
+    .expect("create")
+}
+
+fn namespace(s: &dyn MetaStore) {
+    let root = s.read_with(|r| r.get_inode(ROOT_INO)).unwrap().expect("a fresh store has the root directory");
+    assert_eq!(root.attr.kind, FileKind::Dir);
+    assert!(s.read_with(|r| r.dir_is_empty(ROOT_INO)).unwrap());
+    let d = mk(s, ROOT_INO, b"dir", FileKind::Dir);
+    let f = mk(s, d, b"b", FileKind::File);
+    let g = mk(s, d, b"a", FileKind::File);
+    assert_eq!(s.read_with(|r| r.lookup(d, b"b")).unwrap(), Some((f, FileKind::File)));
+    assert_eq!(s.read_with(|r| r.lookup(d, b"zz")).unwrap(), None);
+    let names: Vec<(Vec<u8>, Ino, FileKind)> = s.read_with(|r| r.list_dir(d)).unwrap();
+    assert_eq!(names, vec![(b"a".to_vec(), g, FileKind::File), (b"b".to_vec(), f, FileKind::File)], "list_dir sorts by name");
+    assert!(!s.read_with(|r| r.dir_is_empty(d)).unwrap());
+    let row = s.read_with(|r| r.get_inode(f)).unwrap().unwrap();
+    assert_eq!((row.attr.uid, row.attr.gid, row.attr.perm, row.attr.nlink), (7, 8, 0o644, 1));
+    // A taken name is refused, and the refusal changes nothing.
+    let e = s.write_with(|tx| tx.insert_dentry(d, b"a", f, FileKind::File)).expect_err("a taken name was accepted");
+    assert_eq!(e.kind(), ErrorKind::Exists, "{e}");
+    assert_eq!(s.read_with(|r| r.lookup(d, b"a")).unwrap(), Some((g, FileKind::File)));
+    // Attribute and content updates read back.
+    s.write_with(|tx| {
+        let mut a = tx.get_inode(f)?.unwrap().attr;
+        a.perm = 0o600;
+        a.nlink = 2;
+        tx.update_attr(&a)?;
+        tx.update_content(f, 12345, 4096, Timestamp(5), Timestamp(6), 9)?;
+        tx.update_content(f, 12345, 4096, Timestamp(5), Timestamp(6), 3)?;
+        tx.touch_dir(d, Timestamp(77), 1)
+    })
+    .unwrap();
+    let row = s.read_with(|r| r.get_inode(f)).unwrap().unwrap();
+    assert_eq!((row.attr.perm, row.attr.nlink, row.attr.size, row.data_bytes, row.jseq), (0o600, 2, 12345, 4096, 9), "jseq only grows");
+    let dir = s.read_with(|r| r.get_inode(d)).unwrap().unwrap();
+    assert_eq!((dir.attr.mtime, dir.attr.nlink, dir.parent), (Timestamp(77), 2, Some(ROOT_INO)));
+    s.write_with(|tx| tx.delete_inode(g)).unwrap();
+    assert!(s.read_with(|r| r.get_inode(g)).unwrap().is_none());
+}
+
+fn entry_removal_checks_the_inode(s: &dyn MetaStore) {
+    let f = mk(s, ROOT_INO, b"n", FileKind::File);
+    let other = f + 1000;
+    let removed = s.write_with(|tx| tx.delete_dentry(ROOT_INO, b"n", other)).unwrap();
+    assert!(!removed, "an entry naming another inode was removed");
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"n")).unwrap(), Some((f, FileKind::File)));
+    assert!(!s.write_with(|tx| tx.delete_dentry(ROOT_INO, b"missing", f)).unwrap());
+    assert!(s.write_with(|tx| tx.delete_dentry(ROOT_INO, b"n", f)).unwrap());
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"n")).unwrap(), None);
+}
+
+fn xattrs(s: &dyn MetaStore) {
+    let f = mk(s, ROOT_INO, b"x", FileKind::File);
+    let g = mk(s, ROOT_INO, b"y", FileKind::File);
+    s.write_with(|tx| {
+        tx.set_xattr(f, b"user.b", b"2")?;
+        tx.set_xattr(f, b"user.a", b"1")?;
+        tx.set_xattr(f, b"user.a", b"one")
+    })
+    .unwrap();
+    assert_eq!(s.read_with(|r| r.get_xattr(f, b"user.a")).unwrap(), Some(b"one".to_vec()), "set replaces");
+    assert_eq!(s.read_with(|r| r.list_xattrs(f)).unwrap(), vec![b"user.a".to_vec(), b"user.b".to_vec()]);
+    s.write_with(|tx| tx.copy_xattrs(f, g)).unwrap();
+    assert_eq!(s.read_with(|r| r.get_xattr(g, b"user.b")).unwrap(), Some(b"2".to_vec()));
+    assert!(s.write_with(|tx| tx.remove_xattr(f, b"user.b")).unwrap());
+    assert!(!s.write_with(|tx| tx.remove_xattr(f, b"user.b")).unwrap());
+    assert_eq!(s.read_with(|r| r.get_xattr(f, b"user.b")).unwrap(), None);
+    s.write_with(|tx| tx.delete_inode(g)).unwrap();
+    assert!(s.read_with(|r| r.list_xattrs(g)).unwrap().is_empty(), "an inode's xattrs outlived it");
+}
+
+/// Three chunks of 100 stored bytes in one pack, no references.
+fn chunks(s: &dyn MetaStore) -> u64 {
+    s.write_with(|tx| -> Result<u64> {
+        let p = tx.insert_pack("packs/conformance", 300, 3, 300)?;
+        for id in 1..=3u64 {
+            let mut hash = [0u8; 32];
+            hash[0] = id as u8;
+            tx.insert_chunk(&ChunkRow { id, hash, pack: p, offset: id * 100, stored_len: 100, raw_len: 200, flags: 0, refs: 0 })?;
+        }
+        Ok(p)
+    })
+    .unwrap()
+}
+
+fn refs(s: &dyn MetaStore) -> Vec<i64> {
+    (1..=3).map(|id| s.read_with(|r| r.chunk_by_id(id)).unwrap().expect("chunk").refs).collect()
+}
+
+fn dead(s: &dyn MetaStore) -> u64 {
+    s.read_with(|r| r.pack_bytes()).unwrap().1
+}
+
+fn pages_and_reference_counts(s: &dyn MetaStore) {
+    let p = chunks(s);
+    assert_eq!(s.read_with(|r| r.pack_name(p)).unwrap(), "packs/conformance");
+    assert!(s.read_with(|r| r.pack_exists("packs/conformance")).unwrap());
+    let mut h2 = [0u8; 32];
+    h2[0] = 2;
+    assert_eq!(s.read_with(|r| r.chunk_by_hash(&h2)).unwrap().map(|c| c.id), Some(2));
+    let a = mk(s, ROOT_INO, b"a", FileKind::File);
+    let b = mk(s, ROOT_INO, b"b", FileKind::File);
+    let ids = s
+        .write_with(|tx| tx.save_pages(a, &PageEdits { upserts: vec![test_page(0, &[1, 2, 2]), test_page(1, &[3])], ..Default::default() }))
+        .unwrap();
+    assert_eq!(ids.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1], "new page ids by key");
+    assert_eq!(refs(s), vec![1, 2, 1], "saving pages counts their chunk references");
+    assert_eq!(dead(s), 0, "referenced chunks are no longer dead bytes");
+    let pages = s.read_with(|r| r.load_pages(a)).unwrap();
+    assert_eq!(pages.iter().map(|p| (p.key, p.id, p.data.clone())).collect::<Vec<_>>(), vec![(0, ids[0].1, test_page(0, &[1, 2, 2]).data), (1, ids[1].1, test_page(1, &[3]).data)]);
+    // A clone shares the pages: no chunk reference changes.
+    s.write_with(|tx| tx.share_pages(a, b)).unwrap();
+    assert_eq!(refs(s), vec![1, 2, 1]);
+    assert!(s.read_with(|r| r.page_links(b)).unwrap().iter().all(|l| l.refs == 2));
+    // `a` rewrites key 1 and drops its old page: still linked from `b`.
+    s.write_with(|tx| {
+        tx.save_pages(a, &PageEdits { upserts: vec![test_page(1, &[1])], dropped: vec![(ids[1].1, vec![3])], ..Default::default() }).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(refs(s), vec![2, 2, 1], "a page still linked elsewhere keeps its references");
+    s.write_with(|tx| tx.release_pages(b)).unwrap();
+    assert_eq!(refs(s), vec![2, 2, 0], "the last link of a page releases its references");
+    assert_eq!(dead(s), 100);
+    s.write_with(|tx| tx.release_pages(a)).unwrap();
+    assert_eq!(refs(s), vec![0, 0, 0]);
+    assert_eq!(dead(s), 300);
+    assert!(s.read_with(|r| r.all_pages()).unwrap().is_empty(), "pages outlived their links");
+    assert_eq!(s.write_with(|tx| tx.delete_pack(p)).unwrap(), 3);
+    assert!(s.read_with(|r| r.all_packs()).unwrap().is_empty());
+}
+
+fn bad_reference_counts_fail_whole(s: &dyn MetaStore) {
+    chunks(s);
+    let a = mk(s, ROOT_INO, b"a", FileKind::File);
+    let e = s
+        .write_with(|tx| {
+            tx.save_pages(a, &PageEdits { upserts: vec![test_page(0, &[1])], ..Default::default() })?;
+            tx.add_chunk_refs(&HashMap::from([(2, -1)]))
+        })
+        .expect_err("a count below zero was accepted");
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    let e = s.write_with(|tx| tx.save_pages(a, &PageEdits { upserts: vec![test_page(0, &[99])], ..Default::default() })).expect_err("an unknown chunk was referenced");
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    assert_eq!(refs(s), vec![0, 0, 0], "a failed transaction changed counts");
+    assert!(s.read_with(|r| r.load_pages(a)).unwrap().is_empty(), "a failed transaction left pages");
+}
+
+fn rollback_leaves_nothing(s: &dyn MetaStore) {
+    let before = s.read_with(|r| r.count_inodes()).unwrap();
+    let e = s
+        .write_with(|tx| -> Result<()> {
+            let ino = tx.alloc_ino()?;
+            tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
+            tx.insert_dentry(ROOT_INO, b"gone", ino, FileKind::File)?;
+            tx.set_info("gone", 1)?;
+            tx.insert_pack("packs/gone", 1, 1, 0)?;
+            Err(Error::new(ErrorKind::Permission, "refused by the closure"))
+        })
+        .expect_err("the closure's error was lost");
+    assert_eq!((e.kind(), e.message()), (ErrorKind::Permission, "refused by the closure"), "the closure's error comes back unchanged");
+    assert_eq!(s.read_with(|r| r.count_inodes()).unwrap(), before);
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"gone")).unwrap(), None);
+    assert_eq!(s.read_with(|r| r.get_info("gone")).unwrap(), None);
+    assert!(!s.read_with(|r| r.pack_exists("packs/gone")).unwrap());
+    // A failing operation inside (a taken name) rolls back the rest too.
+    mk(s, ROOT_INO, b"taken", FileKind::File);
+    let r = s.write_with(|tx| {
+        tx.set_info("half", 1)?;
+        tx.insert_dentry(ROOT_INO, b"taken", 1, FileKind::Dir)
+    });
+    assert!(r.is_err());
+    assert_eq!(s.read_with(|r| r.get_info("half")).unwrap(), None, "half a transaction stayed");
+}
+
+fn read_your_writes_and_sync(s: &dyn MetaStore) {
+    for i in 0..20 {
+        s.write_with(|tx| tx.set_info(&format!("k{i}"), i)).unwrap();
+        assert_eq!(s.read_with(|r| r.get_info(&format!("k{i}"))).unwrap(), Some(i), "a returned write is not seen by the next read");
+        assert_eq!(s.read_many_with(|r| r.get_info(&format!("k{i}"))).unwrap(), Some(i));
+    }
+    s.sync().unwrap();
+    assert!(s.is_durable(), "sync did not make every returned change durable");
+}
+
+fn ids_never_repeat(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
+    let s = make(true);
+    let mut seen = std::collections::HashSet::new();
+    seen.insert(ROOT_INO);
+    let mut last = 0;
+    for i in 0..50 {
+        let ino = mk(&*s, ROOT_INO, format!("f{i}").as_bytes(), FileKind::File);
+        assert!(seen.insert(ino), "inode number {ino} handed out twice");
+        last = last.max(ino);
+    }
+    // A number handed out in a rolled-back transaction is not handed out
+    // again (checked by `seen` below).
+    let _ = s.write_with(|tx| -> Result<()> {
+        seen.insert(tx.alloc_ino()?);
+        Err(Error::invalid("roll back"))
+    });
+    // The newest inodes go; their numbers still never come back.
+    s.write_with(|tx| {
+        for i in 40..50 {
+            let (ino, _) = tx.lookup(ROOT_INO, format!("f{i}").as_bytes())?.unwrap();
+            tx.delete_dentry(ROOT_INO, format!("f{i}").as_bytes(), ino)?;
+            tx.delete_inode(ino)?;
+        }
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    let p1 = s.write_with(|tx| tx.insert_pack("packs/p1", 1, 1, 0)).unwrap();
+    // Chunk ids: distinct, and a committed one never comes again.
+    let c1 = s.alloc_chunk_id().unwrap();
+    let c2 = s.alloc_chunk_id().unwrap();
+    assert_ne!(c1, c2, "a chunk id was handed out twice");
+    s.write_with(|tx| tx.insert_chunk(&ChunkRow { id: c2, hash: [9; 32], pack: p1, offset: 0, stored_len: 1, raw_len: 1, flags: 0, refs: 0 })).unwrap();
+    s.sync().unwrap();
+    drop(s);
+    let s = make(false);
+    for i in 0..20 {
+        let ino = mk(&*s, ROOT_INO, format!("g{i}").as_bytes(), FileKind::File);
+        assert!(ino > last && seen.insert(ino), "inode number {ino} handed out again after a reopen");
+    }
+    let p2 = s.write_with(|tx| tx.insert_pack("packs/p2", 1, 1, 0)).unwrap();
+    assert_ne!(p1, p2, "a pack id was handed out twice");
+    let c3 = s.alloc_chunk_id().unwrap();
+    assert!(c3 > c2, "chunk id {c3} handed out again after a reopen (committed: {c2})");
+}

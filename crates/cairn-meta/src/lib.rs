@@ -1,0 +1,404 @@
+//! Cairn's metadata store: the [`MetaStore`] trait every store implements
+//! (its contract is `docs/metadata-store.md`), the row types it persists,
+//! its [`conformance`] suite, and the embedded SQLite store ([`sqlite`]).
+//!
+//! The engine holds an `Arc<dyn MetaStore>`; everything it asks of the
+//! metadata is a typed operation of [`MetaRead`] (queries) or [`MetaTx`]
+//! (changes, inside one transaction). No connection and no SQL leave this
+//! crate.
+
+pub mod conformance;
+mod error;
+pub mod sqlite;
+pub mod types;
+
+pub use error::{Error, ErrorKind, Result};
+pub use types::{Attr, FileKind, Ino, Timestamp, ROOT_INO};
+
+use std::collections::HashMap;
+
+/// Inode flag: the inode belongs to a snapshot (or is the `.snapshots`
+/// directory) and refuses every change with EROFS.
+pub const FLAG_READ_ONLY: i64 = 1;
+
+/// `info` key: until when stored bytes were added to the bill (seconds
+/// since the epoch).
+pub const BILL_STORAGE_AT_KEY: &str = "bill_storage_at";
+
+/// Where a stored chunk lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkRow {
+    pub id: u64,
+    pub hash: [u8; 32],
+    pub pack: u64,
+    pub offset: u64,
+    pub stored_len: u32,
+    pub raw_len: u32,
+    pub flags: u8,
+    pub refs: i64,
+}
+
+/// A pack row.
+#[derive(Clone, Debug)]
+pub struct PackRow {
+    pub id: u64,
+    pub name: String,
+    pub size: u64,
+    pub blobs: u64,
+    pub dead_bytes: u64,
+}
+
+/// A full inode row.
+#[derive(Clone, Debug)]
+pub struct InodeRow {
+    pub attr: Attr,
+    pub data_bytes: u64,
+    pub parent: Option<Ino>,
+    pub target: Option<Vec<u8>>,
+    pub jseq: u64,
+    /// `FLAG_*` bits.
+    pub flags: i64,
+}
+
+impl InodeRow {
+    pub fn read_only(&self) -> bool {
+        self.flags & FLAG_READ_ONLY != 0
+    }
+}
+
+/// What the cleaner needs of a pack with dead bytes: dead byte-seconds
+/// accrued until `mark` (ns), dead bytes since then.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadPack {
+    pub id: u64,
+    pub name: String,
+    pub size: u64,
+    pub blobs: u64,
+    pub dead_bytes: u64,
+    pub dead_acc: f64,
+    pub mark: i64,
+}
+
+/// One row of the bill.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BillRow {
+    /// Days since the epoch (UTC).
+    pub day: i64,
+    /// Who: `write`, `read_miss`, `prefetch`, `gc`, `metadata`, `other`, or
+    /// `storage`.
+    pub subsystem: String,
+    /// A request kind (`GET`, `HEAD`, `PUT`, `POST`, `LIST`, `DELETE`), or
+    /// for `storage`, `live` or `dead`.
+    pub item: String,
+    pub requests: u64,
+    /// Payload bytes; for `storage`, byte-seconds.
+    pub bytes: u64,
+}
+
+/// Owner and mode of the root directory at creation.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller0 {
+    pub uid: u32,
+    pub gid: u32,
+    pub perm: u32,
+}
+
+/// A stored extent page linked from a file: its key in the file, its id,
+/// and its encoded bytes (opaque to the store).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredPage {
+    pub key: i64,
+    pub id: u64,
+    pub data: Vec<u8>,
+}
+
+/// A stored page as `inspect` sees it: with its link count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageLink {
+    pub key: i64,
+    pub id: u64,
+    pub refs: i64,
+    pub data: Vec<u8>,
+}
+
+/// A page a file links at `key`: a stored one (`id`), or a new one
+/// (`id` 0) with its bytes and the chunk ids its extents reference (one
+/// entry per reference).
+#[derive(Clone, Debug, Default)]
+pub struct PageUpsert {
+    pub key: i64,
+    pub id: u64,
+    pub data: Vec<u8>,
+    pub chunks: Vec<u64>,
+}
+
+/// The page edits of one file, to persist in one call.
+#[derive(Clone, Debug, Default)]
+pub struct PageEdits {
+    /// Stored pages this file starts linking (a clone's shared pages).
+    pub gained: Vec<u64>,
+    /// Pages to link at their keys; new pages are stored first.
+    pub upserts: Vec<PageUpsert>,
+    /// Keys to unlink.
+    pub deletes: Vec<i64>,
+    /// Stored pages that lose one link, with the chunk ids their extents
+    /// reference: freed, releasing those references, when the last goes.
+    pub dropped: Vec<(u64, Vec<u64>)>,
+}
+
+/// Reads the chunk references out of a page's bytes (the store keeps pages
+/// opaque; it needs them when it frees a page nobody handed it).
+pub trait PageCodec: Send + Sync {
+    /// Appends the chunk id of every chunk extent of page `data` to `out`.
+    fn chunk_ids(&self, data: &[u8], out: &mut Vec<u64>) -> Result<()>;
+}
+
+/// Counts of inodes by kind, and sizes (for `cairn stats`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InodeTotals {
+    /// (kind, count, sum of sizes, sum of allocated bytes)
+    pub by_kind: Vec<(FileKind, u64, u64, u64)>,
+}
+
+/// Chunk and pack totals (for `cairn stats`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChunkTotals {
+    pub live_chunks: u64,
+    pub dead_chunks: u64,
+    /// Raw bytes of live chunks.
+    pub unique_bytes: u64,
+    /// Stored bytes of live chunks.
+    pub live_stored_bytes: u64,
+    pub packs: u64,
+    pub pack_bytes: u64,
+    pub dead_bytes: u64,
+}
+
+/// The queries of a metadata store. Every method sees the state of the
+/// enclosing `read` or `write` (see `docs/metadata-store.md`).
+pub trait MetaRead {
+    /// One inode (directories report size 4096, 8 blocks).
+    fn get_inode(&self, ino: Ino) -> Result<Option<InodeRow>>;
+    /// The entry `name` in `parent`: (ino, kind).
+    fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>>;
+    /// Entries of a directory, sorted by name.
+    fn list_dir(&self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, FileKind)>>;
+    fn dir_is_empty(&self, dir: Ino) -> Result<bool>;
+    fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Xattr names of an inode, sorted.
+    fn list_xattrs(&self, ino: Ino) -> Result<Vec<Vec<u8>>>;
+    /// The pages a file links, by key; Corrupt if a link names a missing page.
+    fn load_pages(&self, ino: Ino) -> Result<Vec<StoredPage>>;
+    /// The pages a file links with their link counts, in no order.
+    fn page_links(&self, ino: Ino) -> Result<Vec<PageLink>>;
+    /// The bytes of a stored page.
+    fn page_data(&self, id: u64) -> Result<Option<Vec<u8>>>;
+    /// A value of the `info` key-value table.
+    fn get_info(&self, key: &str) -> Result<Option<i64>>;
+    fn chunk_by_id(&self, id: u64) -> Result<Option<ChunkRow>>;
+    fn chunk_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ChunkRow>>;
+    /// Chunks of a pack, by offset.
+    fn chunks_in_pack(&self, pack: u64) -> Result<Vec<ChunkRow>>;
+    /// Every chunk, by pack and offset.
+    fn all_chunks(&self) -> Result<Vec<ChunkRow>>;
+    /// The highest chunk id in use (0 if none).
+    fn max_chunk_id(&self) -> Result<u64>;
+    /// A pack's name; Corrupt if it is missing.
+    fn pack_name(&self, id: u64) -> Result<String>;
+    /// Whether a pack of this name is in the metadata.
+    fn pack_exists(&self, name: &str) -> Result<bool>;
+    /// Every pack, by id.
+    fn all_packs(&self) -> Result<Vec<PackRow>>;
+    /// Every pack holding dead bytes, by id.
+    fn dead_packs(&self) -> Result<Vec<DeadPack>>;
+    /// Bytes of every pack, and the dead ones among them.
+    fn pack_bytes(&self) -> Result<(u64, u64)>;
+    /// The bill's rows from day `since` on (all for None); none when the
+    /// store keeps no bill.
+    fn bill_rows(&self, since: Option<i64>) -> Result<Vec<BillRow>>;
+    /// Every inode, by number.
+    fn all_inodes(&self) -> Result<Vec<InodeRow>>;
+    /// Inodes with no names left.
+    fn orphan_inodes(&self) -> Result<Vec<Ino>>;
+    /// Every dentry: (parent, name, ino, kind code).
+    fn all_dentries(&self) -> Result<Vec<(Ino, Vec<u8>, Ino, i64)>>;
+    /// Every stored page: (id, refs, data), by id.
+    fn all_pages(&self) -> Result<Vec<(u64, i64, Vec<u8>)>>;
+    /// Every page link: (ino, key, page id), by ino and key.
+    fn all_page_links(&self) -> Result<Vec<(Ino, i64, u64)>>;
+    fn count_inodes(&self) -> Result<u64>;
+    /// The highest journal position recorded on an inode.
+    fn max_jseq(&self) -> Result<u64>;
+    fn inode_totals(&self) -> Result<InodeTotals>;
+    fn chunk_totals(&self) -> Result<ChunkTotals>;
+}
+
+/// The changes of a metadata store, inside one transaction (`write`).
+pub trait MetaTx: MetaRead {
+    /// Hands out a new inode number, never handed out before (also across
+    /// rolled-back transactions and reopens).
+    fn alloc_ino(&self) -> Result<Ino>;
+    /// A new inode numbered `a.ino` (from `alloc_ino`, or the root). `jseq`:
+    /// the journal position at its creation.
+    fn insert_inode(&self, a: &Attr, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64) -> Result<()> {
+        self.insert_inode_full(a, 0, parent, target, jseq, 0)
+    }
+    /// A new inode with its allocation and flags given (clones, snapshots).
+    fn insert_inode_full(&self, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64, flags: i64) -> Result<()>;
+    /// Writes back perm, uid, gid, nlink, atime, mtime, ctime.
+    fn update_attr(&self, a: &Attr) -> Result<()>;
+    /// Records a flushed file's size, allocation and journal position
+    /// (which only grows).
+    fn update_content(&self, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()>;
+    fn set_nlink(&self, ino: Ino, nlink: u32, ctime: Timestamp) -> Result<()>;
+    /// Sets the link count alone (fsck-style repairs, tree copies).
+    fn fix_nlink(&self, ino: Ino, nlink: u32) -> Result<()>;
+    fn set_parent(&self, ino: Ino, parent: Ino) -> Result<()>;
+    fn set_btime(&self, ino: Ino, btime: Timestamp) -> Result<()>;
+    /// Sets a directory's mtime and ctime to `now` and adds `nlink_delta`.
+    fn touch_dir(&self, ino: Ino, now: Timestamp, nlink_delta: i64) -> Result<()>;
+    fn set_flags(&self, ino: Ino, flags: i64) -> Result<()>;
+    /// A new entry; fails (Exists) if `name` is taken in `parent`.
+    fn insert_dentry(&self, parent: Ino, name: &[u8], ino: Ino, kind: FileKind) -> Result<()>;
+    /// Removes `name` from `parent` only if it still names `expect`; true if
+    /// it did (and was removed).
+    fn delete_dentry(&self, parent: Ino, name: &[u8], expect: Ino) -> Result<bool>;
+    /// Removes an inode row with its xattrs and page links (its pages must
+    /// have been released first: `release_pages`).
+    fn delete_inode(&self, ino: Ino) -> Result<()>;
+    fn set_xattr(&self, ino: Ino, name: &[u8], value: &[u8]) -> Result<()>;
+    /// True if the xattr existed.
+    fn remove_xattr(&self, ino: Ino, name: &[u8]) -> Result<bool>;
+    /// Copies every xattr of `src` to `dst`.
+    fn copy_xattrs(&self, src: Ino, dst: Ino) -> Result<()>;
+    /// Persists the page edits of one file; records the chunk reference
+    /// changes (applied when the transaction's closure returns). Returns
+    /// the ids of the new pages, by key.
+    fn save_pages(&self, ino: Ino, edits: &PageEdits) -> Result<Vec<(i64, u64)>>;
+    /// Unlinks every page of `ino`, freeing those no other file links and
+    /// releasing their chunk references.
+    fn release_pages(&self, ino: Ino) -> Result<()>;
+    /// Links every page of `src` into `dst` as well (which has none).
+    fn share_pages(&self, src: Ino, dst: Ino) -> Result<()>;
+    fn set_info(&self, key: &str, value: i64) -> Result<()>;
+    /// A new chunk row (with its id given and `refs` usually 0: its first
+    /// reference comes with the pages that use it).
+    fn insert_chunk(&self, ch: &ChunkRow) -> Result<()>;
+    /// Moves a chunk to another pack (repacking).
+    fn relocate_chunk(&self, id: u64, pack: u64, offset: u64) -> Result<()>;
+    /// A new pack; returns its id. `dead_bytes`: bytes of its blobs no page
+    /// references yet.
+    fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64>;
+    /// Deletes a pack with its unreferenced chunks (Corrupt if live chunks
+    /// remain); returns the chunks deleted.
+    fn delete_pack(&self, pack: u64) -> Result<u64>;
+    /// Adds to a row of the bill.
+    fn add_bill(&self, r: &BillRow) -> Result<()>;
+    /// Makes the store keep a bill; true if it did not before.
+    fn ensure_bill_table(&self) -> Result<bool>;
+    /// Adds dead-byte accrual to a store from before it; true if it was missing.
+    fn ensure_dead_accrual(&self) -> Result<bool>;
+    /// Adds reference-count changes to the transaction's (applied with the
+    /// others when the closure returns). Only for repairs and tests: page
+    /// operations count their references themselves.
+    fn add_chunk_refs(&self, deltas: &HashMap<u64, i64>) -> Result<()>;
+}
+
+/// SQLite-only: committed changes as session patchsets and whole-database
+/// snapshots, which a cloud volume ships to its bucket.
+pub trait ShipChanges {
+    /// Starts recording every committed change.
+    fn capture_changes(&self) -> Result<()>;
+    /// Commits the open group, then returns a patchset of every row changed
+    /// since the last call (None when nothing changed), and records afresh.
+    fn take_changes(&self) -> Result<Option<Vec<u8>>>;
+    /// Whether changes were recorded since the last `take_changes`.
+    fn has_changes(&self) -> bool;
+    /// The whole database as of the last commit, as bytes; restarts capture.
+    fn snapshot(&self) -> Result<Vec<u8>>;
+}
+
+/// A metadata store. See `docs/metadata-store.md` for the contract.
+pub trait MetaStore: Send + Sync {
+    /// Runs `f` on one consistent state including every change whose
+    /// `write` returned. May run `f` again on a retryable failure.
+    fn read(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()>;
+    /// [`MetaStore::read`] for many queries (a hint: the store may take one
+    /// read transaction for them).
+    fn read_many(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()> {
+        self.read(f)
+    }
+    /// Runs `f` as one transaction: all of it or none. An error of `f` is
+    /// returned as it was after the rollback. May run `f` again on a
+    /// retryable failure, so `f` must have no effect but its return.
+    fn write(&self, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()>;
+    /// Hands out a chunk id for a chunk about to be packed, outside any
+    /// transaction (its row is inserted later, by the transaction that
+    /// commits its pack). Never one a committed chunk row has, nor one
+    /// handed out before by this open store; an id handed out but never
+    /// committed may come again after a reopen (nothing kept it).
+    fn alloc_chunk_id(&self) -> Result<u64>;
+    /// Commits the open group of changes now (not durable yet).
+    fn commit(&self) -> Result<()>;
+    /// Makes every change whose `write` returned before the call durable.
+    fn sync(&self) -> Result<()>;
+    /// Whether every returned change is known durable.
+    fn is_durable(&self) -> bool;
+    /// What a `kill -9` leaves (crash tests): uncommitted changes are lost
+    /// and the store refuses every later change.
+    fn abandon(&self);
+    /// Folds logs back on a clean shutdown; a no-op where nothing to fold.
+    fn checkpoint(&self) -> Result<()> {
+        self.commit()
+    }
+    /// Hint: an operation is about to visit much of the metadata.
+    fn prefetch(&self, _max_bytes: u64) {}
+    /// Change shipping, if this store can (SQLite).
+    fn shipping(&self) -> Option<&dyn ShipChanges> {
+        None
+    }
+}
+
+/// The convenient forms of [`MetaStore::read`] and [`MetaStore::write`]:
+/// closures returning a value and any error that converts to and from the
+/// store's.
+pub trait MetaStoreExt: MetaStore {
+    fn read_with<T, E>(&self, mut f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<Error>,
+        Error: From<E>,
+    {
+        let mut out = None;
+        self.read(&mut |tx| {
+            out = Some(f(tx)?);
+            Ok(())
+        })?;
+        Ok(out.expect("a read that succeeded ran its closure"))
+    }
+    fn read_many_with<T, E>(&self, mut f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<Error>,
+        Error: From<E>,
+    {
+        let mut out = None;
+        self.read_many(&mut |tx| {
+            out = Some(f(tx)?);
+            Ok(())
+        })?;
+        Ok(out.expect("a read that succeeded ran its closure"))
+    }
+    fn write_with<T, E>(&self, mut f: impl FnMut(&dyn MetaTx) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<Error>,
+        Error: From<E>,
+    {
+        let mut out = None;
+        self.write(&mut |tx| {
+            out = Some(f(tx)?);
+            Ok(())
+        })?;
+        Ok(out.expect("a write that succeeded ran its closure"))
+    }
+}
+
+impl<S: MetaStore + ?Sized> MetaStoreExt for S {}
