@@ -28,6 +28,8 @@ pub const OBJECT: &str = "lease";
 pub const RENEW: Duration = Duration::from_secs(30);
 /// How long a lease lasts without renewal.
 pub const EXPIRY: Duration = Duration::from_secs(120);
+/// The longest renewal interval a mount may choose (`--lease-renew`).
+pub const MAX_RENEW: Duration = Duration::from_secs(60);
 
 /// The lease object (JSON).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -92,7 +94,12 @@ pub struct Lease {
 /// The error of a holder that lost its lease (kind Busy: the shipper
 /// treats it as final and the mount stops writing).
 pub fn lost(why: &str) -> Error {
-    Error::new(ErrorKind::Busy, format!("this mount lost the volume's lease: {why}; it refuses writes from now on (unmount it; changes made since the last published metadata version are not in the bucket)"))
+    Error::new(
+        ErrorKind::Busy,
+        format!(
+            "this mount lost the volume's lease: {why}. It refuses writes from now on and publishes nothing more: data written since its last published metadata version (just before or after the loss) may not be published in the bucket. Unmount it"
+        ),
+    )
 }
 
 /// The lease object and its tag, if the store has conditional updates.
