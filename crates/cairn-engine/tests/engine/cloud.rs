@@ -586,16 +586,19 @@ fn a_volume_from_before_the_bill_ships_a_base_with_its_table() {
 }
 
 /// A lease object deleted under a mount (issue 25): another machine then
-/// mounts read-write; the first holder's next publish fails with the lease
-/// lost and it publishes nothing after, its status says `lease_lost` and
-/// its unmount fails, while the new holder goes on.
+/// mounts read-write; the first holder's next renewal finds the lease lost
+/// (before its next round publishes anything), its publish fails and it
+/// publishes nothing after, its status says `lease_lost` and its unmount
+/// fails, while the new holder goes on.
 #[test]
 fn a_holder_whose_lease_was_deleted_publishes_nothing_more() {
     let a = tempfile::tempdir().unwrap();
     let b = tempfile::tempdir().unwrap();
     let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
     init_in(a.path(), &bucket, None);
-    let va = Volume::load(a.path(), opts(&bucket, Durability::Remote)).unwrap();
+    let oa = opts(&bucket, Durability::Remote);
+    let oa = OpenOptions { cloud: CloudOptions { lease_renew: Duration::from_millis(200), ..oa.cloud.clone() }, ..oa };
+    let va = Volume::load(a.path(), oa).unwrap();
     let ino = mkfile(&va, ROOT_INO, "before", b"shipped while A held the lease");
     va.fsync(ino, false).unwrap();
     bucket.delete(cloud::lease::OBJECT).unwrap();
@@ -608,8 +611,14 @@ fn a_holder_whose_lease_was_deleted_publishes_nothing_more() {
         heads.iter().filter(|h| h.writer == a_writer).map(|h| h.version).collect::<Vec<_>>()
     };
     let before = published_by_a();
-    // A's next publish: its fsync reaches the bucket, finds the lease gone.
+    // Written before A knows: its shipper's next round renews first, finds
+    // the lease gone, and ships nothing.
     let ino = mkfile(&va, ROOT_INO, "after", b"written once B held the lease");
+    let t = std::time::Instant::now();
+    while va.status().health != "lease_lost" {
+        assert!(t.elapsed() < Duration::from_secs(10), "A's renewals did not find its lease lost: {:?}", va.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let e = va.fsync(ino, false).unwrap_err();
     assert!(e.to_string().contains("lost the volume's lease"), "{e}");
     let e = va.create(ROOT_INO, b"later", FileKind::File, 0o644, 0, root()).map(|_| ()).unwrap_err();
@@ -629,6 +638,33 @@ fn a_holder_whose_lease_was_deleted_publishes_nothing_more() {
     assert!(vc.lookup(ROOT_INO, b"from-b").is_ok() && vc.lookup(ROOT_INO, b"before").is_ok());
     assert_eq!(vc.lookup(ROOT_INO, b"after").map(|_| ()).unwrap_err().kind(), ErrorKind::NotFound);
     vc.close().unwrap();
+}
+
+/// A publish costs no lease request (issue 25): the holder trusts its
+/// lease for `lease::TRUSTED` after a renewal, so N fsyncs that each
+/// publish a metadata version (remote durability) read nothing for the
+/// metadata; they once read the lease object before each version.
+#[test]
+fn publishing_versions_costs_no_lease_reads() {
+    use cairn_backend::{Metered, RequestKind as K, Subsystem as S};
+    let a = tempfile::tempdir().unwrap();
+    let metered = Arc::new(Metered::new(MemoryBackend::new()));
+    let bucket: Arc<dyn Backend> = metered.clone();
+    init_in(a.path(), &bucket, None);
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Remote)).unwrap();
+    let meter = Metered::meter(&*metered).clone();
+    let count = |k: K| meter.lifetime().get(S::Metadata, k).requests;
+    let (gets, puts) = (count(K::Get), count(K::Put));
+    const N: u64 = 10;
+    for i in 0..N {
+        let ino = mkfile(&v, ROOT_INO, &format!("f{i}"), b"published at its fsync");
+        v.fsync(ino, false).unwrap();
+    }
+    let published = versions::list(bucket.as_ref()).unwrap().len() as u64;
+    assert!(count(K::Put) - puts >= N && published >= N, "each fsync publishes a version: {} PUTs, {published} versions", count(K::Put) - puts);
+    assert_eq!(count(K::Get) - gets, 0, "{N} publishes read from the bucket (the lease?)");
+    v.close().unwrap();
+    assert!(bucket.get(cloud::lease::OBJECT).is_err(), "the unmount gave the lease back");
 }
 
 /// The lease renews with a conditional update: a renewal after the lease
