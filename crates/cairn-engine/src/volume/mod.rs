@@ -505,6 +505,11 @@ impl Volume {
                     // stays and is tried again at the next.
                     tracing::warn!("adding the pending requests to the bill: {e}");
                 }
+                // Ended mounts' bill objects, one per mount, would pile up.
+                let own = c.bill.lock().id.clone();
+                if let Err(e) = crate::cost::fold_bills(c.remote.as_ref(), Some(&own)) {
+                    tracing::warn!("folding the bill objects of ended mounts: {e}");
+                }
                 c.start(&vol)?;
             }
         } else if let Some(c) = &vol.cloud {

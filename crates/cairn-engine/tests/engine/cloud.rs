@@ -640,6 +640,79 @@ fn a_holder_whose_lease_was_deleted_publishes_nothing_more() {
     vc.close().unwrap();
 }
 
+/// Each mount's bill object stays in the bucket after it ends (issue 25):
+/// a read-write open folds the ended ones into `bills/folded.json`, and
+/// the bill read from the bucket (what `cairn cost` adds to the table) is
+/// the same before the fold, after it, and after a fold that stopped
+/// between writing the folded object and deleting what it absorbed. A
+/// crashed mount's object (never marked ended) is left as it is.
+#[test]
+fn ended_mounts_bill_objects_fold_into_one_and_the_bill_stays_the_same() {
+    let a = tempfile::tempdir().unwrap();
+    // Counted: a mount writes its bill object only when its requests are.
+    let bucket: Arc<dyn Backend> = Arc::new(cairn_backend::Metered::new(MemoryBackend::new()));
+    init_in(a.path(), &bucket, None);
+    let o = opts(&bucket, Durability::Local);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    let tree = write_tree(&v, 6);
+    v.close().unwrap();
+    drop(v);
+    // Read-only mounts on other machines read the tree and end.
+    let reader = || {
+        let d = tempfile::tempdir().unwrap();
+        cloud::attach(d.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+        let ro = Volume::load(d.path(), OpenOptions { read_only: true, ..o.clone() }).unwrap();
+        for (path, data) in &tree {
+            assert_eq!(&read_all(&ro, lookup_path(&ro, path)), data);
+        }
+        ro.close().unwrap();
+    };
+    for _ in 0..3 {
+        reader();
+    }
+    // A mount that crashed: its object was never marked ended.
+    let crashed = "bills/00000000deadbeef.json";
+    let row = r#"{"day":20000,"subsystem":"read_miss","item":"GET","requests":5,"bytes":4096}"#;
+    bucket.put(crashed, format!(r#"{{"format":"cairn-bill-1","host":"gone","dir":"/x","written":1,"rows":[{row}]}}"#).as_bytes()).unwrap();
+    let totals = || {
+        let mut t = std::collections::BTreeMap::new();
+        for r in cost::bucket_bills(bucket.as_ref(), None).unwrap() {
+            let e = t.entry((r.day, r.subsystem, r.item)).or_insert((0u64, 0u64));
+            e.0 += r.requests;
+            e.1 += r.bytes;
+        }
+        t
+    };
+    let objects = || bucket.list(cost::BILLS_PREFIX).unwrap().into_iter().map(|o| o.name).collect::<Vec<_>>();
+    let before = totals();
+    let ended: Vec<(String, Vec<u8>)> = objects().into_iter().filter(|n| n != crashed).map(|n| (n.clone(), bucket.get(&n).unwrap())).collect();
+    assert_eq!(ended.len(), 4, "the writer's and three readers' bill objects: {:?}", objects());
+    assert!(before.values().map(|t| t.0).sum::<u64>() > 5, "{before:?}");
+
+    assert_eq!(cost::fold_bills(bucket.as_ref(), None).unwrap(), 4);
+    assert_eq!(objects(), vec![crashed.to_string(), cost::FOLDED_BILL.to_string()]);
+    assert_eq!(totals(), before, "the fold changed the bill");
+    // A fold that stopped after writing the folded object: its parts are
+    // still there, and are not counted twice; the next fold deletes them.
+    for (n, b) in &ended {
+        bucket.put(n, b).unwrap();
+    }
+    assert_eq!(totals(), before, "a fold's leftovers were counted twice");
+    assert_eq!(cost::fold_bills(bucket.as_ref(), None).unwrap(), 0);
+    assert_eq!(objects(), vec![crashed.to_string(), cost::FOLDED_BILL.to_string()]);
+    assert_eq!(totals(), before);
+
+    // Another reader ends; the next read-write open folds it in.
+    reader();
+    let with_reader = totals();
+    assert_ne!(with_reader, before);
+    assert_eq!(objects().len(), 3);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    assert_eq!(objects(), vec![crashed.to_string(), cost::FOLDED_BILL.to_string()], "the read-write open folded nothing");
+    assert_eq!(totals(), with_reader);
+    v.close().unwrap();
+}
+
 /// A publish costs no lease request (issue 25): the holder trusts its
 /// lease for `lease::TRUSTED` after a renewal, so N fsyncs that each
 /// publish a metadata version (remote durability) read nothing for the
