@@ -10,9 +10,13 @@
 //!
 //! Both pass the backend conformance suite (`cairn_backend::conformance`);
 //! a `FaultyBackend` does only behind `Retrying`, which is the point.
+//!
+//! - [`ustar_header`]: a raw tar header block, for crafted archives.
 
 mod faulty;
 mod memory;
+mod tar;
 
 pub use faulty::{FaultPlan, FaultStats, FaultyBackend};
 pub use memory::MemoryBackend;
+pub use tar::ustar_header;
