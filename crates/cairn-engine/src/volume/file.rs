@@ -454,20 +454,30 @@ impl Volume {
     pub(crate) fn punch(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
         self.check_writable()?;
         let end = offset.checked_add(len).filter(|e| *e <= MAX_FILE_SIZE).ok_or_else(|| Error::new(ErrorKind::TooBig, "range past the largest file size"))?;
-        self.with_file(ino, |_, g| {
+        let journaled = self.with_file(ino, |_, g| {
             g.check_writable()?;
             let end = if keep_size { end.min(g.size) } else { end };
             if end <= offset {
-                return Ok(());
+                return Ok(true);
             }
+            // A journal record says a length in 32 bits: a longer hole is
+            // committed to the extent map at once instead (replaying a
+            // record cut to 32 bits would bring back what it removed).
+            let Ok(n) = u32::try_from(end - offset) else {
+                return Ok(false);
+            };
             let now = Timestamp::now();
-            let (seq, _) = self.journal.append(RecordKind::Punch, ino, offset, (end - offset) as u32, &[], now)?;
+            let (seq, _) = self.journal.append(RecordKind::Punch, ino, offset, n, &[], now)?;
             g.overlay_insert(offset, Piece { len: end - offset, src: PieceSrc::Zero, seq });
             g.size = g.size.max(end);
             g.last_seq = seq;
             g.touch(now);
-            Ok(())
-        })
+            Ok(true)
+        })?;
+        if !journaled {
+            self.punch_committed(ino, offset, end, keep_size)?;
+        }
+        Ok(())
     }
 
     /// `fallocate(2)`: mode 0 extends the size (space is never reserved in a

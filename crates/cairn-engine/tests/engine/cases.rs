@@ -177,6 +177,36 @@ fn the_largest_file_is_the_kernels() {
     assert!(decode_page(0, &page(vec![Extent::hole(MAX), Extent::hole(1)])).is_err());
 }
 
+/// A hole longer than a journal record's 32-bit length (4 GiB and more)
+/// stays punched after a crash: the data under it never comes back.
+#[test]
+fn a_hole_longer_than_4_gib_stays_punched_after_a_crash() {
+    const GIB: u64 = 1 << 30;
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let opts = || OpenOptions { flush_age: std::time::Duration::from_secs(3600), flush_bytes: u64::MAX, ..Default::default() };
+    let ino = {
+        let v = Volume::load(d.path(), opts()).unwrap();
+        let a = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap();
+        v.open(a.ino).unwrap();
+        v.write(a.ino, 6 * GIB, b"tail").unwrap();
+        v.write(a.ino, 4 * GIB + 5, b"committed").unwrap();
+        v.flush_now().unwrap();
+        v.write(a.ino, GIB, b"journaled").unwrap();
+        v.fallocate(a.ino, 0, 5 * GIB, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        assert_eq!(v.read(a.ino, 4 * GIB + 5, 9).unwrap(), vec![0; 9]);
+        v.simulate_crash();
+        a.ino
+    };
+    let v = Volume::load(d.path(), opts()).unwrap();
+    assert_eq!(v.getattr(ino).unwrap().size, 6 * GIB + 4);
+    assert_eq!(v.read(ino, 4 * GIB + 5, 9).unwrap(), vec![0; 9], "committed data under the hole");
+    assert_eq!(v.read(ino, GIB, 9).unwrap(), vec![0; 9], "journaled data under the hole");
+    assert_eq!(v.read(ino, 6 * GIB, 4).unwrap(), b"tail");
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
 #[test]
 fn fsynced_writes_survive_a_crash() {
     let d = tempfile::tempdir().unwrap();
