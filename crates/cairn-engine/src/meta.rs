@@ -762,10 +762,15 @@ pub fn load_extents(c: &Connection, ino: Ino) -> Result<ExtentMap> {
     let mut st = c.prepare_cached("SELECT f.key, p.id, p.data FROM file_pages f JOIN pages p ON p.id=f.page WHERE f.ino=?1 ORDER BY f.key")?;
     let rows = st.query_map([ino as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)))?;
     let mut pages: Vec<Page> = Vec::new();
+    let mut total = 0u64;
     for r in rows {
         let (k, id, d) = r?;
         let mut p = decode_page(k, &d).map_err(|e| e.context(format!("inode {ino}, page #{id}")))?;
         p.id = id as u64;
+        total = total
+            .checked_add(p.len)
+            .filter(|t| *t <= crate::extent::MAX_FILE_SPAN)
+            .ok_or_else(|| Error::corrupt(format!("inode {ino}: its pages describe more than the largest file")))?;
         pages.push(p);
     }
     let n: i64 = c.prepare_cached("SELECT COUNT(*) FROM file_pages WHERE ino=?1")?.query_row([ino as i64], |r| r.get(0))?;

@@ -333,7 +333,7 @@ impl Volume {
             match a.kind {
                 FileKind::File => {
                     s.files += 1;
-                    s.logical_bytes += a.size;
+                    s.logical_bytes = s.logical_bytes.saturating_add(a.size);
                     files.push((a.ino, a.nlink));
                 }
                 FileKind::Dir => s.directories += 1,
@@ -370,7 +370,7 @@ impl Volume {
             let escapes = names.get(&ino).copied().unwrap_or(0) < nlink;
             self.meta.read(|c| {
                 if let Some(row) = meta::get_inode(c, ino)? {
-                    s.hole_bytes += row.attr.size - row.data_bytes.min(row.attr.size);
+                    s.hole_bytes = s.hole_bytes.saturating_add(row.attr.size - row.data_bytes.min(row.attr.size));
                 }
                 let mut st = c.prepare_cached("SELECT f.key, p.id, p.refs, p.data FROM file_pages f JOIN pages p ON p.id=f.page WHERE f.ino=?1")?;
                 let mut q = st.query([ino as i64])?;
