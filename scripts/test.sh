@@ -24,6 +24,10 @@ command -v systemd-analyze >/dev/null || need+=(systemd)   # the shipped mount u
 # SQLite's session extension (metadata deltas of cloud volumes) is built
 # with bindgen, which loads libclang.
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# PostgreSQL's server binaries: tests start throwaway clusters on loopback
+# (cairn-testing's PgServer) and stop them by PID; the package's own
+# cluster is not used.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
   $SUDO apt-get update -qq

@@ -210,6 +210,24 @@ fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Opens (creating) the lock file of `put_if_match`: private to its owner
+/// whatever the umask (0600, and a file left wider by an older version is
+/// narrowed), and never through a symlink planted in its place.
+fn open_update_lock(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    if f.metadata()?.permissions().mode() & 0o7777 != 0o600 {
+        f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(f)
+}
+
 impl LocalBackend {
     /// Writes `data` to a staging file, makes it durable, then gives it its
     /// name: rename(2) replaces, link(2) creates only if the name is free
@@ -273,7 +291,7 @@ impl Backend for LocalBackend {
         let lock_path = self.root.join("tmp").join("update.lock");
         let ctx = |e| Error::from_io(&format!("locking {}", lock_path.display()), e).with_object(name);
         create_dir_durable(&self.root.join("tmp")).map_err(ctx)?;
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(ctx)?;
+        let lock = open_update_lock(&lock_path).map_err(ctx)?;
         // SAFETY: flock on a descriptor this function owns; released when `lock` is dropped.
         if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
             return Err(ctx(std::io::Error::last_os_error()));
@@ -385,6 +403,35 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let b = LocalBackend::create(dir.path()).unwrap();
         crate::conformance::run_all(&b);
+    }
+
+    /// The lock file of conditional updates is 0600 even under umask 0,
+    /// one left wider is narrowed, and a symlink in its place is refused.
+    #[test]
+    fn update_lock_is_private_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBackend::create(dir.path()).unwrap();
+        b.put("lease", b"a").unwrap();
+        let lock = dir.path().join("tmp").join("update.lock");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        // SAFETY: umask has no preconditions (the other tests here check no modes).
+        let old = unsafe { libc::umask(0) };
+        let tag = b.put_if_match("lease", b"b", &tag_of(b"a"));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let tag = tag.unwrap();
+        assert_eq!(mode(&lock), 0o600, "a new update.lock under umask 0");
+        fs::set_permissions(&lock, fs::Permissions::from_mode(0o666)).unwrap();
+        let tag = b.put_if_match("lease", b"c", &tag).unwrap();
+        assert_eq!(mode(&lock), 0o600, "an update.lock left 0666");
+        fs::remove_file(&lock).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&elsewhere, &lock).unwrap();
+        let e = b.put_if_match("lease", b"d", &tag).unwrap_err();
+        assert!(e.to_string().contains("update.lock"), "{e}");
+        assert!(!elsewhere.exists(), "the lock was created through a symlink");
+        assert_eq!(b.get("lease").unwrap(), b"c");
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> Result<()> {
         use std::os::fd::AsRawFd;
         // SAFETY: flock on an fd we own; released when f drops.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(());
+            return close_outcome(mountpoint, &dir);
         }
         if start.elapsed() > timeout {
             uploads.finish();
@@ -106,6 +106,20 @@ pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> Result<()> {
         }
         uploads.tick();
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Once the daemon let the directory go: whether its close failed (it
+/// left the reason in the directory), e.g. a volume in a bucket whose
+/// lease was lost while mounted.
+fn close_outcome(mountpoint: &Path, dir: &Path) -> Result<()> {
+    let f = dir.join(cairn_engine::CLOSE_ERROR);
+    match std::fs::read_to_string(&f) {
+        Ok(why) => {
+            let _ = std::fs::remove_file(&f);
+            bail!("{} is unmounted, but the volume did not close cleanly: {} (see {}/cairn.log)", mountpoint.display(), why.trim(), dir.display())
+        }
+        Err(_) => Ok(()),
     }
 }
 

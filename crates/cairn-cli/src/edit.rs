@@ -44,7 +44,7 @@ fn explain(e: std::io::Error, file: &Path, offset: u64) -> anyhow::Error {
         Some(libc::EINVAL) => format!("offset {offset} is past the end of the file"),
         Some(libc::EROFS) => "the file is in a read-only snapshot".to_string(),
         Some(libc::EBADF) => "the file is not open for writing".to_string(),
-        Some(libc::EFBIG) => "the result would be larger than the largest file (16 TiB)".to_string(),
+        Some(libc::EFBIG) => "the result would be larger than the largest file (2^63 - 1 bytes)".to_string(),
         _ => e.to_string(),
     };
     anyhow!("{}: {why}", file.display())

@@ -142,6 +142,13 @@ enum Cmd {
         /// lease expired without an unmount (it died).
         #[arg(long)]
         force: bool,
+        /// Volume in a bucket: seconds between renewals of the mount's lease
+        /// (1 to 60; the lease expires 120 s after the last renewal). A
+        /// mount finds out at its next renewal that its lease was taken or
+        /// deleted; renewals happen at metadata shipping rounds
+        /// (`--meta-interval`).
+        #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=60))]
+        lease_renew: u64,
         /// Volume in a bucket: seconds between the cleaner's looks for packs
         /// whose dead bytes have cost what cleaning them costs (0: never
         /// clean inside the mount).
@@ -792,7 +799,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -858,6 +865,7 @@ fn run(cli: Cli) -> Result<i32> {
                 },
                 meta_interval: std::time::Duration::from_secs(meta_interval.max(1)),
                 force,
+                lease_renew: std::time::Duration::from_secs(lease_renew),
                 gc_interval: (gc_interval > 0).then(|| std::time::Duration::from_secs(gc_interval)),
                 gc_prices: cairn_engine::cost::Prices::load(&gc_prices)?,
                 ..Default::default()

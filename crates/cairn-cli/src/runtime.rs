@@ -132,10 +132,32 @@ impl Drop for Registration {
     }
 }
 
-/// Makes `d` (and its parents).
+/// Makes the registry directory `d`. Root's (`/run/cairn/mounts`) is
+/// readable by every user, as the mount table is. Another user's is private,
+/// and since its `/tmp` fallback has a name anyone can predict, whatever
+/// already stands there must be a real directory of this user that nobody
+/// else can enter: otherwise a local user could make `/tmp/cairn-UID` first,
+/// read the entries, or point `mounts` elsewhere, where registering writes
+/// files and clearing stale entries removes `PID.json` files.
 fn make_dir(d: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(d).with_context(|| format!("creating {}", d.display()))
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if me == 0 {
+        return std::fs::DirBuilder::new().recursive(true).mode(0o755).create(d).with_context(|| format!("creating {}", d.display()));
+    }
+    // The fallback's parent (`/tmp/cairn-UID`) is as exposed as `mounts`
+    // itself; under XDG_RUNTIME_DIR (made 0700 by the login manager) only
+    // `cairn` and `mounts` are ours to check.
+    let fallback = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()).is_none();
+    let parent = d.parent().expect("the registry directory has a parent");
+    if !fallback {
+        if let Some(p) = parent.parent() {
+            std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))?;
+        }
+    }
+    private_dir(parent, me)?;
+    private_dir(d, me)
 }
 
 /// The local directory of the Cairn mount `m`: from the registry, else
@@ -156,9 +178,87 @@ pub fn local_dir_of(m: &cairn_fuse::mounttable::MountEntry) -> Option<PathBuf> {
     m.source.as_bytes().strip_prefix(b"cairn:").map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d)))
 }
 
+/// Creates `d` mode 0700 if it is missing, then checks that it is a
+/// directory (not a symlink) owned by `me` with no access for others.
+fn private_dir(d: &Path, me: u32) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(d) {
+        Ok(()) => {
+            // The umask may have narrowed it, never widened it; make it exact.
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).with_context(|| format!("setting the mode of {}", d.display()))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating {}", d.display())),
+    }
+    let m = std::fs::symlink_metadata(d).with_context(|| format!("reading {}", d.display()))?;
+    let fix = "remove it, or set XDG_RUNTIME_DIR to a private directory of yours";
+    if !m.file_type().is_dir() {
+        anyhow::bail!("refusing the mount registry {}: it is not a directory (a symlink?); {fix}", d.display());
+    }
+    if m.uid() != me {
+        anyhow::bail!("refusing the mount registry {}: it belongs to uid {}, not to you (uid {me}); {fix}", d.display(), m.uid());
+    }
+    if m.mode() & 0o077 != 0 {
+        anyhow::bail!("refusing the mount registry {}: mode {:04o} lets other users in; run chmod 700 on it, or {fix}", d.display(), m.mode() & 0o7777);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("cairn-registry-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_new_registry_directory_is_private() {
+        let base = scratch("new");
+        let d = base.join("mounts");
+        // SAFETY: geteuid has no preconditions.
+        private_dir(&d, unsafe { libc::geteuid() }).unwrap();
+        assert_eq!(std::fs::metadata(&d).unwrap().mode() & 0o7777, 0o700);
+        std::fs::remove_dir_all(base).unwrap();
+    }
+
+    #[test]
+    fn a_registry_directory_made_by_someone_else_is_refused() {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let base = scratch("hostile");
+        // Another user's directory (the test runs as root in CI; as
+        // another user, pretend to be someone else instead).
+        let theirs = base.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let (dir_owner, as_user) = if me == 0 {
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            (65534, 0)
+        } else {
+            (me, me + 1)
+        };
+        let e = format!("{:#}", private_dir(&theirs, as_user).unwrap_err());
+        assert!(e.contains(&format!("belongs to uid {dir_owner}")), "{e}");
+        // Ours but open to others.
+        let open = base.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = format!("{:#}", private_dir(&open, me).unwrap_err());
+        assert!(e.contains("mode 0777 lets other users in"), "{e}");
+        // A symlink to a directory of ours is not the directory.
+        let target = scratch("target");
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = format!("{:#}", private_dir(&link, me).unwrap_err());
+        assert!(e.contains("not a directory"), "{e}");
+        std::fs::remove_dir_all(base).unwrap();
+        std::fs::remove_dir_all(target).unwrap();
+    }
 
     #[test]
     fn entries_round_trip_and_old_ones_parse() {

@@ -17,7 +17,10 @@
 //!   cumulative rows at unmount and, by a read-only mount, every
 //!   [`BILL_OBJECT_EVERY`] (issue 25: `cairn cost` on another machine
 //!   missed what a reading machine spent). `cairn cost` adds every bill
-//!   object to the table's rows;
+//!   object to the table's rows. The last write, at unmount, marks the
+//!   object `ended`; a read-write open folds the ended objects of other
+//!   mounts into one, `bills/folded.json` ([`fold_bills`]), so they do not
+//!   pile up;
 //! - only if that upload fails, and for commands that do not open the
 //!   volume (`init`, `meta list`, `meta restore`), the rows go to
 //!   `DIR/bill-pending.jsonl` in the local directory, which `cairn cost`
@@ -54,6 +57,12 @@ pub const BILLS_PREFIX: &str = "bills/";
 pub const BILL_OBJECT_EVERY: Duration = Duration::from_secs(300);
 /// A bill object larger than this is not read (it is not one of ours).
 const BILL_OBJECT_MAX: u64 = 4 << 20;
+/// The object the ended mounts' bill objects are folded into (format.md
+/// "Bills").
+pub const FOLDED_BILL: &str = "bills/folded.json";
+/// The folded object grows by a row per (day, subsystem, item): read up
+/// to this size.
+const FOLDED_MAX: u64 = 64 << 20;
 
 /// A mount's bill object (JSON).
 #[derive(Serialize, Deserialize)]
@@ -63,9 +72,61 @@ struct BillObject {
     dir: String,
     /// Seconds since the epoch.
     written: i64,
+    /// Written by the mount's unmount: the object never changes again and
+    /// may be folded. Absent in objects of older versions (never folded).
+    #[serde(default)]
+    ended: bool,
     /// Every request the mount counted that no metadata version holds,
     /// this object's own upload included.
     rows: Vec<BillRow>,
+}
+
+/// The folded bill object (JSON): the sum of the ended mounts' bill
+/// objects it absorbed, and their names. A reader counts its rows and
+/// skips every bill object it names, so a bill object left behind by a
+/// fold that stopped between writing this and deleting it is not counted
+/// twice.
+#[derive(Serialize, Deserialize, Default)]
+struct FoldedBill {
+    format: String,
+    /// Seconds since the epoch.
+    written: i64,
+    /// Names of bill objects whose rows are in `rows` and that may still
+    /// exist (each is deleted after this object is written; a name is
+    /// dropped once its object is gone).
+    absorbed: Vec<String>,
+    rows: Vec<BillRow>,
+}
+
+const FOLDED_FORMAT: &str = "cairn-bill-folded-1";
+
+/// The folded object and its tag (None: there is none yet).
+fn read_folded(remote: &dyn Backend, size: u64) -> Result<(FoldedBill, Option<String>)> {
+    if size > FOLDED_MAX {
+        return Err(Error::corrupt(format!("{FOLDED_BILL}: {size} bytes, more than a folded bill holds")));
+    }
+    let (bytes, tag) = if remote.conditional_updates() {
+        let (b, t) = remote.get_tagged(FOLDED_BILL)?;
+        (b, Some(t))
+    } else {
+        (remote.get(FOLDED_BILL)?, None)
+    };
+    let f: FoldedBill = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(format!("{FOLDED_BILL}: {e}")))?;
+    if f.format != FOLDED_FORMAT {
+        return Err(Error::corrupt(format!("{FOLDED_BILL}: unknown format {:?}", f.format)));
+    }
+    Ok((f, tag))
+}
+
+fn read_bill_object(remote: &dyn Backend, o: &cairn_backend::ObjectInfo) -> Result<BillObject> {
+    if o.size > BILL_OBJECT_MAX {
+        return Err(Error::corrupt(format!("{} bytes, not a bill object", o.size)));
+    }
+    let b: BillObject = serde_json::from_slice(&remote.get(&o.name)?).map_err(|e| Error::corrupt(format!("{e}")))?;
+    if b.format != "cairn-bill-1" {
+        return Err(Error::corrupt(format!("unknown format {:?}", b.format)));
+    }
+    Ok(b)
 }
 
 /// This mount's bill object, as it was last written.
@@ -119,22 +180,92 @@ fn merge(rows: &mut Vec<BillRow>, more: Vec<BillRow>) {
 pub fn bucket_bills(remote: &dyn Backend, except: Option<&str>) -> Result<Vec<BillRow>> {
     let _who = cairn_backend::meter::tag(Subsystem::Metadata);
     let mut out = Vec::new();
-    for o in remote.list(BILLS_PREFIX)? {
-        if except.is_some_and(|id| o.name == format!("{BILLS_PREFIX}{id}.json")) {
+    let listed = remote.list(BILLS_PREFIX)?;
+    // The folded object first: the objects it absorbed are in its rows.
+    let mut absorbed = std::collections::BTreeSet::new();
+    if let Some(o) = listed.iter().find(|o| o.name == FOLDED_BILL) {
+        match read_folded(remote, o.size) {
+            Ok((f, _)) => {
+                absorbed.extend(f.absorbed);
+                out.extend(f.rows);
+            }
+            Err(e) => tracing::warn!("{e}; skipped"),
+        }
+    }
+    for o in &listed {
+        if o.name == FOLDED_BILL || absorbed.contains(&o.name) || except.is_some_and(|id| o.name == format!("{BILLS_PREFIX}{id}.json")) {
             continue;
         }
-        if o.size > BILL_OBJECT_MAX {
-            tracing::warn!("{}: {} bytes, not a bill object; skipped", o.name, o.size);
-            continue;
-        }
-        let parsed = remote.get(&o.name).map_err(Error::from).and_then(|b| serde_json::from_slice::<BillObject>(&b).map_err(|e| Error::corrupt(format!("{e}"))));
-        match parsed {
-            Ok(b) if b.format == "cairn-bill-1" => out.extend(b.rows),
-            Ok(b) => tracing::warn!("{}: unknown format {:?}; skipped", o.name, b.format),
+        match read_bill_object(remote, o) {
+            Ok(b) => out.extend(b.rows),
             Err(e) => tracing::warn!("{}: {e}; skipped", o.name),
         }
     }
     Ok(out)
+}
+
+/// Folds the bill objects of ended mounts (marked `ended` by their
+/// unmount; never `except`'s, the caller's own) into [`FOLDED_BILL`]:
+/// first the folded object is written with their rows added and their
+/// names in `absorbed`, then they are deleted. A crash in between leaves
+/// objects the folded one names, which readers skip and the next fold
+/// deletes. The folded object is replaced with a conditional update, so
+/// two folds at once cannot lose each other's rows (the loser gives up);
+/// on a store without conditional updates nothing is folded. Returns how
+/// many objects were folded.
+pub fn fold_bills(remote: &dyn Backend, except: Option<&str>) -> Result<usize> {
+    let _who = cairn_backend::meter::tag(Subsystem::Metadata);
+    if !remote.conditional_updates() {
+        return Ok(0);
+    }
+    let listed = remote.list(BILLS_PREFIX)?;
+    let (folded, tag) = match listed.iter().find(|o| o.name == FOLDED_BILL) {
+        Some(o) => read_folded(remote, o.size)?,
+        None => (FoldedBill { format: FOLDED_FORMAT.into(), ..Default::default() }, None),
+    };
+    let names: std::collections::BTreeSet<&str> = listed.iter().map(|o| o.name.as_str()).collect();
+    // Absorbed objects still there: a fold stopped before deleting them.
+    let mut gone: Vec<String> = folded.absorbed.iter().filter(|n| names.contains(n.as_str())).cloned().collect();
+    let mut rows = folded.rows;
+    let mut new = Vec::new();
+    for o in &listed {
+        if o.name == FOLDED_BILL || folded.absorbed.contains(&o.name) || except.is_some_and(|id| o.name == format!("{BILLS_PREFIX}{id}.json")) {
+            continue;
+        }
+        match read_bill_object(remote, o) {
+            Ok(b) if b.ended => {
+                merge(&mut rows, b.rows);
+                new.push(o.name.clone());
+            }
+            Ok(_) => {} // a live mount's (or a crashed one's): it may still change
+            Err(e) => tracing::warn!("{}: {e}; not folded", o.name),
+        }
+    }
+    if !new.is_empty() {
+        gone.extend(new.iter().cloned());
+        let next = FoldedBill { format: FOLDED_FORMAT.into(), written: now_secs(), absorbed: gone.clone(), rows };
+        let bytes = serde_json::to_vec(&next).expect("bill serialises");
+        let put = match &tag {
+            Some(t) => remote.put_if_match(FOLDED_BILL, &bytes, t).map(|_| ()),
+            None => remote.put_if_absent(FOLDED_BILL, &bytes),
+        };
+        match put {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), cairn_backend::ErrorKind::Changed | cairn_backend::ErrorKind::AlreadyExists) => {
+                tracing::info!("another fold of the bill objects ran meanwhile; this one gives up");
+                return Ok(0);
+            }
+            Err(e) => return Err(Error::from(e).context(format_args!("writing {FOLDED_BILL}"))),
+        }
+    }
+    for n in &gone {
+        match remote.delete(n) {
+            Ok(()) => {}
+            Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::from(e).context(format_args!("deleting the folded bill object {n}"))),
+        }
+    }
+    Ok(new.len())
 }
 
 const SECS_PER_DAY: i64 = 86_400;
@@ -339,6 +470,13 @@ impl Volume {
     /// Nothing is written when nothing was counted since the last time.
     /// On failure the counts stay in the meter.
     pub(crate) fn publish_mount_bill(&self) -> Result<()> {
+        self.write_mount_bill(false)
+    }
+
+    /// [`Volume::publish_mount_bill`]; `ended` (the unmount's last write)
+    /// marks the object ended, and writes it even with nothing new counted
+    /// if it exists unmarked.
+    fn write_mount_bill(&self, ended: bool) -> Result<()> {
         let Some(cloud) = self.cloud.as_ref() else { return Ok(()) };
         let Some(m) = cloud.meter.as_ref() else { return Ok(()) };
         if cloud.remote.capabilities().deferred_durability {
@@ -348,7 +486,7 @@ impl Volume {
         let mut b = cloud.bill.lock();
         let taken = minus(&m.take(), &b.own_put);
         b.own_put = RequestCounts::default();
-        if taken.is_empty() {
+        if taken.is_empty() && !(ended && !b.rows.is_empty()) {
             return Ok(());
         }
         let now = now_secs();
@@ -361,7 +499,7 @@ impl Volume {
         for _ in 0..8 {
             let mut r = rows.clone();
             merge(&mut r, vec![BillRow { day, subsystem: Subsystem::Metadata.name().into(), item: RequestKind::Put.name().into(), requests: 1, bytes: len }]);
-            let obj = BillObject { format: "cairn-bill-1".into(), host: crate::cloud::lease::hostname(), dir: self.layout.dir.display().to_string(), written: now, rows: r };
+            let obj = BillObject { format: "cairn-bill-1".into(), host: crate::cloud::lease::hostname(), dir: self.layout.dir.display().to_string(), written: now, ended, rows: r };
             let bytes = serde_json::to_vec(&obj).expect("bill serialises");
             let done = bytes.len() as u64 == len;
             len = bytes.len() as u64;
@@ -392,7 +530,7 @@ impl Volume {
     pub(crate) fn save_bill_residue(&self) {
         let Some(cloud) = self.cloud.as_ref() else { return };
         let Some(m) = cloud.meter.as_ref() else { return };
-        if let Err(e) = self.publish_mount_bill() {
+        if let Err(e) = self.write_mount_bill(true) {
             tracing::warn!("{e}; the requests are kept in {} until the next read-write mount", pending_path(&self.layout.dir).display());
         }
         // What the upload did not cover: a failed one's counts, a retried

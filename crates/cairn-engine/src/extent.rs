@@ -26,8 +26,12 @@ pub const PAGE_MAX: usize = 512;
 const KEY_STEP: i64 = 1 << 32;
 /// Largest offset-plus-length an extent may have inside its chunk.
 const MAX_CHUNK_SPAN: u64 = 64 << 20;
-/// Largest byte count a page may describe (the largest file).
-const MAX_FILE_SPAN: u64 = 16 << 40;
+/// Largest byte count a page, or a file's pages together, may describe: the
+/// largest file, which is the kernel's (`i64::MAX`, its `s_maxbytes` for
+/// FUSE: a daemon cannot tell it a smaller one, so a smaller limit would
+/// turn writes the kernel already took into its page cache into errors at
+/// write-back, which no one sees).
+pub const MAX_FILE_SPAN: u64 = i64::MAX as u64;
 
 /// Where bytes of a journal record lie: shard, segment, and `offset`, the
 /// byte's position as if the record's plaintext started at `record` (its
@@ -595,7 +599,7 @@ pub fn decode_page(key: i64, b: &[u8]) -> Result<Page> {
         if e.len == 0 {
             return Err(Error::corrupt("extent page: empty extent"));
         }
-        // A chunk is at most 64 MiB; a file at most 16 TiB.
+        // A chunk is at most 64 MiB; a file at most 2^63 - 1 bytes.
         if e.src != Source::Hole && e.off.checked_add(e.len).is_none_or(|end| end > MAX_CHUNK_SPAN) {
             return Err(Error::corrupt("extent page: extent past any chunk's end"));
         }

@@ -43,4 +43,5 @@ pub use config::{ChunkerParams, InitOptions, InjectedBackend, VolumeConfig};
 pub use crypto::KdfParams;
 pub use error::{Error, ErrorKind, Result};
 pub use types::*;
+pub use volume::CLOSE_ERROR;
 pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, init, init_cloud, read_config, CloneOptions, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, RecallReport, SnapshotInfo, Volume, ChunkInfo, FileInfo, Place, TreeStats, SNAPSHOT_DIR};

@@ -131,9 +131,14 @@ impl Meta {
 /// Loads a file's extent map.
 pub fn load_extents(tx: &dyn MetaRead, ino: Ino) -> Result<ExtentMap> {
     let mut pages = Vec::new();
+    let mut total = 0u64;
     for sp in tx.load_pages(ino)? {
         let mut p = decode_page(sp.key, &sp.data).map_err(|e| e.context(format!("inode {ino}, page #{}", sp.id)))?;
         p.id = sp.id;
+        total = total
+            .checked_add(p.len)
+            .filter(|t| *t <= crate::extent::MAX_FILE_SPAN)
+            .ok_or_else(|| Error::corrupt(format!("inode {ino}: its pages describe more than the largest file")))?;
         pages.push(p);
     }
     Ok(ExtentMap::from_pages(pages))

@@ -34,9 +34,14 @@ const CHUNK: u8 = 6;
 const PACK: u8 = 7;
 const CACHE: u8 = 8;
 
-/// Every range and size ends within this (the largest file; objects are
-/// smaller), which also bounds a replay's work per record.
-pub const MAX_END: u64 = 16 << 40;
+/// Every range and size ends within this: the largest file, 2^63 - 1
+/// bytes (objects are smaller).
+pub const MAX_END: u64 = crate::extent::MAX_FILE_SPAN;
+
+/// Every range (and an object's size) is at most this long, which bounds a
+/// replay's work per record: reads and writes are at most 4 GiB, extents
+/// and objects smaller; only a file's size (TRUNCATE) may reach `MAX_END`.
+pub const MAX_LEN: u64 = 16 << 40;
 
 /// PLACE flag: an extent committed before tracing began.
 const DESCRIBED: u8 = 1;
@@ -200,8 +205,9 @@ impl Record {
         let [a, bb, c, d] = [u(16), u(24), u(32), u(40)];
         let bad = |what: String| TraceError::BadRecord { offset: at, what };
         let range = |off: u64, len: u64| match off.checked_add(len) {
+            _ if len > MAX_LEN => Err(bad(format!("range {off}+{len} is longer than 16 TiB"))),
             Some(end) if end <= MAX_END => Ok(()),
-            _ => Err(bad(format!("range {off}+{len} ends past 16 TiB"))),
+            _ => Err(bad(format!("range {off}+{len} ends past the largest file (2^63 - 1 bytes)"))),
         };
         let allowed = match kind {
             PLACE => DESCRIBED,
@@ -221,7 +227,9 @@ impl Record {
                 }
             }
             TRUNCATE => {
-                range(0, bb)?;
+                if bb > MAX_END {
+                    return Err(bad(format!("size {bb} is past the largest file (2^63 - 1 bytes)")));
+                }
                 Event::Truncate { ino: a, size: bb }
             }
             REMOVE => Event::Remove { ino: a },
@@ -590,8 +598,10 @@ mod tests {
         check(&|r| r[0] = 99, "unknown kind 99");
         check(&|r| r[0] = 0, "unknown kind 0");
         check(&|r| r[1] = 2, "flags 0x02");
-        check(&|r| r[32..40].copy_from_slice(&u64::MAX.to_le_bytes()), "past 16 TiB");
-        check(&|r| r[32..40].copy_from_slice(&MAX_END.to_le_bytes()), "past 16 TiB");
+        // The third record is a CHUNK: offset at 32, length at 40.
+        check(&|r| r[32..40].copy_from_slice(&u64::MAX.to_le_bytes()), "past the largest file");
+        check(&|r| r[32..40].copy_from_slice(&MAX_END.to_le_bytes()), "past the largest file");
+        check(&|r| r[40..48].copy_from_slice(&(MAX_LEN + 1).to_le_bytes()), "longer than 16 TiB");
         check(&|r| (r[0], r[1]) = (CACHE, 10), "unknown cache event 10");
         check(
             &|r| {
@@ -600,6 +610,18 @@ mod tests {
             },
             "block size 0",
         );
+    }
+
+    /// Files reach 2^63 - 1 bytes: ranges and sizes up to there are read
+    /// back, one byte further is refused.
+    #[test]
+    fn ranges_reach_the_largest_file() {
+        let round = |event: Event| Record::decode(&Record { time: 1, event }.encode(), 0).map(|r| r.event);
+        for e in [Event::Write { ino: 1, offset: MAX_END - 1, len: 1 }, Event::Read { ino: 1, offset: MAX_END - 4096, len: 4096 }, Event::Truncate { ino: 1, size: MAX_END }] {
+            assert_eq!(round(e).unwrap(), e);
+        }
+        assert!(round(Event::Write { ino: 1, offset: MAX_END - 1, len: 2 }).unwrap_err().to_string().contains("past the largest file"));
+        assert!(round(Event::Truncate { ino: 1, size: MAX_END + 1 }).unwrap_err().to_string().contains("past the largest file"));
     }
 
     #[test]

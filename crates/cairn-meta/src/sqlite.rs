@@ -1356,12 +1356,21 @@ impl MetaRead for SqlTx<'_> {
         max_jseq(self.c)
     }
     fn inode_totals(&self) -> Result<InodeTotals> {
-        let mut q = self.c.prepare("SELECT kind, COUNT(*), COALESCE(SUM(size),0), COALESCE(SUM(data_bytes),0) FROM inodes GROUP BY kind")?;
-        let rows = q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))?;
+        // A file may be 2^63 - 1 bytes, so a SUM of sizes (64-bit in
+        // SQLite, an error when it overflows) adds their high and low 32
+        // bits apart (exact below 2^31 files) and the total saturates.
+        let mut q = self.c.prepare(
+            "SELECT kind, COUNT(*), COALESCE(SUM(size >> 32),0), COALESCE(SUM(size & 4294967295),0),
+                    COALESCE(SUM(data_bytes >> 32),0), COALESCE(SUM(data_bytes & 4294967295),0) FROM inodes GROUP BY kind",
+        )?;
+        let rows = q.query_map([], |r| {
+            let sum = |hi: i64, lo: i64| u64::try_from(((hi as u128) << 32) + lo as u128).unwrap_or(u64::MAX);
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, sum(r.get(2)?, r.get(3)?), sum(r.get(4)?, r.get(5)?)))
+        })?;
         let mut t = InodeTotals::default();
         for r in rows {
             let (k, n, size, data) = r?;
-            t.by_kind.push((FileKind::from_code(k)?, n as u64, size as u64, data as u64));
+            t.by_kind.push((FileKind::from_code(k)?, n as u64, size, data));
         }
         Ok(t)
     }

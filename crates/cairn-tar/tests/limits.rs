@@ -4,31 +4,13 @@
 //! cost linear time.
 
 use cairn_tar::{parse, ReadAt, TarError, NAME_MAX, PATH_MAX, XATTR_SIZE_MAX};
+use cairn_testing::ustar_header;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-/// One ustar header block.
-fn header(name: &[u8], typeflag: u8, size: u64) -> [u8; 512] {
-    assert!(name.len() <= 100);
-    let mut b = [0u8; 512];
-    b[..name.len()].copy_from_slice(name);
-    b[100..108].copy_from_slice(b"0000644\0");
-    b[108..116].copy_from_slice(b"0000000\0");
-    b[116..124].copy_from_slice(b"0000000\0");
-    b[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
-    b[136..148].copy_from_slice(b"14000000000\0");
-    b[156] = typeflag;
-    b[257..263].copy_from_slice(b"ustar\0");
-    b[263..265].copy_from_slice(b"00");
-    b[148..156].fill(b' ');
-    let sum: u32 = b.iter().map(|&c| u32::from(c)).sum();
-    b[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-    b
-}
-
 /// Appends a header and its data, padded to a block.
 fn push(out: &mut Vec<u8>, name: &[u8], typeflag: u8, data: &[u8]) {
-    out.extend_from_slice(&header(name, typeflag, data.len() as u64));
+    out.extend_from_slice(&ustar_header(name, typeflag, data.len() as u64));
     out.extend_from_slice(data);
     out.resize(out.len().div_ceil(512) * 512, 0);
 }

@@ -10,9 +10,17 @@
 //!
 //! Both pass the backend conformance suite (`cairn_backend::conformance`);
 //! a `FaultyBackend` does only behind `Retrying`, which is the point.
+//!
+//! - [`postgres::PgServer`]: not a double but the real thing, a throwaway
+//!   PostgreSQL cluster on a loopback port, for the metadata store's tests
+//!   (it can be stopped, killed and started again under load).
+//! - [`ustar_header`]: a raw tar header block, for crafted archives.
 
 mod faulty;
 mod memory;
+pub mod postgres;
+mod tar;
 
 pub use faulty::{FaultPlan, FaultStats, FaultyBackend};
 pub use memory::MemoryBackend;
+pub use tar::ustar_header;

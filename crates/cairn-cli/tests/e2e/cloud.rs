@@ -451,6 +451,58 @@ fn a_second_read_write_mount_is_refused() {
     m.umount();
 }
 
+/// The lease object deleted from the bucket under a read-write mount
+/// (issue 25): at its next renewal the mount finds its lease lost; `cairn
+/// status` says `lease_lost` and why, writes fail with EROFS, and `cairn
+/// umount` exits non-zero saying what may not be in the bucket.
+#[test]
+fn a_mount_whose_lease_object_was_deleted_says_lease_lost_and_its_umount_fails() {
+    let _serial = serial();
+    let (ep, bucket) = s3_env();
+    let c = Cloud::new("cloud-lease-lost", false, None);
+    let m = c.mount("a", &["--meta-interval", "1", "--lease-renew", "1"]);
+    fs::write(m.join("before"), b"written while the lease was held").unwrap();
+    let mnt = fs::canonicalize(m.path()).unwrap();
+    let status = || -> serde_json::Value {
+        let out = cairn(["status", "--json"]);
+        assert!(out.ok(), "{out}");
+        let all: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+        all.into_iter().find(|r| r["mountpoint"].as_str() == mnt.to_str()).unwrap_or_else(|| panic!("{} not in `cairn status`: {out}", mnt.display()))
+    };
+    assert_eq!(status()["health"], "ok", "{}", status());
+    let prefix = c.url.trim_start_matches(&format!("s3://{bucket}/")).to_string();
+    let delete = r#"
+import sys, boto3
+ep, bucket, prefix = sys.argv[1:4]
+s3 = boto3.client("s3", endpoint_url=ep, region_name="us-east-1")
+s3.head_object(Bucket=bucket, Key=prefix + "/lease")
+s3.delete_object(Bucket=bucket, Key=prefix + "/lease")
+"#;
+    let out = Command::new("python3").args(["-c", delete, &ep, &bucket, &prefix]).output().unwrap();
+    assert!(out.status.success(), "deleting the lease with boto3: {}", String::from_utf8_lossy(&out.stderr));
+    // The next renewal (every second here) finds it gone.
+    let t = Instant::now();
+    let row = loop {
+        let r = status();
+        if r["health"] == "lease_lost" {
+            break r;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "no lease_lost 30 s after the lease was deleted: {r:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let problems = row["problems"].to_string();
+    assert!(problems.contains("lost the volume's lease") && problems.contains("deleted"), "{row:#}");
+    assert_eq!(row["read_only"], true, "{row:#}");
+    let text = cairn_ok(["status"]).stdout;
+    assert!(text.contains("lease_lost"), "{text}");
+    let e = fs::write(m.join("after"), b"written after the loss").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let out = m.umount_failing();
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(out.stderr.contains("lost the volume's lease") && out.stderr.contains("may not be published"), "{out}");
+    assert!(c.log("a").contains("lost the volume's lease"), "{}", c.log("a"));
+}
+
 /// A flipped byte in a pack in the bucket: reading the file gives EIO and
 /// the log names the pack.
 #[test]

@@ -328,6 +328,19 @@ impl Mount {
         self.done = true;
     }
 
+    /// `cairn umount` that is expected to fail (the volume did not close
+    /// cleanly) yet still unmount and let the daemon exit: returns its run.
+    pub fn umount_failing(mut self) -> Out {
+        let out = cairn([OsStr::new("umount"), self.mnt.as_os_str(), OsStr::new("--timeout"), OsStr::new("300")]);
+        assert!(!out.ok(), "`cairn umount` succeeded: {out}");
+        assert!(!is_mounted(&self.mnt), "{} still mounted after `cairn umount`", self.mnt.display());
+        if let Some(pid) = self.pid {
+            assert!(wait_dead(pid, Duration::from_secs(30)), "daemon {pid} still alive 30 s after `cairn umount`");
+        }
+        self.done = true;
+        out
+    }
+
     /// SIGKILL to the daemon; returns once it is dead. The mount is left
     /// dead (ENOTCONN) until [`Mount::detach`].
     pub fn kill9(&mut self) {

@@ -474,6 +474,55 @@ fn sparse_file_beyond_4gib() {
     env.assert_fsck_clean(|_| false);
 }
 
+/// The largest file is the kernel's (2^63 - 1 bytes, its `s_maxbytes`
+/// for FUSE, which a daemon cannot lower). A write the kernel takes into its
+/// page cache (with the writeback cache) must be one the daemon stores:
+/// written at 2^63 - 2 and fsync'd, it is there after the daemon is killed
+/// and the volume remounted, byte for byte, with and without the writeback
+/// cache; a write past it fails at the write.
+#[test]
+fn largest_file_size_is_the_kernels() {
+    let _serial = serial();
+    const MAX: u64 = i64::MAX as u64;
+    for extra in [&[][..], &["--no-writeback-cache"][..]] {
+        let env = Env::new("maxsize");
+        let m = env.mount_with(extra);
+        let path = m.join("edge");
+        let f = fs::OpenOptions::new().create(true).read(true).write(true).open(&path).unwrap();
+        f.write_all_at(b"head", 0).unwrap();
+        // As on tmpfs (whose largest file is the same): a write whose end
+        // does not fit in an off_t is the kernel's EINVAL, the last byte
+        // is written, and fallocate past it is EFBIG.
+        assert_eq!(err_of(f.write_at(b"xy", MAX - 1), "pwrite across 2^63 - 1"), libc::EINVAL, "{extra:?}");
+        assert_eq!(f.write_at(b"x", MAX - 1).unwrap(), 1, "{extra:?}: pwrite at 2^63 - 2");
+        assert_eq!(err_of(f.write_at(b"a", MAX), "pwrite at 2^63 - 1"), libc::EINVAL, "{extra:?}");
+        // SAFETY: fallocate on an open descriptor.
+        let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, (MAX - 10) as i64, 100) };
+        assert_eq!((r, errno()), (-1, libc::EFBIG), "{extra:?}: fallocate past the largest size");
+        f.sync_all().unwrap_or_else(|e| panic!("{extra:?}: fsync after a write the kernel took: {e}"));
+        assert_eq!(f.metadata().unwrap().len(), MAX);
+        // What fsync acknowledged survives the daemon's death.
+        let mut m = m;
+        m.kill9();
+        drop(f);
+        m.detach();
+        let m = env.mount_with(extra);
+        let f = fs::File::open(m.join("edge")).unwrap();
+        let md = f.metadata().unwrap();
+        assert_eq!(md.len(), MAX, "{extra:?}: size after a crash and a remount");
+        assert!(md.blocks() * 512 < MIB, "{extra:?}: {} bytes of blocks for a sparse file", md.blocks() * 512);
+        assert_eq!(pread_exact(&f, 0, 4), b"head", "{extra:?}");
+        let tail = pread_exact(&f, MAX - 8192, 8192);
+        assert_eq!(tail[8191], b'x', "{extra:?}: the last byte after remount");
+        assert!(tail[..8191].iter().all(|b| *b == 0), "{extra:?}: the hole before the last byte");
+        let mut buf = [0u8; 1];
+        assert_eq!((f.read_at(&mut buf, MAX - 1).unwrap(), buf[0]), (1, b'x'), "{extra:?}: a read of the last byte");
+        drop(f);
+        m.umount();
+        env.assert_fsck_clean(|_| false);
+    }
+}
+
 #[test]
 fn readdir_of_5000_entries() {
     let _serial = serial();

@@ -11,11 +11,13 @@
 //! On a store with conditional updates (S3's If-Match, a local
 //! directory's compare-and-replace: `Backend::conditional_updates`) the
 //! holder also remembers the lease object's tag: it renews with
-//! `put_if_match` and checks the tag before every version it publishes, so
-//! a lease object deleted or replaced behind its back (another machine then
-//! took the volume) stops it at its next write instead of letting both
-//! publish. On a store without them a renewal reads the lease and rewrites
-//! it, as before.
+//! `put_if_match`, which fails (`ErrorKind::Changed`) once the lease object
+//! was deleted or replaced behind its back (another machine may then hold
+//! the volume), and it stops writing. Before each version it publishes, it
+//! trusts its lease without a request while its last renewal is less than
+//! [`TRUSTED`] old, and renews first otherwise: a publish costs no lease
+//! read. On a store without them a renewal reads the lease and rewrites it,
+//! as before.
 
 use crate::error::{Error, ErrorKind, Result};
 use cairn_backend::Backend;
@@ -28,6 +30,19 @@ pub const OBJECT: &str = "lease";
 pub const RENEW: Duration = Duration::from_secs(30);
 /// How long a lease lasts without renewal.
 pub const EXPIRY: Duration = Duration::from_secs(120);
+/// The longest renewal interval a mount may choose (`--lease-renew`).
+pub const MAX_RENEW: Duration = Duration::from_secs(60);
+/// How long after its last successful renewal (timed from before the
+/// renewal was sent) a holder publishes versions on the strength of its
+/// lease without asking the bucket: half of [`EXPIRY`]. No other mount
+/// takes an unexpired lease, and the lease expires EXPIRY after that
+/// renewal, so a version sent within this margin is sent while the lease
+/// is ours, with 60 s to spare for the upload and for clocks that differ.
+/// Past it (renewals failing, a stalled shipper), the publish renews
+/// first. A lease object deleted or replaced by hand is seen at the next
+/// renewal (every [`RENEW`]); until then the versions' conditional creates
+/// keep two writers from both publishing the same version (docs/cloud.md §4).
+pub const TRUSTED: Duration = Duration::from_secs(EXPIRY.as_secs() / 2);
 
 /// The lease object (JSON).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -87,12 +102,22 @@ pub struct Lease {
     /// The lease object's tag as this holder last wrote it (None: the
     /// store has no conditional updates).
     tag: parking_lot::Mutex<Option<String>>,
+    /// When the last successful renewal (or the taking) was sent.
+    renewed: parking_lot::Mutex<std::time::Instant>,
+    /// Why the lease was lost, once a renewal found it so: checks fail from
+    /// then on without asking again.
+    lost: parking_lot::Mutex<Option<String>>,
 }
 
 /// The error of a holder that lost its lease (kind Busy: the shipper
 /// treats it as final and the mount stops writing).
 pub fn lost(why: &str) -> Error {
-    Error::new(ErrorKind::Busy, format!("this mount lost the volume's lease: {why}; it refuses writes from now on (unmount it; changes made since the last published metadata version are not in the bucket)"))
+    Error::new(
+        ErrorKind::Busy,
+        format!(
+            "this mount lost the volume's lease: {why}. It refuses writes from now on and publishes nothing more: data written since its last published metadata version (just before or after the loss) may not be published in the bucket. Unmount it"
+        ),
+    )
 }
 
 /// The lease object and its tag, if the store has conditional updates.
@@ -114,6 +139,7 @@ impl Lease {
     /// crash) is taken over at once.
     pub fn acquire(backend: &dyn Backend, dir: &str, force: bool, volume: &str) -> Result<Lease> {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+        let sent = std::time::Instant::now();
         let t = now();
         let body = LeaseBody {
             format: "cairn-lease-1".into(),
@@ -137,7 +163,7 @@ impl Lease {
             } else {
                 None
             };
-            Ok(Lease { body: parking_lot::Mutex::new(body), tag: parking_lot::Mutex::new(tag) })
+            Ok(Lease { body: parking_lot::Mutex::new(body), tag: parking_lot::Mutex::new(tag), renewed: parking_lot::Mutex::new(sent), lost: parking_lot::Mutex::new(None) })
         };
         match backend.put_if_absent(OBJECT, &bytes) {
             Ok(()) => return ours(body),
@@ -196,6 +222,7 @@ impl Lease {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let mut tag = self.tag.lock();
         let mut b = self.body.lock();
+        let sent = std::time::Instant::now();
         if let Some(t) = tag.as_ref() {
             let mut next = b.clone();
             next.expires = now() + EXPIRY.as_secs();
@@ -204,11 +231,14 @@ impl Lease {
                 Ok(new) => {
                     *tag = Some(new);
                     *b = next;
+                    *self.renewed.lock() = sent;
                     Ok(())
                 }
                 Err(e) if e.kind() == cairn_backend::ErrorKind::Changed => {
                     drop((b, tag)); // why_lost takes the body's lock
-                    Err(self.why_lost(backend))
+                    let e = self.why_lost(backend);
+                    *self.lost.lock() = Some(e.message().to_string());
+                    Err(e)
                 }
                 Err(e) => Err(Error::from(e).context("renewing the volume's lease")),
             };
@@ -219,25 +249,23 @@ impl Lease {
         }
         b.expires = now() + EXPIRY.as_secs();
         backend.put(OBJECT, &serde_json::to_vec_pretty(&*b).expect("lease serialises")).map_err(|e| Error::from(e).context("renewing the volume's lease"))?;
+        *self.renewed.lock() = sent;
         Ok(())
     }
 
-    /// Checks, before a version is published, that the lease object is
-    /// still the one this holder last wrote (one GET; nothing on a store
-    /// without conditional updates). Busy ([`lost`]) if not.
+    /// Before a version is published: the lease is ours. Without a request
+    /// while the last renewal is less than [`TRUSTED`] old; otherwise it is
+    /// renewed first (a conditional update that finds a lease deleted or
+    /// replaced). Nothing on a store without conditional updates. Busy
+    /// ([`lost`]) once the lease was found lost.
     pub fn check(&self, backend: &dyn Backend) -> Result<()> {
-        let tag = self.tag.lock();
-        let Some(t) = tag.as_ref() else { return Ok(()) };
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-        match backend.get_tagged(OBJECT) {
-            Ok((_, now)) if &now == t => Ok(()),
-            Ok(_) => {
-                drop(tag);
-                Err(self.why_lost(backend))
-            }
-            Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound => Err(lost("the lease object was deleted from the bucket")),
-            Err(e) => Err(Error::from(e).context("checking the volume's lease")),
+        if let Some(why) = self.lost.lock().as_ref() {
+            return Err(Error::new(ErrorKind::Busy, why.clone()));
         }
+        if self.tag.lock().is_none() || self.renewed.lock().elapsed() < TRUSTED {
+            return Ok(());
+        }
+        self.renew(backend)
     }
 
     /// Why an update or check of the lease found it changed, for the error.
@@ -255,8 +283,17 @@ impl Lease {
     /// Gives the lease up (at unmount), if it is still ours.
     pub fn release(&self, backend: &dyn Backend) -> Result<()> {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+        if let Some(why) = self.lost.lock().as_ref() {
+            return Err(Error::new(ErrorKind::Busy, why.clone()));
+        }
         let held = match backend.get(OBJECT) {
             Ok(b) => parse(&b)?,
+            // With conditional updates the object was ours until now: gone
+            // means deleted behind this mount's back, and the last versions
+            // were published without a lease.
+            Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound && self.tag.lock().is_some() => {
+                return Err(lost("the lease object was deleted from the bucket"));
+            }
             Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::from(e).context("reading the volume's lease")),
         };

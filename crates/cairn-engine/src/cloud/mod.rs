@@ -48,6 +48,11 @@ pub struct CloudOptions {
     pub meta_interval: Duration,
     /// Take over an expired lease.
     pub force: bool,
+    /// How often a read-write mount renews its lease (at the metadata
+    /// shipper's next round after this much time): at most
+    /// [`lease::MAX_RENEW`], so that one failed renewal leaves the lease
+    /// time to be renewed before it expires.
+    pub lease_renew: Duration,
     /// How often the cost-optimal cleaner looks for packs due for cleaning
     /// (docs/frugal.md §5); None: never inside the mount.
     pub gc_interval: Option<Duration>,
@@ -60,7 +65,7 @@ pub struct CloudOptions {
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
     }
 }
 
@@ -405,6 +410,9 @@ pub struct Cloud {
     pub ship_lock: parking_lot::Mutex<()>,
     /// Set when the lease was lost: the volume refuses changes.
     pub lost: std::sync::atomic::AtomicBool,
+    /// Why the lease was lost (the error that found it), for `cairn status`
+    /// and the unmount's error.
+    pub(crate) lost_why: parking_lot::Mutex<Option<String>>,
     /// The next version must be a base (this directory crashed while
     /// mounted, so its changes since the last version are unknown).
     pub need_base: std::sync::atomic::AtomicBool,
@@ -473,6 +481,7 @@ impl Cloud {
             lease,
             ship_lock: parking_lot::Mutex::new(()),
             lost: std::sync::atomic::AtomicBool::new(false),
+            lost_why: parking_lot::Mutex::new(None),
             shipper: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
             meter,
@@ -538,7 +547,7 @@ impl Cloud {
         });
         if self.lost.load(std::sync::atomic::Ordering::SeqCst) {
             self.abandon();
-            return Err(lease::lost("it was deleted or taken by another mount while this one was mounted"));
+            return Err(self.lost_error());
         }
         vol.ship_durably()?;
         {
@@ -552,6 +561,21 @@ impl Cloud {
             l.release(self.remote.as_ref())?;
         }
         Ok(())
+    }
+
+    /// Records that the lease was lost (`e` found it): the mount refuses
+    /// writes and publishes nothing more from now on.
+    pub(crate) fn mark_lost(&self, e: &Error) {
+        self.lost_why.lock().get_or_insert_with(|| e.message().to_string());
+        self.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The error of a mount that lost its lease, saying why.
+    pub(crate) fn lost_error(&self) -> Error {
+        match self.lost_why.lock().as_ref() {
+            Some(why) => Error::new(ErrorKind::Busy, why.clone()),
+            None => lease::lost("it was deleted or taken by another mount while this one was mounted"),
+        }
     }
 
     /// Stops background work without shipping or releasing anything (a

@@ -58,19 +58,20 @@ impl Background {
     pub(crate) fn shipper(vol: &Arc<Volume>) -> Shipper {
         let weak: Weak<Volume> = Arc::downgrade(vol);
         let interval = vol.cloud.as_ref().map(|c| c.opts.meta_interval).unwrap_or(Duration::from_secs(5));
-        let mut next_renew = Instant::now() + super::lease::RENEW;
+        let renew = vol.cloud.as_ref().map_or(super::lease::RENEW, |c| c.opts.lease_renew.min(super::lease::MAX_RENEW));
+        let mut next_renew = Instant::now() + renew;
         Background::start("cairn-meta-ship", interval, move || {
             let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
             let Some(vol) = weak.upgrade() else { return false };
             let Some(cloud) = vol.cloud.as_ref() else { return false };
             if Instant::now() >= next_renew {
-                next_renew = Instant::now() + super::lease::RENEW;
+                next_renew = Instant::now() + renew;
                 if let Some(l) = &cloud.lease {
                     match l.renew(cloud.remote.as_ref()) {
                         Ok(()) => vol.problems.lease.ok(),
                         Err(e) if e.kind() == ErrorKind::Busy => {
-                            tracing::error!("{e}: this mount stops writing");
-                            cloud.lost.store(true, Ordering::SeqCst);
+                            tracing::error!("{e}");
+                            cloud.mark_lost(&e);
                         }
                         Err(e) => {
                             tracing::warn!("renewing the lease failed (will retry): {e}");
@@ -114,7 +115,7 @@ impl Volume {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let _g = cloud.ship_lock.lock();
         if cloud.lost.load(Ordering::SeqCst) {
-            return Err(Error::new(ErrorKind::ReadOnly, "this mount lost the volume's lease; nothing more is shipped"));
+            return Err(Error::new(ErrorKind::ReadOnly, cloud.lost_error().message().to_string()));
         }
         // The bill ships with the metadata: counted requests and stored
         // bytes go into the table before the changes are taken (only when
@@ -161,7 +162,7 @@ impl Volume {
             match checked.and_then(|()| versions::publish(cloud.remote.as_ref(), &self.keys, &h, &payload)) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == ErrorKind::Busy => {
-                    cloud.lost.store(true, Ordering::SeqCst);
+                    cloud.mark_lost(&e);
                     tracing::error!("{e}");
                     return Err(e);
                 }

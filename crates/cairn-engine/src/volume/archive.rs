@@ -19,7 +19,7 @@ use crate::meta;
 use crate::types::{Attr, Caller, FileKind, Ino, Timestamp};
 use cairn_tar::{HeaderSpec, Member, MemberKind};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// What an archive operation did.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -319,12 +319,13 @@ impl Volume {
         };
         let t0 = std::time::Instant::now();
         let reader = MapReader { vol: self, map: &amap, cur: Default::default() };
-        let members = cairn_tar::parse(&reader, size).map_err(|e| Error::invalid(format!("not a valid tar archive: {e}")))?;
-        let plan = Plan::build(&members)?;
+        // Members are laid out as they are parsed: only what the inodes need
+        // is kept per member, not the members themselves.
+        let plan = Plan::build(cairn_tar::Parser::new(&reader, size), amap.len())?;
         let parsed = t0.elapsed();
         let now = Timestamp::now();
         let owner = (caller.uid != 0).then_some(caller);
-        let mut report = ArchiveReport { members: members.len() as u64, archive_bytes: size, ..Default::default() };
+        let mut report = ArchiveReport { members: plan.members, archive_bytes: size, ..Default::default() };
         let jseq = self.journal.last_seq();
         let mut freed_later = Vec::new();
         let root = self.meta.write(|tx| {
@@ -360,12 +361,12 @@ impl Volume {
             // Inode numbers: node 0 is DEST; hard links share their target's.
             let mut inos: Vec<Ino> = vec![root; plan.nodes.len()];
             for (ino, node) in inos.iter_mut().zip(&plan.nodes).skip(1) {
-                if node.hard_of.is_none() {
+                if node.hard_of().is_none() {
                     *ino = self.alloc_ino(tx)?;
                 }
             }
             for i in 1..plan.nodes.len() {
-                if let Some(t) = plan.nodes[i].hard_of {
+                if let Some(t) = plan.nodes[i].hard_of() {
                     inos[i] = inos[t];
                 }
             }
@@ -373,45 +374,43 @@ impl Volume {
             for i in 1..plan.nodes.len() {
                 let n = &plan.nodes[i];
                 if n.kind == FileKind::Dir {
-                    *subdirs.entry(n.parent).or_default() += 1;
+                    *subdirs.entry(n.parent as usize).or_default() += 1;
                 }
             }
             let mut cur = RangeCursor::default();
             for i in 1..plan.nodes.len() {
                 let n = &plan.nodes[i];
                 let ino = inos[i];
-                tx.insert_dentry(inos[n.parent], &n.name, ino, n.kind)?;
-                if n.hard_of.is_some() {
+                tx.insert_dentry(inos[n.parent as usize], &n.name, ino, n.kind)?;
+                if n.hard_of().is_some() {
                     continue;
                 }
-                let m = n.member.map(|k| &members[k]);
+                let m = n.attrs.as_ref();
                 let nlink = if n.kind == FileKind::Dir { 2 + subdirs.get(&i).copied().unwrap_or(0) } else { n.links };
                 let mut a = new_attr(ino, n.kind, m.map_or(0o755, |m| m.mode & 0o7777), nlink, caller, now, 0);
                 if let Some(m) = m {
                     if owner.is_none() {
-                        a.uid = m.uid.min(u32::MAX as u64) as u32;
-                        a.gid = m.gid.min(u32::MAX as u64) as u32;
+                        a.uid = m.uid;
+                        a.gid = m.gid;
                     }
                     a.mtime = Timestamp(m.mtime_ns);
-                    a.atime = Timestamp(m.atime_ns.unwrap_or(m.mtime_ns));
-                    a.rdev = libc::makedev(m.dev_major, m.dev_minor) as u32;
+                    a.atime = Timestamp(m.atime_ns);
+                    a.rdev = m.rdev;
                     if owner.is_some() {
                         a.perm &= !0o6000;
                     }
                 }
+                let extra = m.and_then(|m| m.extra.as_deref());
                 let mut data_bytes = 0;
-                let target = m.and_then(|m| if n.kind == FileKind::Symlink { m.link_target.clone() } else { None });
+                let target = extra.and_then(|x| if n.kind == FileKind::Symlink { x.target.clone() } else { None });
                 if n.kind == FileKind::File {
                     let m = m.expect("files come from members");
                     let mut map = ExtentMap::new();
                     let mut ex: Vec<Extent> = Vec::new();
                     let mut at = 0u64;
-                    for r in &m.data {
+                    for r in extra.map_or(&[][..], |x| &x.data[..]) {
                         if r.file_offset > at {
                             ex.push(Extent::hole(r.file_offset - at));
-                        }
-                        if r.archive_offset + r.len > amap.len() {
-                            return Err(Error::invalid(format!("member {} runs past the end of the archive", String::from_utf8_lossy(&m.path))));
                         }
                         ex.extend(amap.range_from(&mut cur, r.archive_offset, r.archive_offset + r.len).into_iter().map(|(_, e)| e));
                         at = r.file_offset + r.len;
@@ -428,13 +427,11 @@ impl Volume {
                 } else if n.kind == FileKind::Symlink {
                     a.size = target.as_ref().map_or(0, |t| t.len() as u64);
                 }
-                let parent = (n.kind == FileKind::Dir).then_some(inos[n.parent]);
+                let parent = (n.kind == FileKind::Dir).then_some(inos[n.parent as usize]);
                 tx.insert_inode_full(&a, data_bytes, parent, target.as_deref(), jseq, 0)?;
-                if let Some(m) = m {
-                    for (k, v) in &m.xattrs {
-                        if !k.starts_with(b"system.") && !k.is_empty() && k.len() <= 255 {
-                            tx.set_xattr(ino, k, v)?;
-                        }
+                if let Some(x) = extra {
+                    for (k, v) in &x.xattrs {
+                        tx.set_xattr(ino, k, v)?;
                     }
                 }
             }
@@ -445,7 +442,7 @@ impl Volume {
             }
             Ok(root)
         })?;
-        tracing::debug!(members = members.len(), ?parsed, total = ?t0.elapsed(), "archive extracted");
+        tracing::debug!(members = plan.members, ?parsed, total = ?t0.elapsed(), "archive extracted");
         for i in freed_later {
             self.last_name_gone(i)?;
         }
@@ -468,33 +465,112 @@ fn new_attr(ino: Ino, kind: FileKind, perm: u32, nlink: u32, caller: Caller, now
 
 
 /// The tree an archive extracts to, checked before anything is written.
+/// Built while the archive is parsed, keeping per member only what its
+/// inode needs (about 100 bytes and its name for a header-only member):
+/// the members themselves are dropped as they come.
 struct Plan {
     /// Node 0 is DEST itself.
     nodes: Vec<Node>,
-    children: BTreeMap<(usize, Vec<u8>), usize>,
+    /// Hash of (parent, name) → the first node of that hash; the others
+    /// follow through `Node::next`.
+    index: HashMap<u64, u32>,
+    hasher: std::collections::hash_map::RandomState,
+    /// Members parsed.
+    members: u64,
 }
 
+const NONE: u32 = u32::MAX;
+
 struct Node {
-    name: Vec<u8>,
-    parent: usize,
+    name: Box<[u8]>,
+    parent: u32,
     kind: FileKind,
-    /// The member describing it (None for directories implied by paths).
-    member: Option<usize>,
-    /// A hard link: the node whose inode it shares.
-    hard_of: Option<usize>,
+    /// A hard link: the node whose inode it shares (NONE if not one).
+    hard_of: u32,
     /// Names of the inode (files).
     links: u32,
+    /// The next node whose (parent, name) hashes alike.
+    next: u32,
+    /// From the member describing it (None for directories implied by paths).
+    attrs: Option<Attrs>,
+}
+
+/// A member's attributes, as its inode gets them.
+struct Attrs {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    rdev: u32,
+    mtime_ns: i64,
+    atime_ns: i64,
+    size: u64,
+    /// Data runs, symlink target and xattrs, for members that have any.
+    extra: Option<Box<Extra>>,
+}
+
+struct Extra {
+    data: Vec<cairn_tar::DataRun>,
+    target: Option<Vec<u8>>,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Node {
+    fn hard_of(&self) -> Option<usize> {
+        (self.hard_of != NONE).then_some(self.hard_of as usize)
+    }
+}
+
+impl Attrs {
+    fn of(m: Member) -> Attrs {
+        let target = if m.kind == MemberKind::Symlink { m.link_target } else { None };
+        let xattrs: Vec<(Vec<u8>, Vec<u8>)> = m.xattrs.into_iter().filter(|(k, _)| !k.starts_with(b"system.") && !k.is_empty() && k.len() <= 255).collect();
+        let data = if matches!(m.kind, MemberKind::File | MemberKind::HardLink) { m.data } else { Vec::new() };
+        let extra = (!data.is_empty() || target.is_some() || !xattrs.is_empty()).then(|| Box::new(Extra { data, target, xattrs }));
+        Attrs {
+            mode: m.mode,
+            uid: m.uid.min(u32::MAX as u64) as u32,
+            gid: m.gid.min(u32::MAX as u64) as u32,
+            rdev: libc::makedev(m.dev_major, m.dev_minor) as u32,
+            mtime_ns: m.mtime_ns,
+            atime_ns: m.atime_ns.unwrap_or(m.mtime_ns),
+            size: m.size,
+            extra,
+        }
+    }
 }
 
 impl Plan {
     fn children_of(&self, parent: usize) -> impl Iterator<Item = usize> + '_ {
-        self.children.range((parent, Vec::new())..).take_while(move |((p, _), _)| *p == parent).map(|(_, &c)| c)
+        self.nodes.iter().enumerate().skip(1).filter(move |(_, n)| n.parent as usize == parent).map(|(i, _)| i)
     }
 
-    fn build(members: &[Member]) -> Result<Plan> {
-        let mut plan = Plan { nodes: vec![Node { name: Vec::new(), parent: 0, kind: FileKind::Dir, member: None, hard_of: None, links: 1 }], children: BTreeMap::new() };
+    fn key(&self, parent: usize, name: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one((parent, name))
+    }
+
+    fn child(&self, parent: usize, name: &[u8]) -> Option<usize> {
+        let mut at = *self.index.get(&self.key(parent, name))?;
+        while at != NONE {
+            let n = &self.nodes[at as usize];
+            if n.parent as usize == parent && &n.name[..] == name {
+                return Some(at as usize);
+            }
+            at = n.next;
+        }
+        None
+    }
+
+    fn build(members: impl Iterator<Item = std::result::Result<Member, cairn_tar::TarError>>, archive_len: u64) -> Result<Plan> {
+        let root = Node { name: Box::default(), parent: 0, kind: FileKind::Dir, hard_of: NONE, links: 1, next: NONE, attrs: None };
+        let mut plan = Plan { nodes: vec![root], index: HashMap::new(), hasher: Default::default(), members: 0 };
         let err = |m: &Member, why: &str| Error::invalid(format!("member {:?}: {why}", String::from_utf8_lossy(&m.path)));
-        for (k, m) in members.iter().enumerate() {
+        for m in members {
+            let m = m.map_err(|e| Error::invalid(format!("not a valid tar archive: {e}")))?;
+            plan.members += 1;
+            if plan.nodes.len() >= NONE as usize - 1 {
+                return Err(Error::invalid("more than 4 billion members"));
+            }
             let comps = cairn_tar::safe_path(&m.path).map_err(|e| Error::invalid(e.to_string()))?;
             if comps.is_empty() {
                 continue; // "./" itself: DEST
@@ -503,9 +579,9 @@ impl Plan {
             // symlink or a file.
             let mut cur = 0usize;
             for c in &comps[..comps.len() - 1] {
-                cur = match plan.children.get(&(cur, c.to_vec())) {
-                    Some(&n) if plan.nodes[n].kind == FileKind::Dir => n,
-                    Some(_) => return Err(err(m, &format!("its path passes through {:?}, which is not a directory in the archive", String::from_utf8_lossy(c)))),
+                cur = match plan.child(cur, c) {
+                    Some(n) if plan.nodes[n].kind == FileKind::Dir => n,
+                    Some(_) => return Err(err(&m, &format!("its path passes through {:?}, which is not a directory in the archive", String::from_utf8_lossy(c)))),
                     None => plan.add(cur, c, FileKind::Dir, None),
                 };
             }
@@ -519,25 +595,32 @@ impl Plan {
                 MemberKind::BlockDev => FileKind::BlockDev,
             };
             if m.kind == MemberKind::Symlink && m.link_target.as_ref().is_none_or(|t| t.is_empty() || t.len() > 4095) {
-                return Err(err(m, "symlink target must be 1 to 4095 bytes"));
+                return Err(err(&m, "symlink target must be 1 to 4095 bytes"));
+            }
+            if m.data.iter().any(|r| r.archive_offset.checked_add(r.len).is_none_or(|e| e > archive_len)) {
+                return Err(err(&m, "its data run past the end of the archive"));
             }
             let hard_of = if m.kind == MemberKind::HardLink {
-                let t = m.link_target.as_deref().ok_or_else(|| err(m, "hard link without a target"))?;
+                let t = m.link_target.as_deref().ok_or_else(|| err(&m, "hard link without a target"))?;
                 let tc = cairn_tar::safe_path(t).map_err(|e| Error::invalid(e.to_string()))?;
-                let target = plan.find(&tc).filter(|&n| plan.nodes[n].kind == FileKind::File && plan.nodes[n].hard_of.is_none());
-                Some(target.ok_or_else(|| err(m, "hard link to a file not earlier in the archive"))?)
+                let target = plan.find(&tc).filter(|&n| plan.nodes[n].kind == FileKind::File && plan.nodes[n].hard_of == NONE);
+                Some(target.ok_or_else(|| err(&m, "hard link to a file not earlier in the archive"))?)
             } else {
                 None
             };
-            match plan.children.get(&(cur, last.to_vec())).copied() {
+            let existing = plan.child(cur, last);
+            match existing {
                 // A directory named twice: the later header's attributes win.
-                Some(n) if kind == FileKind::Dir && plan.nodes[n].kind == FileKind::Dir => plan.nodes[n].member = Some(k),
-                Some(_) => return Err(err(m, "the archive holds this name twice")),
+                Some(n) if kind == FileKind::Dir && plan.nodes[n].kind == FileKind::Dir => plan.nodes[n].attrs = Some(Attrs::of(m)),
+                Some(_) => return Err(err(&m, "the archive holds this name twice")),
                 None => {
-                    let n = plan.add(cur, last, kind, Some(k));
-                    if let Some(t) = hard_of {
-                        plan.nodes[n].hard_of = Some(t);
-                        plan.nodes[t].links += 1;
+                    let n = plan.add(cur, last, kind, None);
+                    match hard_of {
+                        Some(t) => {
+                            plan.nodes[n].hard_of = t as u32;
+                            plan.nodes[t].links += 1;
+                        }
+                        None => plan.nodes[n].attrs = Some(Attrs::of(m)),
                     }
                 }
             }
@@ -545,17 +628,18 @@ impl Plan {
         Ok(plan)
     }
 
-    fn add(&mut self, parent: usize, name: &[u8], kind: FileKind, member: Option<usize>) -> usize {
+    fn add(&mut self, parent: usize, name: &[u8], kind: FileKind, attrs: Option<Attrs>) -> usize {
         let n = self.nodes.len();
-        self.nodes.push(Node { name: name.to_vec(), parent, kind, member, hard_of: None, links: 1 });
-        self.children.insert((parent, name.to_vec()), n);
+        let key = self.key(parent, name);
+        let next = self.index.insert(key, n as u32).unwrap_or(NONE);
+        self.nodes.push(Node { name: name.into(), parent: parent as u32, kind, hard_of: NONE, links: 1, next, attrs });
         n
     }
 
     fn find(&self, comps: &[&[u8]]) -> Option<usize> {
         let mut cur = 0;
         for c in comps {
-            cur = *self.children.get(&(cur, c.to_vec()))?;
+            cur = self.child(cur, c)?;
         }
         Some(cur)
     }

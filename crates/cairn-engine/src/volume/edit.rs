@@ -126,6 +126,30 @@ impl Volume {
         Ok(n)
     }
 
+    /// A hole over `[offset, end)` (cut at the size when `keep_size`) too
+    /// long for a journal record (4 GiB and more): the file's pending
+    /// writes are flushed and the hole is committed to its extent map, as
+    /// a clone is. Costs O(pages touched) whatever its length. The group
+    /// transaction is committed before returning, so the hole survives the
+    /// daemon's death as a journaled one would (fsync makes it durable).
+    pub(super) fn punch_committed(&self, ino: Ino, offset: u64, end: u64, keep_size: bool) -> Result<()> {
+        let locked = self.lock_clean(&[ino])?;
+        let st = locked.states[0].clone();
+        let mut g = st.inner.lock();
+        check_edit(&g)?;
+        let end = if keep_size { end.min(g.size) } else { end };
+        if end <= offset {
+            return Ok(());
+        }
+        let mut map = g.base.clone();
+        if end > map.len() {
+            map.set_len(end);
+        }
+        map.splice(offset, end, vec![Extent::hole(end - offset)]);
+        self.commit_edit(&st, &mut g, map, None)?;
+        self.meta.commit()
+    }
+
     /// `rpwrite`: replaces the `mbyte` bytes at `offset` (cut at the end of
     /// the file) with `new`: an insert when `mbyte` is 0, a delete when `new`
     /// is empty. `offset` may be the file's size (an append) but not past it.

@@ -31,8 +31,9 @@ const READ_AHEAD_SLACK: u64 = 4 << 20;
 /// single 4 KiB pages; a sequential stream as 128 KiB to 1 MiB requests).
 const KERNEL_READ_AHEAD_MIN: u32 = 64 << 10;
 
-/// Largest file size (as ext4: 16 TiB).
-pub const MAX_FILE_SIZE: u64 = 16 << 40;
+/// Largest file size: the kernel's for FUSE (2^63 - 1 bytes; see
+/// [`crate::extent::MAX_FILE_SPAN`]).
+pub const MAX_FILE_SIZE: u64 = crate::extent::MAX_FILE_SPAN;
 
 /// Where an overlay piece's bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -453,20 +454,30 @@ impl Volume {
     pub(crate) fn punch(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
         self.check_writable()?;
         let end = offset.checked_add(len).filter(|e| *e <= MAX_FILE_SIZE).ok_or_else(|| Error::new(ErrorKind::TooBig, "range past the largest file size"))?;
-        self.with_file(ino, |_, g| {
+        let journaled = self.with_file(ino, |_, g| {
             g.check_writable()?;
             let end = if keep_size { end.min(g.size) } else { end };
             if end <= offset {
-                return Ok(());
+                return Ok(true);
             }
+            // A journal record says a length in 32 bits: a longer hole is
+            // committed to the extent map at once instead (replaying a
+            // record cut to 32 bits would bring back what it removed).
+            let Ok(n) = u32::try_from(end - offset) else {
+                return Ok(false);
+            };
             let now = Timestamp::now();
-            let (seq, _) = self.journal.append(RecordKind::Punch, ino, offset, (end - offset) as u32, &[], now)?;
+            let (seq, _) = self.journal.append(RecordKind::Punch, ino, offset, n, &[], now)?;
             g.overlay_insert(offset, Piece { len: end - offset, src: PieceSrc::Zero, seq });
             g.size = g.size.max(end);
             g.last_seq = seq;
             g.touch(now);
-            Ok(())
-        })
+            Ok(true)
+        })?;
+        if !journaled {
+            self.punch_committed(ino, offset, end, keep_size)?;
+        }
+        Ok(())
     }
 
     /// `fallocate(2)`: mode 0 extends the size (space is never reserved in a
@@ -476,7 +487,8 @@ impl Volume {
         self.check_writable()?;
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let m = mode & !libc::FALLOC_FL_KEEP_SIZE;
-        let end = offset.checked_add(len).ok_or_else(|| Error::invalid("range overflows"))?;
+        // As the kernel (and ext4): a range whose end does not fit is EFBIG.
+        let end = offset.checked_add(len).ok_or_else(|| Error::new(ErrorKind::TooBig, "range past the largest file size"))?;
         if m == libc::FALLOC_FL_PUNCH_HOLE {
             if !keep {
                 return Err(Error::new(ErrorKind::NotSupported, "PUNCH_HOLE needs KEEP_SIZE"));
@@ -672,6 +684,12 @@ impl Volume {
         self.with_file(r.ino, |_, g| {
             if r.seq <= g.flushed_seq {
                 return Ok(());
+            }
+            // A record's checksum held, but its range must still fit in a
+            // file (the size arithmetic below must not overflow).
+            let end = if r.kind == RecordKind::Truncate { Some(r.arg) } else { r.arg.checked_add(r.len as u64) };
+            if end.is_none_or(|e| e > MAX_FILE_SIZE) {
+                return Err(Error::corrupt(format!("journal record {} of inode {}: range {}+{} is past the largest file", r.seq, r.ino, r.arg, r.len)));
             }
             match r.kind {
                 RecordKind::Write => {

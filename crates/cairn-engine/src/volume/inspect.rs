@@ -328,7 +328,7 @@ impl Volume {
             match a.kind {
                 FileKind::File => {
                     s.files += 1;
-                    s.logical_bytes += a.size;
+                    s.logical_bytes = s.logical_bytes.saturating_add(a.size);
                     files.push((a.ino, a.nlink));
                 }
                 FileKind::Dir => s.directories += 1,
@@ -365,7 +365,7 @@ impl Volume {
             let escapes = names.get(&ino).copied().unwrap_or(0) < nlink;
             self.meta.read(|c| {
                 if let Some(row) = c.get_inode(ino)? {
-                    s.hole_bytes += row.attr.size - row.data_bytes.min(row.attr.size);
+                    s.hole_bytes = s.hole_bytes.saturating_add(row.attr.size - row.data_bytes.min(row.attr.size));
                 }
                 for meta::PageLink { key, id, refs, data } in c.page_links(ino)? {
                     let e = pages.entry(id).or_insert(Seen { key, refs, links: 0, escapes: false });

@@ -378,6 +378,10 @@ pub(crate) fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
     Ok(f)
 }
 
+/// A file in the volume's directory holding why its last close failed
+/// (removed by the next read-write open): `cairn umount` reports it.
+pub const CLOSE_ERROR: &str = "close-error";
+
 impl Volume {
     /// Opens the volume in `dir`, replays the journal, and starts the
     /// background flusher.
@@ -385,6 +389,10 @@ impl Volume {
         crate::mirror::choose(dir, &opts.mirror)?;
         let (layout, settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
         let lock = Some(take_lock(&layout, !opts.read_only)?);
+        if !opts.read_only {
+            // The last close's failure was for the unmount that followed it.
+            let _ = std::fs::remove_file(layout.dir.join(CLOSE_ERROR));
+        }
         let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
         let mut vid = [0u8; 16];
         hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
@@ -485,6 +493,11 @@ impl Volume {
                     // The bill is no reason to refuse a mount; the file
                     // stays and is tried again at the next.
                     tracing::warn!("adding the pending requests to the bill: {e}");
+                }
+                // Ended mounts' bill objects, one per mount, would pile up.
+                let own = c.bill.lock().id.clone();
+                if let Err(e) = crate::cost::fold_bills(c.remote.as_ref(), Some(&own)) {
+                    tracing::warn!("folding the bill objects of ended mounts: {e}");
                 }
                 c.start(&vol)?;
             }
@@ -609,8 +622,8 @@ impl Volume {
         }
         problems.sort_by_key(|p| p.since);
         let lost = self.cloud.as_ref().is_some_and(|c| c.lost.load(Ordering::SeqCst));
-        if lost {
-            problems.push(crate::health::Problem { what: "lease".into(), error: "another machine took the volume's lease: this mount refuses writes".into(), since: 0, failures: 1 });
+        if let Some(c) = self.cloud.as_ref().filter(|_| lost) {
+            problems.push(crate::health::Problem { what: "lease".into(), error: c.lost_error().message().to_string(), since: 0, failures: 1 });
         }
         let journal_bytes = self.journal.bytes();
         crate::health::MountStatus {
@@ -790,6 +803,13 @@ impl Volume {
         }
         if !self.opts.read_only {
             self.meta.checkpoint()?;
+        }
+        if let Err(e) = &r {
+            // For `cairn umount`, which waits for this process to let the
+            // directory's lock go and then says why the close failed.
+            if let Err(w) = std::fs::write(self.layout.dir.join(CLOSE_ERROR), e.message()) {
+                tracing::warn!("saving the close's error in {}: {w}", self.layout.dir.display());
+            }
         }
         r
     }

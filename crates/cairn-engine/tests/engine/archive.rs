@@ -4,6 +4,7 @@
 use crate::common::*;
 use cairn_engine::maintenance::{self, NoProgress};
 use cairn_engine::*;
+use cairn_testing::ustar_header;
 
 fn opts(align: Option<u64>, remove: bool) -> ArchiveOptions {
     ArchiveOptions { align, remove, caller: root() }
@@ -251,24 +252,6 @@ fn extract_into_a_dangling_entry_reports_corruption() {
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
 
-/// A ustar header block (for crafted GNU long names).
-fn raw_header(name: &[u8], typeflag: u8, size: u64) -> Vec<u8> {
-    let mut b = vec![0u8; 512];
-    b[..name.len()].copy_from_slice(name);
-    b[100..108].copy_from_slice(b"0000644\0");
-    b[108..116].copy_from_slice(b"0000000\0");
-    b[116..124].copy_from_slice(b"0000000\0");
-    b[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
-    b[136..148].copy_from_slice(b"14000000000\0");
-    b[156] = typeflag;
-    b[257..263].copy_from_slice(b"ustar\0");
-    b[263..265].copy_from_slice(b"00");
-    b[148..156].fill(b' ');
-    let sum: u32 = b.iter().map(|&c| u32::from(c)).sum();
-    b[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-    b
-}
-
 #[test]
 fn names_and_xattrs_past_linux_limits_are_refused_and_nothing_is_made() {
     use cairn_tar::MemberKind::*;
@@ -278,9 +261,9 @@ fn names_and_xattrs_past_linux_limits_are_refused_and_nothing_is_made() {
     let x300 = [b"top/".to_vec(), vec![b'x'; 300]].concat();
     let x2000 = [b"top/".to_vec(), vec![b'y'; 2000]].concat();
     // A 10 MiB GNU long name (a directory, as the report's was).
-    let mut gnu = raw_header(b"././@LongLink", b'L', 10 << 20);
+    let mut gnu = ustar_header(b"././@LongLink", b'L', 10 << 20).to_vec();
     gnu.extend(b"d/".repeat(5 << 20));
-    gnu.extend(raw_header(b"short/", b'5', 0));
+    gnu.extend(ustar_header(b"short/", b'5', 0));
     gnu.extend_from_slice(&cairn_tar::END_OF_ARCHIVE);
     let with_xattr = |name: &[u8], value: Vec<u8>| {
         let x = vec![(name.to_vec(), value)];

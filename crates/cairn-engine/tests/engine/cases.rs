@@ -110,6 +110,103 @@ fn sparse_file_holes_take_no_space() {
     assert_eq!(v.lseek(a.ino, 1 << 30, libc::SEEK_HOLE).unwrap(), (1 << 30) + 6);
 }
 
+/// The largest file is the kernel's for FUSE, 2^63 - 1 bytes (a smaller
+/// one would turn writes the kernel already took into its page cache into
+/// errors at write-back, which no one sees): its last byte is written,
+/// survives a crash, and costs one page over the hole; a byte further is
+/// EFBIG for every call; sizes that large add up in `stats` without
+/// overflowing.
+#[test]
+fn the_largest_file_is_the_kernels() {
+    const MAX: u64 = i64::MAX as u64;
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let ino = {
+        let v = open(d.path());
+        let a = v.create(ROOT_INO, b"edge", FileKind::File, 0o644, 0, root()).unwrap();
+        v.open(a.ino).unwrap();
+        v.write(a.ino, 0, b"head").unwrap();
+        assert_eq!(v.write(a.ino, MAX - 1, b"z").unwrap(), 1, "a write of the last byte");
+        for off in [MAX - 1, MAX, u64::MAX - 1] {
+            let e = v.write(a.ino, off, b"zz").unwrap_err();
+            assert_eq!(e.errno(), libc::EFBIG, "a write at {off}: {e}");
+        }
+        let e = v.setattr(a.ino, &SetAttr { size: Some(MAX + 1), ..Default::default() }).unwrap_err();
+        assert_eq!(e.errno(), libc::EFBIG, "{e}");
+        for (off, len, mode) in [(MAX - 10, 100, 0), (u64::MAX - 1, 10, 0), (MAX - 10, 100, libc::FALLOC_FL_ZERO_RANGE)] {
+            let e = v.fallocate(a.ino, off, len, mode).unwrap_err();
+            assert_eq!(e.errno(), libc::EFBIG, "fallocate({off}, {len}, {mode}): {e}");
+        }
+        assert_eq!(v.getattr(a.ino).unwrap().size, MAX);
+        v.fsync(a.ino, false).unwrap();
+        v.simulate_crash();
+        a.ino
+    };
+    let check = |v: &Volume| {
+        let attr = v.getattr(ino).unwrap();
+        assert_eq!(attr.size, MAX);
+        assert!(attr.blocks * 512 < 1 << 20, "{} blocks for a sparse file", attr.blocks);
+        assert_eq!(v.read(ino, 0, 4).unwrap(), b"head");
+        assert_eq!(v.read(ino, MAX - 1, 100).unwrap(), b"z");
+        assert!(v.read(ino, MAX, 100).unwrap().is_empty());
+        let tail = v.read(ino, MAX - 4096, 4096).unwrap();
+        assert_eq!((tail.len(), tail[4095]), (4096, b'z'));
+        assert!(tail[..4095].iter().all(|b| *b == 0));
+        assert_eq!(v.lseek(ino, 4, libc::SEEK_DATA).unwrap(), MAX - 1);
+    };
+    let v = open(d.path());
+    check(&v);
+    for name in ["b", "c"] {
+        let a = v.create(ROOT_INO, name.as_bytes(), FileKind::File, 0o644, 0, root()).unwrap();
+        v.setattr(a.ino, &SetAttr { size: Some(MAX), ..Default::default() }).unwrap();
+    }
+    v.flush_now().unwrap();
+    assert!(stored_pack_bytes(d.path()) < 1 << 20);
+    let s = maintenance::stats(&v).unwrap();
+    assert_eq!((s.files, s.logical_bytes), (3, u64::MAX), "three files of 2^63 - 1 bytes");
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    v.close().unwrap();
+    drop(v);
+    // From packs and extent pages now, not the journal.
+    check(&open(d.path()));
+    // A stored page may describe the largest file, and not a byte more.
+    use cairn_engine::extent::{decode_page, encode_page, Extent, Page};
+    let page = |ex: Vec<Extent>| encode_page(&Page::new(0, ex)).unwrap();
+    assert_eq!(decode_page(0, &page(vec![Extent::hole(MAX - 1), Extent::hole(1)])).unwrap().len, MAX);
+    assert!(decode_page(0, &page(vec![Extent::hole(MAX), Extent::hole(1)])).is_err());
+}
+
+/// A hole longer than a journal record's 32-bit length (4 GiB and more)
+/// stays punched after a crash: the data under it never comes back.
+#[test]
+fn a_hole_longer_than_4_gib_stays_punched_after_a_crash() {
+    const GIB: u64 = 1 << 30;
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let opts = || OpenOptions { flush_age: std::time::Duration::from_secs(3600), flush_bytes: u64::MAX, ..Default::default() };
+    let ino = {
+        let v = Volume::load(d.path(), opts()).unwrap();
+        let a = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap();
+        v.open(a.ino).unwrap();
+        v.write(a.ino, 6 * GIB, b"tail").unwrap();
+        v.write(a.ino, 4 * GIB + 5, b"committed").unwrap();
+        v.flush_now().unwrap();
+        v.write(a.ino, GIB, b"journaled").unwrap();
+        v.fallocate(a.ino, 0, 5 * GIB, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        assert_eq!(v.read(a.ino, 4 * GIB + 5, 9).unwrap(), vec![0; 9]);
+        v.simulate_crash();
+        a.ino
+    };
+    let v = Volume::load(d.path(), opts()).unwrap();
+    assert_eq!(v.getattr(ino).unwrap().size, 6 * GIB + 4);
+    assert_eq!(v.read(ino, 4 * GIB + 5, 9).unwrap(), vec![0; 9], "committed data under the hole");
+    assert_eq!(v.read(ino, GIB, 9).unwrap(), vec![0; 9], "journaled data under the hole");
+    assert_eq!(v.read(ino, 6 * GIB, 4).unwrap(), b"tail");
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
 #[test]
 fn fsynced_writes_survive_a_crash() {
     let d = tempfile::tempdir().unwrap();

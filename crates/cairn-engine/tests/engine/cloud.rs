@@ -586,16 +586,19 @@ fn a_volume_from_before_the_bill_ships_a_base_with_its_table() {
 }
 
 /// A lease object deleted under a mount (issue 25): another machine then
-/// mounts read-write; the first holder's next publish fails with the lease
-/// lost and it publishes nothing after, its status says `lease_lost` and
-/// its unmount fails, while the new holder goes on.
+/// mounts read-write; the first holder's next renewal finds the lease lost
+/// (before its next round publishes anything), its publish fails and it
+/// publishes nothing after, its status says `lease_lost` and its unmount
+/// fails, while the new holder goes on.
 #[test]
 fn a_holder_whose_lease_was_deleted_publishes_nothing_more() {
     let a = tempfile::tempdir().unwrap();
     let b = tempfile::tempdir().unwrap();
     let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
     init_in(a.path(), &bucket, None);
-    let va = Volume::load(a.path(), opts(&bucket, Durability::Remote)).unwrap();
+    let oa = opts(&bucket, Durability::Remote);
+    let oa = OpenOptions { cloud: CloudOptions { lease_renew: Duration::from_millis(200), ..oa.cloud.clone() }, ..oa };
+    let va = Volume::load(a.path(), oa).unwrap();
     let ino = mkfile(&va, ROOT_INO, "before", b"shipped while A held the lease");
     va.fsync(ino, false).unwrap();
     bucket.delete(cloud::lease::OBJECT).unwrap();
@@ -608,8 +611,14 @@ fn a_holder_whose_lease_was_deleted_publishes_nothing_more() {
         heads.iter().filter(|h| h.writer == a_writer).map(|h| h.version).collect::<Vec<_>>()
     };
     let before = published_by_a();
-    // A's next publish: its fsync reaches the bucket, finds the lease gone.
+    // Written before A knows: its shipper's next round renews first, finds
+    // the lease gone, and ships nothing.
     let ino = mkfile(&va, ROOT_INO, "after", b"written once B held the lease");
+    let t = std::time::Instant::now();
+    while va.status().health != "lease_lost" {
+        assert!(t.elapsed() < Duration::from_secs(10), "A's renewals did not find its lease lost: {:?}", va.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let e = va.fsync(ino, false).unwrap_err();
     assert!(e.to_string().contains("lost the volume's lease"), "{e}");
     let e = va.create(ROOT_INO, b"later", FileKind::File, 0o644, 0, root()).map(|_| ()).unwrap_err();
@@ -629,6 +638,106 @@ fn a_holder_whose_lease_was_deleted_publishes_nothing_more() {
     assert!(vc.lookup(ROOT_INO, b"from-b").is_ok() && vc.lookup(ROOT_INO, b"before").is_ok());
     assert_eq!(vc.lookup(ROOT_INO, b"after").map(|_| ()).unwrap_err().kind(), ErrorKind::NotFound);
     vc.close().unwrap();
+}
+
+/// Each mount's bill object stays in the bucket after it ends (issue 25):
+/// a read-write open folds the ended ones into `bills/folded.json`, and
+/// the bill read from the bucket (what `cairn cost` adds to the table) is
+/// the same before the fold, after it, and after a fold that stopped
+/// between writing the folded object and deleting what it absorbed. A
+/// crashed mount's object (never marked ended) is left as it is.
+#[test]
+fn ended_mounts_bill_objects_fold_into_one_and_the_bill_stays_the_same() {
+    let a = tempfile::tempdir().unwrap();
+    // Counted: a mount writes its bill object only when its requests are.
+    let bucket: Arc<dyn Backend> = Arc::new(cairn_backend::Metered::new(MemoryBackend::new()));
+    init_in(a.path(), &bucket, None);
+    let o = opts(&bucket, Durability::Local);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    let tree = write_tree(&v, 6);
+    v.close().unwrap();
+    drop(v);
+    // Read-only mounts on other machines read the tree and end.
+    let reader = || {
+        let d = tempfile::tempdir().unwrap();
+        cloud::attach(d.path(), URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+        let ro = Volume::load(d.path(), OpenOptions { read_only: true, ..o.clone() }).unwrap();
+        for (path, data) in &tree {
+            assert_eq!(&read_all(&ro, lookup_path(&ro, path)), data);
+        }
+        ro.close().unwrap();
+    };
+    for _ in 0..3 {
+        reader();
+    }
+    // A mount that crashed: its object was never marked ended.
+    let crashed = "bills/00000000deadbeef.json";
+    let row = r#"{"day":20000,"subsystem":"read_miss","item":"GET","requests":5,"bytes":4096}"#;
+    bucket.put(crashed, format!(r#"{{"format":"cairn-bill-1","host":"gone","dir":"/x","written":1,"rows":[{row}]}}"#).as_bytes()).unwrap();
+    let totals = || {
+        let mut t = std::collections::BTreeMap::new();
+        for r in cost::bucket_bills(bucket.as_ref(), None).unwrap() {
+            let e = t.entry((r.day, r.subsystem, r.item)).or_insert((0u64, 0u64));
+            e.0 += r.requests;
+            e.1 += r.bytes;
+        }
+        t
+    };
+    let objects = || bucket.list(cost::BILLS_PREFIX).unwrap().into_iter().map(|o| o.name).collect::<Vec<_>>();
+    let before = totals();
+    let ended: Vec<(String, Vec<u8>)> = objects().into_iter().filter(|n| n != crashed).map(|n| (n.clone(), bucket.get(&n).unwrap())).collect();
+    assert_eq!(ended.len(), 4, "the writer's and three readers' bill objects: {:?}", objects());
+    assert!(before.values().map(|t| t.0).sum::<u64>() > 5, "{before:?}");
+
+    assert_eq!(cost::fold_bills(bucket.as_ref(), None).unwrap(), 4);
+    assert_eq!(objects(), vec![crashed.to_string(), cost::FOLDED_BILL.to_string()]);
+    assert_eq!(totals(), before, "the fold changed the bill");
+    // A fold that stopped after writing the folded object: its parts are
+    // still there, and are not counted twice; the next fold deletes them.
+    for (n, b) in &ended {
+        bucket.put(n, b).unwrap();
+    }
+    assert_eq!(totals(), before, "a fold's leftovers were counted twice");
+    assert_eq!(cost::fold_bills(bucket.as_ref(), None).unwrap(), 0);
+    assert_eq!(objects(), vec![crashed.to_string(), cost::FOLDED_BILL.to_string()]);
+    assert_eq!(totals(), before);
+
+    // Another reader ends; the next read-write open folds it in.
+    reader();
+    let with_reader = totals();
+    assert_ne!(with_reader, before);
+    assert_eq!(objects().len(), 3);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    assert_eq!(objects(), vec![crashed.to_string(), cost::FOLDED_BILL.to_string()], "the read-write open folded nothing");
+    assert_eq!(totals(), with_reader);
+    v.close().unwrap();
+}
+
+/// A publish costs no lease request (issue 25): the holder trusts its
+/// lease for `lease::TRUSTED` after a renewal, so N fsyncs that each
+/// publish a metadata version (remote durability) read nothing for the
+/// metadata; they once read the lease object before each version.
+#[test]
+fn publishing_versions_costs_no_lease_reads() {
+    use cairn_backend::{Metered, RequestKind as K, Subsystem as S};
+    let a = tempfile::tempdir().unwrap();
+    let metered = Arc::new(Metered::new(MemoryBackend::new()));
+    let bucket: Arc<dyn Backend> = metered.clone();
+    init_in(a.path(), &bucket, None);
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Remote)).unwrap();
+    let meter = Metered::meter(&*metered).clone();
+    let count = |k: K| meter.lifetime().get(S::Metadata, k).requests;
+    let (gets, puts) = (count(K::Get), count(K::Put));
+    const N: u64 = 10;
+    for i in 0..N {
+        let ino = mkfile(&v, ROOT_INO, &format!("f{i}"), b"published at its fsync");
+        v.fsync(ino, false).unwrap();
+    }
+    let published = versions::list(bucket.as_ref()).unwrap().len() as u64;
+    assert!(count(K::Put) - puts >= N && published >= N, "each fsync publishes a version: {} PUTs, {published} versions", count(K::Put) - puts);
+    assert_eq!(count(K::Get) - gets, 0, "{N} publishes read from the bucket (the lease?)");
+    v.close().unwrap();
+    assert!(bucket.get(cloud::lease::OBJECT).is_err(), "the unmount gave the lease back");
 }
 
 /// The lease renews with a conditional update: a renewal after the lease
