@@ -109,18 +109,25 @@ pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> Result<()> {
     }
 }
 
+/// The most of the close's reason `cairn umount` reads.
+const CLOSE_ERROR_MAX: u64 = 4096;
+
 /// Once the daemon let the directory go: whether its close failed (it
 /// left the reason in the directory), e.g. a volume in a bucket whose
 /// lease was lost while mounted.
 fn close_outcome(mountpoint: &Path, dir: &Path) -> Result<()> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let f = dir.join(cairn_engine::CLOSE_ERROR);
-    match std::fs::read_to_string(&f) {
-        Ok(why) => {
-            let _ = std::fs::remove_file(&f);
-            bail!("{} is unmounted, but the volume did not close cleanly: {} (see {}/cairn.log)", mountpoint.display(), why.trim(), dir.display())
-        }
-        Err(_) => Ok(()),
+    // Whoever unmounts may not own the directory: never through a symlink
+    // planted there, and at most a screenful whatever the file holds.
+    let Ok(file) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&f) else { return Ok(()) };
+    let mut why = Vec::new();
+    if !file.metadata().is_ok_and(|m| m.is_file()) || file.take(CLOSE_ERROR_MAX).read_to_end(&mut why).is_err() {
+        return Ok(());
     }
+    let _ = std::fs::remove_file(&f);
+    bail!("{} is unmounted, but the volume did not close cleanly: {} (see {}/cairn.log)", mountpoint.display(), String::from_utf8_lossy(&why).trim(), dir.display())
 }
 
 /// While a volume in a bucket uploads what it still holds, a progress bar
@@ -170,5 +177,37 @@ impl UploadBar {
 impl Drop for UploadBar {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::close_outcome;
+    use std::path::Path;
+
+    #[test]
+    fn the_close_error_is_reported_once_bounded_and_never_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join(cairn_engine::CLOSE_ERROR);
+        let mnt = Path::new("/mnt/x");
+        assert!(close_outcome(mnt, d.path()).is_ok(), "no file: a clean close");
+        std::fs::write(&f, "the lease was lost\n").unwrap();
+        let e = format!("{:#}", close_outcome(mnt, d.path()).unwrap_err());
+        assert!(e.contains("did not close cleanly: the lease was lost (see"), "{e}");
+        assert!(!f.exists(), "reported once: the file is removed");
+        // A huge file is read only as far as a screenful.
+        std::fs::write(&f, vec![b'x'; 1 << 20]).unwrap();
+        let e = format!("{:#}", close_outcome(mnt, d.path()).unwrap_err());
+        assert!(e.len() < 5000, "{} bytes of error", e.len());
+        // A symlink planted in its place is not followed (here to a secret).
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, "top secret").unwrap();
+        std::os::unix::fs::symlink(&secret, &f).unwrap();
+        let r = close_outcome(mnt, d.path());
+        assert!(r.as_ref().map_or_else(|e| !format!("{e:#}").contains("top secret"), |_| true), "{r:?}");
+        // Nor a FIFO, which would block the unmount forever.
+        std::fs::remove_file(&f).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&f).status().unwrap().success());
+        assert!(close_outcome(mnt, d.path()).is_ok());
     }
 }

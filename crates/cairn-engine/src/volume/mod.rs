@@ -807,7 +807,9 @@ impl Volume {
         if let Err(e) = &r {
             // For `cairn umount`, which waits for this process to let the
             // directory's lock go and then says why the close failed.
-            if let Err(w) = std::fs::write(self.layout.dir.join(CLOSE_ERROR), e.message()) {
+            // Private as every file of the directory (the reason may name files).
+            let path = self.layout.dir.join(CLOSE_ERROR);
+            if let Err(w) = crate::fsutil::create_private_file(&path).and_then(|mut f| std::io::Write::write_all(&mut f, e.message().as_bytes())) {
                 tracing::warn!("saving the close's error in {}: {w}", self.layout.dir.display());
             }
         }
