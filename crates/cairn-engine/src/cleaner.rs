@@ -239,9 +239,9 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
 
 /// The cleaner's thread: a round every `every` with the mount's prices,
 /// moving at most two packs' worth of live chunks a round.
-pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration) -> crate::cloud::Background {
+pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration) -> crate::background::Background {
     let weak = std::sync::Arc::downgrade(vol);
-    crate::cloud::Background::start("cairn-cleaner", every, move || {
+    crate::background::Background::start("cairn-cleaner", every, move || {
         let Some(vol) = weak.upgrade() else { return false };
         let Some(cloud) = vol.cloud() else { return false };
         if vol.check_writable().is_err() {

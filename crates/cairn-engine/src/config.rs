@@ -14,6 +14,8 @@
 use crate::crypto::{self, KdfParams, Keys, WrappedKey};
 use crate::error::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use zeroize::Zeroizing;
 
@@ -296,6 +298,71 @@ impl VolumeConfig {
     }
 }
 
+
+/// A local store as the engine uses every backend: behind `Retrying`.
+pub fn with_retries(local: cairn_backend::LocalBackend) -> std::sync::Arc<dyn cairn_backend::Backend> {
+    std::sync::Arc::new(cairn_backend::Retrying::new(local, cairn_backend::RetryPolicy::local()))
+}
+
+// Where a volume lives, by its location's scheme.
+
+/// Scheme of a real drive.
+pub const DRIVE_SCHEME: &str = "tape:";
+/// Scheme of an emulated drive.
+pub const EMU_SCHEME: &str = "tape-emu:";
+/// Whether a location names a bucket (`s3://...`).
+pub fn is_cloud_url(s: &str) -> bool {
+    s.starts_with("s3://")
+}
+
+/// Whether a location is a home away from the local directory: a bucket
+/// or a tape (both run this module's machinery).
+pub fn is_remote_url(s: &str) -> bool {
+    is_cloud_url(s) || is_tape_url(s)
+}
+
+/// Whether a location names a tape.
+pub fn is_tape_url(s: &str) -> bool {
+    s.starts_with(DRIVE_SCHEME) || s.starts_with(EMU_SCHEME)
+}
+
+/// Writes `volume.json`, the mark of a finished volume directory.
+pub(crate) fn write_settings(layout: &Layout, settings: &LocalSettings) -> Result<()> {
+    let dir = &layout.dir;
+    // volume.json last: a directory without it is not a volume, so a power
+    // cut before this point leaves no half-made volume behind. Everything
+    // above is durable first (the database is checkpointed and fsync'd by
+    // Meta::create, the config by the backend's put).
+    let write_settings = || -> std::io::Result<()> {
+        let tmp = dir.join("volume.json.tmp");
+        let mut f = crate::fsutil::create_private_file(&tmp)?;
+        std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&settings).expect("settings serialise"))?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, layout.settings())
+    };
+    write_settings().map_err(|e| Error::os(format_args!("writing {}", layout.settings().display()), &e))?;
+    crate::fsutil::fsync_dir(dir)
+}
+
+/// Takes the volume lock: exclusive for read-write opens, shared for
+/// read-only looks (which then keep any writer out while they read).
+pub(crate) fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
+    // The lock lives in the volume directory, which only its owner may
+    // enter: another user can neither read the volume nor hold its lock.
+    crate::fsutil::ensure_private_dir(&layout.dir);
+    let f = crate::fsutil::open_lock_file(&layout.lock()).map_err(|e| Error::os(format_args!("opening the volume lock {}", layout.lock().display()), &e))?;
+    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+    // SAFETY: flock on an fd we own.
+    let r = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
+    if r != 0 {
+        return Err(Error::new(
+            ErrorKind::Busy,
+            format!("volume {} is in use by another cairn process (is it mounted?)", layout.dir.display()),
+        ));
+    }
+    Ok(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,18 +380,4 @@ mod tests {
         assert!(VolumeConfig::parse(b"{not json").is_err());
         assert!(VolumeConfig::parse(br#"{"format":"x","version":1}"#).is_err());
     }
-}
-
-/// The backend a volume's settings name, with retries around it: a local
-/// directory (`local:PATH`, relative to the volume directory) or a bucket.
-pub fn open_backend(layout: &Layout, settings: &LocalSettings) -> Result<std::sync::Arc<dyn cairn_backend::Backend>> {
-    if crate::cloud::is_remote_url(&settings.backend) {
-        return crate::cloud::open_remote(settings);
-    }
-    Ok(with_retries(cairn_backend::LocalBackend::open(&layout.store_path(settings)?)?))
-}
-
-/// A local store as the engine uses every backend: behind `Retrying`.
-pub fn with_retries(local: cairn_backend::LocalBackend) -> std::sync::Arc<dyn cairn_backend::Backend> {
-    std::sync::Arc::new(cairn_backend::Retrying::new(local, cairn_backend::RetryPolicy::local()))
 }

@@ -17,6 +17,7 @@
 //! vol.close().unwrap();
 //! ```
 
+pub mod background;
 pub mod cache;
 pub mod cleaner;
 pub mod cloud;
@@ -29,10 +30,12 @@ pub mod extent;
 pub mod fsutil;
 pub mod health;
 pub mod journal;
+pub mod location;
 pub mod maintenance;
 pub mod metrics;
 pub mod meta;
 pub mod mirror;
+mod open;
 pub mod pack;
 pub mod tape;
 pub mod trace;
@@ -44,4 +47,5 @@ pub use crypto::KdfParams;
 pub use error::{Error, ErrorKind, Result};
 pub use types::*;
 pub use volume::CLOSE_ERROR;
-pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, init, init_cloud, read_config, CloneOptions, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, RecallReport, SnapshotInfo, Volume, ChunkInfo, FileInfo, Place, TreeStats, SNAPSHOT_DIR};
+pub use open::{init, init_cloud, read_config};
+pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, CloneOptions, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, RecallReport, SnapshotInfo, Volume, ChunkInfo, FileInfo, Place, TreeStats, SNAPSHOT_DIR};

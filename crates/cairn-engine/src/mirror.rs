@@ -456,7 +456,7 @@ pub fn choose(dir: &Path, choice: &MirrorChoice) -> Result<()> {
     let layout = Layout::new(dir);
     let raw = std::fs::read(layout.settings()).map_err(|e| Error::os(format_args!("reading {}", layout.settings().display()), &e))?;
     let mut s: LocalSettings = serde_json::from_slice(&raw).map_err(|e| Error::config(format!("{} is damaged: {e}", layout.settings().display())))?;
-    if !crate::tape::is_tape_url(&s.backend) {
+    if !crate::config::is_tape_url(&s.backend) {
         return Err(Error::invalid(format!(
             "a CDP mirror is for volumes on a tape (tape:/dev/nstN, tape-emu:DIR); {} is not one",
             s.backend
@@ -480,14 +480,14 @@ pub fn choose(dir: &Path, choice: &MirrorChoice) -> Result<()> {
     };
     if s.mirror != want {
         // Not under a mount that has the volume open.
-        let _lock = crate::volume::take_lock(&layout, true)?;
+        let _lock = crate::config::take_lock(&layout, true)?;
         match (&s.mirror, &want) {
             (Some(old), None) => tracing::info!("{}: no longer mirrored to {} (the directory is left as it is)", dir.display(), old.display()),
             (_, Some(new)) => tracing::info!("{}: mirrored to {} from now on", dir.display(), new.display()),
             _ => {}
         }
         s.mirror = want;
-        crate::volume::write_settings(&layout, &s)?;
+        crate::config::write_settings(&layout, &s)?;
     }
     Ok(())
 }

@@ -19,18 +19,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-/// Scheme of a real drive.
-pub const DRIVE_SCHEME: &str = "tape:";
-/// Scheme of an emulated drive.
-pub const EMU_SCHEME: &str = "tape-emu:";
 /// `virtual` runs emulated drives on a virtual clock (tests): positioning
 /// and streaming take no real time.
 pub const CLOCK_ENV: &str = "CAIRN_TAPE_CLOCK";
 
-/// Whether a location names a tape.
-pub fn is_tape_url(s: &str) -> bool {
-    s.starts_with(DRIVE_SCHEME) || s.starts_with(EMU_SCHEME)
-}
+pub use crate::config::{is_tape_url, DRIVE_SCHEME, EMU_SCHEME};
 
 /// How this process opens tapes (set by the command before the first open).
 #[derive(Clone, Debug, Default)]

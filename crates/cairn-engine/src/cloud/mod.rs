@@ -8,14 +8,16 @@
 //! metadata chain.
 
 pub mod lease;
-mod shipper;
 pub mod versions;
 
-pub use shipper::{Background, Shipper};
+pub use crate::background::Background;
+// Where a volume lives and how its store opens (kept at their old paths).
+pub use crate::config::{is_cloud_url, is_remote_url};
+pub use crate::location::{explain, open_remote, open_remote_with};
 
 use crate::cache::disk::{CachedBackend, DiskCacheOptions, Durability};
 use crate::cache::IoWindows;
-use crate::config::{Layout, LocalSettings};
+use crate::config::{write_settings, Layout, LocalSettings};
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
 use cairn_backend::Backend;
@@ -66,94 +68,6 @@ pub struct CloudOptions {
 impl Default for CloudOptions {
     fn default() -> Self {
         CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
-    }
-}
-
-/// Whether a location names a bucket (`s3://...`).
-pub fn is_cloud_url(s: &str) -> bool {
-    s.starts_with("s3://")
-}
-
-/// Whether a location is a home away from the local directory: a bucket
-/// or a tape (both run this module's machinery).
-pub fn is_remote_url(s: &str) -> bool {
-    is_cloud_url(s) || crate::tape::is_tape_url(s)
-}
-
-/// The bucket a volume's settings name, behind retries.
-pub fn open_remote(settings: &LocalSettings) -> Result<Arc<dyn Backend>> {
-    open_remote_with(settings, cairn_backend::RetryPolicy::cloud())
-}
-
-/// [`open_remote`] with a retry policy of the caller's (a short one for the
-/// first request of a command, so a wrong endpoint fails in seconds).
-pub fn open_remote_with(settings: &LocalSettings, policy: cairn_backend::RetryPolicy) -> Result<Arc<dyn Backend>> {
-    if crate::tape::is_tape_url(&settings.backend) {
-        // A tape does not fail and then succeed: no retries.
-        return crate::tape::open_backend_mirrored(&settings.backend, settings.mirror.as_deref());
-    }
-    let loc = cairn_backend::S3Location::parse(&settings.backend, settings.endpoint.as_deref(), settings.region.as_deref())
-        .map_err(|e| Error::invalid(e.to_string()))?;
-    let s3 = cairn_backend::S3Backend::open(loc).map_err(|e| explain(e, &settings.backend, settings.endpoint.as_deref()))?;
-    Ok(Arc::new(cairn_backend::Retrying::new(s3, policy)))
-}
-
-/// One clear sentence for a failure of the first request to a bucket: the
-/// endpoint unreachable, the bucket missing, the credentials refused, or no
-/// volume there.
-pub fn explain(e: cairn_backend::Error, url: &str, endpoint: Option<&str>) -> Error {
-    use cairn_backend::ErrorKind as B;
-    if crate::tape::is_tape_url(url) {
-        return match e.kind() {
-            B::NotFound => Error::config(format!("{url} holds no Cairn volume (a formatted tape without its config); `cairn tape recover {url}` looks for one in the blocks")),
-            _ => Error::from(e).context(url),
-        };
-    }
-    let full = {
-        let mut d = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(s) = src {
-            d.push_str(&format!(": {s}"));
-            src = s.source();
-        }
-        d
-    };
-    // What the service said, short: S3's error code and message when it
-    // sent them, else the innermost cause (e.g. "Connection refused").
-    let tag = |t: &str| full.split(&format!("<{t}>")).nth(1).and_then(|r| r.split(&format!("</{t}>")).next()).map(str::to_string);
-    let short = match (tag("Code"), tag("Message")) {
-        (Some(c), Some(m)) => format!("{c}: {m}"),
-        (Some(c), None) => c,
-        _ => {
-            let mut last = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                last = s.to_string();
-                src = s.source();
-            }
-            last.chars().take(200).collect()
-        }
-    };
-    let detail = short;
-    let at = endpoint.map(|ep| format!(" at {ep}")).unwrap_or_default();
-    if full.contains(cairn_backend::NO_CREDENTIALS) {
-        return Error::config(format!("{url}: {e}"));
-    }
-    if full.contains("169.254.169.254") {
-        // object_store fell through to the instance metadata service.
-        return Error::config(format!(
-            "{url}: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials and AWS_PROFILE)"
-        ));
-    }
-    match e.kind() {
-        B::NotFound if full.contains("NoSuchBucket") => Error::config(format!("{url}: the bucket does not exist{at} (create it first)")),
-        B::NotFound => Error::config(format!("{url} holds no Cairn volume (no config object{at}); create one with `cairn init {url}`")),
-        B::Permanent if full.contains("NoSuchBucket") => Error::config(format!("{url}: the bucket does not exist{at} (create it first)")),
-        B::Permanent => Error::config(format!(
-            "{url}: the S3 service{at} refused access; check the credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials, AWS_PROFILE) and the bucket's policy ({detail})"
-        )),
-        B::Transient => Error::new(ErrorKind::Io, format!("{url}: cannot reach the S3 service{} ({detail})", endpoint.map(|ep| format!(" at {ep}")).unwrap_or_else(|| " (AWS)".into()))),
-        _ => Error::from(e).context(url),
     }
 }
 
@@ -416,7 +330,8 @@ pub struct Cloud {
     /// The next version must be a base (this directory crashed while
     /// mounted, so its changes since the last version are unknown).
     pub need_base: std::sync::atomic::AtomicBool,
-    pub(crate) shipper: std::sync::OnceLock<Shipper>,
+    /// The metadata shipper's thread (started by `crate::open`).
+    pub(crate) shipper: std::sync::OnceLock<Background>,
     /// The cost-optimal cleaner's thread (docs/frugal.md §5).
     pub(crate) cleaner: std::sync::OnceLock<Background>,
     /// Where the bucket's requests are counted (the bill; None: a backend
@@ -444,21 +359,21 @@ impl Cloud {
 impl Cloud {
     /// Takes the lease (read-write opens), brings the local database up to
     /// the bucket's latest version, and opens the cache.
-    pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &crate::volume::OpenOptions, io: Option<IoWindows>) -> Result<Cloud> {
+    pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &CloudOptions, read_only: bool, io: Option<IoWindows>) -> Result<Cloud> {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let dir = layout.dir.display().to_string();
         // A store only one process can open (a tape in its drive) is its
         // own lease: the open excluded every other mount already.
         let caps = remote.capabilities();
-        let lease = if opts.read_only || caps.exclusive { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.cloud.force, url)?) };
+        let lease = if read_only || caps.exclusive { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.force, url)?) };
         let release = |e: Error| {
             if let Some(l) = &lease {
                 let _ = l.release(remote.as_ref());
             }
             e
         };
-        let state = sync_down(layout, remote.as_ref(), keys, url, opts.read_only).map_err(release)?;
-        let mut cloud_opts = opts.cloud.clone();
+        let state = sync_down(layout, remote.as_ref(), keys, url, read_only).map_err(release)?;
+        let mut cloud_opts = opts.clone();
         if caps.deferred_durability {
             // Where a put lasts only after a sync, every fsync must reach
             // the store (docs/tape.md §1): there is no local durability to
@@ -492,36 +407,16 @@ impl Cloud {
         })
     }
 
-    /// Marks the directory as holding unshipped changes and starts shipping.
-    pub(crate) fn start(&self, vol: &Arc<crate::volume::Volume>) -> Result<()> {
-        {
-            let mut s = self.state.lock();
-            s.dirty = true;
-            s.save(&vol.layout.dir)?;
-        }
-        let _ = self.shipper.set(Shipper::shipper(vol));
-        if let Some(every) = self.opts.gc_interval {
-            let _ = self.cleaner.set(crate::cleaner::background(vol, every));
-        }
-        Ok(())
-    }
-
-    /// A read-only mount: starts rewriting its bill object every
-    /// [`crate::cost::BILL_OBJECT_EVERY`] (a read-write one's bill ships
-    /// with its metadata).
-    pub(crate) fn start_read_only(&self, vol: &Arc<crate::volume::Volume>) {
-        let weak = Arc::downgrade(vol);
-        let _ = self.biller.set(Background::start("cairn-bill", crate::cost::BILL_OBJECT_EVERY, move || {
-            let Some(vol) = weak.upgrade() else { return false };
-            if let Err(e) = vol.publish_mount_bill() {
-                tracing::warn!("{e} (will retry)");
-            }
-            true
-        }));
+    /// Marks the directory as holding unshipped changes (before the
+    /// shipper starts: a crash from now on means a base comes next).
+    pub(crate) fn mark_dirty(&self, dir: &Path) -> Result<()> {
+        let mut s = self.state.lock();
+        s.dirty = true;
+        s.save(dir)
     }
 
     /// Stops the background threads (after their rounds under way).
-    fn stop_threads(&self) {
+    pub(crate) fn stop_threads(&self) {
         if let Some(b) = self.biller.get() {
             b.stop();
         }
@@ -533,11 +428,8 @@ impl Cloud {
         }
     }
 
-    /// At unmount, after the last flush: waits for every upload, ships the
-    /// last version (with the bill of those uploads), marks the directory
-    /// clean and gives the lease back.
-    pub(crate) fn close(&self, vol: &crate::volume::Volume) -> Result<()> {
-        self.stop_threads();
+    /// At unmount, after the threads stopped: waits for every upload.
+    pub(crate) fn drain_uploads(&self) {
         let mut last = std::time::Instant::now();
         self.cache.drain(&mut |bytes, n| {
             if last.elapsed() >= Duration::from_secs(2) {
@@ -545,15 +437,20 @@ impl Cloud {
                 tracing::info!("waiting for {n} uploads ({bytes} bytes) before unmounting");
             }
         });
-        if self.lost.load(std::sync::atomic::Ordering::SeqCst) {
-            self.abandon();
-            return Err(self.lost_error());
-        }
-        vol.ship_durably()?;
+    }
+
+    /// Whether the lease was lost.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// At unmount, after the last version shipped: marks the directory
+    /// clean and gives the lease back.
+    pub(crate) fn finish(&self, dir: &Path) -> Result<()> {
         {
             let mut s = self.state.lock();
             s.dirty = false;
-            s.save(&vol.layout.dir)?;
+            s.save(dir)?;
         }
         self.done.store(true, std::sync::atomic::Ordering::SeqCst);
         self.cache.shutdown();
@@ -616,7 +513,7 @@ pub fn attach(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str
         if changed {
             s.endpoint = endpoint.map(str::to_string).or(s.endpoint);
             s.region = region.map(str::to_string).or(s.region);
-            crate::volume::write_settings(&layout, &s)?;
+            write_settings(&layout, &s)?;
         }
         return Ok(());
     }
@@ -640,7 +537,7 @@ pub fn attach(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str
     let settings = LocalSettings { volume_id: Some(cfg.volume_id), ..settings };
     crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::os(format_args!("creating {}", dir.display()), &e))?;
     crate::fsutil::create_private_dir_all(&layout.journal())?;
-    crate::volume::write_settings(&layout, &settings)
+    write_settings(&layout, &settings)
 }
 
 /// `cairn meta restore`: publishes the state of version `version` as a new

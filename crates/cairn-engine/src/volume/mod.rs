@@ -13,6 +13,8 @@ mod order;
 mod recall;
 mod inspect;
 mod tree;
+mod ship;
+mod bill;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
@@ -23,19 +25,17 @@ pub(crate) use file::FileState;
 pub use flush::FlushReport;
 
 use crate::cache::ChunkCache;
-use crate::config::{InitOptions, Layout, LocalSettings, VolumeConfig, CONFIG_OBJECT, FORMAT_VERSION};
+use crate::config::{Layout, VolumeConfig};
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
 use crate::journal::Journal;
-use crate::meta::{self, Caller0, Meta};
+use crate::meta::{self, Meta};
 use crate::pack::{self, BlobEntry};
 use crate::types::{Ino, StatFs};
-use cairn_backend::{Backend, LocalBackend};
+use cairn_backend::Backend;
 use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex};
-use std::fs::{self, File};
-use std::os::unix::io::AsRawFd;
-use std::path::Path;
+use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
@@ -178,204 +178,19 @@ pub struct Volume {
     _lock: Option<File>,
 }
 
-/// Creates a new volume in `dir` (which must be missing or empty).
-pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
-    if dir.exists() {
-        let mut rd = fs::read_dir(dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
-        if rd.next().is_some() {
-            return Err(Error::new(ErrorKind::Exists, format!("{} is not empty; a volume needs a new or empty directory", dir.display())));
-        }
-    }
-    crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
-    let layout = Layout::new(dir);
-    let (cfg, _master) = VolumeConfig::create(opts)?;
-    let (backend, location): (Arc<dyn Backend>, String) = match &opts.backend {
-        Some(b) => (b.0.clone(), format!("{}{}", crate::config::INJECTED_BACKEND, b.0.describe())),
-        None => (crate::config::with_retries(LocalBackend::create(&layout.default_store())?), "local:store".into()),
-    };
-    backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
-    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location, endpoint: None, region: None, mirror: None, volume_id: None };
-    create_local_state(&layout)?;
-    write_settings(&layout, &settings)?;
-    Ok(cfg)
-}
-
-/// Creates a cloud volume at `url` (`s3://BUCKET/PREFIX`) whose local
-/// directory (metadata, journal, cache) is `dir`: the config and the first
-/// metadata version go to the bucket, so any machine can mount it from
-/// there with the passphrase.
-pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str>, opts: &InitOptions) -> Result<VolumeConfig> {
-    if dir.exists() {
-        let mut rd = fs::read_dir(dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
-        if rd.next().is_some() {
-            return Err(Error::new(ErrorKind::Exists, format!("{} is not empty; a volume's local directory must be new or empty", dir.display())));
-        }
-    }
-    let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: url.to_string(), endpoint: endpoint.map(str::to_string), region: region.map(str::to_string), mirror: None, volume_id: None };
-    let remote = match &opts.backend {
-        Some(b) => b.0.clone(),
-        None => crate::cloud::open_remote(&settings)?,
-    };
-    // A short first request: a wrong endpoint, bucket or key fails in seconds.
-    let probe = match &opts.backend {
-        Some(b) => b.0.clone(),
-        None => crate::cloud::open_remote_with(&settings, cairn_backend::RetryPolicy::quick())?,
-    };
-    match probe.get(CONFIG_OBJECT) {
-        Ok(_) => return Err(Error::new(ErrorKind::Exists, format!("{url} already holds a Cairn volume; mount it with `cairn mount {url} MOUNTPOINT`"))),
-        Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound && !format!("{e:?}").contains("NoSuchBucket") => {}
-        Err(e) => return Err(crate::cloud::explain(e, url, endpoint)),
-    }
-    let (cfg, master) = VolumeConfig::create(opts)?;
-    remote.put_if_absent(CONFIG_OBJECT, &cfg.to_bytes()).map_err(|e| {
-        if e.kind() == cairn_backend::ErrorKind::AlreadyExists {
-            Error::new(ErrorKind::Exists, format!("{url} already holds a Cairn volume; mount it with `cairn mount {url} MOUNTPOINT` (and --cache-dir for a directory of your choice)"))
-        } else {
-            crate::cloud::explain(e, url, endpoint)
-        }
-    })?;
-    crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
-    let layout = Layout::new(dir);
-    create_local_state(&layout)?;
-    // Version 1: the empty volume, so a mount from the bucket alone works
-    // from the start.
-    let keys = Keys::derive(&master, cfg.encryption == crate::config::Encryption::Aes256Gcm);
-    let mut state = crate::cloud::LocalState::fresh();
-    let snapshot = {
-        let m = Meta::open(&layout.meta_db(), true, Duration::ZERO)?;
-        // Version 1 has the bill's table, so no delta names a table the
-        // base lacks.
-        m.write(|tx| Ok(tx.ensure_bill_table()?))?;
-        m.snapshot()?
-    };
-    let h = crate::cloud::versions::Header { kind: crate::cloud::versions::Kind::Base, version: 1, time: crate::cloud::lease::now(), writer: state.writer_bytes(), prev: None };
-    let (stored, digest) = {
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-        crate::cloud::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?
-    };
-    state.shipped = 1;
-    state.shipped_digest = Some(hex::encode(digest));
-    state.base_version = 1;
-    state.base_bytes = stored;
-    state.save(dir)?;
-    write_settings(&layout, &LocalSettings { volume_id: Some(cfg.volume_id.clone()), ..settings })?;
-    // The requests of the creation start the bill (folded in at the first
-    // read-write open).
-    if let Err(e) = crate::cost::save_unsaved(dir, remote.as_ref()) {
-        tracing::warn!("counting the requests of the creation into the bill: {e}");
-    }
-    // A store that keeps puts only after a sync (a tape) has the volume
-    // once this returns.
-    remote.sync()?;
-    Ok(cfg)
-}
-
-/// The metadata database and the journal of a new volume directory.
-fn create_local_state(layout: &Layout) -> Result<()> {
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    Meta::create(&layout.meta_db(), Caller0 { uid, gid, perm: 0o755 })?;
-    crate::fsutil::create_private_dir_all(&layout.journal())?;
-    Ok(())
-}
-
-/// Writes `volume.json`, the mark of a finished volume directory.
-pub(crate) fn write_settings(layout: &Layout, settings: &LocalSettings) -> Result<()> {
-    let dir = &layout.dir;
-    // volume.json last: a directory without it is not a volume, so a power
-    // cut before this point leaves no half-made volume behind. Everything
-    // above is durable first (the database is checkpointed and fsync'd by
-    // Meta::create, the config by the backend's put).
-    let write_settings = || -> std::io::Result<()> {
-        let tmp = dir.join("volume.json.tmp");
-        let mut f = crate::fsutil::create_private_file(&tmp)?;
-        std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&settings).expect("settings serialise"))?;
-        f.sync_all()?;
-        fs::rename(&tmp, layout.settings())
-    };
-    write_settings().map_err(|e| Error::os(format_args!("writing {}", layout.settings().display()), &e))?;
-    crate::fsutil::fsync_dir(dir)
-}
-
-/// Reads a volume directory's settings and config without opening it.
-pub fn read_config(dir: &Path) -> Result<(Layout, LocalSettings, Arc<dyn Backend>, VolumeConfig)> {
-    read_config_with(dir, None)
-}
-
-/// [`read_config`] with the backend given instead of the one the settings name.
-fn read_config_with(dir: &Path, injected: Option<&crate::config::InjectedBackend>) -> Result<(Layout, LocalSettings, Arc<dyn Backend>, VolumeConfig)> {
-    let layout = Layout::new(dir);
-    let raw = fs::read(layout.settings()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::config(format!("{} is not a Cairn volume (no volume.json; create one with `cairn init`)", dir.display())),
-        _ => Error::io(format!("{}: {e}", layout.settings().display())),
-    })?;
-    let settings: LocalSettings = serde_json::from_slice(&raw)
-        .map_err(|e| Error::config(format!("{} is damaged: {e}", layout.settings().display())))?;
-    if settings.version != FORMAT_VERSION {
-        return Err(Error::config(format!("volume settings version {} is not supported (this build reads {FORMAT_VERSION})", settings.version)));
-    }
-    let cloud = crate::cloud::is_remote_url(&settings.backend);
-    let backend = match injected {
-        Some(b) => b.0.clone(),
-        None => crate::config::open_backend(&layout, &settings)?,
-    };
-    let cfg_bytes = if cloud {
-        // A short retry budget: a wrong endpoint or bucket fails in seconds.
-        let probe = match injected {
-            Some(b) => b.0.clone(),
-            None => crate::cloud::open_remote_with(&settings, cairn_backend::RetryPolicy::quick())?,
-        };
-        probe.get(CONFIG_OBJECT).map_err(|e| crate::cloud::explain(e, &settings.backend, settings.endpoint.as_deref()))?
-    } else {
-        backend.get(CONFIG_OBJECT).map_err(|e| Error::config(format!("reading the volume config from {}: {e}", backend.describe())))?
-    };
-    let cfg = VolumeConfig::parse(&cfg_bytes)?;
-    let settings = if cloud { check_home(&layout, settings, &cfg)? } else { settings };
-    Ok((layout, settings, backend, cfg))
-}
-
-/// Refuses a home that holds another volume than the one this directory
-/// is the local state of (another tape in the drive, a bucket prefix
-/// reused): mounting it would mix two volumes' metadata and data. A
-/// directory from before the id was kept records it now.
-fn check_home(layout: &Layout, mut settings: LocalSettings, cfg: &VolumeConfig) -> Result<LocalSettings> {
-    match &settings.volume_id {
-        Some(id) if *id != cfg.volume_id => Err(Error::config(format!(
-            "{} holds Cairn volume {}, but {} is the local directory of volume {id}: {}. Load the volume's own {}, or mount this one with another --cache-dir",
-            settings.backend,
-            cfg.volume_id,
-            layout.dir.display(),
-            if crate::tape::is_tape_url(&settings.backend) { "the wrong tape" } else { "another volume took this place" },
-            if crate::tape::is_tape_url(&settings.backend) { "tape" } else { "location" },
-        ))),
-        Some(_) => Ok(settings),
-        None => {
-            settings.volume_id = Some(cfg.volume_id.clone());
-            if let Err(e) = write_settings(layout, &settings) {
-                tracing::warn!("recording the volume id in {}: {e}", layout.settings().display());
-            }
-            Ok(settings)
-        }
-    }
-}
-
-/// Takes the volume lock: exclusive for read-write opens, shared for
-/// read-only looks (which then keep any writer out while they read).
-pub(crate) fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
-    // The lock lives in the volume directory, which only its owner may
-    // enter: another user can neither read the volume nor hold its lock.
-    crate::fsutil::ensure_private_dir(&layout.dir);
-    let f = crate::fsutil::open_lock_file(&layout.lock()).map_err(|e| Error::os(format_args!("opening the volume lock {}", layout.lock().display()), &e))?;
-    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
-    // SAFETY: flock on an fd we own.
-    let r = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
-    if r != 0 {
-        return Err(Error::new(
-            ErrorKind::Busy,
-            format!("volume {} is in use by another cairn process (is it mounted?)", layout.dir.display()),
-        ));
-    }
-    Ok(f)
+/// What [`Volume::assemble`] builds a volume from.
+pub(crate) struct Parts {
+    pub layout: Layout,
+    pub cfg: VolumeConfig,
+    pub keys: Keys,
+    pub vid: [u8; 16],
+    /// The store of packs (a cloud volume's: its cache).
+    pub backend: Arc<dyn Backend>,
+    pub cloud: Option<crate::cloud::Cloud>,
+    pub trace: Option<Arc<crate::trace::TraceWriter>>,
+    pub io: Option<crate::cache::IoWindows>,
+    /// The volume lock, held for the volume's life.
+    pub lock: File,
 }
 
 /// A file in the volume's directory holding why its last close failed
@@ -383,43 +198,12 @@ pub(crate) fn take_lock(layout: &Layout, exclusive: bool) -> Result<File> {
 pub const CLOSE_ERROR: &str = "close-error";
 
 impl Volume {
-    /// Opens the volume in `dir`, replays the journal, and starts the
-    /// background flusher.
-    pub fn load(dir: &Path, mut opts: OpenOptions) -> Result<Arc<Volume>> {
-        crate::mirror::choose(dir, &opts.mirror)?;
-        let (layout, settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
-        let lock = Some(take_lock(&layout, !opts.read_only)?);
-        if !opts.read_only {
-            // The last close's failure was for the unmount that followed it.
-            let _ = std::fs::remove_file(layout.dir.join(CLOSE_ERROR));
-        }
-        let keys = cfg.keys(opts.passphrase.as_ref().map(|p| &p[..]))?;
-        let mut vid = [0u8; 16];
-        hex::decode_to_slice(&cfg.volume_id, &mut vid).map_err(|_| Error::config("volume config: bad volume id"))?;
-        let io = (crate::cloud::is_remote_url(&settings.backend) && opts.cloud.cache_policy == crate::cache::PolicyChoice::Kd).then(crate::cache::IoWindows::new);
-        let trace = match &opts.trace {
-            Some(p) => Some(crate::trace::TraceWriter::create(p).map_err(|e| Error::os(format_args!("creating the trace {}", p.display()), &e))?),
-            None => None,
-        };
-        let (backend, cloud) = if crate::cloud::is_remote_url(&settings.backend) {
-            let c = crate::cloud::Cloud::open(&layout, &settings.backend, backend, &keys, &opts, io.clone())?;
-            if let Some(t) = &trace {
-                c.cache.set_trace(t.clone());
-            }
-            // The journal is local dirty data too: within the cache's bound,
-            // so an outage blocks writers once the cache is full.
-            opts.journal_limit = if c.cache.capabilities().cheap_ranged_reads {
-                opts.journal_limit.min(opts.cloud.cache_bytes / 4)
-            } else {
-                // On a tape the journal is where each stream's run gathers
-                // (docs/tape.md §2): the larger, the longer the runs.
-                (opts.cloud.cache_bytes / 2).min(8 << 30)
-            }
-            .max(4 << 20);
-            (c.cache.clone() as Arc<dyn Backend>, Some(c))
-        } else {
-            (backend, None)
-        };
+    /// Builds an open volume from its parts (`crate::open` opened the
+    /// directory, its store and its cloud parts): opens the metadata and
+    /// the journal, replays it, and starts the flusher. The cloud's
+    /// threads are started by the caller.
+    pub(crate) fn assemble(p: Parts, opts: OpenOptions) -> Result<Arc<Volume>> {
+        let Parts { layout, cfg, keys, vid, backend, cloud, trace, io, lock } = p;
         let meta = Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit)?;
         // A volume from before the cleaner's accrual columns gets them.
         let altered = !opts.read_only && meta.write(|tx| Ok(tx.ensure_dead_accrual()?))?;
@@ -477,7 +261,7 @@ impl Volume {
             problems: Default::default(),
             metrics: crate::metrics::Metrics::new(),
             opened: std::time::Instant::now(),
-            _lock: lock,
+            _lock: Some(lock),
         });
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
         if !vol.opts.read_only {
@@ -488,21 +272,6 @@ impl Volume {
                 vol.sync()?;
             }
             vol.start_flusher();
-            if let Some(c) = &vol.cloud {
-                if let Err(e) = vol.fold_pending_bill() {
-                    // The bill is no reason to refuse a mount; the file
-                    // stays and is tried again at the next.
-                    tracing::warn!("adding the pending requests to the bill: {e}");
-                }
-                // Ended mounts' bill objects, one per mount, would pile up.
-                let own = c.bill.lock().id.clone();
-                if let Err(e) = crate::cost::fold_bills(c.remote.as_ref(), Some(&own)) {
-                    tracing::warn!("folding the bill objects of ended mounts: {e}");
-                }
-                c.start(&vol)?;
-            }
-        } else if let Some(c) = &vol.cloud {
-            c.start_read_only(&vol);
         }
         Ok(vol)
     }
@@ -786,7 +555,7 @@ impl Volume {
             }
         }
         let r = match &self.cloud {
-            Some(c) if r.is_ok() && !self.opts.read_only => c.close(self),
+            Some(c) if r.is_ok() && !self.opts.read_only => self.close_cloud(c),
             Some(c) => {
                 c.abandon();
                 r
@@ -814,6 +583,20 @@ impl Volume {
             }
         }
         r
+    }
+
+    /// At unmount, after the last flush: stops the cloud's threads, waits
+    /// for every upload, ships the last version (with the bill of those
+    /// uploads), marks the directory clean and gives the lease back.
+    fn close_cloud(&self, c: &crate::cloud::Cloud) -> Result<()> {
+        c.stop_threads();
+        c.drain_uploads();
+        if c.is_lost() {
+            c.abandon();
+            return Err(c.lost_error());
+        }
+        self.ship_durably()?;
+        c.finish(&self.layout.dir)
     }
 
     /// File system totals: space from the local disk under the volume.

@@ -1,107 +1,22 @@
-//! Ships metadata versions to the bucket and renews the lease, on a thread
-//! of its own: no upload ever holds the metadata lock (the session is
-//! swapped under it in the time a patchset takes; the upload runs after).
+//! Shipping a cloud volume's metadata: each version (a delta, or a base
+//! when deltas have grown) goes to the bucket after every pack it names,
+//! old versions are pruned, and objects to delete wait in the trash until
+//! no kept version names them. The thread that calls this every interval
+//! is started by `crate::open`.
 
-use super::versions::{self, Header, Kind};
+use super::Volume;
+use crate::cloud::versions::{self, Header, Kind};
+use crate::cloud::{lease, trash_version, TRASH_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
-use crate::volume::Volume;
-use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A base replaces the deltas once this many follow the last one...
 const MAX_DELTAS: u64 = 64;
 /// ...or once they add up to this share of the base (and 256 KiB).
 const DELTA_SHARE: u64 = 4;
 /// Bases kept in the bucket, with everything after the oldest of them.
-pub const KEEP_BASES: usize = 3;
-
-/// A thread that runs a round every interval until stopped: the metadata
-/// shipper, the cleaner.
-pub struct Background {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// The metadata shipper's thread.
-pub type Shipper = Background;
-
-impl Background {
-    /// Runs `round` every `interval` (the first after one interval) on a
-    /// thread named `name`, until stopped or until `round` returns false.
-    pub(crate) fn start(name: &str, interval: Duration, mut round: impl FnMut() -> bool + Send + 'static) -> Background {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let st = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || loop {
-                {
-                    let mut s = st.0.lock();
-                    if !*s {
-                        st.1.wait_for(&mut s, interval);
-                    }
-                    if *s {
-                        return;
-                    }
-                }
-                if !round() {
-                    return;
-                }
-            })
-            .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
-        Background { stop, thread: Mutex::new(Some(thread)) }
-    }
-
-    /// Starts shipping every `vol`'s metadata interval and renewing its lease.
-    pub(crate) fn shipper(vol: &Arc<Volume>) -> Shipper {
-        let weak: Weak<Volume> = Arc::downgrade(vol);
-        let interval = vol.cloud.as_ref().map(|c| c.opts.meta_interval).unwrap_or(Duration::from_secs(5));
-        let renew = vol.cloud.as_ref().map_or(super::lease::RENEW, |c| c.opts.lease_renew.min(super::lease::MAX_RENEW));
-        let mut next_renew = Instant::now() + renew;
-        Background::start("cairn-meta-ship", interval, move || {
-            let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-            let Some(vol) = weak.upgrade() else { return false };
-            let Some(cloud) = vol.cloud.as_ref() else { return false };
-            if Instant::now() >= next_renew {
-                next_renew = Instant::now() + renew;
-                if let Some(l) = &cloud.lease {
-                    match l.renew(cloud.remote.as_ref()) {
-                        Ok(()) => vol.problems.lease.ok(),
-                        Err(e) if e.kind() == ErrorKind::Busy => {
-                            tracing::error!("{e}");
-                            cloud.mark_lost(&e);
-                        }
-                        Err(e) => {
-                            tracing::warn!("renewing the lease failed (will retry): {e}");
-                            vol.problems.lease.fail("lease", &e);
-                        }
-                    }
-                }
-            }
-            match vol.ship_metadata(false) {
-                Ok(_) => vol.problems.metadata.ok(),
-                Err(e) => {
-                    tracing::warn!("shipping metadata failed (will retry): {e}");
-                    vol.problems.metadata.fail("metadata", &e);
-                }
-            }
-            true
-        })
-    }
-
-    /// Stops the thread (after the round under way).
-    pub fn stop(&self) {
-        *self.stop.0.lock() = true;
-        self.stop.1.notify_all();
-        if let Some(h) = self.thread.lock().take() {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
-    }
-}
+pub(crate) const KEEP_BASES: usize = 3;
 
 impl Volume {
     /// Publishes the metadata changes committed so far as the next version
@@ -149,7 +64,7 @@ impl Volume {
         let pending = cloud.cache.pending();
         cloud.cache.wait_uploaded(&pending);
         let v = st.shipped + 1;
-        let h = Header { kind, version: v, time: super::lease::now(), writer: st.writer_bytes(), prev };
+        let h = Header { kind, version: v, time: lease::now(), writer: st.writer_bytes(), prev };
         let mut delay = Duration::from_millis(500);
         let (stored, digest) = loop {
             // The lease first: a holder whose lease object was deleted or
@@ -225,12 +140,12 @@ impl Volume {
         if let Err(e) = versions::chain(&kept, None) {
             return tracing::error!("keeping every trashed pack: {e}");
         }
-        let trash = match cloud.remote.list(super::TRASH_PREFIX) {
+        let trash = match cloud.remote.list(TRASH_PREFIX) {
             Ok(t) => t,
             Err(e) => return tracing::warn!("listing trashed packs: {e}"),
         };
         for t in trash {
-            let Some(at) = super::trash_version(&t.name) else { continue };
+            let Some(at) = trash_version(&t.name) else { continue };
             if at > oldest_kept {
                 continue;
             }
@@ -292,7 +207,7 @@ impl Volume {
         // The newest version must be one without them.
         self.ship_metadata(false)?;
         let at = cloud.state.lock().shipped;
-        let name = format!("{}{at:016}-{}", super::TRASH_PREFIX, hex::encode(rand::random::<[u8; 4]>()));
+        let name = format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 4]>()));
         cloud.remote.put(&name, &serde_json::to_vec(names).expect("names serialise"))?;
         Ok(names.len() as u64)
     }
