@@ -138,6 +138,8 @@ pub struct PgMeta {
     ino_floor: u64,
     chunk_floor: u64,
     abandoned: AtomicBool,
+    /// Tries that failed and were run again.
+    retries: std::sync::atomic::AtomicU64,
 }
 
 /// What one try of an operation came to.
@@ -269,7 +271,14 @@ impl PgMeta {
             ino_floor,
             chunk_floor,
             abandoned: AtomicBool::new(false),
+            retries: Default::default(),
         })
+    }
+
+    /// How many tries of operations failed and were run again (serialization
+    /// failures, deadlocks, lost connections).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 
     /// The schema this store works in.
@@ -341,6 +350,7 @@ impl PgMeta {
             };
             tries += 1;
             self.check_alive()?;
+            self.retries.fetch_add(1, Ordering::Relaxed);
             let now = Instant::now();
             if now >= deadline {
                 let msg = format!(
