@@ -140,6 +140,8 @@ pub struct PgMeta {
     abandoned: AtomicBool,
     /// Tries that failed and were run again.
     retries: std::sync::atomic::AtomicU64,
+    /// Test hook: see [`PgMeta::lose_next_commit_reply`].
+    lose_commit_reply: AtomicBool,
 }
 
 /// What one try of an operation came to.
@@ -272,6 +274,7 @@ impl PgMeta {
             chunk_floor,
             abandoned: AtomicBool::new(false),
             retries: Default::default(),
+            lose_commit_reply: AtomicBool::new(false),
         })
     }
 
@@ -1107,10 +1110,16 @@ impl PgMeta {
     /// One try of a transaction: `begin`, the closure (`tx` gives it the
     /// operations), for writes the reference counts, then COMMIT.
     fn attempt(&self, c: &mut Conn, write: bool, f: &mut dyn FnMut(&PgTx) -> Result<()>) -> Step<()> {
-        let begin = if write { "BEGIN ISOLATION LEVEL SERIALIZABLE" } else { "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" };
-        if let Err(e) = c.client.batch_execute(begin) {
-            return Step::Failed(e);
-        }
+        // A write learns its transaction id in the same round trip, to
+        // find out whether it committed if the reply to COMMIT is lost.
+        let begin = if write { "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT txid_current()" } else { "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" };
+        let xid = match c.client.simple_query(begin) {
+            Ok(msgs) => msgs.iter().find_map(|m| match m {
+                pg::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
+                _ => None,
+            }),
+            Err(e) => return Step::Failed(e),
+        };
         let tx = PgTx::new(c, self, write);
         let r = f(&tx).and_then(|()| if write { tx.finish() } else { Ok(()) });
         let failed = tx.failed.take();
@@ -1132,11 +1141,54 @@ impl PgMeta {
                 rollback(c);
                 Step::Done(Err(e))
             }
-            (Ok(()), None) => match c.client.batch_execute("COMMIT") {
-                Ok(()) => Step::Done(Ok(())),
-                Err(e) => Step::Failed(e),
-            },
+            (Ok(()), None) => {
+                let lost = match c.client.batch_execute("COMMIT") {
+                    Ok(()) if self.lose_commit_reply.swap(false, Ordering::SeqCst) => None,
+                    Ok(()) => return Step::Done(Ok(())),
+                    Err(e) if classify(&e) == Class::Reconnect && xid.is_some() => Some(e),
+                    Err(e) => return Step::Failed(e),
+                };
+                // The connection went away with COMMIT sent: it may have
+                // committed. Running the closure again would then answer
+                // Exists for a create that happened, or count a flush's
+                // references twice; so ask.
+                let xid = xid.unwrap_or_default();
+                match self.commit_outcome(xid) {
+                    Ok(true) => Step::Done(Ok(())),
+                    Ok(false) => match lost {
+                        Some(e) => Step::Failed(e),
+                        None => Step::Done(Err(Error::io(format!("transaction {xid} did not commit")))),
+                    },
+                    Err(e) => Step::Done(Err(e)),
+                }
+            }
         }
+    }
+
+    /// Whether transaction `xid` committed (true) or aborted (false), asked
+    /// on another connection, waiting while it is still in progress.
+    fn commit_outcome(&self, xid: i64) -> Result<bool> {
+        let start = Instant::now();
+        let what = format!("finding out whether transaction {xid} committed (the connection was lost at COMMIT)");
+        self.run(&what, |c| loop {
+            let status: Option<String> = match c.client.query_one("SELECT txid_status($1)", &[&xid]) {
+                Ok(r) => r.get(0),
+                Err(e) => return Step::Failed(e),
+            };
+            match status.as_deref() {
+                Some("committed") => return Step::Done(Ok(true)),
+                Some("aborted") => return Step::Done(Ok(false)),
+                Some(_) if start.elapsed() < self.opts.timeout => std::thread::sleep(Duration::from_millis(10)),
+                _ => return Step::Done(Err(Error::io(format!("PostgreSQL metadata store: {what}: the outcome is unknown ({status:?})")))),
+            }
+        })
+    }
+
+    /// Tests: the next successful COMMIT is treated as if its reply were
+    /// lost with the connection (the store must find out it committed).
+    #[doc(hidden)]
+    pub fn lose_next_commit_reply(&self) {
+        self.lose_commit_reply.store(true, Ordering::SeqCst);
     }
 }
 

@@ -89,6 +89,7 @@ fn postgres_store() {
     eprintln!("+names: {:?}", t0.elapsed());
     reference_counts_from_two_machines(&pg);
     eprintln!("+refs: {:?}", t0.elapsed());
+    a_lost_commit_reply_is_not_a_second_commit(&pg);
     abandon_refuses_later_calls(&pg);
 }
 
@@ -234,6 +235,27 @@ fn postgres_outage() {
     assert_eq!(short.read_with(|r| r.lookup(ROOT_INO, b"during-short")).unwrap(), None, "the failed write left its entry");
     // Reads reconnect too.
     assert!(short.read_with(|r| r.lookup(ROOT_INO, b"before")).unwrap().is_some());
+}
+
+/// A COMMIT whose reply is lost with its connection is not run again when
+/// it did commit: a create answers Ok (not Exists), a flush counts its
+/// references once.
+fn a_lost_commit_reply_is_not_a_second_commit(pg: &PgServer) {
+    let url = fresh(pg, "lost");
+    let s = open(&url, "lost");
+    s.lose_next_commit_reply();
+    let ino = create(&s, ROOT_INO, b"once").unwrap_or_else(|e| panic!("a create whose COMMIT reply was lost: {e}"));
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"once")).unwrap().map(|x| x.0), Some(ino));
+    let x = s.alloc_chunk_id().unwrap();
+    s.write_with(|tx| {
+        let p = tx.insert_pack("packs/lost", 100, 1, 100)?;
+        tx.insert_chunk(&ChunkRow { id: x, hash: [3; 32], pack: p, offset: 0, stored_len: 100, raw_len: 100, flags: 0, refs: 0 })
+    })
+    .unwrap();
+    s.lose_next_commit_reply();
+    s.write_with(|tx| tx.save_pages(ino, &PageEdits { upserts: vec![test_page(0, &[x])], ..Default::default() })).unwrap();
+    assert_eq!(s.read_with(|r| r.chunk_by_id(x)).unwrap().unwrap().refs, 1, "a flush whose COMMIT reply was lost was counted twice");
+    assert_eq!(s.read_with(|r| r.all_pages()).unwrap().len(), 1);
 }
 
 /// The store refuses everything after `abandon`.
