@@ -224,7 +224,7 @@ fn postgres_outage() {
     let e = create(&short, ROOT_INO, b"during-short").expect_err("a write with the server down succeeded");
     let took = t.elapsed();
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
-    assert!(e.to_string().contains("PostgreSQL"), "{e}");
+    assert!(e.to_string().contains("PostgreSQL") && e.to_string().contains("last error: error connecting"), "the error names the last PostgreSQL error: {e}");
     assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "gave up after {took:?} with a 1 s deadline");
     std::thread::sleep(Duration::from_secs(3).saturating_sub(took));
     pg.start_again().unwrap();
