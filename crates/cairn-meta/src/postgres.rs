@@ -1273,6 +1273,26 @@ mod tests {
         assert_eq!(read_pgpass(&p).as_deref(), Some("*:*:*:*:pw\n"));
     }
 
+    /// The only test that touches the environment.
+    #[test]
+    fn the_password_comes_from_pgpassword_else_the_password_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pgpass");
+        std::fs::write(&p, "other:5432:vol:cairn:no\ndb:5432:vol:cairn:s3cret\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::env::remove_var("PGPASSWORD");
+        std::env::set_var("PGPASSFILE", &p);
+        let pw = |url: &str| config(url).unwrap().get_password().map(|p| String::from_utf8_lossy(p).into_owned());
+        assert_eq!(pw("postgres://cairn@db:5432/vol").as_deref(), Some("s3cret"));
+        assert_eq!(pw("postgres://cairn@db/vol").as_deref(), Some("s3cret"), "the default port matches 5432");
+        assert_eq!(pw("postgres://cairn@db:5432/elsewhere"), None);
+        std::env::set_var("PGPASSWORD", "from-env");
+        assert_eq!(pw("postgres://cairn@db:5432/vol").as_deref(), Some("from-env"), "PGPASSWORD comes first");
+        std::env::remove_var("PGPASSWORD");
+        std::env::remove_var("PGPASSFILE");
+    }
+
     #[test]
     fn volume_ids_are_plain_identifiers() {
         assert_eq!(schema_name("abc_12").unwrap(), "cairn_abc_12");
