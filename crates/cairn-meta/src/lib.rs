@@ -9,6 +9,7 @@
 
 pub mod conformance;
 mod error;
+pub mod postgres;
 pub mod sqlite;
 pub mod types;
 

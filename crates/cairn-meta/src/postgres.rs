@@ -1,0 +1,1303 @@
+//! The PostgreSQL store (issue 26, `docs/shared-volume.md`): one schema
+//! `cairn_<volume id>` per volume in a database many machines share.
+//!
+//! Every `write` is one SERIALIZABLE transaction, so a closure's
+//! lookup-then-insert is safe against other machines without explicit row
+//! locks; reference-count changes are applied when the closure returns,
+//! after locking the chunk rows in ascending id order. Serialization
+//! failures (40001), deadlocks (40P01) and lost connections are retried
+//! inside the store (the closure runs again) with exponential backoff and
+//! full jitter until a deadline ([`PgOptions::timeout`]); past it the
+//! caller gets an I/O error naming the last PostgreSQL error. Reads run in
+//! one READ ONLY REPEATABLE READ transaction (one snapshot). A commit is
+//! durable in PostgreSQL, so `sync` has nothing to do.
+//!
+//! Inode and chunk numbers come from sequences that hand out blocks of
+//! [`ID_BLOCK`] numbers (one `nextval` reserves a block for this store), so
+//! they never repeat, whatever rolls back or crashes, on any machine.
+//!
+//! Passwords never come in the URL (it would sit in `ps` and in shell
+//! history): `PGPASSWORD`, else `PGPASSFILE` or `~/.pgpass`, as libpq.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::types::{Attr, FileKind, Ino, Timestamp};
+use crate::*;
+use ::postgres as pg;
+use parking_lot::Mutex;
+use pg::types::ToSql;
+use pg::{Client, NoTls, Row, Statement};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Schema version of a volume's PostgreSQL schema (`info.schema`).
+pub const PG_SCHEMA_VERSION: i64 = 1;
+
+/// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
+pub const ID_BLOCK: u64 = 1024;
+
+/// Connection attempts and statements give up after this long by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Tunables of a [`PgMeta`].
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// How long one operation (its retries included) may take before it
+    /// fails with an I/O error.
+    pub timeout: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions { timeout: DEFAULT_TIMEOUT }
+    }
+}
+
+fn schema_ddl() -> String {
+    format!(
+        "CREATE TABLE info(key TEXT PRIMARY KEY, value BIGINT NOT NULL);
+CREATE TABLE inodes(
+  ino BIGINT PRIMARY KEY,
+  kind BIGINT NOT NULL, perm BIGINT NOT NULL, uid BIGINT NOT NULL, gid BIGINT NOT NULL,
+  rdev BIGINT NOT NULL DEFAULT 0, nlink BIGINT NOT NULL,
+  size BIGINT NOT NULL DEFAULT 0, data_bytes BIGINT NOT NULL DEFAULT 0,
+  atime BIGINT NOT NULL, mtime BIGINT NOT NULL, ctime BIGINT NOT NULL, btime BIGINT NOT NULL,
+  parent BIGINT, target BYTEA, jseq BIGINT NOT NULL DEFAULT 0, flags BIGINT NOT NULL DEFAULT 0);
+CREATE INDEX inodes_orphans ON inodes(ino) WHERE nlink = 0;
+CREATE TABLE dentries(parent BIGINT NOT NULL, name BYTEA NOT NULL, ino BIGINT NOT NULL,
+  kind BIGINT NOT NULL, PRIMARY KEY(parent, name));
+CREATE TABLE xattrs(ino BIGINT NOT NULL, name BYTEA NOT NULL, value BYTEA NOT NULL, PRIMARY KEY(ino, name));
+CREATE SEQUENCE page_seq;
+CREATE TABLE pages(id BIGINT PRIMARY KEY DEFAULT nextval('page_seq'), refs BIGINT NOT NULL, data BYTEA NOT NULL);
+CREATE TABLE file_pages(ino BIGINT NOT NULL, key BIGINT NOT NULL, page BIGINT NOT NULL, PRIMARY KEY(ino, key));
+CREATE SEQUENCE pack_seq;
+CREATE TABLE packs(id BIGINT PRIMARY KEY DEFAULT nextval('pack_seq'), name TEXT NOT NULL UNIQUE, size BIGINT NOT NULL,
+  blobs BIGINT NOT NULL, dead_bytes BIGINT NOT NULL DEFAULT 0, dead_since BIGINT, created BIGINT NOT NULL,
+  dead_acc DOUBLE PRECISION NOT NULL DEFAULT 0, dead_mark BIGINT);
+CREATE TABLE chunks(id BIGINT PRIMARY KEY, hash BYTEA NOT NULL UNIQUE, pack BIGINT NOT NULL,
+  \"offset\" BIGINT NOT NULL, stored_len BIGINT NOT NULL, raw_len BIGINT NOT NULL, flags BIGINT NOT NULL,
+  refs BIGINT NOT NULL);
+CREATE INDEX chunks_pack ON chunks(pack);
+CREATE TABLE bill(day BIGINT NOT NULL, subsystem TEXT NOT NULL, item TEXT NOT NULL,
+  requests BIGINT NOT NULL DEFAULT 0, bytes BIGINT NOT NULL DEFAULT 0, PRIMARY KEY(day, subsystem, item));
+CREATE SEQUENCE ino_seq INCREMENT {ID_BLOCK} START 2;
+CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
+INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});"
+    )
+}
+
+/// The schema of volume `id`: `cairn_<id>`, with `id` of `[a-z0-9_]` only
+/// (it is spliced into SQL as an identifier).
+pub fn schema_name(id: &str) -> Result<String> {
+    if id.is_empty() || id.len() > 57 || !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        return Err(Error::invalid(format!("volume id {id:?} must be 1 to 57 characters of a-z, 0-9 and _ (it names the PostgreSQL schema)")));
+    }
+    Ok(format!("cairn_{id}"))
+}
+
+/// One connection with its prepared statements.
+struct Conn {
+    client: Client,
+    stmts: HashMap<String, Statement>,
+}
+
+/// A block of numbers from a sequence: `next..end` are free.
+#[derive(Default)]
+struct Block {
+    next: u64,
+    end: u64,
+}
+
+impl Block {
+    fn take(&mut self, floor: u64) -> Option<u64> {
+        while self.next < self.end {
+            let v = self.next;
+            self.next += 1;
+            if v > floor {
+                return Some(v);
+            }
+        }
+        None
+    }
+}
+
+/// The PostgreSQL metadata store.
+pub struct PgMeta {
+    cfg: pg::Config,
+    schema: String,
+    codec: Arc<dyn PageCodec>,
+    opts: PgOptions,
+    /// Idle connections (a connection that failed is dropped, not kept).
+    pool: Mutex<Vec<Conn>>,
+    inos: Mutex<Block>,
+    chunk_ids: Mutex<Block>,
+    /// Numbers at or below these were in use when the store opened (rows
+    /// written with numbers of their own, the root): never handed out.
+    ino_floor: u64,
+    chunk_floor: u64,
+    abandoned: AtomicBool,
+    /// Tries that failed and were run again.
+    retries: std::sync::atomic::AtomicU64,
+    /// Test hook: see [`PgMeta::lose_next_commit_reply`].
+    lose_commit_reply: AtomicBool,
+}
+
+/// What one try of an operation came to.
+enum Step<T> {
+    Done(Result<T>),
+    /// A retryable failure (or one to classify); `Done` with its error if not.
+    Failed(pg::Error),
+}
+
+/// How a PostgreSQL error is handled.
+#[derive(PartialEq, Eq, Debug)]
+enum Class {
+    /// Serialization failure, deadlock: roll back and run again.
+    Retry,
+    /// The connection is gone or unusable: drop it, connect again, run again.
+    Reconnect,
+    /// Anything else: the operation fails.
+    Fatal,
+}
+
+fn classify(e: &pg::Error) -> Class {
+    if let Some(code) = e.code() {
+        let c = code.code();
+        return if c == "40001" || c == "40P01" {
+            Class::Retry
+        } else if c.starts_with("08") || c == "57P01" || c == "57P02" || c == "57P03" || c == "53300" {
+            Class::Reconnect
+        } else {
+            Class::Fatal
+        };
+    }
+    if e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()) {
+        return Class::Reconnect;
+    }
+    // The crate's own connect and I/O failures carry no SQLSTATE.
+    let s = e.to_string();
+    if s.starts_with("error connecting") || s.starts_with("error communicating") || s.starts_with("timeout") {
+        return Class::Reconnect;
+    }
+    Class::Fatal
+}
+
+/// A PostgreSQL error as people read it: the server's message and SQLSTATE.
+fn describe(e: &pg::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{}: {} (SQLSTATE {})", d.severity(), d.message(), d.code().code()),
+        None => match std::error::Error::source(e) {
+            Some(s) => format!("{e}: {s}"),
+            None => e.to_string(),
+        },
+    }
+}
+
+fn pg_err(what: &str, e: &pg::Error) -> Error {
+    Error::io(format!("PostgreSQL metadata store: {what}: {}", describe(e)))
+}
+
+impl PgMeta {
+    /// Creates the schema of volume `id` (`cairn_<id>`) with its tables,
+    /// sequences and the root directory, in one transaction. Fails if the
+    /// schema exists.
+    pub fn create(url: &str, id: &str, root: Caller0) -> Result<()> {
+        let schema = schema_name(id)?;
+        let cfg = config(url)?;
+        let mut c = connect(&cfg, DEFAULT_TIMEOUT).map_err(|e| pg_err("connecting", &e))?;
+        let now = Timestamp::now().0;
+        let sql = format!(
+            "BEGIN; CREATE SCHEMA {schema}; SET LOCAL search_path TO {schema}; {}
+             INSERT INTO inodes(ino, kind, perm, uid, gid, nlink, atime, mtime, ctime, btime, parent)
+             VALUES(1, {}, {}, {}, {}, 2, {now}, {now}, {now}, {now}, 1); COMMIT;",
+            schema_ddl(),
+            FileKind::Dir.code(),
+            root.perm,
+            root.uid,
+            root.gid
+        );
+        match c.batch_execute(&sql) {
+            Ok(()) => Ok(()),
+            Err(e) if e.code().is_some_and(|c| c.code() == "42P06") => Err(Error::new(
+                ErrorKind::Exists,
+                format!("PostgreSQL schema {schema} already exists in database {}: a volume with id {id} is there already", db_name(&cfg)),
+            )),
+            Err(e) => Err(pg_err(&format!("creating schema {schema}"), &e)),
+        }
+    }
+
+    /// Opens the schema of volume `id`, refusing a missing schema or an
+    /// unknown schema version.
+    pub fn open(url: &str, id: &str, codec: Arc<dyn PageCodec>) -> Result<PgMeta> {
+        Self::open_with(url, id, codec, PgOptions::default())
+    }
+
+    /// [`PgMeta::open`] with options.
+    pub fn open_with(url: &str, id: &str, codec: Arc<dyn PageCodec>, opts: PgOptions) -> Result<PgMeta> {
+        let schema = schema_name(id)?;
+        let cfg = config(url)?;
+        let mut c = connect(&cfg, opts.timeout).map_err(|e| pg_err("connecting", &e))?;
+        let db = db_name(&cfg);
+        let exists = c
+            .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+            .map_err(|e| pg_err("looking up the volume's schema", &e))?
+            .is_some();
+        if !exists {
+            return Err(Error::config(format!("PostgreSQL database {db} has no schema {schema}: no volume with id {id} was created there (wrong --meta database?)")));
+        }
+        c.batch_execute(&format!("SET search_path TO {schema}")).map_err(|e| pg_err("setting the search path", &e))?;
+        let v = c
+            .query_opt("SELECT value FROM info WHERE key = 'schema'", &[])
+            .map_err(|e| Error::config(format!("PostgreSQL schema {schema} in database {db} is not a Cairn metadata schema: {}", describe(&e))))?;
+        match v.map(|r| r.get::<_, i64>(0)) {
+            Some(PG_SCHEMA_VERSION) => {}
+            Some(v) => {
+                return Err(Error::config(format!("PostgreSQL schema {schema} has metadata schema version {v}; this build reads {PG_SCHEMA_VERSION}")))
+            }
+            None => return Err(Error::config(format!("PostgreSQL schema {schema} in database {db} has no metadata schema version"))),
+        }
+        let r = c
+            .query_one("SELECT COALESCE((SELECT MAX(ino) FROM inodes), 1), COALESCE((SELECT MAX(id) FROM chunks), 0)", &[])
+            .map_err(|e| pg_err("reading the highest numbers in use", &e))?;
+        let (ino_floor, chunk_floor) = (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64);
+        Ok(PgMeta {
+            cfg,
+            schema,
+            codec,
+            opts,
+            pool: Mutex::new(vec![Conn { client: c, stmts: HashMap::new() }]),
+            inos: Mutex::new(Block::default()),
+            chunk_ids: Mutex::new(Block::default()),
+            ino_floor,
+            chunk_floor,
+            abandoned: AtomicBool::new(false),
+            retries: Default::default(),
+            lose_commit_reply: AtomicBool::new(false),
+        })
+    }
+
+    /// How many tries of operations failed and were run again (serialization
+    /// failures, deadlocks, lost connections).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// The schema this store works in.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        if self.abandoned.load(Ordering::SeqCst) {
+            return Err(Error::io("the PostgreSQL metadata store was abandoned (simulated crash)"));
+        }
+        Ok(())
+    }
+
+    /// An idle connection, or a new one (search path set to the schema).
+    fn take_conn(&self, deadline: Instant) -> std::result::Result<Conn, pg::Error> {
+        if let Some(c) = self.pool.lock().pop() {
+            return Ok(c);
+        }
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+        let mut client = connect(&self.cfg, left)?;
+        client.batch_execute(&format!("SET search_path TO {}", self.schema))?;
+        Ok(Conn { client, stmts: HashMap::new() })
+    }
+
+    fn put_conn(&self, c: Conn) {
+        if !c.client.is_closed() && !self.abandoned.load(Ordering::SeqCst) {
+            self.pool.lock().push(c);
+        }
+    }
+
+    /// Runs `body` on a connection until it is done, retrying serialization
+    /// failures, deadlocks and lost connections with exponential backoff
+    /// (from 2 ms, full jitter, at most 200 ms) until the deadline.
+    fn run<T>(&self, what: &str, mut body: impl FnMut(&mut Conn) -> Step<T>) -> Result<T> {
+        self.check_alive()?;
+        let start = Instant::now();
+        let deadline = start + self.opts.timeout;
+        let mut tries: u32 = 0;
+        loop {
+            let last = match self.take_conn(deadline) {
+                Ok(mut c) => match body(&mut c) {
+                    Step::Done(r) => {
+                        self.put_conn(c);
+                        return r;
+                    }
+                    Step::Failed(e) => {
+                        match classify(&e) {
+                            Class::Retry => self.put_conn(c),
+                            Class::Reconnect => {
+                                // The others were most likely cut too.
+                                drop(c);
+                                self.pool.lock().clear();
+                            }
+                            Class::Fatal => {
+                                self.put_conn(c);
+                                return Err(pg_err(what, &e));
+                            }
+                        }
+                        e
+                    }
+                },
+                Err(e) => {
+                    if classify(&e) == Class::Fatal {
+                        return Err(pg_err(&format!("{what}: connecting"), &e));
+                    }
+                    e
+                }
+            };
+            tries += 1;
+            self.check_alive()?;
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            let now = Instant::now();
+            if now >= deadline {
+                let msg = format!(
+                    "PostgreSQL metadata store: {what} failed after {tries} tries in {:.1} s (deadline {:?}); last error: {}",
+                    (now - start).as_secs_f64(),
+                    self.opts.timeout,
+                    describe(&last)
+                );
+                tracing::error!("{msg}");
+                return Err(Error::io(msg));
+            }
+            tracing::debug!("PostgreSQL metadata store: {what}: try {tries} failed ({}); retrying", describe(&last));
+            let cap = Duration::from_millis(2).saturating_mul(1u32 << tries.min(10)).min(Duration::from_millis(200));
+            let pause = cap.mul_f64(rand::random::<f64>()).min(deadline - now);
+            std::thread::sleep(pause);
+        }
+    }
+
+    /// Reserves the next block of a sequence on `c`.
+    fn next_block(c: &mut Client, seq: &str) -> std::result::Result<Block, pg::Error> {
+        let v: i64 = c.query_one(&format!("SELECT nextval('{seq}')"), &[])?.get(0);
+        Ok(Block { next: v as u64, end: v as u64 + ID_BLOCK })
+    }
+}
+
+/// Parses `url`, refusing a password in it, and sets the password from
+/// `PGPASSWORD` or the password file as libpq does.
+fn config(url: &str) -> Result<pg::Config> {
+    let mut cfg: pg::Config = url.parse().map_err(|e| Error::config(format!("PostgreSQL URL {url:?}: {e}")))?;
+    if cfg.get_password().is_some() {
+        return Err(Error::config(
+            "the PostgreSQL URL carries a password, which would show in `ps` and shell history: remove it and use PGPASSWORD, ~/.pgpass or PGPASSFILE",
+        ));
+    }
+    if let Some(p) = std::env::var_os("PGPASSWORD") {
+        cfg.password(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()));
+        return Ok(cfg);
+    }
+    let file = match std::env::var_os("PGPASSFILE") {
+        Some(f) => Some(std::path::PathBuf::from(f)),
+        None => std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".pgpass")),
+    };
+    if let Some(file) = file {
+        if let Some(text) = read_pgpass(&file) {
+            let host = match cfg.get_hosts().first() {
+                Some(pg::config::Host::Tcp(h)) => h.clone(),
+                _ => "localhost".to_string(),
+            };
+            let port = cfg.get_ports().first().copied().unwrap_or(5432).to_string();
+            let user = cfg.get_user().map(str::to_string).or_else(|| std::env::var("USER").ok()).unwrap_or_default();
+            let db = cfg.get_dbname().map(str::to_string).unwrap_or_else(|| user.clone());
+            if let Some(pw) = pgpass_lookup(&text, &host, &port, &db, &user) {
+                cfg.password(pw);
+            }
+        }
+    }
+    Ok(cfg)
+}
+
+/// The password file's text, or None if it is missing, not a regular file,
+/// or readable by group or others (ignored with a warning, as libpq does).
+fn read_pgpass(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let md = std::fs::metadata(path).ok()?;
+    if !md.is_file() {
+        return None;
+    }
+    if md.permissions().mode() & 0o077 != 0 {
+        tracing::warn!("password file {} has group or world access and is ignored; permissions should be u=rw (0600) or less", path.display());
+        return None;
+    }
+    std::fs::read_to_string(path).ok()
+}
+
+/// The password of the first line of a libpq password file
+/// (`host:port:database:user:password`, `*` matching anything in the first
+/// four fields, `\:` and `\\` escapes) matching the connection.
+pub fn pgpass_lookup(text: &str, host: &str, port: &str, db: &str, user: &str) -> Option<String> {
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields: Vec<String> = vec![String::new()];
+        let mut chars = line.chars();
+        while let Some(ch) = chars.next() {
+            match ch {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        fields.last_mut().unwrap().push(n);
+                    }
+                }
+                ':' if fields.len() < 5 => fields.push(String::new()),
+                _ => fields.last_mut().unwrap().push(ch),
+            }
+        }
+        if fields.len() != 5 {
+            continue;
+        }
+        let want = [host, port, db, user];
+        if fields[..4].iter().zip(want).all(|(f, w)| f == "*" || f == w) {
+            return Some(fields.pop().unwrap());
+        }
+    }
+    None
+}
+
+fn db_name(cfg: &pg::Config) -> String {
+    cfg.get_dbname().or(cfg.get_user()).unwrap_or("?").to_string()
+}
+
+fn connect(cfg: &pg::Config, timeout: Duration) -> std::result::Result<Client, pg::Error> {
+    let mut cfg = cfg.clone();
+    cfg.connect_timeout(timeout.min(Duration::from_secs(10)));
+    cfg.application_name("cairn");
+    cfg.connect(NoTls)
+}
+
+/// A transaction (or a read) on one connection: the typed operations as
+/// SQL. The first PostgreSQL error of the transaction is kept: the store
+/// decides from it whether to run the closure again (the transaction is
+/// aborted after it anyway).
+struct PgTx<'a> {
+    c: RefCell<&'a mut Conn>,
+    store: &'a PgMeta,
+    write: bool,
+    deltas: RefCell<HashMap<u64, i64>>,
+    failed: RefCell<Option<pg::Error>>,
+}
+
+type P<'a> = &'a (dyn ToSql + Sync);
+
+fn col<'r, T: pg::types::FromSql<'r>>(r: &'r Row, i: usize) -> Result<T> {
+    r.try_get(i).map_err(|e| Error::corrupt(format!("PostgreSQL metadata: column {i}: {e}")))
+}
+
+impl<'a> PgTx<'a> {
+    fn new(c: &'a mut Conn, store: &'a PgMeta, write: bool) -> Self {
+        PgTx { c: RefCell::new(c), store, write, deltas: RefCell::new(HashMap::new()), failed: RefCell::new(None) }
+    }
+
+    fn note(&self, e: pg::Error) -> Error {
+        let err = pg_err("statement failed", &e);
+        let mut f = self.failed.borrow_mut();
+        if f.is_none() {
+            *f = Some(e);
+        }
+        err
+    }
+
+    fn with<T>(&self, sql: &str, run: impl FnOnce(&mut Client, &Statement) -> std::result::Result<T, pg::Error>) -> Result<T> {
+        let mut g = self.c.borrow_mut();
+        let conn = &mut **g;
+        let st = match conn.stmts.get(sql) {
+            Some(s) => s.clone(),
+            None => {
+                let s = conn.client.prepare(sql).map_err(|e| self.note(e))?;
+                conn.stmts.insert(sql.to_string(), s.clone());
+                s
+            }
+        };
+        run(&mut conn.client, &st).map_err(|e| self.note(e))
+    }
+
+    fn query(&self, sql: &str, p: &[P]) -> Result<Vec<Row>> {
+        self.with(sql, |c, st| c.query(st, p))
+    }
+    fn opt(&self, sql: &str, p: &[P]) -> Result<Option<Row>> {
+        self.with(sql, |c, st| c.query_opt(st, p))
+    }
+    fn one(&self, sql: &str, p: &[P]) -> Result<Row> {
+        self.with(sql, |c, st| c.query_one(st, p))
+    }
+    fn exec(&self, sql: &str, p: &[P]) -> Result<u64> {
+        self.with(sql, |c, st| c.execute(st, p))
+    }
+    fn int(&self, sql: &str, p: &[P]) -> Result<i64> {
+        col(&self.one(sql, p)?, 0)
+    }
+
+    fn need_write(&self) -> Result<()> {
+        if self.write {
+            Ok(())
+        } else {
+            Err(Error::invalid("internal: a change outside a write transaction"))
+        }
+    }
+
+    /// Applies the accumulated chunk reference changes: the rows are
+    /// locked in ascending id order (so two transactions sharing chunks
+    /// queue instead of deadlocking), checked, then incremented; each
+    /// pack's dead bytes follow (as the SQLite store's `apply_ref_deltas`).
+    fn finish(&self) -> Result<()> {
+        let d = std::mem::take(&mut *self.deltas.borrow_mut());
+        let mut rows: Vec<(i64, i64)> = d.into_iter().filter(|&(_, d)| d != 0).map(|(id, d)| (id as i64, d)).collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        rows.sort_unstable();
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let got = self.query("SELECT id, refs, pack, stored_len FROM chunks WHERE id = ANY($1) ORDER BY id FOR UPDATE", &[&ids])?;
+        let mut dead: HashMap<i64, i64> = HashMap::new();
+        let mut want = rows.iter();
+        for r in &got {
+            let id: i64 = col(r, 0)?;
+            let &(wid, d) = want.next().ok_or_else(|| Error::corrupt(format!("chunk #{id} came back unasked")))?;
+            if wid != id {
+                return Err(Error::corrupt(format!("reference to unknown chunk #{wid}")));
+            }
+            let refs: i64 = col(r, 1)?;
+            let new = refs + d;
+            if new < 0 {
+                return Err(Error::corrupt(format!("chunk #{id} reference count would go negative ({refs}{d:+})")));
+            }
+            let (pack, stored): (i64, i64) = (col(r, 2)?, col(r, 3)?);
+            if refs > 0 && new == 0 {
+                *dead.entry(pack).or_default() += stored;
+            } else if refs == 0 && new > 0 {
+                *dead.entry(pack).or_default() -= stored;
+            }
+        }
+        if let Some(&(id, _)) = want.next() {
+            return Err(Error::corrupt(format!("reference to unknown chunk #{id}")));
+        }
+        let ds: Vec<i64> = rows.iter().map(|r| r.1).collect();
+        self.exec(
+            "UPDATE chunks c SET refs = c.refs + d.d FROM unnest($1::bigint[], $2::bigint[]) AS d(id, d) WHERE c.id = d.id",
+            &[&ids, &ds],
+        )?;
+        let now = Timestamp::now().0;
+        let mut packs: Vec<(i64, i64)> = dead.into_iter().filter(|&(_, b)| b != 0).collect();
+        packs.sort_unstable();
+        for (pack, bytes) in packs {
+            self.exec(DEAD_BYTES_SQL, &[&pack, &bytes, &now])?;
+        }
+        Ok(())
+    }
+
+    fn unlink_page(&self, id: u64, chunks: Option<&[u64]>) -> Result<()> {
+        let refs: i64 = match self.opt("UPDATE pages SET refs = refs - 1 WHERE id = $1 RETURNING refs", &[&(id as i64)])? {
+            Some(r) => col(&r, 0)?,
+            None => return Err(Error::corrupt(format!("page #{id} is missing"))),
+        };
+        if refs < 0 {
+            return Err(Error::corrupt(format!("page #{id}: link count went negative")));
+        }
+        if refs == 0 {
+            let mut d = Vec::new();
+            match chunks {
+                Some(ch) => d.extend_from_slice(ch),
+                None => {
+                    let row = self.one("SELECT data FROM pages WHERE id = $1", &[&(id as i64)])?;
+                    let data: Vec<u8> = col(&row, 0)?;
+                    self.store.codec.chunk_ids(&data, &mut d).map_err(|e| e.context(format!("page #{id}")))?;
+                }
+            }
+            let mut deltas = self.deltas.borrow_mut();
+            for c in d {
+                *deltas.entry(c).or_default() -= 1;
+            }
+            self.exec("DELETE FROM pages WHERE id = $1", &[&(id as i64)])?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds `$2` bytes to pack `$1`'s dead bytes at time `$3` (ns), accruing
+/// the dead bytes held until then into `dead_acc` (as the SQLite store).
+const DEAD_BYTES_SQL: &str = "UPDATE packs SET dead_bytes = dead_bytes + $2::bigint,
+  dead_since = CASE WHEN $2::bigint > 0 AND dead_since IS NULL THEN $3::bigint WHEN dead_bytes + $2::bigint = 0 THEN NULL ELSE dead_since END,
+  dead_acc = dead_acc + dead_bytes * (($3::bigint - COALESCE(dead_mark, dead_since, $3::bigint))::float8 / 1e9::float8), dead_mark = $3::bigint
+  WHERE id = $1";
+
+const INODE_COLS: &str = "ino, kind, perm, nlink, uid, gid, rdev, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags";
+const CHUNK_COLS: &str = "id, hash, pack, \"offset\", stored_len, raw_len, flags, refs";
+
+fn row_to_inode(r: &Row) -> Result<InodeRow> {
+    let data_bytes: i64 = col(r, 8)?;
+    let attr = Attr {
+        ino: col::<i64>(r, 0)? as u64,
+        kind: FileKind::from_code(col(r, 1)?)?,
+        perm: col::<i64>(r, 2)? as u32,
+        nlink: col::<i64>(r, 3)? as u32,
+        uid: col::<i64>(r, 4)? as u32,
+        gid: col::<i64>(r, 5)? as u32,
+        rdev: col::<i64>(r, 6)? as u32,
+        size: col::<i64>(r, 7)? as u64,
+        blocks: (data_bytes as u64).div_ceil(512),
+        atime: Timestamp(col(r, 9)?),
+        mtime: Timestamp(col(r, 10)?),
+        ctime: Timestamp(col(r, 11)?),
+        btime: Timestamp(col(r, 12)?),
+    };
+    Ok(InodeRow {
+        attr,
+        data_bytes: data_bytes as u64,
+        parent: col::<Option<i64>>(r, 13)?.map(|p| p as u64),
+        target: col(r, 14)?,
+        jseq: col::<i64>(r, 15)? as u64,
+        flags: col(r, 16)?,
+    })
+}
+
+fn row_to_chunk(r: &Row) -> Result<ChunkRow> {
+    let h: Vec<u8> = col(r, 1)?;
+    let mut hash = [0u8; 32];
+    if h.len() == 32 {
+        hash.copy_from_slice(&h);
+    }
+    Ok(ChunkRow {
+        id: col::<i64>(r, 0)? as u64,
+        hash,
+        pack: col::<i64>(r, 2)? as u64,
+        offset: col::<i64>(r, 3)? as u64,
+        stored_len: col::<i64>(r, 4)? as u32,
+        raw_len: col::<i64>(r, 5)? as u32,
+        flags: col::<i64>(r, 6)? as u8,
+        refs: col(r, 7)?,
+    })
+}
+
+fn chunks_of(rows: Vec<Row>) -> Result<Vec<ChunkRow>> {
+    rows.iter().map(row_to_chunk).collect()
+}
+
+/// A sum PostgreSQL returns as numeric, read as text, saturating at u64::MAX.
+fn big(r: &Row, i: usize) -> Result<u64> {
+    let s: String = col(r, i)?;
+    Ok(s.parse::<u128>().map(|v| u64::try_from(v).unwrap_or(u64::MAX)).unwrap_or(u64::MAX))
+}
+
+impl MetaRead for PgTx<'_> {
+    fn get_inode(&self, ino: Ino) -> Result<Option<InodeRow>> {
+        let Some(r) = self.opt(&format!("SELECT {INODE_COLS} FROM inodes WHERE ino = $1"), &[&(ino as i64)])? else { return Ok(None) };
+        let mut row = row_to_inode(&r)?;
+        if row.attr.kind == FileKind::Dir {
+            row.attr.size = 4096;
+            row.attr.blocks = 8;
+        }
+        Ok(Some(row))
+    }
+    fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
+        match self.opt("SELECT ino, kind FROM dentries WHERE parent = $1 AND name = $2", &[&(parent as i64), &name])? {
+            None => Ok(None),
+            Some(r) => Ok(Some((col::<i64>(&r, 0)? as u64, FileKind::from_code(col(&r, 1)?)?))),
+        }
+    }
+    fn list_dir(&self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, FileKind)>> {
+        self.query("SELECT name, ino, kind FROM dentries WHERE parent = $1 ORDER BY name", &[&(dir as i64)])?
+            .iter()
+            .map(|r| Ok((col(r, 0)?, col::<i64>(r, 1)? as u64, FileKind::from_code(col(r, 2)?)?)))
+            .collect()
+    }
+    fn dir_is_empty(&self, dir: Ino) -> Result<bool> {
+        Ok(self.opt("SELECT 1 FROM dentries WHERE parent = $1 LIMIT 1", &[&(dir as i64)])?.is_none())
+    }
+    fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.opt("SELECT value FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])?.map(|r| col(&r, 0)).transpose()
+    }
+    fn list_xattrs(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        self.query("SELECT name FROM xattrs WHERE ino = $1 ORDER BY name", &[&(ino as i64)])?.iter().map(|r| col(r, 0)).collect()
+    }
+    fn load_pages(&self, ino: Ino) -> Result<Vec<StoredPage>> {
+        let rows = self.query(
+            "SELECT f.key, p.id, p.data FROM file_pages f JOIN pages p ON p.id = f.page WHERE f.ino = $1 ORDER BY f.key",
+            &[&(ino as i64)],
+        )?;
+        let pages: Vec<StoredPage> =
+            rows.iter().map(|r| Ok(StoredPage { key: col(r, 0)?, id: col::<i64>(r, 1)? as u64, data: col(r, 2)? })).collect::<Result<_>>()?;
+        let n = self.int("SELECT COUNT(*) FROM file_pages WHERE ino = $1", &[&(ino as i64)])?;
+        if n as usize != pages.len() {
+            return Err(Error::corrupt(format!("inode {ino} links {} pages that do not exist", n as usize - pages.len())));
+        }
+        Ok(pages)
+    }
+    fn page_links(&self, ino: Ino) -> Result<Vec<PageLink>> {
+        self.query("SELECT f.key, p.id, p.refs, p.data FROM file_pages f JOIN pages p ON p.id = f.page WHERE f.ino = $1", &[&(ino as i64)])?
+            .iter()
+            .map(|r| Ok(PageLink { key: col(r, 0)?, id: col::<i64>(r, 1)? as u64, refs: col(r, 2)?, data: col(r, 3)? }))
+            .collect()
+    }
+    fn page_data(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        self.opt("SELECT data FROM pages WHERE id = $1", &[&(id as i64)])?.map(|r| col(&r, 0)).transpose()
+    }
+    fn get_info(&self, key: &str) -> Result<Option<i64>> {
+        self.opt("SELECT value FROM info WHERE key = $1", &[&key])?.map(|r| col(&r, 0)).transpose()
+    }
+    fn chunk_by_id(&self, id: u64) -> Result<Option<ChunkRow>> {
+        self.opt(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE id = $1"), &[&(id as i64)])?.map(|r| row_to_chunk(&r)).transpose()
+    }
+    fn chunk_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ChunkRow>> {
+        self.opt(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE hash = $1"), &[&&hash[..]])?.map(|r| row_to_chunk(&r)).transpose()
+    }
+    fn chunks_in_pack(&self, pack: u64) -> Result<Vec<ChunkRow>> {
+        chunks_of(self.query(&format!("SELECT {CHUNK_COLS} FROM chunks WHERE pack = $1 ORDER BY \"offset\""), &[&(pack as i64)])?)
+    }
+    fn all_chunks(&self) -> Result<Vec<ChunkRow>> {
+        chunks_of(self.query(&format!("SELECT {CHUNK_COLS} FROM chunks ORDER BY pack, \"offset\""), &[])?)
+    }
+    fn max_chunk_id(&self) -> Result<u64> {
+        Ok(self.int("SELECT COALESCE(MAX(id), 0) FROM chunks", &[])? as u64)
+    }
+    fn pack_name(&self, id: u64) -> Result<String> {
+        match self.opt("SELECT name FROM packs WHERE id = $1", &[&(id as i64)])? {
+            Some(r) => col(&r, 0),
+            None => Err(Error::corrupt(format!("pack #{id} is missing from the metadata"))),
+        }
+    }
+    fn pack_exists(&self, name: &str) -> Result<bool> {
+        Ok(self.opt("SELECT 1 FROM packs WHERE name = $1", &[&name])?.is_some())
+    }
+    fn all_packs(&self) -> Result<Vec<PackRow>> {
+        self.query("SELECT id, name, size, blobs, dead_bytes FROM packs ORDER BY id", &[])?
+            .iter()
+            .map(|r| {
+                Ok(PackRow {
+                    id: col::<i64>(r, 0)? as u64,
+                    name: col(r, 1)?,
+                    size: col::<i64>(r, 2)? as u64,
+                    blobs: col::<i64>(r, 3)? as u64,
+                    dead_bytes: col::<i64>(r, 4)? as u64,
+                })
+            })
+            .collect()
+    }
+    fn dead_packs(&self) -> Result<Vec<DeadPack>> {
+        self.query(
+            "SELECT id, name, size, dead_bytes, dead_acc, COALESCE(dead_mark, dead_since, created), blobs FROM packs WHERE dead_bytes > 0 ORDER BY id",
+            &[],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(DeadPack {
+                id: col::<i64>(r, 0)? as u64,
+                name: col(r, 1)?,
+                size: col::<i64>(r, 2)? as u64,
+                dead_bytes: col::<i64>(r, 3)? as u64,
+                dead_acc: col(r, 4)?,
+                mark: col(r, 5)?,
+                blobs: col::<i64>(r, 6)? as u64,
+            })
+        })
+        .collect()
+    }
+    fn pack_bytes(&self) -> Result<(u64, u64)> {
+        let r = self.one("SELECT COALESCE(SUM(size), 0)::text, COALESCE(SUM(dead_bytes), 0)::text FROM packs", &[])?;
+        Ok((big(&r, 0)?, big(&r, 1)?))
+    }
+    fn bill_rows(&self, since: Option<i64>) -> Result<Vec<BillRow>> {
+        self.query(
+            "SELECT day, subsystem, item, requests, bytes FROM bill WHERE day >= $1 ORDER BY day, subsystem, item",
+            &[&since.unwrap_or(i64::MIN)],
+        )?
+        .iter()
+        .map(|r| Ok(BillRow { day: col(r, 0)?, subsystem: col(r, 1)?, item: col(r, 2)?, requests: col::<i64>(r, 3)? as u64, bytes: col::<i64>(r, 4)? as u64 }))
+        .collect()
+    }
+    fn all_inodes(&self) -> Result<Vec<InodeRow>> {
+        self.query(&format!("SELECT {INODE_COLS} FROM inodes ORDER BY ino"), &[])?.iter().map(row_to_inode).collect()
+    }
+    fn orphan_inodes(&self) -> Result<Vec<Ino>> {
+        self.query("SELECT ino FROM inodes WHERE nlink = 0 ORDER BY ino", &[])?.iter().map(|r| Ok(col::<i64>(r, 0)? as u64)).collect()
+    }
+    fn all_dentries(&self) -> Result<Vec<(Ino, Vec<u8>, Ino, i64)>> {
+        self.query("SELECT parent, name, ino, kind FROM dentries ORDER BY parent, name", &[])?
+            .iter()
+            .map(|r| Ok((col::<i64>(r, 0)? as u64, col(r, 1)?, col::<i64>(r, 2)? as u64, col(r, 3)?)))
+            .collect()
+    }
+    fn all_pages(&self) -> Result<Vec<(u64, i64, Vec<u8>)>> {
+        self.query("SELECT id, refs, data FROM pages ORDER BY id", &[])?.iter().map(|r| Ok((col::<i64>(r, 0)? as u64, col(r, 1)?, col(r, 2)?))).collect()
+    }
+    fn all_page_links(&self) -> Result<Vec<(Ino, i64, u64)>> {
+        self.query("SELECT ino, key, page FROM file_pages ORDER BY ino, key", &[])?
+            .iter()
+            .map(|r| Ok((col::<i64>(r, 0)? as u64, col(r, 1)?, col::<i64>(r, 2)? as u64)))
+            .collect()
+    }
+    fn count_inodes(&self) -> Result<u64> {
+        Ok(self.int("SELECT COUNT(*) FROM inodes", &[])? as u64)
+    }
+    fn max_jseq(&self) -> Result<u64> {
+        Ok(self.int("SELECT COALESCE(MAX(jseq), 0) FROM inodes", &[])? as u64)
+    }
+    fn inode_totals(&self) -> Result<InodeTotals> {
+        let rows = self.query(
+            "SELECT kind, COUNT(*), LEAST(COALESCE(SUM(size), 0), 18446744073709551615)::text,
+                    LEAST(COALESCE(SUM(data_bytes), 0), 18446744073709551615)::text FROM inodes GROUP BY kind ORDER BY kind",
+            &[],
+        )?;
+        let mut t = InodeTotals::default();
+        for r in &rows {
+            t.by_kind.push((FileKind::from_code(col(r, 0)?)?, col::<i64>(r, 1)? as u64, big(r, 2)?, big(r, 3)?));
+        }
+        Ok(t)
+    }
+    fn chunk_totals(&self) -> Result<ChunkTotals> {
+        let r = self.one(
+            "SELECT COUNT(*) FILTER (WHERE refs > 0), COUNT(*) FILTER (WHERE refs = 0),
+                    COALESCE(SUM(raw_len) FILTER (WHERE refs > 0), 0)::text, COALESCE(SUM(stored_len) FILTER (WHERE refs > 0), 0)::text FROM chunks",
+            &[],
+        )?;
+        let p = self.one("SELECT COUNT(*), COALESCE(SUM(size), 0)::text, COALESCE(SUM(dead_bytes), 0)::text FROM packs", &[])?;
+        Ok(ChunkTotals {
+            live_chunks: col::<i64>(&r, 0)? as u64,
+            dead_chunks: col::<i64>(&r, 1)? as u64,
+            unique_bytes: big(&r, 2)?,
+            live_stored_bytes: big(&r, 3)?,
+            packs: col::<i64>(&p, 0)? as u64,
+            pack_bytes: big(&p, 1)?,
+            dead_bytes: big(&p, 2)?,
+        })
+    }
+}
+
+impl MetaTx for PgTx<'_> {
+    /// From this store's block of `ino_seq` (a new block is reserved by a
+    /// `nextval` on this transaction's connection: sequences are not
+    /// transactional, so a rolled-back transaction skips its numbers).
+    fn alloc_ino(&self) -> Result<Ino> {
+        self.need_write()?;
+        let mut b = self.store.inos.lock();
+        loop {
+            if let Some(v) = b.take(self.store.ino_floor) {
+                return Ok(v);
+            }
+            let mut g = self.c.borrow_mut();
+            *b = PgMeta::next_block(&mut g.client, "ino_seq").map_err(|e| self.note(e))?;
+        }
+    }
+    fn insert_inode_full(&self, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64, flags: i64) -> Result<()> {
+        self.exec(
+            "INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags)
+             VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+            &[
+                &(a.ino as i64),
+                &a.kind.code(),
+                &(a.perm as i64),
+                &(a.uid as i64),
+                &(a.gid as i64),
+                &(a.rdev as i64),
+                &(a.nlink as i64),
+                &(a.size as i64),
+                &(data_bytes as i64),
+                &a.atime.0,
+                &a.mtime.0,
+                &a.ctime.0,
+                &a.btime.0,
+                &parent.map(|p| p as i64),
+                &target,
+                &(jseq as i64),
+                &flags,
+            ],
+        )?;
+        Ok(())
+    }
+    fn update_attr(&self, a: &Attr) -> Result<()> {
+        self.exec(
+            "UPDATE inodes SET perm = $2, uid = $3, gid = $4, nlink = $5, atime = $6, mtime = $7, ctime = $8 WHERE ino = $1",
+            &[&(a.ino as i64), &(a.perm as i64), &(a.uid as i64), &(a.gid as i64), &(a.nlink as i64), &a.atime.0, &a.mtime.0, &a.ctime.0],
+        )?;
+        Ok(())
+    }
+    fn update_content(&self, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()> {
+        self.exec(
+            "UPDATE inodes SET size = $2, data_bytes = $3, mtime = $4, ctime = $5, jseq = GREATEST(jseq, $6) WHERE ino = $1",
+            &[&(ino as i64), &(size as i64), &(data_bytes as i64), &mtime.0, &ctime.0, &(jseq as i64)],
+        )?;
+        Ok(())
+    }
+    fn set_nlink(&self, ino: Ino, nlink: u32, ctime: Timestamp) -> Result<()> {
+        self.exec("UPDATE inodes SET nlink = $2, ctime = $3 WHERE ino = $1", &[&(ino as i64), &(nlink as i64), &ctime.0])?;
+        Ok(())
+    }
+    fn fix_nlink(&self, ino: Ino, nlink: u32) -> Result<()> {
+        self.exec("UPDATE inodes SET nlink = $2 WHERE ino = $1", &[&(ino as i64), &(nlink as i64)])?;
+        Ok(())
+    }
+    fn set_parent(&self, ino: Ino, parent: Ino) -> Result<()> {
+        self.exec("UPDATE inodes SET parent = $2 WHERE ino = $1", &[&(ino as i64), &(parent as i64)])?;
+        Ok(())
+    }
+    fn set_btime(&self, ino: Ino, btime: Timestamp) -> Result<()> {
+        self.exec("UPDATE inodes SET btime = $2 WHERE ino = $1", &[&(ino as i64), &btime.0])?;
+        Ok(())
+    }
+    fn touch_dir(&self, ino: Ino, now: Timestamp, nlink_delta: i64) -> Result<()> {
+        self.exec("UPDATE inodes SET mtime = $2, ctime = $2, nlink = nlink + $3 WHERE ino = $1", &[&(ino as i64), &now.0, &nlink_delta])?;
+        Ok(())
+    }
+    fn set_flags(&self, ino: Ino, flags: i64) -> Result<()> {
+        self.exec("UPDATE inodes SET flags = $2 WHERE ino = $1", &[&(ino as i64), &flags])?;
+        Ok(())
+    }
+    /// `ON CONFLICT DO NOTHING`: a taken name does not abort the
+    /// transaction (as a constraint error in SQLite does not). A name taken
+    /// by a transaction this one cannot see fails it with a serialization
+    /// error instead, and the re-run sees the winner.
+    fn insert_dentry(&self, parent: Ino, name: &[u8], ino: Ino, kind: FileKind) -> Result<()> {
+        let n = self.exec(
+            "INSERT INTO dentries(parent, name, ino, kind) VALUES($1, $2, $3, $4) ON CONFLICT (parent, name) DO NOTHING",
+            &[&(parent as i64), &name, &(ino as i64), &kind.code()],
+        )?;
+        if n == 0 {
+            return Err(Error::new(ErrorKind::Exists, format!("{} already exists in directory {parent}", String::from_utf8_lossy(name))));
+        }
+        Ok(())
+    }
+    fn delete_dentry(&self, parent: Ino, name: &[u8], expect: Ino) -> Result<bool> {
+        Ok(self.exec("DELETE FROM dentries WHERE parent = $1 AND name = $2 AND ino = $3", &[&(parent as i64), &name, &(expect as i64)])? == 1)
+    }
+    fn delete_inode(&self, ino: Ino) -> Result<()> {
+        let i = ino as i64;
+        self.exec("DELETE FROM inodes WHERE ino = $1", &[&i])?;
+        self.exec("DELETE FROM xattrs WHERE ino = $1", &[&i])?;
+        self.exec("DELETE FROM file_pages WHERE ino = $1", &[&i])?;
+        Ok(())
+    }
+    fn set_xattr(&self, ino: Ino, name: &[u8], value: &[u8]) -> Result<()> {
+        self.exec(
+            "INSERT INTO xattrs(ino, name, value) VALUES($1, $2, $3) ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
+            &[&(ino as i64), &name, &value],
+        )?;
+        Ok(())
+    }
+    fn remove_xattr(&self, ino: Ino, name: &[u8]) -> Result<bool> {
+        Ok(self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? > 0)
+    }
+    fn copy_xattrs(&self, src: Ino, dst: Ino) -> Result<()> {
+        self.exec("INSERT INTO xattrs(ino, name, value) SELECT $2, name, value FROM xattrs WHERE ino = $1", &[&(src as i64), &(dst as i64)])?;
+        Ok(())
+    }
+    fn save_pages(&self, ino: Ino, ch: &PageEdits) -> Result<Vec<(i64, u64)>> {
+        let i = ino as i64;
+        for id in &ch.gained {
+            if self.exec("UPDATE pages SET refs = refs + 1 WHERE id = $1", &[&(*id as i64)])? != 1 {
+                return Err(Error::corrupt(format!("inode {ino}: shared page #{id} is missing")));
+            }
+        }
+        let mut ids = Vec::new();
+        for p in &ch.upserts {
+            let id = if p.id == 0 {
+                let id = self.int("INSERT INTO pages(refs, data) VALUES(1, $1) RETURNING id", &[&p.data])? as u64;
+                let mut d = self.deltas.borrow_mut();
+                for &c in &p.chunks {
+                    *d.entry(c).or_default() += 1;
+                }
+                ids.push((p.key, id));
+                id
+            } else {
+                p.id
+            };
+            self.exec(
+                "INSERT INTO file_pages(ino, key, page) VALUES($1, $2, $3) ON CONFLICT (ino, key) DO UPDATE SET page = excluded.page",
+                &[&i, &p.key, &(id as i64)],
+            )?;
+        }
+        for k in &ch.deletes {
+            self.exec("DELETE FROM file_pages WHERE ino = $1 AND key = $2", &[&i, k])?;
+        }
+        for (id, chunks) in &ch.dropped {
+            self.unlink_page(*id, Some(chunks))?;
+        }
+        Ok(ids)
+    }
+    fn release_pages(&self, ino: Ino) -> Result<()> {
+        let i = ino as i64;
+        let ids: Vec<i64> = self.query("SELECT page FROM file_pages WHERE ino = $1", &[&i])?.iter().map(|r| col(r, 0)).collect::<Result<_>>()?;
+        for id in ids {
+            self.unlink_page(id as u64, None)?;
+        }
+        self.exec("DELETE FROM file_pages WHERE ino = $1", &[&i])?;
+        Ok(())
+    }
+    fn share_pages(&self, src: Ino, dst: Ino) -> Result<()> {
+        self.exec("UPDATE pages SET refs = refs + 1 WHERE id IN (SELECT page FROM file_pages WHERE ino = $1)", &[&(src as i64)])?;
+        self.exec("INSERT INTO file_pages(ino, key, page) SELECT $2, key, page FROM file_pages WHERE ino = $1", &[&(src as i64), &(dst as i64)])?;
+        Ok(())
+    }
+    fn set_info(&self, key: &str, value: i64) -> Result<()> {
+        self.exec("INSERT INTO info(key, value) VALUES($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value", &[&key, &value])?;
+        Ok(())
+    }
+    fn insert_chunk(&self, ch: &ChunkRow) -> Result<()> {
+        self.exec(
+            "INSERT INTO chunks(id, hash, pack, \"offset\", stored_len, raw_len, flags, refs) VALUES($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &(ch.id as i64),
+                &&ch.hash[..],
+                &(ch.pack as i64),
+                &(ch.offset as i64),
+                &(ch.stored_len as i64),
+                &(ch.raw_len as i64),
+                &(ch.flags as i64),
+                &ch.refs,
+            ],
+        )?;
+        Ok(())
+    }
+    fn relocate_chunk(&self, id: u64, pack: u64, offset: u64) -> Result<()> {
+        self.exec("UPDATE chunks SET pack = $2, \"offset\" = $3 WHERE id = $1", &[&(id as i64), &(pack as i64), &(offset as i64)])?;
+        Ok(())
+    }
+    fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
+        let now = Timestamp::now().0;
+        Ok(self.int(
+            "INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark)
+             VALUES($1, $2, $3, $4::bigint, CASE WHEN $4::bigint > 0 THEN $5::bigint END, $5::bigint, $5::bigint) RETURNING id",
+            &[&name, &(size as i64), &(blobs as i64), &(dead_bytes as i64), &now],
+        )? as u64)
+    }
+    fn delete_pack(&self, pack: u64) -> Result<u64> {
+        let p = pack as i64;
+        let n = self.exec("DELETE FROM chunks WHERE pack = $1 AND refs = 0", &[&p])?;
+        let live = self.int("SELECT COUNT(*) FROM chunks WHERE pack = $1", &[&p])?;
+        if live > 0 {
+            return Err(Error::corrupt(format!("pack #{pack} still holds {live} live chunks")));
+        }
+        self.exec("DELETE FROM packs WHERE id = $1", &[&p])?;
+        Ok(n)
+    }
+    fn add_bill(&self, r: &BillRow) -> Result<()> {
+        self.exec(
+            "INSERT INTO bill(day, subsystem, item, requests, bytes) VALUES($1, $2, $3, $4, $5)
+             ON CONFLICT (day, subsystem, item) DO UPDATE SET requests = bill.requests + excluded.requests, bytes = bill.bytes + excluded.bytes",
+            &[&r.day, &r.subsystem, &r.item, &(r.requests as i64), &(r.bytes as i64)],
+        )?;
+        Ok(())
+    }
+    /// The bill table is made with the schema.
+    fn ensure_bill_table(&self) -> Result<bool> {
+        Ok(false)
+    }
+    /// The accrual columns are made with the schema.
+    fn ensure_dead_accrual(&self) -> Result<bool> {
+        Ok(false)
+    }
+    fn add_chunk_refs(&self, deltas: &HashMap<u64, i64>) -> Result<()> {
+        let mut d = self.deltas.borrow_mut();
+        for (&id, &n) in deltas {
+            *d.entry(id).or_default() += n;
+        }
+        Ok(())
+    }
+}
+
+/// Ends the transaction open on `c` without keeping anything; a
+/// connection that cannot even do that is closed for good.
+fn rollback(c: &mut Conn) {
+    let _ = c.client.batch_execute("ROLLBACK");
+}
+
+impl PgMeta {
+    /// One try of a transaction: `begin`, the closure (`tx` gives it the
+    /// operations), for writes the reference counts, then COMMIT.
+    fn attempt(&self, c: &mut Conn, write: bool, f: &mut dyn FnMut(&PgTx) -> Result<()>) -> Step<()> {
+        // A write learns its transaction id in the same round trip, to
+        // find out whether it committed if the reply to COMMIT is lost.
+        let begin = if write { "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT txid_current()" } else { "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" };
+        let xid = match c.client.simple_query(begin) {
+            Ok(msgs) => msgs.iter().find_map(|m| match m {
+                pg::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
+                _ => None,
+            }),
+            Err(e) => return Step::Failed(e),
+        };
+        let tx = PgTx::new(c, self, write);
+        let r = f(&tx).and_then(|()| if write { tx.finish() } else { Ok(()) });
+        let failed = tx.failed.take();
+        drop(tx);
+        match (r, failed) {
+            (r, Some(e)) => {
+                rollback(c);
+                if classify(&e) != Class::Fatal {
+                    return Step::Failed(e);
+                }
+                match r {
+                    Err(err) => Step::Done(Err(err)),
+                    // The closure went on past a failed statement: nothing
+                    // of the aborted transaction can be kept.
+                    Ok(()) => Step::Done(Err(pg_err("a statement failed in the transaction", &e))),
+                }
+            }
+            (Err(e), None) => {
+                rollback(c);
+                Step::Done(Err(e))
+            }
+            (Ok(()), None) => {
+                let lost = match c.client.batch_execute("COMMIT") {
+                    Ok(()) if self.lose_commit_reply.swap(false, Ordering::SeqCst) => None,
+                    Ok(()) => return Step::Done(Ok(())),
+                    Err(e) if classify(&e) == Class::Reconnect && xid.is_some() => Some(e),
+                    Err(e) => return Step::Failed(e),
+                };
+                // The connection went away with COMMIT sent: it may have
+                // committed. Running the closure again would then answer
+                // Exists for a create that happened, or count a flush's
+                // references twice; so ask.
+                let xid = xid.unwrap_or_default();
+                match self.commit_outcome(xid) {
+                    Ok(true) => Step::Done(Ok(())),
+                    Ok(false) => match lost {
+                        Some(e) => Step::Failed(e),
+                        None => Step::Done(Err(Error::io(format!("transaction {xid} did not commit")))),
+                    },
+                    Err(e) => Step::Done(Err(e)),
+                }
+            }
+        }
+    }
+
+    /// Whether transaction `xid` committed (true) or aborted (false), asked
+    /// on another connection, waiting while it is still in progress.
+    fn commit_outcome(&self, xid: i64) -> Result<bool> {
+        let start = Instant::now();
+        let what = format!("finding out whether transaction {xid} committed (the connection was lost at COMMIT)");
+        self.run(&what, |c| loop {
+            let status: Option<String> = match c.client.query_one("SELECT txid_status($1)", &[&xid]) {
+                Ok(r) => r.get(0),
+                Err(e) => return Step::Failed(e),
+            };
+            match status.as_deref() {
+                Some("committed") => return Step::Done(Ok(true)),
+                Some("aborted") => return Step::Done(Ok(false)),
+                Some(_) if start.elapsed() < self.opts.timeout => std::thread::sleep(Duration::from_millis(10)),
+                _ => return Step::Done(Err(Error::io(format!("PostgreSQL metadata store: {what}: the outcome is unknown ({status:?})")))),
+            }
+        })
+    }
+
+    /// Tests: the next successful COMMIT is treated as if its reply were
+    /// lost with the connection (the store must find out it committed).
+    #[doc(hidden)]
+    pub fn lose_next_commit_reply(&self) {
+        self.lose_commit_reply.store(true, Ordering::SeqCst);
+    }
+}
+
+impl MetaStore for PgMeta {
+    fn read(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()> {
+        self.run("reading metadata", |c| self.attempt(c, false, &mut |tx| f(tx)))
+    }
+    fn write(&self, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
+        self.run("changing metadata", |c| self.attempt(c, true, &mut |tx| f(tx)))
+    }
+    fn alloc_chunk_id(&self) -> Result<u64> {
+        let mut b = self.chunk_ids.lock();
+        loop {
+            if let Some(v) = b.take(self.chunk_floor) {
+                return Ok(v);
+            }
+            *b = self.run("reserving chunk ids", |c| match PgMeta::next_block(&mut c.client, "chunk_seq") {
+                Ok(b) => Step::Done(Ok(b)),
+                Err(e) => Step::Failed(e),
+            })?;
+        }
+    }
+    /// Every `write` commits before it returns.
+    fn commit(&self) -> Result<()> {
+        self.check_alive()
+    }
+    /// A PostgreSQL commit is durable when it returns.
+    fn sync(&self) -> Result<()> {
+        self.check_alive()
+    }
+    fn is_durable(&self) -> bool {
+        true
+    }
+    /// Drops every connection (an open transaction dies with it, as with a
+    /// `kill -9`) and refuses every later call.
+    fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        self.pool.lock().clear();
+    }
+    fn checkpoint(&self) -> Result<()> {
+        self.check_alive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgpass_fields_wildcards_and_escapes() {
+        let f = "# comment\n\
+                 db1:5432:vol:alice:first\n\
+                 *:5432:*:bob:b\\:o\\\\b\n\
+                 host\\:x:*:*:*:colon-host\n\
+                 short:line\n\
+                 *:*:*:*:fallback:with:colons\n";
+        assert_eq!(pgpass_lookup(f, "db1", "5432", "vol", "alice").as_deref(), Some("first"));
+        assert_eq!(pgpass_lookup(f, "db2", "5432", "x", "bob").as_deref(), Some("b:o\\b"), "escapes in the password");
+        assert_eq!(pgpass_lookup(f, "host:x", "1", "d", "u").as_deref(), Some("colon-host"), "an escaped colon in a field");
+        assert_eq!(pgpass_lookup(f, "db1", "5433", "vol", "alice").as_deref(), Some("fallback:with:colons"), "first match wins; the last field keeps colons");
+        assert_eq!(pgpass_lookup("db1:5432:vol:alice:pw\n", "db1", "5432", "vol", "carol"), None);
+        assert_eq!(pgpass_lookup("", "a", "1", "b", "c"), None);
+    }
+
+    #[test]
+    fn a_password_in_the_url_is_refused() {
+        let e = config("postgres://cairn:secret@db:5432/cairn").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert!(e.to_string().contains("PGPASSWORD") && e.to_string().contains("pgpass"), "{e}");
+        assert!(config("postgres://cairn@db:5432/cairn").is_ok());
+    }
+
+    #[test]
+    fn a_group_readable_password_file_is_ignored() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pgpass");
+        std::fs::write(&p, "*:*:*:*:pw\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(read_pgpass(&p), None);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_pgpass(&p).as_deref(), Some("*:*:*:*:pw\n"));
+    }
+
+    /// The only test that touches the environment.
+    #[test]
+    fn the_password_comes_from_pgpassword_else_the_password_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pgpass");
+        std::fs::write(&p, "other:5432:vol:cairn:no\ndb:5432:vol:cairn:s3cret\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::env::remove_var("PGPASSWORD");
+        std::env::set_var("PGPASSFILE", &p);
+        let pw = |url: &str| config(url).unwrap().get_password().map(|p| String::from_utf8_lossy(p).into_owned());
+        assert_eq!(pw("postgres://cairn@db:5432/vol").as_deref(), Some("s3cret"));
+        assert_eq!(pw("postgres://cairn@db/vol").as_deref(), Some("s3cret"), "the default port matches 5432");
+        assert_eq!(pw("postgres://cairn@db:5432/elsewhere"), None);
+        std::env::set_var("PGPASSWORD", "from-env");
+        assert_eq!(pw("postgres://cairn@db:5432/vol").as_deref(), Some("from-env"), "PGPASSWORD comes first");
+        std::env::remove_var("PGPASSWORD");
+        std::env::remove_var("PGPASSFILE");
+    }
+
+    #[test]
+    fn volume_ids_are_plain_identifiers() {
+        assert_eq!(schema_name("abc_12").unwrap(), "cairn_abc_12");
+        for bad in ["", "A", "a-b", "a;drop", "x y", &"a".repeat(58)] {
+            assert_eq!(schema_name(bad).unwrap_err().kind(), ErrorKind::Invalid, "{bad:?}");
+        }
+    }
+}

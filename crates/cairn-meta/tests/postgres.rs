@@ -1,0 +1,272 @@
+//! The PostgreSQL store against a real, throwaway PostgreSQL cluster
+//! (`cairn_testing::postgres::PgServer`): the shared conformance suite, and
+//! what only a store shared by several machines must get right (ids,
+//! names and reference counts under concurrency, an outage of the server).
+//! Without PostgreSQL's binaries these tests fail, saying what to install.
+
+use cairn_meta::conformance::{self, test_page, TestCodec};
+use cairn_meta::postgres::{PgMeta, PgOptions};
+use cairn_meta::*;
+use cairn_testing::postgres::PgServer;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn server() -> PgServer {
+    let pg = PgServer::start().unwrap_or_else(|e| panic!("starting a PostgreSQL server for the tests: {e}"));
+    pg.create_database("cairn").unwrap();
+    pg
+}
+
+const ROOT: Caller0 = Caller0 { uid: 0, gid: 0, perm: 0o755 };
+
+fn codec() -> Arc<dyn PageCodec> {
+    Arc::new(TestCodec)
+}
+
+/// A fresh volume schema in database `cairn` (made on first use).
+fn fresh(pg: &PgServer, id: &str) -> String {
+    let url = pg.url("cairn");
+    PgMeta::create(&url, id, ROOT).unwrap();
+    url
+}
+
+fn open(url: &str, id: &str) -> Arc<PgMeta> {
+    Arc::new(PgMeta::open(url, id, codec()).unwrap())
+}
+
+fn attr(ino: Ino, kind: FileKind) -> Attr {
+    let t = Timestamp(1);
+    Attr { ino, kind, perm: 0o644, nlink: 1, uid: 0, gid: 0, rdev: 0, size: 0, blocks: 0, atime: t, mtime: t, ctime: t, btime: t }
+}
+
+/// Creates `name` in `dir` as one transaction (lookup-free: the insert of
+/// the entry decides).
+fn create(s: &PgMeta, dir: Ino, name: &[u8]) -> Result<Ino> {
+    s.write_with(|tx| -> Result<Ino> {
+        let ino = tx.alloc_ino()?;
+        tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
+        tx.insert_dentry(dir, name, ino, FileKind::File)?;
+        Ok(ino)
+    })
+}
+
+/// One server for the suite and the concurrency checks (the outage test
+/// has its own: it stops its server).
+#[test]
+fn postgres_store() {
+    let pg = server();
+    let t0 = Instant::now();
+    // The shared contract, as the SQLite store passes it.
+    let n = AtomicU32::new(0);
+    let make = |new: bool| -> Box<dyn MetaStore> {
+        if new {
+            n.fetch_add(1, Ordering::SeqCst);
+        }
+        let id = format!("conf{}", n.load(Ordering::SeqCst));
+        let url = if new { fresh(&pg, &id) } else { pg.url("cairn") };
+        Box::new(PgMeta::open(&url, &id, codec()).unwrap())
+    };
+    conformance::run_all(&make);
+    eprintln!("conformance: {:?}", t0.elapsed());
+
+    // Schema handling: a second create of the same volume is refused; an
+    // unknown volume, or a schema that is not ours, is named in the error.
+    let url = pg.url("cairn");
+    let e = PgMeta::create(&url, "conf1", ROOT).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Exists, "{e}");
+    assert!(e.to_string().contains("cairn_conf1"), "{e}");
+    let e = PgMeta::open(&url, "nosuch", codec()).err().expect("a missing schema was opened");
+    assert!(e.to_string().contains("cairn_nosuch"), "{e}");
+    pg.psql("cairn", "CREATE SCHEMA cairn_alien; CREATE TABLE cairn_alien.info(key text, value bigint)").unwrap();
+    let e = PgMeta::open(&url, "alien", codec()).err().expect("a schema without a version was opened");
+    assert!(e.to_string().contains("cairn_alien") && e.to_string().contains("schema version"), "{e}");
+
+    inode_numbers_from_two_machines(&pg);
+    eprintln!("+ids: {:?}", t0.elapsed());
+    same_and_different_names_from_two_machines(&pg);
+    eprintln!("+names: {:?}", t0.elapsed());
+    reference_counts_from_two_machines(&pg);
+    eprintln!("+refs: {:?}", t0.elapsed());
+    a_lost_commit_reply_is_not_a_second_commit(&pg);
+    abandon_refuses_later_calls(&pg);
+}
+
+/// Two stores on one schema ("two machines"), four threads each,
+/// allocating inode numbers at once: no number is handed out twice.
+fn inode_numbers_from_two_machines(pg: &PgServer) {
+    let url = fresh(pg, "ids");
+    let stores = [open(&url, "ids"), open(&url, "ids")];
+    let mut threads = Vec::new();
+    for s in &stores {
+        for _ in 0..4 {
+            let s = s.clone();
+            threads.push(std::thread::spawn(move || (0..300).map(|_| s.write_with(|tx| tx.alloc_ino()).unwrap()).collect::<Vec<_>>()));
+        }
+    }
+    let mut seen = HashSet::from([ROOT_INO]);
+    for t in threads {
+        for ino in t.join().unwrap() {
+            assert!(seen.insert(ino), "inode number {ino} was handed out twice");
+        }
+    }
+    assert_eq!(seen.len(), 1 + 8 * 300);
+}
+
+/// Two stores create names in one directory from several threads, each
+/// name tried by every thread: every name exists exactly once, every loser
+/// gets Exists (never a serialization failure), and no loser's inode stays.
+fn same_and_different_names_from_two_machines(pg: &PgServer) {
+    let url = fresh(pg, "names");
+    let stores = [open(&url, "names"), open(&url, "names")];
+    const SHARED: usize = 40;
+    let mut threads = Vec::new();
+    // Every thread tries each shared name at the same moment.
+    let together = Arc::new(std::sync::Barrier::new(6));
+    for (m, s) in stores.iter().enumerate() {
+        for t in 0..3 {
+            let s = s.clone();
+            let together = together.clone();
+            threads.push(std::thread::spawn(move || {
+                let mut out = Vec::new();
+                for i in 0..SHARED {
+                    together.wait();
+                    let name = format!("shared{i}");
+                    out.push((name.clone(), create(&s, ROOT_INO, name.as_bytes()).map_err(|e| (e.kind(), e.to_string()))));
+                    let own = format!("own{m}-{t}-{i}");
+                    out.push((own.clone(), create(&s, ROOT_INO, own.as_bytes()).map_err(|e| (e.kind(), e.to_string()))));
+                }
+                out
+            }));
+        }
+    }
+    let mut won: std::collections::HashMap<String, Ino> = Default::default();
+    for t in threads {
+        for (name, r) in t.join().unwrap() {
+            match r {
+                Ok(ino) => assert!(won.insert(name.clone(), ino).is_none(), "{name} was created twice"),
+                Err((kind, msg)) => {
+                    assert_eq!(kind, ErrorKind::Exists, "{name}: {msg}");
+                    assert!(name.starts_with("shared"), "{name}, tried once, failed: {msg}");
+                }
+            }
+        }
+    }
+    let s = &stores[0];
+    let listed = s.read_with(|r| r.list_dir(ROOT_INO)).unwrap();
+    assert_eq!(listed.len(), SHARED + 6 * SHARED, "names in the directory");
+    for (name, ino, _) in &listed {
+        assert_eq!(won.get(std::str::from_utf8(name).unwrap()), Some(ino), "{} names the winner's inode", String::from_utf8_lossy(name));
+    }
+    assert_eq!(s.read_with(|r| r.count_inodes()).unwrap() as usize, 1 + listed.len(), "a loser's inode stayed");
+    eprintln!("names: {} retries", stores[0].retries() + stores[1].retries());
+}
+
+/// Two stores, two threads each, save pages referencing one chunk at once:
+/// the count ends equal to the number of commits, and the chunk's pack has
+/// no dead bytes left.
+fn reference_counts_from_two_machines(pg: &PgServer) {
+    let url = fresh(pg, "refs");
+    let stores = [open(&url, "refs"), open(&url, "refs")];
+    let x = stores[0].alloc_chunk_id().unwrap();
+    stores[0]
+        .write_with(|tx| {
+            let p = tx.insert_pack("packs/x", 100, 1, 100)?;
+            tx.insert_chunk(&ChunkRow { id: x, hash: [7; 32], pack: p, offset: 0, stored_len: 100, raw_len: 100, flags: 0, refs: 0 })
+        })
+        .unwrap();
+    const EACH: i64 = 50;
+    let mut threads = Vec::new();
+    for (m, s) in stores.iter().enumerate() {
+        for t in 0..2u64 {
+            let s = s.clone();
+            let ino = 1000 + 10 * m as u64 + t;
+            threads.push(std::thread::spawn(move || {
+                for k in 0..EACH {
+                    s.write_with(|tx| tx.save_pages(ino, &PageEdits { upserts: vec![test_page(k, &[x])], ..Default::default() })).unwrap();
+                }
+            }));
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (refs, dead) = stores[1].read_with(|r| -> Result<_> { Ok((r.chunk_by_id(x)?.unwrap().refs, r.pack_bytes()?.1)) }).unwrap();
+    assert_eq!(refs, 4 * EACH, "reference count after {} commits", 4 * EACH);
+    assert_eq!(dead, 0, "dead bytes of a referenced chunk's pack");
+    assert_eq!(stores[1].read_with(|r| r.all_pages()).unwrap().len() as i64, 4 * EACH);
+    let retries = stores[0].retries() + stores[1].retries();
+    eprintln!("reference counts: {retries} retries");
+    assert!(retries > 0, "four writers of one chunk's count never conflicted: the test did not test");
+}
+
+/// The server goes away for ~3 s: a write issued meanwhile succeeds once
+/// it is back (within the deadline); with a 1 s deadline, a write during an
+/// outage fails with the I/O kind, naming the PostgreSQL error.
+#[test]
+fn postgres_outage() {
+    let mut pg = server();
+    let url = fresh(&pg, "outage");
+    let s = open(&url, "outage");
+    let short = Arc::new(PgMeta::open_with(&url, "outage", codec(), PgOptions { timeout: Duration::from_secs(1) }).unwrap());
+    create(&s, ROOT_INO, b"before").unwrap();
+    create(&short, ROOT_INO, b"before-short").unwrap();
+    pg.stop().unwrap();
+    let w = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            (create(&s, ROOT_INO, b"during"), t.elapsed())
+        })
+    };
+    let t = Instant::now();
+    let e = create(&short, ROOT_INO, b"during-short").expect_err("a write with the server down succeeded");
+    let took = t.elapsed();
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(e.to_string().contains("PostgreSQL") && e.to_string().contains("last error: error connecting"), "the error names the last PostgreSQL error: {e}");
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "gave up after {took:?} with a 1 s deadline");
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(took));
+    pg.start_again().unwrap();
+    let (r, took) = w.join().unwrap();
+    let ino = r.unwrap_or_else(|e| panic!("a write during a 3 s outage failed: {e}"));
+    assert!(took >= Duration::from_secs(2), "the write returned before the server was back ({took:?})");
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"during")).unwrap().map(|x| x.0), Some(ino));
+    assert_eq!(short.read_with(|r| r.lookup(ROOT_INO, b"during-short")).unwrap(), None, "the failed write left its entry");
+    // Reads reconnect too.
+    assert!(short.read_with(|r| r.lookup(ROOT_INO, b"before")).unwrap().is_some());
+}
+
+/// A COMMIT whose reply is lost with its connection is not run again when
+/// it did commit: a create answers Ok (not Exists), a flush counts its
+/// references once.
+fn a_lost_commit_reply_is_not_a_second_commit(pg: &PgServer) {
+    let url = fresh(pg, "lost");
+    let s = open(&url, "lost");
+    s.lose_next_commit_reply();
+    let ino = create(&s, ROOT_INO, b"once").unwrap_or_else(|e| panic!("a create whose COMMIT reply was lost: {e}"));
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"once")).unwrap().map(|x| x.0), Some(ino));
+    let x = s.alloc_chunk_id().unwrap();
+    s.write_with(|tx| {
+        let p = tx.insert_pack("packs/lost", 100, 1, 100)?;
+        tx.insert_chunk(&ChunkRow { id: x, hash: [3; 32], pack: p, offset: 0, stored_len: 100, raw_len: 100, flags: 0, refs: 0 })
+    })
+    .unwrap();
+    s.lose_next_commit_reply();
+    s.write_with(|tx| tx.save_pages(ino, &PageEdits { upserts: vec![test_page(0, &[x])], ..Default::default() })).unwrap();
+    assert_eq!(s.read_with(|r| r.chunk_by_id(x)).unwrap().unwrap().refs, 1, "a flush whose COMMIT reply was lost was counted twice");
+    assert_eq!(s.read_with(|r| r.all_pages()).unwrap().len(), 1);
+}
+
+/// The store refuses everything after `abandon`.
+fn abandon_refuses_later_calls(pg: &PgServer) {
+    let url = fresh(pg, "gone");
+    let s = open(&url, "gone");
+    create(&s, ROOT_INO, b"a").unwrap();
+    s.abandon();
+    assert!(create(&s, ROOT_INO, b"b").is_err());
+    assert!(s.read_with(|r| r.lookup(ROOT_INO, b"a")).is_err());
+    let s2 = open(&url, "gone");
+    assert!(s2.read_with(|r| r.lookup(ROOT_INO, b"a")).unwrap().is_some());
+    assert!(s2.read_with(|r| r.lookup(ROOT_INO, b"b")).unwrap().is_none());
+}
