@@ -69,49 +69,8 @@ impl Subsystem {
     }
 }
 
-/// A request as a store bills it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RequestKind {
-    /// GET of an object or a range of it (bytes: downloaded).
-    Get,
-    /// HEAD (an object's size).
-    Head,
-    /// PUT of an object or of one part of a multipart upload (bytes: uploaded).
-    Put,
-    /// POST: starting and completing a multipart upload.
-    Post,
-    /// One page of a listing (up to 1,000 keys).
-    List,
-    /// DELETE of an object, or abort of a multipart upload.
-    Delete,
-}
-
-impl RequestKind {
-    /// Every kind, in order.
-    pub const ALL: [RequestKind; 6] = [RequestKind::Get, RequestKind::Head, RequestKind::Put, RequestKind::Post, RequestKind::List, RequestKind::Delete];
-
-    /// The HTTP name (`GET`, `HEAD`, `PUT`, `POST`, `LIST`, `DELETE`).
-    pub fn name(self) -> &'static str {
-        match self {
-            RequestKind::Get => "GET",
-            RequestKind::Head => "HEAD",
-            RequestKind::Put => "PUT",
-            RequestKind::Post => "POST",
-            RequestKind::List => "LIST",
-            RequestKind::Delete => "DELETE",
-        }
-    }
-
-    /// The kind of a name from [`RequestKind::name`].
-    pub fn from_name(s: &str) -> Option<RequestKind> {
-        Self::ALL.into_iter().find(|x| x.name() == s)
-    }
-
-    /// Whether its bytes go up (to the store) rather than down.
-    pub fn uploads(self) -> bool {
-        matches!(self, RequestKind::Put | RequestKind::Post)
-    }
-}
+/// A request as a store bills it (defined with the prices, in `cairn-model`).
+pub use cairn_model::prices::RequestKind;
 
 /// Requests and payload bytes of one (subsystem, kind).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

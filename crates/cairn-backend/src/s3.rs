@@ -24,23 +24,17 @@ use object_store::{ClientOptions, MultipartUpload, ObjectStore, ObjectStoreExt, 
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Objects at least this large go up in parts.
-const MULTIPART_MIN: usize = 16 << 20;
+/// Objects at least this large go up in parts (the request model's
+/// threshold, which the bill and the simulator count by).
+const MULTIPART_MIN: usize = cairn_model::prices::MULTIPART_MIN as usize;
 /// The size of each part.
-const PART_SIZE: usize = 8 << 20;
+const PART_SIZE: usize = cairn_model::prices::PART_SIZE as usize;
 /// Parts uploading at once.
 const PARTS_IN_FLIGHT: usize = 4;
 
-/// The requests a successful put of `len` bytes sends, as (PUT, POST): one
-/// PUT below the multipart threshold, else a POST to create the upload, a
-/// PUT per part and a POST to complete it (what a simulated bill counts).
-pub fn put_requests(len: u64) -> (u64, u64) {
-    if len < MULTIPART_MIN as u64 {
-        (1, 0)
-    } else {
-        (len.div_ceil(PART_SIZE as u64), 2)
-    }
-}
+/// The requests a successful put of `len` bytes sends, as (PUT, POST)
+/// (defined with the prices, in `cairn-model`).
+pub use cairn_model::prices::put_requests;
 
 /// Where an S3 volume lives.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -42,6 +42,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The price list lives in `cairn-model`, shared with the simulator.
+pub use cairn_model::prices::{PriceError, Prices, RequestPrices, GB, MONTH_SECS};
+
 /// The subsystem name of stored bytes in the bill.
 pub const STORAGE: &str = "storage";
 /// An idle mount saves its bill (and so ships a metadata version) at most
@@ -268,10 +271,6 @@ pub fn fold_bills(remote: &dyn Backend, except: Option<&str>) -> Result<usize> {
 }
 
 const SECS_PER_DAY: i64 = 86_400;
-/// A gigabyte as S3 bills it (2^30 bytes).
-pub const GB: f64 = (1u64 << 30) as f64;
-/// A billing month: 730 hours (365 days / 12).
-pub const MONTH_SECS: f64 = 730.0 * 3600.0;
 
 /// Seconds since the epoch.
 pub fn now_secs() -> i64 {
@@ -389,123 +388,6 @@ pub fn save_unsaved(dir: &Path, remote: &dyn Backend) -> Result<()> {
         m.add(&counts);
     }
     r
-}
-
-/// Prices per 1,000 requests of each kind.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestPrices {
-    #[serde(rename = "GET")]
-    pub get: f64,
-    #[serde(rename = "HEAD")]
-    pub head: f64,
-    #[serde(rename = "PUT")]
-    pub put: f64,
-    #[serde(rename = "POST")]
-    pub post: f64,
-    #[serde(rename = "LIST")]
-    pub list: f64,
-    #[serde(rename = "DELETE")]
-    pub delete: f64,
-}
-
-impl RequestPrices {
-    /// The price of 1,000 requests of `k`.
-    pub fn of(&self, k: RequestKind) -> f64 {
-        match k {
-            RequestKind::Get => self.get,
-            RequestKind::Head => self.head,
-            RequestKind::Put => self.put,
-            RequestKind::Post => self.post,
-            RequestKind::List => self.list,
-            RequestKind::Delete => self.delete,
-        }
-    }
-}
-
-/// A price table (US dollars). GB = 2^30 bytes; a month = 730 hours.
-///
-/// As TOML (`cairn cost --prices FILE`):
-/// ```toml
-/// name = "my store"            # optional
-/// storage_per_gb_month = 0.023
-/// transfer_up_per_gb = 0.0
-/// transfer_down_per_gb = 0.09
-/// [per_1000_requests]
-/// GET = 0.0004
-/// HEAD = 0.0004
-/// PUT = 0.005
-/// POST = 0.005
-/// LIST = 0.005
-/// DELETE = 0.0
-/// ```
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Prices {
-    #[serde(default)]
-    pub name: String,
-    pub storage_per_gb_month: f64,
-    pub transfer_up_per_gb: f64,
-    pub transfer_down_per_gb: f64,
-    pub per_1000_requests: RequestPrices,
-}
-
-impl Prices {
-    /// AWS S3 Standard, us-east-1, list prices (first tiers): storage
-    /// $0.023/GB-month; PUT, COPY, POST, LIST $0.005 per 1,000; GET, SELECT
-    /// and the rest (HEAD) $0.0004 per 1,000; DELETE free; transfer in free,
-    /// out to the internet $0.09/GB.
-    pub fn aws() -> Prices {
-        Prices {
-            name: "aws (S3 Standard, us-east-1)".into(),
-            storage_per_gb_month: 0.023,
-            transfer_up_per_gb: 0.0,
-            transfer_down_per_gb: 0.09,
-            per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0 },
-        }
-    }
-
-    /// Seed 004 (Coral), table 1, the Amazon column: storage $0.095/GB-month,
-    /// transfer up free and down $0.12/GB, "up" requests $5e-6 each (PUT,
-    /// POST, LIST, as S3 priced them then), "down" requests $4e-7 (GET,
-    /// HEAD), DELETE free.
-    pub fn coral() -> Prices {
-        Prices {
-            name: "coral (seed 004, table 1, Amazon)".into(),
-            storage_per_gb_month: 0.095,
-            transfer_up_per_gb: 0.0,
-            transfer_down_per_gb: 0.12,
-            // $4e-7 and $5e-6 a request.
-            per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0 },
-        }
-    }
-
-    /// A table from TOML (see the type's docs).
-    pub fn from_toml(text: &str) -> Result<Prices> {
-        let p: Prices = toml::from_str(text).map_err(|e| Error::invalid(format!("price table: {e}")))?;
-        let r = &p.per_1000_requests;
-        let all = [p.storage_per_gb_month, p.transfer_up_per_gb, p.transfer_down_per_gb, r.get, r.head, r.put, r.post, r.list, r.delete];
-        if all.iter().any(|x| !x.is_finite() || *x < 0.0) {
-            return Err(Error::invalid("price table: prices must be finite and not negative"));
-        }
-        Ok(p)
-    }
-
-    /// `aws`, `coral`, or a TOML file.
-    pub fn load(what: &str) -> Result<Prices> {
-        match what {
-            "aws" => Ok(Prices::aws()),
-            "coral" => Ok(Prices::coral()),
-            path => {
-                let text = std::fs::read_to_string(path).map_err(|e| Error::os(format_args!("reading price table {path}"), &e))?;
-                let mut p = Prices::from_toml(&text).map_err(|e| e.context(path))?;
-                if p.name.is_empty() {
-                    p.name = path.to_string();
-                }
-                Ok(p)
-            }
-        }
-    }
 }
 
 /// One line of a bill.
@@ -680,7 +562,7 @@ mod tests {
     }
 
     #[test]
-    fn price_tables_from_toml() {
+    fn a_price_table_from_toml_prices_a_bill() {
         let t = r#"
             name = "half"
             storage_per_gb_month = 0.0115
@@ -699,19 +581,7 @@ mod tests {
         assert_eq!(p.per_1000_requests.of(RequestKind::Put), 0.0025);
         let b = price(&[row("write", "PUT", 1000, 1 << 30)], &p, None);
         assert!(close(b.total, 0.0025 + 0.01));
-        // The built-in tables round-trip through the same format.
-        for builtin in [Prices::aws(), Prices::coral()] {
-            assert_eq!(Prices::from_toml(&toml::to_string(&builtin).unwrap()).unwrap(), builtin);
-        }
-        // Typos and missing or negative prices are refused.
-        assert!(Prices::from_toml(&t.replace("GET =", "GETS =")).is_err());
-        assert!(Prices::from_toml(&t.replace("DELETE = 0", "")).is_err());
-        assert!(Prices::from_toml(&t.replace("PUT = 0.0025", "PUT = -1")).is_err());
-        assert_eq!(Prices::load("coral").unwrap(), Prices::coral());
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("p.toml");
-        std::fs::write(&f, t.replace("name = \"half\"", "")).unwrap();
-        assert_eq!(Prices::load(f.to_str().unwrap()).unwrap().name, f.to_str().unwrap());
+        // Parsing, the presets and files: cairn_model::prices's tests.
     }
 
     #[test]

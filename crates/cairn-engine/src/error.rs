@@ -99,6 +99,17 @@ impl From<Error> for cairn_meta::Error {
     }
 }
 
+/// A price table that is not one is invalid; one that cannot be read is
+/// the OS error's.
+impl From<cairn_model::prices::PriceError> for Error {
+    fn from(e: cairn_model::prices::PriceError) -> Self {
+        match &e {
+            cairn_model::prices::PriceError::Invalid(_) => Error::invalid(e.to_string()),
+            cairn_model::prices::PriceError::Read { error, .. } => Error::new(os_kind(error), e.to_string()),
+        }
+    }
+}
+
 /// The kind of an OS error a caller can act on: a full disk is ENOSPC.
 fn os_kind(e: &std::io::Error) -> ErrorKind {
     match e.raw_os_error() {

@@ -38,9 +38,14 @@ pub mod mirror;
 mod open;
 pub mod pack;
 pub mod tape;
-pub mod trace;
+/// Access traces (docs/trace.md): the format lives in `cairn-model`,
+/// shared with the simulator.
+pub use cairn_model::trace;
 mod types;
 mod volume;
+
+// A trace's ranges end within the largest file.
+const _: () = assert!(trace::MAX_END == extent::MAX_FILE_SPAN);
 
 pub use config::{ChunkerParams, InitOptions, InjectedBackend, VolumeConfig};
 pub use crypto::KdfParams;

@@ -5,8 +5,8 @@
 
 use crate::layout::Unit;
 use crate::model::Io;
-use cairn_engine::cache::kd::{IoWindows, KdPolicy, Metric};
-use cairn_engine::cache::{CachePolicy, Lru};
+use cairn_model::cache::kd::{IoWindows, KdPolicy, Metric};
+use cairn_model::cache::{CachePolicy, Lru};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::ops::Range;

@@ -18,7 +18,7 @@ use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
 /// The default cache unit of the `cairn` layout: the live disk cache's block.
-pub const PACK_BLOCK: u64 = cairn_engine::cache::disk::DEFAULT_BLOCK;
+pub const PACK_BLOCK: u64 = cairn_model::cache::DEFAULT_BLOCK;
 /// The cache unit of the `bluesky` layout.
 pub const LOG_BLOCK: u64 = 32 << 10;
 
@@ -242,7 +242,7 @@ impl Layout {
 
     /// A PUT of `size` bytes at `time`, stored until the end.
     fn upload(&mut self, size: u64, time: u64) {
-        let (puts, posts) = cairn_backend::put_requests(size);
+        let (puts, posts) = cairn_model::prices::put_requests(size);
         self.up.puts += puts;
         self.up.posts += posts;
         self.up.bytes_up += size;

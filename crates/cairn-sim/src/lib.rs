@@ -24,8 +24,8 @@ pub use live::{replay_live, LiveReport};
 pub use survey::Summary;
 
 use cache::{Batch, Op, Policy, SimCache};
-use cairn_engine::cost::{Prices, GB, MONTH_SECS};
-use cairn_engine::trace::{TraceError, TraceReader};
+use cairn_model::prices::{Prices, GB, MONTH_SECS};
+use cairn_model::trace::{TraceError, TraceReader};
 use layout::{Layout, Unit};
 use model::{Io, Model, Step};
 use rayon::prelude::*;

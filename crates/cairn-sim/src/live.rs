@@ -8,7 +8,7 @@
 use crate::cache::Policy;
 use crate::model::Io;
 use crate::SimError;
-use cairn_engine::trace::{CacheEvent, Event, TraceReader};
+use cairn_model::trace::{CacheEvent, Event, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -246,7 +246,7 @@ pub fn replay_live(path: &Path, policy: &str, capacity: Option<u64>) -> Result<L
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_engine::trace::TraceWriter;
+    use cairn_model::trace::TraceWriter;
 
     fn cache(event: CacheEvent, pack: u64, offset: u64, len: u64) -> Event {
         Event::Cache { event, pack, offset, len, group: 1 }

@@ -4,7 +4,7 @@
 //! landed), and where each chunk is stored. Each record yields a [`Step`]:
 //! what a read needs, what a write stored.
 
-use cairn_engine::trace::Event;
+use cairn_model::trace::Event;
 use std::collections::{BTreeMap, HashMap};
 
 /// BlueSky seals its log into objects of this size.

@@ -6,7 +6,7 @@
 use crate::layout::{Layout, LayoutKind, Packs};
 use crate::model::{Io, Model, Step};
 use crate::SimError;
-use cairn_engine::trace::{CacheEvent, Event, TraceReader};
+use cairn_model::trace::{CacheEvent, Event, TraceReader};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! `simulate` on hand-made traces whose every figure is worked out by hand.
 
-use cairn_engine::cost::Prices;
-use cairn_engine::trace::{Event, Record, HEADER_LEN, MAGIC, RECORD_LEN, VERSION};
+use cairn_model::prices::Prices;
+use cairn_model::trace::{Event, Record, HEADER_LEN, MAGIC, RECORD_LEN, VERSION};
 use cairn_sim::{simulate, LayoutKind, Options, Row};
 use std::path::Path;
 
@@ -86,7 +86,7 @@ fn three_layouts_by_hand() {
     assert_eq!((blue.puts, blue.posts, blue.bytes_up), (2, 0, 7 * MB));
 
     // Storage over the 5 s: the pack from 2 s, object 0 from 1 s.
-    let gb_months = |byte_secs: f64| byte_secs / cairn_engine::cost::GB / cairn_engine::cost::MONTH_SECS;
+    let gb_months = |byte_secs: f64| byte_secs / cairn_model::prices::GB / cairn_model::prices::MONTH_SECS;
     assert!((cairn.storage_gb_months - gb_months((7 * MB + 100) as f64 * 3.0)).abs() < 1e-15);
     assert!((blue.storage_gb_months - gb_months((4 * MB) as f64 * 4.0)).abs() < 1e-15);
     // Requests at AWS's prices: a GET and a PUT.

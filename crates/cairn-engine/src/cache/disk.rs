@@ -53,14 +53,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-/// The default fetch granularity. Small: at AWS prices a MiB downloaded
-/// costs what 220 GETs do, so a miss should bring little beyond what was
-/// asked; sequential readers still get large reads, since read-ahead asks
-/// for runs of adjacent chunks at once (`Volume::prefetch`). Simulated on
-/// recorded traces (docs/frugal.md §3): an untar and a read of every file
-/// cost least with 64 KiB blocks (4 MiB blocks: 240x more), a
-/// webserver-like random read of whole files half of what 256 KiB cost.
-pub const DEFAULT_BLOCK: u64 = 64 << 10;
+/// The default fetch granularity (why this size: its definition).
+pub use cairn_model::cache::DEFAULT_BLOCK;
 
 /// The names this cache handles; everything else passes through.
 const PACKS: &str = "packs/";

@@ -5,8 +5,8 @@
 //! [`CachePolicy`]'s decision (LRU by default).
 
 pub mod disk;
-pub mod kd;
-pub mod policy;
+// The policies live in `cairn-model`, shared with the simulator.
+pub use cairn_model::cache::{kd, policy};
 
 pub use disk::{CacheStats, CachedBackend, DiskCacheOptions, Durability};
 pub use kd::{IoWindows, KdPolicy};

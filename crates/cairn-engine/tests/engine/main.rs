@@ -16,3 +16,4 @@ mod cleaner;
 mod sequential;
 mod tape;
 mod inspect;
+mod sim_live;

@@ -1,7 +1,7 @@
 //! Access traces (docs/trace.md) recorded by a cloud volume: every file
 //! request, where each flush put the bytes, and every pack read of the
 //! cache, counted as the cache counts them. (The replay of such a trace is
-//! tested in crates/cairn-sim/tests/live.rs.)
+//! tested in sim_live.rs.)
 
 use crate::cloud::{init_in, opts};
 use crate::common::*;

@@ -35,8 +35,9 @@ const PACK: u8 = 7;
 const CACHE: u8 = 8;
 
 /// Every range and size ends within this: the largest file, 2^63 - 1
-/// bytes (objects are smaller).
-pub const MAX_END: u64 = crate::extent::MAX_FILE_SPAN;
+/// bytes (objects are smaller; the engine checks that this is its
+/// `extent::MAX_FILE_SPAN`).
+pub const MAX_END: u64 = i64::MAX as u64;
 
 /// Every range (and an object's size) is at most this long, which bounds a
 /// replay's work per record: reads and writes are at most 4 GiB, extents

@@ -2,7 +2,8 @@
 //! bucket, with a small pack cache and tracing on, writes files and reads
 //! them back in a skewed random order (so the cache misses and evicts);
 //! the replay of its trace at the same capacity must find the hit ratio
-//! the cache itself counted.
+//! the cache itself counted. (Here, not in cairn-sim, so that the
+//! simulator's own tests build without the engine.)
 
 use cairn_backend::Backend;
 use cairn_engine::cloud::{self, CloudOptions};
