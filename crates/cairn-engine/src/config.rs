@@ -4,7 +4,8 @@
 //! DIR/                    the volume's local home (what `cairn init DIR` made)
 //!   volume.json           local settings: where the backend is
 //!   lock                  flock'd by the process that has the volume open
-//!   meta.sqlite           metadata (SQLite, WAL)
+//!   meta.sqlite           metadata (SQLite, WAL; absent when the config
+//!                         says `"meta": "postgres"`)
 //!   journal/              write-back journal shards (see journal.rs)
 //!   store/                the default local backend:
 //!     config              the config object (JSON, below)
@@ -80,6 +81,28 @@ pub struct VolumeConfig {
     pub pack_target: u64,
     /// The master secret, wrapped (encrypted volumes) or plain hex.
     pub key: KeySlot,
+    /// Where the metadata lives (absent: SQLite, as every volume before
+    /// it). Never a host or a password: the URL is given at each open.
+    #[serde(default, skip_serializing_if = "MetaKind::is_sqlite")]
+    pub meta: MetaKind,
+}
+
+/// The metadata store a volume keeps its metadata in.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MetaKind {
+    /// `DIR/meta.sqlite`.
+    #[default]
+    Sqlite,
+    /// Schema `cairn_<volume id>` in a PostgreSQL database named by the
+    /// opener (`meta_url`).
+    Postgres,
+}
+
+impl MetaKind {
+    pub fn is_sqlite(&self) -> bool {
+        *self == MetaKind::Sqlite
+    }
 }
 
 /// How blobs are compressed.
@@ -155,6 +178,11 @@ pub struct InitOptions {
     /// Keep the volume's packs and config here instead of `DIR/store` (tests
     /// and embedders; every later open must be given the same backend).
     pub backend: Option<InjectedBackend>,
+    /// Keep the metadata in PostgreSQL, in schema `cairn_<volume id>` of
+    /// the database this URL names (`postgres://USER@HOST:PORT/DB`; the
+    /// password comes from PGPASSWORD or ~/.pgpass), instead of
+    /// `DIR/meta.sqlite`.
+    pub meta_url: Option<String>,
 }
 
 /// A backend handed to `init` or `Volume::load` by the program instead of
@@ -235,6 +263,7 @@ impl VolumeConfig {
             encryption,
             pack_target: opts.pack_target.unwrap_or(32 << 20),
             key,
+            meta: if opts.meta_url.is_some() { MetaKind::Postgres } else { MetaKind::Sqlite },
         };
         Ok((cfg, master))
     }

@@ -47,7 +47,7 @@ mod volume;
 // A trace's ranges end within the largest file.
 const _: () = assert!(trace::MAX_END == extent::MAX_FILE_SPAN);
 
-pub use config::{ChunkerParams, InitOptions, InjectedBackend, VolumeConfig};
+pub use config::{ChunkerParams, InitOptions, InjectedBackend, MetaKind, VolumeConfig};
 pub use crypto::KdfParams;
 pub use error::{Error, ErrorKind, Result};
 pub use types::*;

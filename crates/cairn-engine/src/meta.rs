@@ -52,6 +52,19 @@ impl Meta {
         Ok(Meta::from_store(Arc::new(s)))
     }
 
+    /// Creates the PostgreSQL schema of volume `id` (`cairn_<id>`) with the
+    /// root directory, in the database `url` names.
+    pub fn create_pg(url: &str, id: &str, root: Caller0) -> Result<()> {
+        Ok(cairn_meta::postgres::PgMeta::create(url, id, root)?)
+    }
+
+    /// Opens the PostgreSQL schema of volume `id`. Such a store ships no
+    /// metadata versions: PostgreSQL is the metadata's home.
+    pub fn open_pg(url: &str, id: &str) -> Result<Self> {
+        let s = cairn_meta::postgres::PgMeta::open(url, id, Arc::new(ExtentCodec))?;
+        Ok(Meta::from_store(Arc::new(s)))
+    }
+
     /// A volume's metadata in any store.
     pub fn from_store(store: Arc<dyn MetaStore>) -> Self {
         Meta { store }

@@ -9,7 +9,7 @@
 
 use crate::background::Background;
 use crate::cloud::{lease, Cloud};
-use crate::config::{is_remote_url, is_tape_url, take_lock, with_retries, write_settings, InitOptions, Layout, LocalSettings, VolumeConfig, CONFIG_OBJECT, FORMAT_VERSION};
+use crate::config::{is_remote_url, is_tape_url, take_lock, with_retries, write_settings, InitOptions, Layout, LocalSettings, MetaKind, VolumeConfig, CONFIG_OBJECT, FORMAT_VERSION};
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::{explain, open_backend, open_remote, open_remote_with};
@@ -30,6 +30,13 @@ impl Volume {
     pub fn load(dir: &Path, mut opts: OpenOptions) -> Result<Arc<Volume>> {
         mirror::choose(dir, &opts.mirror)?;
         let (layout, settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
+        crate::volume::check_meta_url(&layout, &cfg, opts.meta_url.as_deref())?;
+        if cfg.meta == MetaKind::Postgres && is_remote_url(&settings.backend) {
+            return Err(Error::config(format!(
+                "the config of {} says its metadata is in PostgreSQL, which only a volume in a local directory supports so far",
+                settings.backend
+            )));
+        }
         let lock = take_lock(&layout, !opts.read_only)?;
         if !opts.read_only {
             // The last close's failure was for the unmount that followed it.
@@ -156,7 +163,7 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
     };
     backend.put(CONFIG_OBJECT, &cfg.to_bytes())?;
     let settings = LocalSettings { format: "cairn-local".into(), version: FORMAT_VERSION, backend: location, endpoint: None, region: None, mirror: None, volume_id: None };
-    create_local_state(&layout)?;
+    create_local_state(&layout, &cfg, opts.meta_url.as_deref())?;
     write_settings(&layout, &settings)?;
     Ok(cfg)
 }
@@ -166,6 +173,14 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
 /// metadata version go to the bucket, so any machine can mount it from
 /// there with the passphrase.
 pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str>, opts: &InitOptions) -> Result<VolumeConfig> {
+    if opts.meta_url.is_some() {
+        // A bucket or tape volume ships its metadata as versions to its
+        // home; with PostgreSQL as the metadata's home that shipping (and
+        // the mount from the bucket alone) must change first.
+        return Err(Error::invalid(format!(
+            "a volume in {url} cannot keep its metadata in PostgreSQL yet (only a volume in a local directory can): leave out --meta"
+        )));
+    }
     if dir.exists() {
         let mut rd = fs::read_dir(dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
         if rd.next().is_some() {
@@ -197,7 +212,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     })?;
     crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
     let layout = Layout::new(dir);
-    create_local_state(&layout)?;
+    create_local_state(&layout, &cfg, None)?;
     // Version 1: the empty volume, so a mount from the bucket alone works
     // from the start.
     let keys = Keys::derive(&master, cfg.encryption == crate::config::Encryption::Aes256Gcm);
@@ -231,11 +246,17 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     Ok(cfg)
 }
 
-/// The metadata database and the journal of a new volume directory.
-fn create_local_state(layout: &Layout) -> Result<()> {
+/// The metadata (an SQLite database in the directory, or with `meta_url`
+/// the volume's schema in PostgreSQL) and the journal of a new volume
+/// directory.
+fn create_local_state(layout: &Layout, cfg: &VolumeConfig, meta_url: Option<&str>) -> Result<()> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    Meta::create(&layout.meta_db(), Caller0 { uid, gid, perm: 0o755 })?;
+    let root = Caller0 { uid, gid, perm: 0o755 };
+    match meta_url {
+        Some(url) => Meta::create_pg(url, &cfg.volume_id, root)?,
+        None => Meta::create(&layout.meta_db(), root)?,
+    }
     crate::fsutil::create_private_dir_all(&layout.journal())?;
     Ok(())
 }

@@ -78,6 +78,10 @@ pub struct OpenOptions {
     /// `journal-damaged/` (`cairn fsck --salvage-journal`). Without it a
     /// damaged segment stops the open.
     pub salvage_journal: bool,
+    /// The PostgreSQL database of a volume whose config says its metadata
+    /// lives there (`postgres://USER@HOST:PORT/DB`); must be absent for a
+    /// volume with SQLite metadata.
+    pub meta_url: Option<String>,
 }
 
 impl Default for OpenOptions {
@@ -95,6 +99,7 @@ impl Default for OpenOptions {
             trace: None,
             mirror: Default::default(),
             salvage_journal: false,
+            meta_url: None,
         }
     }
 }
@@ -197,6 +202,32 @@ pub(crate) struct Parts {
 /// (removed by the next read-write open): `cairn umount` reports it.
 pub const CLOSE_ERROR: &str = "close-error";
 
+/// Opens the metadata store the volume's config names: its SQLite
+/// database, or its schema in the PostgreSQL database `opts.meta_url`.
+fn open_meta(layout: &Layout, cfg: &VolumeConfig, opts: &OpenOptions) -> Result<Meta> {
+    check_meta_url(layout, cfg, opts.meta_url.as_deref())?;
+    match (cfg.meta, opts.meta_url.as_deref()) {
+        (crate::config::MetaKind::Postgres, Some(url)) => Meta::open_pg(url, &cfg.volume_id),
+        _ => Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit),
+    }
+}
+
+/// Refuses a PostgreSQL volume opened without a database URL, and a URL
+/// given for a volume whose metadata is in SQLite.
+pub(crate) fn check_meta_url(layout: &Layout, cfg: &VolumeConfig, url: Option<&str>) -> Result<()> {
+    match (cfg.meta, url) {
+        (crate::config::MetaKind::Postgres, None) => Err(Error::config(format!(
+            "this volume keeps its metadata in PostgreSQL (schema cairn_{}): add --meta postgres://USER@HOST/DB",
+            cfg.volume_id
+        ))),
+        (crate::config::MetaKind::Sqlite, Some(_)) => Err(Error::config(format!(
+            "this volume keeps its metadata in SQLite ({}), not in PostgreSQL: leave out --meta",
+            layout.meta_db().display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl Volume {
     /// Builds an open volume from its parts (`crate::open` opened the
     /// directory, its store and its cloud parts): opens the metadata and
@@ -204,7 +235,7 @@ impl Volume {
     /// threads are started by the caller.
     pub(crate) fn assemble(p: Parts, opts: OpenOptions) -> Result<Arc<Volume>> {
         let Parts { layout, cfg, keys, vid, backend, cloud, trace, io, lock } = p;
-        let meta = Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit)?;
+        let meta = open_meta(&layout, &cfg, &opts)?;
         // A volume from before the cleaner's accrual columns gets them.
         let altered = !opts.read_only && meta.write(|tx| Ok(tx.ensure_dead_accrual()?))?;
         if let Some(c) = cloud.as_ref().filter(|_| !opts.read_only) {
