@@ -17,3 +17,4 @@ mod sequential;
 mod tape;
 mod inspect;
 mod sim_live;
+mod postgres;

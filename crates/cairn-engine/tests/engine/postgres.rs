@@ -1,0 +1,187 @@
+//! A volume in a local directory whose metadata lives in PostgreSQL
+//! (issue 26, `docs/shared-volume.md`): the engine on a real, throwaway
+//! PostgreSQL cluster (`cairn_testing::postgres::PgServer`), one per test
+//! process, started on first use and stopped when the process exits.
+//! Without PostgreSQL's binaries these tests fail, saying what to install.
+
+use crate::common::*;
+use cairn_engine::maintenance::{self, NoProgress};
+use cairn_engine::*;
+use cairn_testing::postgres::PgServer;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The server, taken and stopped at exit (statics are never dropped).
+static SERVER: Mutex<Option<PgServer>> = Mutex::new(None);
+
+extern "C" fn stop_server() {
+    if let Ok(mut s) = SERVER.lock() {
+        drop(s.take());
+    }
+}
+
+/// The URL of database `cairn` on the process's server.
+fn url() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let pg = PgServer::start().unwrap_or_else(|e| panic!("starting a PostgreSQL server for the tests: {e}"));
+        pg.create_database("cairn").unwrap();
+        let url = pg.url("cairn");
+        *SERVER.lock().unwrap() = Some(pg);
+        // SAFETY: registers a plain function with no preconditions.
+        unsafe { libc::atexit(stop_server) };
+        url
+    })
+}
+
+fn pg_init(dir: &Path) -> VolumeConfig {
+    init(dir, &InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), meta_url: Some(url().to_string()), ..Default::default() }).unwrap()
+}
+
+fn pg_open(dir: &Path) -> Arc<Volume> {
+    Volume::load(dir, OpenOptions { meta_url: Some(url().to_string()), ..Default::default() }).unwrap()
+}
+
+fn pg_schema_exists(id: &str) -> bool {
+    let s = SERVER.lock().unwrap();
+    let out = s.as_ref().unwrap().psql("cairn", &format!("SELECT count(*) FROM pg_namespace WHERE nspname = 'cairn_{id}'")).unwrap();
+    out == "1"
+}
+
+#[test]
+fn namespace_and_data_live_in_postgres_and_survive_reopen() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = pg_init(d.path());
+    assert_eq!(cfg.meta, MetaKind::Postgres);
+    assert!(pg_schema_exists(&cfg.volume_id), "init made the volume's schema");
+    assert!(!d.path().join("meta.sqlite").exists(), "no SQLite database beside PostgreSQL");
+    let (_, _, _, stored) = read_config(d.path()).unwrap();
+    assert_eq!(stored.meta, MetaKind::Postgres, "the stored config says where the metadata is");
+    let raw = std::fs::read(d.path().join("store/config")).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.contains("\"meta\": \"postgres\"") && !text.contains("127.0.0.1"), "{text}");
+
+    let big = random_bytes(26, 3 << 20);
+    let (f, sub) = {
+        let v = pg_open(d.path());
+        let sub = v.mkdir(ROOT_INO, b"sub", 0o750, root()).unwrap();
+        let f = mkfile(&v, sub.ino, "big", &big);
+        mkfile(&v, ROOT_INO, "doomed", b"bye");
+        v.unlink(ROOT_INO, b"doomed").unwrap();
+        mkfile(&v, ROOT_INO, "a", b"A");
+        v.rename(ROOT_INO, b"a", sub.ino, b"b", RenameFlags::default()).unwrap();
+        v.symlink(ROOT_INO, b"link", b"sub/big", root()).unwrap();
+        v.setxattr(f, b"user.colour", b"green", XattrFlags::default()).unwrap();
+        v.setxattr(f, b"user.gone", b"x", XattrFlags::default()).unwrap();
+        v.removexattr(f, b"user.gone").unwrap();
+        assert_eq!(read_all(&v, f), big);
+        v.close().unwrap();
+        (f, sub.ino)
+    };
+    let v = pg_open(d.path());
+    assert_eq!(read_all(&v, f), big, "3 MiB byte-exact after a reopen");
+    assert_eq!(v.resolve(b"sub/big").unwrap(), f);
+    assert_eq!(v.getattr(sub).unwrap().perm, 0o750);
+    let b = v.resolve(b"sub/b").unwrap();
+    assert_eq!(read_all(&v, b), b"A");
+    assert_eq!(v.lookup(ROOT_INO, b"a").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(v.lookup(ROOT_INO, b"doomed").unwrap_err().errno(), libc::ENOENT);
+    let link = v.lookup(ROOT_INO, b"link").unwrap();
+    assert_eq!(link.kind, FileKind::Symlink);
+    assert_eq!(v.readlink(link.ino).unwrap(), b"sub/big");
+    assert_eq!(v.getxattr(f, b"user.colour").unwrap(), b"green");
+    assert_eq!(v.listxattr(f).unwrap(), vec![b"user.colour".to_vec()]);
+    let mut names: Vec<Vec<u8>> = v.readdir(ROOT_INO).unwrap().into_iter().map(|e| e.name).filter(|n| n != b"." && n != b"..").collect();
+    names.sort();
+    assert_eq!(names, vec![b"link".to_vec(), b"sub".to_vec()]);
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty() && rep.warnings.is_empty(), "{rep:?}");
+    assert!(rep.inodes >= 4 && rep.chunks > 0, "{rep:?}");
+}
+
+#[test]
+fn clone_snapshot_and_gc_with_postgres_metadata() {
+    let d = tempfile::tempdir().unwrap();
+    pg_init(d.path());
+    let v = pg_open(d.path());
+    let data = random_bytes(27, 3 << 20);
+    let top = v.mkdir(ROOT_INO, b"top", 0o755, root()).unwrap();
+    mkfile(&v, top.ino, "f", &data);
+    v.sync().unwrap();
+    let before = stored_pack_bytes(d.path());
+    v.clone_tree(top.ino, ROOT_INO, b"copy", CloneOptions { caller: root() }).unwrap();
+    v.sync().unwrap();
+    assert_eq!(stored_pack_bytes(d.path()), before, "a clone shares the chunks");
+    let cf = v.resolve(b"copy/f").unwrap();
+    assert_eq!(read_all(&v, cf), data);
+
+    v.snapshot_create("s").unwrap();
+    let sf = v.resolve(b".snapshots/s/top/f").unwrap();
+    // Only the snapshot and the clone keep the original's chunks now.
+    v.unlink(top.ino, b"f").unwrap();
+    assert_eq!(read_all(&v, sf), data);
+
+    // A file nothing else refers to: deleting it and gc frees its packs.
+    mkfile(&v, ROOT_INO, "gone", &random_bytes(28, 3 << 20));
+    v.sync().unwrap();
+    let full = stored_pack_bytes(d.path());
+    v.unlink(ROOT_INO, b"gone").unwrap();
+    let rep = maintenance::gc(&v, 0.5, &NoProgress).unwrap();
+    assert!(rep.packs_deleted > 0, "{rep:?}");
+    let after = stored_pack_bytes(d.path());
+    assert!(after + (2 << 20) < full, "gc freed the deleted file's packs: {full} -> {after}");
+    assert_eq!(read_all(&v, sf), data);
+    assert_eq!(read_all(&v, cf), data);
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty() && rep.warnings.is_empty(), "{rep:?}");
+    v.close().unwrap();
+    drop(v);
+    let v = pg_open(d.path());
+    assert_eq!(read_all(&v, v.resolve(b".snapshots/s/top/f").unwrap()), data);
+}
+
+#[test]
+fn the_metadata_store_must_match_the_config() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = pg_init(d.path());
+    let e = Volume::load(d.path(), OpenOptions::default()).err().expect("a PostgreSQL volume opened without --meta");
+    assert_eq!(e.kind(), ErrorKind::Config);
+    assert!(e.to_string().contains("this volume keeps its metadata in PostgreSQL") && e.to_string().contains("add --meta postgres://USER@HOST/DB"), "{e}");
+    assert!(!d.path().join("meta.sqlite").exists(), "a refused open made no SQLite database");
+    // Another database of the same server has no such volume.
+    {
+        let s = SERVER.lock().unwrap();
+        s.as_ref().unwrap().create_database("elsewhere").unwrap();
+    }
+    let other = url().replace("/cairn", "/elsewhere");
+    let e = Volume::load(d.path(), OpenOptions { meta_url: Some(other), ..Default::default() }).err().expect("the wrong database");
+    assert!(e.to_string().contains(&format!("no schema cairn_{}", cfg.volume_id)), "{e}");
+
+    // An SQLite volume refuses a URL.
+    let s = tempfile::tempdir().unwrap();
+    init_small(s.path());
+    let (_, _, _, scfg) = read_config(s.path()).unwrap();
+    assert_eq!(scfg.meta, MetaKind::Sqlite);
+    let e = Volume::load(s.path(), OpenOptions { meta_url: Some(url().to_string()), ..Default::default() }).err().expect("an SQLite volume opened with --meta");
+    assert!(e.to_string().contains("keeps its metadata in SQLite") && e.to_string().contains("leave out --meta"), "{e}");
+    assert!(!pg_schema_exists(&scfg.volume_id));
+
+    // A bucket volume refuses PostgreSQL metadata for now, before touching anything.
+    let c = tempfile::tempdir().unwrap();
+    let cdir = c.path().join("cache");
+    let e = init_cloud(&cdir, "s3://nowhere/x", None, None, &InitOptions { meta_url: Some(url().to_string()), ..Default::default() }).unwrap_err();
+    assert!(e.to_string().contains("cannot keep its metadata in PostgreSQL yet"), "{e}");
+    assert!(!cdir.exists());
+}
+
+/// A config from before the field (no `meta`) is an SQLite volume, and an
+/// SQLite volume's config still has no `meta`, so older builds read it.
+#[test]
+fn an_absent_meta_field_means_sqlite() {
+    let (mut c, _) = VolumeConfig::create(&InitOptions::default()).unwrap();
+    let bytes = c.to_bytes();
+    assert!(!String::from_utf8_lossy(&bytes).contains("\"meta\""));
+    assert_eq!(VolumeConfig::parse(&bytes).unwrap().meta, MetaKind::Sqlite);
+    c.meta = MetaKind::Postgres;
+    assert_eq!(VolumeConfig::parse(&c.to_bytes()).unwrap().meta, MetaKind::Postgres);
+}
