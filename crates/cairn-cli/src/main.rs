@@ -777,7 +777,7 @@ fn run(cli: Cli) -> Result<i32> {
                 bail!("--pack-size must be at least 1M");
             }
             let passphrase = if encrypt { Some(passphrase::get(pass.passphrase_file.as_deref(), true)?) } else { None };
-            let io = InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None };
+            let io = InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None, meta_url: None };
             let cfg = if target::is_url(&volume) {
                 let volume = target::canonical(&volume)?;
                 // A blank tape is formatted (an emulated one created) and
