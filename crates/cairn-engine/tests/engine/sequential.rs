@@ -287,7 +287,11 @@ fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
     // The small file closes: the round that flushes it takes what the
     // big one, fed last, has first, so the big file's run goes on.
     v.release(small).unwrap();
-    assert_eq!(v.flush_due().unwrap().files, 2, "the closed file and the file the drive was fed");
+    // This call's round, or the background flusher's (every 500 ms) when
+    // it came first: one round takes both files, never the closed one alone.
+    let files = v.flush_due().unwrap().files;
+    assert!(files == 2 || files == 0, "the closed file and the file the drive was fed, in one round: this round took {files}");
+    assert!(v.status().dirty_files <= 1, "the closed file was flushed (the open one may keep its tail)");
     v.release(big).unwrap();
     v.close().unwrap();
     drop(v);
