@@ -185,3 +185,36 @@ fn an_absent_meta_field_means_sqlite() {
     c.meta = MetaKind::Postgres;
     assert_eq!(VolumeConfig::parse(&c.to_bytes()).unwrap().meta, MetaKind::Postgres);
 }
+
+/// A tampered bucket whose config says "postgres" does not make a mount
+/// look for its metadata elsewhere: a bucket volume keeps its own, so the
+/// open is refused (with or without a URL) and the volume is left as it was.
+#[test]
+fn a_bucket_config_that_claims_postgres_is_refused() {
+    use cairn_backend::Backend;
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("vol");
+    let url = "s3://tampered/vol";
+    let bucket: Arc<dyn Backend> = Arc::new(cairn_testing::MemoryBackend::new());
+    init_cloud(&dir, url, None, None, &InitOptions { backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap();
+    let mut cfg = VolumeConfig::parse(&bucket.get(config::CONFIG_OBJECT).unwrap()).unwrap();
+    cfg.meta = MetaKind::Postgres;
+    bucket.put(config::CONFIG_OBJECT, &cfg.to_bytes()).unwrap();
+    let before = bucket.list("").unwrap().len();
+    for meta_url in [None, Some("postgres://cairn@127.0.0.1:1/cairn".to_string())] {
+        let opts = OpenOptions { backend: Some(InjectedBackend(bucket.clone())), meta_url: meta_url.clone(), ..Default::default() };
+        let e = Volume::load(&dir, opts).err().expect("a bucket volume whose config claims PostgreSQL");
+        let m = e.to_string();
+        assert!(m.contains("PostgreSQL"), "{meta_url:?}: {m}");
+    }
+    assert_eq!(bucket.list("").unwrap().len(), before, "a refused open wrote to the bucket");
+}
+
+/// A metadata kind this build does not know is refused, not taken for SQLite.
+#[test]
+fn an_unknown_meta_kind_is_refused() {
+    let (c, _) = VolumeConfig::create(&InitOptions::default()).unwrap();
+    let text = String::from_utf8(c.to_bytes()).unwrap();
+    let tampered = text.replacen('{', "{\"meta\":\"mysql\",", 1);
+    assert!(VolumeConfig::parse(tampered.as_bytes()).is_err());
+}
