@@ -210,7 +210,13 @@ impl Shared {
 
 impl Drop for SqliteMeta {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
+        // Under the connection's lock: the committer checks `stop` and
+        // starts waiting under it, so a stop set between the two would
+        // wake nobody and the join would wait forever.
+        {
+            let _g = self.shared.conn.lock();
+            self.shared.stop.store(true, Ordering::SeqCst);
+        }
         self.shared.wake.notify_all();
         if let Some(t) = self.committer.take() {
             let _ = t.join();
