@@ -194,7 +194,15 @@ impl Shared {
                 return;
             }
             match g.open_since {
-                None => self.wake.wait(&mut g),
+                None => {
+                    // Tests widen the gap between the check and the wait,
+                    // where a stop set without this lock would be missed.
+                    #[cfg(test)]
+                    if tests::PAUSE_BEFORE_WAIT.load(Ordering::SeqCst) {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    self.wake.wait(&mut g)
+                }
                 Some(t) => {
                     let due = t + self.window;
                     if std::time::Instant::now() >= due {
@@ -1566,6 +1574,51 @@ mod tests {
 
     fn codec() -> Arc<dyn PageCodec> {
         Arc::new(TestCodec)
+    }
+
+    /// Makes the committer pause between its stop check and its wait.
+    pub(super) static PAUSE_BEFORE_WAIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// Dropping a store returns even when the committer is between its
+    /// stop check and its wait. With the stop set outside the committer's
+    /// lock the wake-up was lost there and the join waited forever (a full
+    /// test run hung so); the committer pauses in that gap here, and a
+    /// watchdog turns a hang into a failure.
+    #[test]
+    fn dropping_a_store_never_hangs() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.sqlite");
+        SqliteMeta::create(&path, Caller0 { uid: 0, gid: 0, perm: 0o755 }).unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let watchdog = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while !done.load(Ordering::SeqCst) {
+                    if std::time::Instant::now() > end {
+                        eprintln!("dropping a SqliteMeta hung: the committer missed its stop");
+                        std::process::abort();
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            })
+        };
+        PAUSE_BEFORE_WAIT.store(true, Ordering::SeqCst);
+        for i in 0..20u32 {
+            let m = SqliteMeta::open(&path, true, GROUP_WINDOW, codec()).unwrap();
+            if i % 2 == 1 {
+                m.write_with(|tx| -> Result<()> { tx.set_info("drop_test", i as i64) }).unwrap();
+                m.commit().unwrap();
+            }
+            // Into the gap: the committer checked `stop` and sleeps before
+            // its wait.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            drop(m);
+        }
+        PAUSE_BEFORE_WAIT.store(false, Ordering::SeqCst);
+        done.store(true, Ordering::SeqCst);
+        watchdog.join().unwrap();
     }
 
     /// A database with `n` chunks of 100 stored bytes in two packs; chunk
