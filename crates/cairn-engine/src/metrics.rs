@@ -35,7 +35,7 @@ ops! {
     Lookup => "lookup", Getattr => "getattr", Setattr => "setattr", Readlink => "readlink",
     Mknod => "mknod", Mkdir => "mkdir", Unlink => "unlink", Rmdir => "rmdir", Symlink => "symlink",
     Rename => "rename", Link => "link", Open => "open", Read => "read", Write => "write",
-    Release => "release", Fsync => "fsync", Opendir => "opendir", Readdir => "readdir",
+    Release => "release", Flush => "flush", Fsync => "fsync", Opendir => "opendir", Readdir => "readdir",
     Readdirplus => "readdirplus", Releasedir => "releasedir", Fsyncdir => "fsyncdir", Statfs => "statfs",
     Setxattr => "setxattr", Getxattr => "getxattr", Listxattr => "listxattr", Removexattr => "removexattr",
     Access => "access", Create => "create", Fallocate => "fallocate", Ioctl => "ioctl",

@@ -22,6 +22,10 @@ use std::time::Instant;
 /// Dirty bytes above which `fsync` flushes into packs instead of syncing the journal.
 const FSYNC_FLUSH_BYTES: u64 = 16 << 20;
 
+/// How long a close on a shared volume waits for the flusher's group
+/// round before it flushes its file itself.
+const CLOSE_GROUP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How far from the end of the last read a read may start and still count
 /// as sequential (for read-ahead).
 const READ_AHEAD_SLACK: u64 = 4 << 20;
@@ -327,6 +331,54 @@ impl Volume {
         if let Some(st) = self.files.get(&ino) {
             st.inner.lock().due = true;
         }
+        Ok(())
+    }
+
+    /// What a close must do on a volume other machines open too (its
+    /// metadata is in PostgreSQL): commit the file, so that an `open`
+    /// elsewhere after this returns reads these bytes (close-to-open,
+    /// docs/shared-volume.md §3, §10.3). Files closed meanwhile share the
+    /// round: the flusher takes every closed file at once. Elsewhere a
+    /// close only marks the file due (`flush_file`).
+    pub fn close_commit(&self, ino: Ino) -> Result<()> {
+        let Some(st) = self.files.get(&ino).map(|e| e.value().clone()) else { return Ok(()) };
+        let target = {
+            let mut g = st.inner.lock();
+            g.due = true;
+            g.last_seq
+        };
+        if !self.is_shared() || self.opts.read_only {
+            return Ok(());
+        }
+        let committed = || {
+            let g = st.inner.lock();
+            g.evicted || !g.is_dirty() || (g.flushed_seq >= target && !g.meta_dirty)
+        };
+        if committed() {
+            return Ok(());
+        }
+        // Two rounds after the poke: the first may have chosen its files
+        // before this one was due.
+        let seen = *self.signal.done.lock();
+        self.signal.poke();
+        let deadline = std::time::Instant::now() + CLOSE_GROUP_WAIT;
+        let mut last = seen;
+        while last < seen + 2 && std::time::Instant::now() < deadline {
+            {
+                let mut d = self.signal.done.lock();
+                if *d == last {
+                    self.signal.done_cv.wait_until(&mut d, deadline);
+                }
+                last = *d;
+            }
+            // The file's lock is never taken under the round counter's.
+            if committed() {
+                return Ok(());
+            }
+        }
+        // The background round failed or is slow: flush it here, so the
+        // close reports what went wrong.
+        self.flush_round_of(true, Some(ino))?;
         Ok(())
     }
 

@@ -313,6 +313,12 @@ impl Volume {
         Ok(tx.alloc_ino()?)
     }
 
+    /// Whether other machines may open this volume's files: its metadata
+    /// is in PostgreSQL. A close must then commit the file.
+    pub fn is_shared(&self) -> bool {
+        self.cfg.meta == crate::config::MetaKind::Postgres
+    }
+
     /// Whether this handle refuses changes.
     pub fn is_read_only(&self) -> bool {
         self.opts.read_only

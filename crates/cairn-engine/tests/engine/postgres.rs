@@ -218,3 +218,47 @@ fn an_unknown_meta_kind_is_refused() {
     let tampered = text.replacen('{', "{\"meta\":\"mysql\",", 1);
     assert!(VolumeConfig::parse(tampered.as_bytes()).is_err());
 }
+
+/// Close-to-open (docs/shared-volume.md §3, §10.3): on a volume whose
+/// metadata is in PostgreSQL a close commits the file, so a machine that
+/// vanishes right after the close, with its journal, leaves the bytes in
+/// the store for the others. Elsewhere a close only marks the file due
+/// (its journal replays it).
+#[test]
+fn a_close_commits_the_file_for_other_machines() {
+    let d = tempfile::tempdir().unwrap();
+    pg_init(d.path());
+    let big = random_bytes(31, 700_000);
+    let small = b"closed, so committed".to_vec();
+    let (f, g, h) = {
+        let v = pg_open(d.path());
+        assert!(v.is_shared());
+        let mut files = Vec::new();
+        for (name, data) in [("big", &big[..]), ("small", &small[..])] {
+            let ino = v.create(ROOT_INO, name.as_bytes(), FileKind::File, 0o644, 0, root()).unwrap().ino;
+            v.open(ino).unwrap();
+            v.write(ino, 0, data).unwrap();
+            v.close_commit(ino).unwrap();
+            v.release(ino).unwrap();
+            files.push(ino);
+        }
+        // Still open: written again after a close, then closed again.
+        let h = v.create(ROOT_INO, b"reopened", FileKind::File, 0o644, 0, root()).unwrap().ino;
+        v.open(h).unwrap();
+        v.write(h, 0, b"first").unwrap();
+        v.close_commit(h).unwrap();
+        v.write(h, 5, b" second").unwrap();
+        v.close_commit(h).unwrap();
+        v.simulate_crash();
+        (files[0], files[1], h)
+    };
+    // The machine is gone with its journal; the store and the packs remain.
+    std::fs::remove_dir_all(d.path().join("journal")).unwrap();
+    std::fs::create_dir(d.path().join("journal")).unwrap();
+    let v = pg_open(d.path());
+    assert_eq!(read_all(&v, f), big);
+    assert_eq!(read_all(&v, g), small);
+    assert_eq!(read_all(&v, h), b"first second");
+    assert_eq!(v.getattr(h).unwrap().size, 12);
+    v.close().unwrap();
+}
