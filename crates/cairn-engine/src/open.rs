@@ -31,9 +31,9 @@ impl Volume {
         mirror::choose(dir, &opts.mirror)?;
         let (layout, settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
         crate::volume::check_meta_url(&layout, &cfg, opts.meta_url.as_deref())?;
-        if cfg.meta == MetaKind::Postgres && is_remote_url(&settings.backend) {
+        if cfg.meta == MetaKind::Postgres && is_tape_url(&settings.backend) {
             return Err(Error::config(format!(
-                "the config of {} says its metadata is in PostgreSQL, which only a volume in a local directory supports so far",
+                "the config of {} says its metadata is in PostgreSQL, which a volume on a tape cannot have (its metadata travels with the tape)",
                 settings.backend
             )));
         }
@@ -51,7 +51,9 @@ impl Volume {
             None => None,
         };
         let (backend, cloud) = if is_remote_url(&settings.backend) {
-            let c = Cloud::open(&layout, &settings.backend, backend, &keys, &opts.cloud, opts.read_only, io.clone())?;
+            // Metadata in PostgreSQL is not shipped: no versions to read.
+            let ships = cfg.meta == MetaKind::Sqlite;
+            let c = Cloud::open(&layout, &settings.backend, backend, &keys, &opts.cloud, opts.read_only, io.clone(), ships)?;
             if let Some(t) = &trace {
                 c.cache.set_trace(t.clone());
             }
@@ -173,12 +175,10 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<VolumeConfig> {
 /// metadata version go to the bucket, so any machine can mount it from
 /// there with the passphrase.
 pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str>, opts: &InitOptions) -> Result<VolumeConfig> {
-    if opts.meta_url.is_some() {
-        // A bucket or tape volume ships its metadata as versions to its
-        // home; with PostgreSQL as the metadata's home that shipping (and
-        // the mount from the bucket alone) must change first.
+    if opts.meta_url.is_some() && is_tape_url(url) {
+        // A tape volume's metadata travels with the tape (docs/tape.md).
         return Err(Error::invalid(format!(
-            "a volume in {url} cannot keep its metadata in PostgreSQL yet (only a volume in a local directory can): leave out --meta"
+            "a volume on a tape ({url}) keeps its metadata on the tape, not in PostgreSQL: leave out --meta"
         )));
     }
     if dir.exists() {
@@ -203,6 +203,14 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
         Err(e) => return Err(explain(e, url, endpoint)),
     }
     let (cfg, master) = VolumeConfig::create(opts)?;
+    if let Some(meta_url) = opts.meta_url.as_deref() {
+        // The schema before the config: a config naming metadata that was
+        // never made would be a volume nobody can mount, while a schema
+        // left by a failed put is only an unused schema of a random id.
+        // SAFETY: getuid/getgid have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Meta::create_pg(meta_url, &cfg.volume_id, Caller0 { uid, gid, perm: 0o755 })?;
+    }
     remote.put_if_absent(CONFIG_OBJECT, &cfg.to_bytes()).map_err(|e| {
         if e.kind() == cairn_backend::ErrorKind::AlreadyExists {
             Error::new(ErrorKind::Exists, format!("{url} already holds a Cairn volume; mount it with `cairn mount {url} MOUNTPOINT` (and --cache-dir for a directory of your choice)"))
@@ -212,6 +220,16 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     })?;
     crate::fsutil::create_private_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
     let layout = Layout::new(dir);
+    if opts.meta_url.is_some() {
+        // PostgreSQL is the metadata's home (made above): no SQLite here,
+        // no metadata version in the bucket, no shipping state.
+        crate::fsutil::create_private_dir_all(&layout.journal())?;
+        write_settings(&layout, &LocalSettings { volume_id: Some(cfg.volume_id.clone()), ..settings })?;
+        if let Err(e) = crate::cost::save_unsaved(dir, remote.as_ref()) {
+            tracing::warn!("counting the requests of the creation into the bill: {e}");
+        }
+        return Ok(cfg);
+    }
     create_local_state(&layout, &cfg, None)?;
     // Version 1: the empty volume, so a mount from the bucket alone works
     // from the start.

@@ -319,6 +319,10 @@ pub struct Cloud {
     pub cache: Arc<CachedBackend>,
     pub opts: CloudOptions,
     pub lease: Option<lease::Lease>,
+    /// Whether the metadata ships to the bucket as versions (an SQLite
+    /// store); false when PostgreSQL is its home: then there is no chain,
+    /// no `cloud.json`, and `state` is an unsaved placeholder.
+    pub ships_metadata: bool,
     pub state: parking_lot::Mutex<LocalState>,
     /// Serialises shipping (the background thread and fsyncs).
     pub ship_lock: parking_lot::Mutex<()>,
@@ -343,6 +347,9 @@ pub struct Cloud {
     pub(crate) bill: parking_lot::Mutex<crate::cost::MountBill>,
     /// A read-only mount's thread that rewrites its bill object.
     pub(crate) biller: std::sync::OnceLock<Background>,
+    /// When trashed packs were last looked at for deletion (a volume
+    /// without metadata versions, see `Volume::prune_trash_older_than`).
+    pub(crate) trash_pruned: parking_lot::Mutex<std::time::Instant>,
     /// Closed or abandoned: nothing left to do when dropped.
     done: std::sync::atomic::AtomicBool,
 }
@@ -358,8 +365,11 @@ impl Cloud {
 
 impl Cloud {
     /// Takes the lease (read-write opens), brings the local database up to
-    /// the bucket's latest version, and opens the cache.
-    pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &CloudOptions, read_only: bool, io: Option<IoWindows>) -> Result<Cloud> {
+    /// the bucket's latest version, and opens the cache. With
+    /// `ships_metadata` false (the metadata's home is PostgreSQL) there is
+    /// no local database to bring up to date: no version is read.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &CloudOptions, read_only: bool, io: Option<IoWindows>, ships_metadata: bool) -> Result<Cloud> {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let dir = layout.dir.display().to_string();
         // A store only one process can open (a tape in its drive) is its
@@ -372,8 +382,16 @@ impl Cloud {
             }
             e
         };
-        let state = sync_down(layout, remote.as_ref(), keys, url, read_only).map_err(release)?;
+        let state = if ships_metadata { sync_down(layout, remote.as_ref(), keys, url, read_only).map_err(release)? } else { LocalState::fresh() };
         let mut cloud_opts = opts.clone();
+        if !ships_metadata {
+            // PostgreSQL is the metadata's home, which every machine reads
+            // at once: a commit naming a pack that is only in this
+            // machine's outbox would name a pack missing for everyone else
+            // (and for good if this machine is lost). A pack is in the
+            // bucket before the commit naming it (docs/shared-volume.md §5).
+            cloud_opts.durability = Durability::Remote;
+        }
         if caps.deferred_durability {
             // Where a put lasts only after a sync, every fsync must reach
             // the store (docs/tape.md §1): there is no local durability to
@@ -394,6 +412,7 @@ impl Cloud {
             cache,
             opts: cloud_opts,
             lease,
+            ships_metadata,
             ship_lock: parking_lot::Mutex::new(()),
             lost: std::sync::atomic::AtomicBool::new(false),
             lost_why: parking_lot::Mutex::new(None),
@@ -403,6 +422,8 @@ impl Cloud {
             bill_saved: parking_lot::Mutex::new(std::time::Instant::now()),
             bill: parking_lot::Mutex::new(crate::cost::MountBill::new()),
             biller: std::sync::OnceLock::new(),
+            // The first look comes a grace period after the mount.
+            trash_pruned: parking_lot::Mutex::new(std::time::Instant::now()),
             done: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -410,6 +431,9 @@ impl Cloud {
     /// Marks the directory as holding unshipped changes (before the
     /// shipper starts: a crash from now on means a base comes next).
     pub(crate) fn mark_dirty(&self, dir: &Path) -> Result<()> {
+        if !self.ships_metadata {
+            return Ok(());
+        }
         let mut s = self.state.lock();
         s.dirty = true;
         s.save(dir)
@@ -447,7 +471,7 @@ impl Cloud {
     /// At unmount, after the last version shipped: marks the directory
     /// clean and gives the lease back.
     pub(crate) fn finish(&self, dir: &Path) -> Result<()> {
-        {
+        if self.ships_metadata {
             let mut s = self.state.lock();
             s.dirty = false;
             s.save(dir)?;
@@ -546,6 +570,13 @@ pub fn attach(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<&str
 /// anywhere (the lease is taken for the time of the restore), and every
 /// pack the old version names must still be in the bucket.
 pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Result<u64> {
+    let cfg = crate::config::VolumeConfig::parse(&remote.get(crate::config::CONFIG_OBJECT).map_err(|e| explain(e, url, None))?)?;
+    if cfg.meta == crate::config::MetaKind::Postgres {
+        return Err(Error::invalid(format!(
+            "{url} keeps its metadata in PostgreSQL (schema cairn_{}), not as versions in the bucket: there is no version to restore; restore the schema from a PostgreSQL backup instead",
+            cfg.volume_id
+        )));
+    }
     let tmpdir = std::env::temp_dir().join(format!("cairn-restore-{}", hex::encode(rand::random::<[u8; 6]>())));
     crate::fsutil::create_private_dir_all(&tmpdir)?;
     let r = (|| {

@@ -245,7 +245,9 @@ impl Volume {
             if meta.write(|tx| Ok(tx.ensure_bill_table()?))? || altered {
                 c.need_base.store(true, Ordering::SeqCst);
             }
-            meta.capture_changes()?;
+            if c.ships_metadata {
+                meta.capture_changes()?;
+            }
         }
         let (journal, records) = if opts.read_only {
             // Look without touching: no journal at all.

@@ -17,6 +17,11 @@ const MAX_DELTAS: u64 = 64;
 const DELTA_SHARE: u64 = 4;
 /// Bases kept in the bucket, with everything after the oldest of them.
 pub(crate) const KEEP_BASES: usize = 3;
+/// How long packs trashed on a volume whose metadata is in PostgreSQL
+/// stay before they are deleted (no version names them, but a read that
+/// found a chunk's old location before the cleaner moved it may still be
+/// on its way to the old pack).
+pub const TRASH_GRACE: Duration = Duration::from_secs(3600);
 
 impl Volume {
     /// Publishes the metadata changes committed so far as the next version
@@ -41,6 +46,16 @@ impl Volume {
         // What ships must be durable here first (a crash must not leave the
         // bucket ahead of this machine's own database).
         self.meta.sync()?;
+        if !cloud.ships_metadata {
+            // PostgreSQL is the metadata's home: there is nothing to
+            // publish (the bill went into its table above). Trashed packs
+            // wait out their grace period instead of versions.
+            drop(_g);
+            if cloud.trash_pruned.lock().elapsed() >= TRASH_GRACE {
+                self.prune_trash_older_than(TRASH_GRACE);
+            }
+            return Ok(None);
+        }
         let st = cloud.state.lock().clone();
         // The version this one follows (before any change is taken out of
         // the session: a failure here loses nothing).
@@ -140,13 +155,31 @@ impl Volume {
         if let Err(e) = versions::chain(&kept, None) {
             return tracing::error!("keeping every trashed pack: {e}");
         }
+        self.delete_trash(|at| at <= oldest_kept);
+    }
+
+    /// On a volume whose metadata is in PostgreSQL (no versions): deletes
+    /// the packs trashed at least `age` ago. Errors are logged.
+    #[doc(hidden)]
+    pub fn prune_trash_older_than(&self, age: Duration) {
+        let Some(cloud) = self.cloud.as_ref().filter(|c| !c.ships_metadata) else { return };
+        *cloud.trash_pruned.lock() = std::time::Instant::now();
+        let before = crate::cost::now_secs().saturating_sub(age.as_secs() as i64);
+        self.delete_trash(|at| at as i64 <= before);
+    }
+
+    /// Deletes the packs of every trash object whose number (a version, or
+    /// on a volume without versions the time it was written) `due` accepts,
+    /// never one the metadata names now, then the trash object.
+    fn delete_trash(&self, due: impl Fn(u64) -> bool) {
+        let Some(cloud) = self.cloud.as_ref() else { return };
         let trash = match cloud.remote.list(TRASH_PREFIX) {
             Ok(t) => t,
             Err(e) => return tracing::warn!("listing trashed packs: {e}"),
         };
         for t in trash {
             let Some(at) = trash_version(&t.name) else { continue };
-            if at > oldest_kept {
+            if !due(at) {
                 continue;
             }
             let r = (|| -> Result<usize> {
@@ -167,7 +200,7 @@ impl Volume {
                 Ok(names.len())
             })();
             match r {
-                Ok(n) => tracing::info!(packs = n, trashed_at = at, "deleted packs no kept metadata version names"),
+                Ok(n) => tracing::info!(packs = n, trashed_at = at, "deleted trashed packs no metadata names"),
                 Err(e) => tracing::warn!("deleting the packs of {}: {e}", t.name),
             }
         }
@@ -206,8 +239,15 @@ impl Volume {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         // The newest version must be one without them.
         self.ship_metadata(false)?;
-        let at = cloud.state.lock().shipped;
-        let name = format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 4]>()));
+        let name = if cloud.ships_metadata {
+            let at = cloud.state.lock().shipped;
+            format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 4]>()))
+        } else {
+            // No versions: the time, for the grace period (format.md
+            // "Trash"). Random enough that two machines never collide.
+            let at = crate::cost::now_secs().max(0) as u64;
+            format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 8]>()))
+        };
         cloud.remote.put(&name, &serde_json::to_vec(names).expect("names serialise"))?;
         Ok(names.len() as u64)
     }

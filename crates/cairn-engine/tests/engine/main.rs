@@ -18,3 +18,4 @@ mod tape;
 mod inspect;
 mod sim_live;
 mod postgres;
+mod pg_bucket;

@@ -1,0 +1,291 @@
+//! A volume in a bucket whose metadata lives in PostgreSQL (issue 26,
+//! docs/shared-volume.md): a real S3-compatible server (moto, named by
+//! `CAIRN_TEST_S3_ENDPOINT` and `CAIRN_TEST_S3_BUCKET` as scripts/test.sh
+//! exports them) and the throwaway PostgreSQL of `postgres.rs`. Each test
+//! takes a prefix of its own; each "machine" is a cache directory of its own.
+
+use crate::common::*;
+use crate::postgres::{pg_schema_exists, url};
+use cairn_backend::{Backend, S3Backend, S3Location};
+use cairn_engine::cloud::{self, versions, CloudOptions};
+use cairn_engine::maintenance::{self, NoProgress};
+use cairn_engine::*;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+const REGION: &str = "us-east-1";
+
+fn endpoint() -> String {
+    std::env::var("CAIRN_TEST_S3_ENDPOINT").expect(
+        "CAIRN_TEST_S3_ENDPOINT is not set: these tests need an S3-compatible server (moto_server -H 127.0.0.1 -p PORT; \
+         curl -X PUT http://127.0.0.1:PORT/BUCKET; export CAIRN_TEST_S3_ENDPOINT=http://127.0.0.1:PORT CAIRN_TEST_S3_BUCKET=BUCKET \
+         and AWS credentials), as scripts/test.sh does",
+    )
+}
+
+/// A new volume URL: a fresh prefix in the test bucket.
+fn fresh_url(what: &str) -> String {
+    let bucket = std::env::var("CAIRN_TEST_S3_BUCKET").expect("CAIRN_TEST_S3_BUCKET is not set (see scripts/test.sh)");
+    format!("s3://{bucket}/pg-{what}-{}", hex::encode(rand::random::<[u8; 6]>()))
+}
+
+/// The volume's prefix of the bucket, as the tests look at it.
+fn bucket_of(url: &str) -> Arc<dyn Backend> {
+    Arc::new(S3Backend::open(S3Location::parse(url, Some(&endpoint()), Some(REGION)).unwrap()).unwrap())
+}
+
+fn pg_init_cloud(dir: &Path, url: &str) -> VolumeConfig {
+    let opts = InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), meta_url: Some(crate::postgres::url().to_string()), ..Default::default() };
+    init_cloud(dir, url, Some(&endpoint()), Some(REGION), &opts).unwrap()
+}
+
+fn pg_opts() -> OpenOptions {
+    OpenOptions {
+        meta_url: Some(url().to_string()),
+        cloud: CloudOptions { cache_bytes: 64 << 20, meta_interval: Duration::from_millis(200), gc_interval: None, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+/// Another machine: a new cache directory for the volume, then the open.
+fn mount_elsewhere(dir: &Path, url: &str, opts: OpenOptions) -> Arc<Volume> {
+    cloud::attach(dir, url, Some(&endpoint()), Some(REGION), None).unwrap();
+    Volume::load(dir, opts).unwrap()
+}
+
+/// Files of several sizes (empty, one byte, under a chunk, many chunks
+/// over several packs), each fsync'd.
+fn write_files(v: &Volume) -> Vec<(String, Vec<u8>)> {
+    let sub = v.mkdir(ROOT_INO, b"sub", 0o755, root()).unwrap().ino;
+    let sizes = [0usize, 1, 4_095, 100_000, 3 << 20];
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let data = random_bytes(40 + i as u64, n);
+            let (parent, path) = if i % 2 == 0 { (ROOT_INO, format!("f{i}")) } else { (sub, format!("sub/f{i}")) };
+            let ino = mkfile(v, parent, path.rsplit('/').next().unwrap(), &data);
+            v.fsync(ino, false).unwrap();
+            (path, data)
+        })
+        .collect()
+}
+
+fn check_files(v: &Volume, files: &[(String, Vec<u8>)]) {
+    for (path, data) in files {
+        let ino = v.resolve(path.as_bytes()).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(&read_all(v, ino) == data, "{path} differs");
+    }
+}
+
+fn fsck_clean(v: &Volume) {
+    let rep = maintenance::fsck(v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty() && rep.warnings.is_empty(), "fsck: {rep:?}");
+}
+
+/// The packs the trash objects list.
+fn trashed(bucket: &dyn Backend) -> Vec<String> {
+    bucket.list(cloud::TRASH_PREFIX).unwrap().iter().flat_map(|t| serde_json::from_slice::<Vec<String>>(&bucket.get(&t.name).unwrap()).unwrap()).collect()
+}
+
+/// fsck with every byte read: no error, and no warning but packs in the
+/// bucket that the metadata no longer names because they are in the trash.
+fn fsck_clean_but_trash(v: &Volume, bucket: &dyn Backend) {
+    let rep = maintenance::fsck(v, true, &NoProgress).unwrap();
+    let t = trashed(bucket);
+    assert!(rep.errors.is_empty(), "fsck: {rep:?}");
+    for w in &rep.warnings {
+        assert!(t.iter().any(|n| w.contains(&format!("pack {n} is in the backend but not in the metadata"))), "{w} (trash: {t:?})");
+    }
+}
+
+/// What the bucket holds: the config, packs and bill objects; never a
+/// metadata version, a database or a password.
+fn assert_bucket_holds_no_metadata(bucket: &dyn Backend) {
+    assert!(versions::list(bucket).unwrap().is_empty(), "metadata versions in the bucket of a PostgreSQL volume");
+    for o in bucket.list("").unwrap() {
+        let n = o.name.as_str();
+        assert!(n == config::CONFIG_OBJECT || n.starts_with("packs/") || n.starts_with("bills/") || n.starts_with(cloud::TRASH_PREFIX), "unexpected object {n}");
+    }
+}
+
+/// Made with a PostgreSQL URL, a bucket volume keeps only its config there
+/// (which says "postgres" and names no server); its cache directory holds
+/// no SQLite database and no shipping state. Written and closed on one
+/// machine, it opens on another from a fresh cache directory (no versions
+/// fetched: there are none) and reads byte for byte; fsck is clean there.
+#[test]
+fn a_bucket_volume_with_postgres_metadata_opens_on_another_machine() {
+    let url = fresh_url("two");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let cfg = pg_init_cloud(a.path(), &url);
+    let bucket = bucket_of(&url);
+    assert_eq!(cfg.meta, MetaKind::Postgres);
+    assert!(pg_schema_exists(&cfg.volume_id), "init made the volume's schema");
+    let text = String::from_utf8(bucket.get(config::CONFIG_OBJECT).unwrap()).unwrap();
+    assert!(text.contains("\"meta\": \"postgres\"") && !text.contains("127.0.0.1") && !text.contains("postgres://"), "{text}");
+    assert!(!a.path().join("meta.sqlite").exists(), "no SQLite database beside PostgreSQL");
+    assert!(!a.path().join("cloud.json").exists(), "no shipping state: nothing ships");
+    assert!(a.path().join("journal").is_dir());
+    assert_bucket_holds_no_metadata(bucket.as_ref());
+
+    let v = Volume::load(a.path(), pg_opts()).unwrap();
+    let files = write_files(&v);
+    v.close().unwrap();
+    drop(v);
+    assert!(bucket.list("lease").unwrap().is_empty(), "unmount gives the lease back");
+    assert_bucket_holds_no_metadata(bucket.as_ref());
+    assert!(!bucket.list("packs/").unwrap().is_empty(), "the data is in the bucket");
+    assert!(!a.path().join("meta.sqlite").exists() && !a.path().join("cloud.json").exists());
+
+    let bdir = b.path().join("cache");
+    cloud::attach(&bdir, &url, Some(&endpoint()), Some(REGION), None).unwrap();
+    assert!(bdir.join("journal").is_dir());
+    assert!(!bdir.join("meta.sqlite").exists() && !bdir.join("cloud.json").exists(), "attach fetched nothing");
+    let v = Volume::load(&bdir, pg_opts()).unwrap();
+    check_files(&v, &files);
+    fsck_clean(&v);
+    assert!(!bdir.join("meta.sqlite").exists() && !bdir.join("cloud.json").exists());
+    // Written here too, then seen back on the first machine.
+    let more = random_bytes(49, 200_000);
+    mkfile(&v, ROOT_INO, "from-b", &more);
+    v.close().unwrap();
+    drop(v);
+    assert_bucket_holds_no_metadata(bucket.as_ref());
+    let v = Volume::load(a.path(), pg_opts()).unwrap();
+    check_files(&v, &files);
+    assert_eq!(read_all(&v, v.resolve(b"from-b").unwrap()), more);
+    v.close().unwrap();
+}
+
+/// A crash after fsync: another machine sees the fsync'd bytes at once
+/// (the pack reached the bucket before PostgreSQL named it), and the
+/// crashed machine's own reopen keeps them and replays the rest of its
+/// journal.
+#[test]
+fn fsynced_data_survives_a_crash_and_is_visible_elsewhere() {
+    let url = fresh_url("crash");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    pg_init_cloud(a.path(), &url);
+    let mut o = pg_opts();
+    o.cloud.meta_interval = Duration::from_secs(3600);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    let files = write_files(&v);
+    // Acknowledged but never fsync'd: in this machine's journal only.
+    let late = random_bytes(50, 50_000);
+    let late_ino = v.create(ROOT_INO, b"late", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(late_ino).unwrap();
+    v.write(late_ino, 0, &late).unwrap();
+    v.simulate_crash();
+
+    // Another machine, read-only (the crashed mount's lease has not expired).
+    let mut ro = pg_opts();
+    ro.read_only = true;
+    let v = mount_elsewhere(&b.path().join("cache"), &url, ro);
+    check_files(&v, &files);
+    v.close().unwrap();
+    drop(v);
+
+    let v = Volume::load(a.path(), o).unwrap();
+    check_files(&v, &files);
+    assert_eq!(read_all(&v, v.resolve(b"late").unwrap()), late, "the journal replayed into PostgreSQL");
+    fsck_clean(&v);
+    v.close().unwrap();
+    assert_bucket_holds_no_metadata(bucket_of(&url).as_ref());
+}
+
+/// Without the URL the open says how to give it, and touches nothing; a
+/// cache directory attached to such a volume has no SQLite to fall back on.
+#[test]
+fn opening_without_the_url_is_refused() {
+    let url = fresh_url("nourl");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let cfg = pg_init_cloud(a.path(), &url);
+    let bucket = bucket_of(&url);
+    let before = bucket.list("").unwrap().len();
+    let bdir = b.path().join("cache");
+    cloud::attach(&bdir, &url, Some(&endpoint()), Some(REGION), None).unwrap();
+    for dir in [a.path(), bdir.as_path()] {
+        let mut o = pg_opts();
+        o.meta_url = None;
+        let e = Volume::load(dir, o).err().expect("a PostgreSQL volume opened without --meta");
+        assert_eq!(e.kind(), ErrorKind::Config);
+        let m = e.to_string();
+        assert!(m.contains("this volume keeps its metadata in PostgreSQL") && m.contains(&format!("cairn_{}", cfg.volume_id)) && m.contains("add --meta postgres://USER@HOST/DB"), "{m}");
+        assert!(!dir.join("meta.sqlite").exists(), "a refused open made an SQLite database");
+    }
+    assert_eq!(bucket.list("").unwrap().len(), before, "a refused open wrote to the bucket");
+    let e = cloud::restore(bucket.as_ref(), &cfg.keys(None).unwrap(), &url, 1).unwrap_err();
+    assert!(e.to_string().contains("keeps its metadata in PostgreSQL") && e.to_string().contains("no version to restore"), "{e}");
+}
+
+/// gc (empty packs deleted, sparse ones repacked) and the cost-optimal
+/// cleaner work on PostgreSQL metadata: the data stays readable, fsck is
+/// clean, the packs they free wait in the trash for the grace period and
+/// then go, and another machine (an empty cache: every byte from the
+/// bucket) still reads everything.
+#[test]
+fn gc_and_the_cleaner_keep_every_byte() {
+    let url = fresh_url("gc");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    pg_init_cloud(a.path(), &url);
+    let bucket = bucket_of(&url);
+    let v = Volume::load(a.path(), pg_opts()).unwrap();
+    let files = write_files(&v);
+    // Dead bytes: a whole file's packs, and part of a pack.
+    mkfile(&v, ROOT_INO, "gone", &random_bytes(60, 2 << 20));
+    mkfile(&v, ROOT_INO, "small-gone", &random_bytes(61, 300_000));
+    let keep = random_bytes(62, 200_000);
+    mkfile(&v, ROOT_INO, "keep", &keep);
+    v.sync().unwrap();
+    v.unlink(ROOT_INO, b"gone").unwrap();
+    v.unlink(ROOT_INO, b"small-gone").unwrap();
+    v.sync().unwrap();
+    let packs_before = bucket.list("packs/").unwrap().len();
+
+    let rep = maintenance::gc(&v, 0.0, &NoProgress).unwrap();
+    assert!(rep.packs_deleted > 0, "{rep:?}");
+    let trash = bucket.list(cloud::TRASH_PREFIX).unwrap();
+    assert!(!trash.is_empty(), "freed packs wait in the trash");
+    check_files(&v, &files);
+    fsck_clean_but_trash(&v, bucket.as_ref());
+
+    // The cleaner, at a time when every pack with dead bytes is due.
+    let far = 1i64 << 62;
+    let mut prices = cost::Prices::aws();
+    prices.storage_per_gb_month = 1e6;
+    let rep = cleaner::clean_due(&v, far, &prices, 1 << 30).unwrap();
+    assert!(rep.gave_up.is_none() && rep.packs_cleaned > 0, "{rep:?}");
+    check_files(&v, &files);
+    assert_eq!(read_all(&v, v.resolve(b"keep").unwrap()), keep);
+    fsck_clean_but_trash(&v, bucket.as_ref());
+
+    // Not yet past the grace period: nothing deleted.
+    v.prune_trash_older_than(Duration::from_secs(3600));
+    let trashed = trashed(bucket.as_ref());
+    assert!(!trashed.is_empty());
+    let listed: std::collections::HashSet<String> = bucket.list("packs/").unwrap().into_iter().map(|o| o.name).collect();
+    assert!(trashed.iter().all(|n| listed.contains(n)), "a trashed pack went before its grace period");
+    // Past it: the trashed packs go.
+    v.prune_trash_older_than(Duration::ZERO);
+    assert!(bucket.list(cloud::TRASH_PREFIX).unwrap().is_empty(), "trash left after its grace period");
+    let listed: std::collections::HashSet<String> = bucket.list("packs/").unwrap().into_iter().map(|o| o.name).collect();
+    assert!(trashed.iter().all(|n| !listed.contains(n)), "trashed packs still in the bucket");
+    assert!(listed.len() < packs_before, "{} packs before, {} after", packs_before, listed.len());
+    check_files(&v, &files);
+    fsck_clean(&v);
+    v.close().unwrap();
+    drop(v);
+    assert_bucket_holds_no_metadata(bucket.as_ref());
+
+    let v = mount_elsewhere(&b.path().join("cache"), &url, pg_opts());
+    check_files(&v, &files);
+    assert_eq!(read_all(&v, v.resolve(b"keep").unwrap()), keep);
+    fsck_clean(&v);
+    v.close().unwrap();
+}
