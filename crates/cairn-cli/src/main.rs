@@ -5,6 +5,7 @@ mod daemon;
 mod edit;
 mod generate;
 mod inspect;
+mod meta_url;
 mod metrics;
 mod mount_helper;
 mod passphrase;
@@ -63,7 +64,9 @@ Every flag above is an -o option without its dashes (cache_dir=DIR or cache-dir=
 rw, auto, noauto, nofail, _netdev, user, users, nosuid, nodev, allow_other, x-* and comment= \
 are passed over; any other option is an error. The passphrase \
 comes from passphrase_file=FILE or the systemd credential cairn-passphrase \
-(LoadCredential=cairn-passphrase:FILE), never from the options. The daemon always flushes \
+(LoadCredential=cairn-passphrase:FILE), never from the options. A volume whose metadata \
+is in PostgreSQL takes meta=postgres://USER@HOST/DB (or CAIRN_META in the unit's \
+Environment=); its password comes from PGPASSWORD or a password file, never the options. The daemon always flushes \
 everything before it exits; plain umount MOUNTPOINT also waits for that, as cairn umount does, \
 when umount(8) learns the type fuse.cairn: under systemd, or when the line has a user-space \
 option such as _netdev or uhelper=fuse.cairn (kept in /run/mount/utab); otherwise it returns \
@@ -78,6 +81,8 @@ enum Cmd {
         dir: String,
         #[command(flatten)]
         cloud: target::CloudArgs,
+        #[command(flatten)]
+        meta: meta_url::MetaArgs,
         /// Encrypt data and metadata indexes with AES-256-GCM under a key
         /// wrapped by your passphrase (Argon2id).
         #[arg(long)]
@@ -109,6 +114,8 @@ enum Cmd {
         mountpoint: PathBuf,
         #[command(flatten)]
         cloud: target::CloudArgs,
+        #[command(flatten)]
+        meta: meta_url::MetaArgs,
         /// Volume in a bucket: bound on the local pack cache in --cache-dir
         /// (fetched packs and packs not yet uploaded; the latter are never
         /// evicted, and writers wait when they fill it during an outage).
@@ -250,6 +257,8 @@ enum Cmd {
     /// answer within 5 s); dead (the daemon is gone: `cairn umount` it);
     /// unknown (it cannot be asked, e.g. another user's mount). The last
     /// error of each failing part is shown. Exits 0 whatever the health.
+    /// It takes no --meta: a mount whose volume keeps its metadata in
+    /// PostgreSQL holds its own connection and answers for it.
     Status {
         /// Print as JSON (one object per mount).
         #[arg(long)]
@@ -262,7 +271,8 @@ enum Cmd {
     ///
     /// Read from the mount's control socket (no --metrics port needed);
     /// the same counters as the Prometheus endpoint. q (or Ctrl-C) stops it.
-    /// `cairn stats VOLUME --watch` is the same by volume.
+    /// `cairn stats VOLUME --watch` is the same by volume. No --meta: the
+    /// mount answers, whatever holds its volume's metadata.
     Top {
         /// The mountpoint, or the mounted volume (a directory or s3://BUCKET/PREFIX).
         mountpoint: PathBuf,
@@ -292,6 +302,8 @@ enum Cmd {
         dir: String,
         #[command(flatten)]
         cloud: target::CloudArgs,
+        #[command(flatten)]
+        meta: meta_url::MetaArgs,
         /// Also read, decrypt and verify every stored chunk.
         #[arg(long)]
         read_data: bool,
@@ -318,6 +330,8 @@ enum Cmd {
         dir: String,
         #[command(flatten)]
         cloud: target::CloudArgs,
+        #[command(flatten)]
+        meta: meta_url::MetaArgs,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -361,6 +375,8 @@ enum Cmd {
         dir: String,
         #[command(flatten)]
         cloud: target::CloudArgs,
+        #[command(flatten)]
+        meta: meta_url::MetaArgs,
         /// Count from this day on (YYYY-MM-DD, UTC). Default: everything.
         #[arg(long, value_name = "YYYY-MM-DD")]
         since: Option<String>,
@@ -397,6 +413,8 @@ enum Cmd {
         dir: String,
         #[command(flatten)]
         cloud: target::CloudArgs,
+        #[command(flatten)]
+        meta: meta_url::MetaArgs,
         /// Repack packs whose live share of bytes is below this fraction.
         #[arg(long, default_value_t = 0.5)]
         repack_below: f64,
@@ -733,10 +751,11 @@ fn default_cache_size() -> u64 {
     (ram / 16).clamp(256 << 20, 1 << 30)
 }
 
-fn open_volume(dir: &Path, pass: &PassArgs, read_only: bool, cache: Option<u64>) -> Result<Arc<Volume>> {
+fn open_volume(dir: &Path, pass: &PassArgs, meta: &meta_url::MetaArgs, read_only: bool, cache: Option<u64>) -> Result<Arc<Volume>> {
     let (_, _, _, cfg) = cairn_engine::read_config(dir)?;
+    let meta_url = meta.for_volume(&cfg)?;
     let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
-    let mut opts = OpenOptions { passphrase, read_only, ..Default::default() };
+    let mut opts = OpenOptions { passphrase, read_only, meta_url, ..Default::default() };
     if let Some(c) = cache {
         opts.cache_bytes = c as usize;
     }
@@ -745,15 +764,16 @@ fn open_volume(dir: &Path, pass: &PassArgs, read_only: bool, cache: Option<u64>)
 
 /// Opens the volume exclusively, runs a maintenance task with progress bars
 /// (none for JSON output), and closes the volume cleanly.
-fn maintain<T>(dir: &Path, pass: &PassArgs, json: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
-    maintain_with(dir, pass, json, false, task)
+fn maintain<T>(dir: &Path, pass: &PassArgs, meta: &meta_url::MetaArgs, json: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
+    maintain_with(dir, pass, meta, json, false, task)
 }
 
 /// As [`maintain`]; `salvage_journal` replays a damaged journal's intact records.
-fn maintain_with<T>(dir: &Path, pass: &PassArgs, json: bool, salvage_journal: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
+fn maintain_with<T>(dir: &Path, pass: &PassArgs, meta: &meta_url::MetaArgs, json: bool, salvage_journal: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
     let (_, _, _, cfg) = cairn_engine::read_config(dir)?;
+    let meta_url = meta.for_volume(&cfg)?;
     let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
-    let vol = Volume::load(dir, OpenOptions { passphrase, salvage_journal, ..Default::default() })?;
+    let vol = Volume::load(dir, OpenOptions { passphrase, salvage_journal, meta_url, ..Default::default() })?;
     let bars = progress::Bars::new(!json);
     let r = task(&vol, &bars);
     bars.finish();
@@ -763,8 +783,9 @@ fn maintain_with<T>(dir: &Path, pass: &PassArgs, json: bool, salvage_journal: bo
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
-        Cmd::Init { dir: volume, cloud, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level } => {
+        Cmd::Init { dir: volume, cloud, meta, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level } => {
             let dir = target::local_dir(&volume, &cloud)?;
+            let meta_url = meta.for_init()?;
             let pack_size = pack_size.unwrap_or(if target::is_url(&volume) { 64 << 20 } else { 32 << 20 });
             init_logging(cli.verbose, None)?;
             let chunker = ChunkerParams {
@@ -777,7 +798,7 @@ fn run(cli: Cli) -> Result<i32> {
                 bail!("--pack-size must be at least 1M");
             }
             let passphrase = if encrypt { Some(passphrase::get(pass.passphrase_file.as_deref(), true)?) } else { None };
-            let io = InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None, meta_url: None };
+            let io = InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None, meta_url: meta_url.clone() };
             let cfg = if target::is_url(&volume) {
                 let volume = target::canonical(&volume)?;
                 // A blank tape is formatted (an emulated one created) and
@@ -789,17 +810,18 @@ fn run(cli: Cli) -> Result<i32> {
             };
             let place = if target::is_url(&volume) { format!("{volume} (local directory {})", dir.display()) } else { dir.display().to_string() };
             println!(
-                "created volume {} in {} ({}, chunks {}/{}/{} bytes)",
+                "created volume {} in {} ({}, chunks {}/{}/{} bytes{})",
                 cfg.volume_id,
                 place,
                 if encrypt { "encrypted with AES-256-GCM" } else { "not encrypted" },
                 chunker.min,
                 chunker.avg,
-                chunker.max
+                chunker.max,
+                if meta_url.is_some() { format!(", metadata in PostgreSQL schema cairn_{}: mount and maintain it with --meta URL or CAIRN_META", cfg.volume_id) } else { String::new() }
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -834,6 +856,12 @@ fn run(cli: Cli) -> Result<i32> {
             // Ask for the passphrase before going to the background.
             let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
             drop(held_tape);
+            // Checked before going to the background: a missing or refused
+            // URL fails here, with the engine's own words for a missing one.
+            let meta_url = meta.for_volume(&cfg)?;
+            if cfg.meta == cairn_engine::config::MetaKind::Postgres && meta_url.is_none() {
+                bail!("this volume keeps its metadata in PostgreSQL (schema cairn_{}): add --meta postgres://USER@HOST/DB (or set CAIRN_META)", cfg.volume_id);
+            }
             let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
             let dir = std::fs::canonicalize(&dir).with_context(|| format!("volume {}", dir.display()))?;
             let backend = backend_label(&cairn_engine::config::Layout::new(&dir), &settings)?;
@@ -870,7 +898,7 @@ fn run(cli: Cli) -> Result<i32> {
                 gc_prices: cairn_engine::cost::Prices::load(&gc_prices)?,
                 ..Default::default()
             };
-            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, ..Default::default() };
+            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, ..Default::default() };
             // The control socket answers what POSIX cannot ask (stats, sync).
             let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
                 Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)
@@ -936,17 +964,18 @@ fn run(cli: Cli) -> Result<i32> {
             daemon::unmount_and_wait(&mountpoint, std::time::Duration::from_secs(timeout))?;
             Ok(0)
         }
-        Cmd::Fsck { dir, cloud, read_data, salvage_journal, json, pass } => {
+        Cmd::Fsck { dir, cloud, meta, read_data, salvage_journal, json, pass } => {
             init_logging(cli.verbose, None)?;
+            meta.check()?;
             let dir = VolumeDir::unmounted(&dir, &cloud, "fsck")?.path;
             // A damaged journal stops an open that replays it: report it,
             // and check what is committed through a read-only open (or
             // salvage the journal when asked to).
             let damage = cairn_engine::journal::check_dir(&dir.join("journal"))?;
             let mut rep = if damage.is_empty() || salvage_journal {
-                maintain_with(&dir, &pass, json, salvage_journal, |vol, bars| maintenance::fsck(vol, read_data, bars))?
+                maintain_with(&dir, &pass, &meta, json, salvage_journal, |vol, bars| maintenance::fsck(vol, read_data, bars))?
             } else {
-                let vol = open_volume(&dir, &pass, true, None)?;
+                let vol = open_volume(&dir, &pass, &meta, true, None)?;
                 let bars = progress::Bars::new(!json);
                 let r = maintenance::fsck(&vol, read_data, &bars);
                 bars.finish();
@@ -984,8 +1013,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(if rep.errors.is_empty() { 0 } else { 1 })
         }
-        Cmd::Stats { dir, cloud, json, watch, pass } => {
+        Cmd::Stats { dir, cloud, meta, json, watch, pass } => {
             init_logging(cli.verbose, None)?;
+            meta.check()?;
             // A file or directory inside a mount (not its mountpoint): that tree.
             if let Some(p) = inspect::tree_path(&dir) {
                 return inspect::tree_stats(&p, json);
@@ -1000,7 +1030,7 @@ fn run(cli: Cli) -> Result<i32> {
             let sock = cairn_engine::control::socket_path(&dir);
             let s: maintenance::Stats = match cairn_engine::control::call(&sock, &cairn_engine::control::Request::Stats)? {
                 Some(v) => serde_json::from_value(v).context("reading stats from the mount")?,
-                None => maintenance::stats(&*open_volume(&dir, &pass, true, None)?)?,
+                None => maintenance::stats(&*open_volume(&dir, &pass, &meta, true, None)?)?,
             };
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
@@ -1035,8 +1065,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Cost { dir, cloud, since, prices, json, pass } => {
+        Cmd::Cost { dir, cloud, meta, since, prices, json, pass } => {
             init_logging(cli.verbose, None)?;
+            meta.check()?;
             use cairn_engine::cost;
             // A bad price table or date fails before anything is opened.
             let prices = cost::Prices::load(&prices)?;
@@ -1047,7 +1078,7 @@ fn run(cli: Cli) -> Result<i32> {
             let rows: Vec<cairn_engine::meta::BillRow> = match cairn_engine::control::call(&sock, &cairn_engine::control::Request::Cost { since_day })? {
                 Some(v) => serde_json::from_value(v).context("reading the bill from the mount")?,
                 None => {
-                    let vol = open_volume(&dir, &pass, true, None)?;
+                    let vol = open_volume(&dir, &pass, &meta, true, None)?;
                     let rows = vol.bill_usage(since_day, false);
                     vol.close()?;
                     rows?
@@ -1136,8 +1167,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Gc { dir, cloud, repack_below, dry_run, prices, json, pass } => {
+        Cmd::Gc { dir, cloud, meta, repack_below, dry_run, prices, json, pass } => {
             init_logging(cli.verbose, None)?;
+            meta.check()?;
             let volume_arg = dir.clone();
             let prices = cairn_engine::cost::Prices::load(&prices)?;
             if !(0.0..=1.0).contains(&repack_below) {
@@ -1146,11 +1178,11 @@ fn run(cli: Cli) -> Result<i32> {
             if dry_run {
                 let vd = VolumeDir::query(&dir, &cloud)?;
                 let in_bucket = vd.mount.as_ref().map_or(target::is_url(&volume_arg), |m| target::is_url(&m.volume));
-                return gc_dry_run(&vd.path, in_bucket, repack_below, &prices, json, &pass);
+                return gc_dry_run(&vd.path, in_bucket, repack_below, &prices, json, &pass, &meta);
             }
             let vd = VolumeDir::unmounted(&dir, &cloud, "gc")?;
             let dir = vd.path;
-            let rep = maintain(&dir, &pass, json, |vol, bars| maintenance::gc(vol, repack_below, bars))?;
+            let rep = maintain(&dir, &pass, &meta, json, |vol, bars| maintenance::gc(vol, repack_below, bars))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {
@@ -1395,14 +1427,14 @@ fn save_requests(dir: &Path, remote: &dyn cairn_backend::Backend) {
 /// `cairn cost` for a terminal.
 /// `cairn gc --dry-run`: what `gc` would clean and, in a bucket, the
 /// cleaner's plan (from the mount if there is one, else read-only).
-fn gc_dry_run(dir: &Path, in_bucket: bool, repack_below: f64, prices: &cairn_engine::cost::Prices, json: bool, pass: &PassArgs) -> Result<i32> {
+fn gc_dry_run(dir: &Path, in_bucket: bool, repack_below: f64, prices: &cairn_engine::cost::Prices, json: bool, pass: &PassArgs, meta: &meta_url::MetaArgs) -> Result<i32> {
     use cairn_engine::cleaner::PackCost;
     let sock = cairn_engine::control::socket_path(dir);
     let mounted = cairn_engine::control::call(&sock, &cairn_engine::control::Request::GcPlan { prices: prices.clone() })?;
     let (plan, candidates): (Option<Vec<PackCost>>, Option<Vec<maintenance::GcCandidate>>) = match mounted {
         Some(v) => (Some(serde_json::from_value(v).context("reading the plan from the mount")?), None),
         None => {
-            let vol = open_volume(dir, pass, true, None)?;
+            let vol = open_volume(dir, pass, meta, true, None)?;
             let now = cairn_engine::Timestamp::now().0;
             let plan = if in_bucket { Some(cairn_engine::cleaner::plan(&vol, now, prices)?) } else { None };
             let cands = maintenance::gc_candidates(&vol, repack_below)?;

@@ -339,6 +339,11 @@ mod tests {
     }
 
     #[test]
+    fn the_metadata_database_is_an_option_too() {
+        assert_eq!(tr("meta=postgres://cairn@db:5432/vol?sslmode=disable,ro").unwrap(), ["--meta", "postgres://cairn@db:5432/vol?sslmode=disable", "--read-only"]);
+    }
+
+    #[test]
     fn a_tapes_mirror_is_an_option_too() {
         assert_eq!(tr("mirror=/srv/mirror,tape_memory=2G").unwrap(), ["--mirror", "/srv/mirror", "--tape-memory", "2G"]);
         assert_eq!(tr("no_mirror").unwrap(), ["--no-mirror"]);

@@ -286,9 +286,14 @@ pub struct Mount {
 impl Mount {
     /// `cairn mount VOL MNT EXTRA...`; Err(the run) if it fails.
     pub fn new(vol: &Path, mnt: &Path, extra: &[&str]) -> Result<Mount, Out> {
+        Mount::new_with_env(vol, mnt, extra, &[])
+    }
+
+    /// As [`Mount::new`], with environment variables set for `cairn mount`.
+    pub fn new_with_env(vol: &Path, mnt: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Mount, Out> {
         let mut args: Vec<OsString> = vec!["mount".into(), vol.into(), mnt.into()];
         args.extend(extra.iter().map(OsString::from));
-        let out = cairn(&args);
+        let out = run(Command::new(CAIRN).args(&args).envs(env.iter().copied()));
         if !out.ok() {
             return Err(out);
         }

@@ -20,6 +20,7 @@ mod errors;
 mod permissions;
 mod newcomer;
 mod posix;
+mod postgres;
 mod powercut;
 mod roundtrip;
 mod writeback;
