@@ -270,3 +270,32 @@ fn abandon_refuses_later_calls(pg: &PgServer) {
     assert!(s2.read_with(|r| r.lookup(ROOT_INO, b"a")).unwrap().is_some());
     assert!(s2.read_with(|r| r.lookup(ROOT_INO, b"b")).unwrap().is_none());
 }
+
+/// Not a check: the create rate of one store, one thread (alloc_ino +
+/// insert_inode + insert_dentry + touch_dir per transaction), for the
+/// cost of the change log. `cargo test --release -p cairn-meta --test
+/// postgres create_rate -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn postgres_create_rate() {
+    let pg = server();
+    let url = fresh(&pg, "rate");
+    let s = open(&url, "rate");
+    let run = |prefix: &str, n: usize| {
+        let t = Instant::now();
+        for i in 0..n {
+            s.write_with(|tx| -> Result<()> {
+                let ino = tx.alloc_ino()?;
+                tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
+                tx.insert_dentry(ROOT_INO, format!("{prefix}{i}").as_bytes(), ino, FileKind::File)?;
+                tx.touch_dir(ROOT_INO, Timestamp(2), 0)
+            })
+            .unwrap();
+        }
+        n as f64 / t.elapsed().as_secs_f64()
+    };
+    run("warm", 200);
+    for round in 0..3 {
+        eprintln!("round {round}: {:.0} creates/s", run(&format!("r{round}-"), 2000));
+    }
+}
