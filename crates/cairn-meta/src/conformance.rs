@@ -374,6 +374,7 @@ fn change_log(s: &dyn MetaStore) {
         assert!(s.changes_since(0, 100).unwrap().is_empty(), "a store without a feed logged changes");
         assert_eq!(s.last_change_seq().unwrap(), 0);
         assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), 0);
+        assert_eq!(s.changes_trimmed_through().unwrap(), 0);
         return;
     }
     let what = |after: u64| -> Vec<Changed> { s.changes_since(after, 1000).unwrap().into_iter().map(|c| c.what).collect() };
@@ -450,8 +451,13 @@ fn change_log(s: &dyn MetaStore) {
     let last = s.last_change_seq().unwrap();
     let n = s.changes_since(0, 100_000).unwrap().len() as u64;
     assert_eq!(s.trim_changes(Duration::from_secs(3600)).unwrap(), 0, "young changes were trimmed");
+    assert_eq!(s.changes_trimmed_through().unwrap(), 0, "nothing was trimmed yet");
     std::thread::sleep(Duration::from_millis(20));
+    let second_last = s.changes_since(0, 100_000).unwrap().iter().rev().nth(1).unwrap().seq;
     assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), n - 1);
     assert_eq!(s.changes_since(0, 100).unwrap().iter().map(|c| c.seq).collect::<Vec<_>>(), vec![last]);
     assert_eq!(s.last_change_seq().unwrap(), last, "trimming moved last_change_seq back");
+    assert_eq!(s.changes_trimmed_through().unwrap(), second_last, "the highest seq trimmed");
+    assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), 0);
+    assert_eq!(s.changes_trimmed_through().unwrap(), second_last, "an empty trim moved the mark");
 }

@@ -448,6 +448,10 @@ pub trait MetaStore: Send + Sync {
     /// Deletes change rows older than `older_than` (store clock); returns
     /// how many.
     fn trim_changes(&self, older_than: std::time::Duration) -> Result<u64>;
+    /// The highest seq a trim removed (0 if none): a reader whose cursor
+    /// is below it may have missed changes and must drop everything it
+    /// caches.
+    fn changes_trimmed_through(&self) -> Result<u64>;
     /// A feed of commit notices, or None where nobody else commits
     /// (SQLite).
     fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>>;

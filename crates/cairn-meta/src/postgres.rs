@@ -100,6 +100,9 @@ CREATE TABLE IF NOT EXISTS sessions(id BIGINT PRIMARY KEY DEFAULT nextval('sessi
 CREATE TABLE IF NOT EXISTS changes(seq BIGSERIAL PRIMARY KEY, kind SMALLINT NOT NULL, ino BIGINT, parent BIGINT,
   name BYTEA, session BIGINT, at TIMESTAMPTZ NOT NULL DEFAULT now());";
 
+/// `info` key: the highest change seq a trim removed.
+const TRIMMED_KEY: &str = "changes_trimmed";
+
 /// `changes.kind` of an inode change and of an entry change.
 const CHANGE_INODE: i16 = 0;
 const CHANGE_ENTRY: i16 = 1;
@@ -1529,14 +1532,25 @@ impl MetaStore for PgMeta {
         self.stmt("reading the change log", |c| c.query_one("SELECT COALESCE(MAX(seq), 0) FROM changes", &[]).map(|r| r.get::<_, i64>(0) as u64))
     }
     /// Keeps the newest row whatever its age, so `last_change_seq` never
-    /// goes back.
+    /// goes back; records the highest seq removed in `info` in the same
+    /// statement (`changes_trimmed_through`).
     fn trim_changes(&self, older_than: Duration) -> Result<u64> {
         self.stmt("trimming the change log", |c| {
-            c.execute(
-                "DELETE FROM changes WHERE at < clock_timestamp() - $1::bigint * interval '1 microsecond'
-                 AND seq < (SELECT MAX(seq) FROM changes)",
-                &[&micros(older_than)],
+            c.query_one(
+                "WITH d AS (DELETE FROM changes WHERE at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+                            AND seq < (SELECT MAX(seq) FROM changes) RETURNING seq),
+                      m AS (SELECT COUNT(*) AS n, MAX(seq) AS top FROM d),
+                      u AS (INSERT INTO info(key, value) SELECT $2, top FROM m WHERE top IS NOT NULL
+                            ON CONFLICT (key) DO UPDATE SET value = GREATEST(info.value, excluded.value))
+                 SELECT n FROM m",
+                &[&micros(older_than), &TRIMMED_KEY],
             )
+            .map(|r| r.get::<_, i64>(0) as u64)
+        })
+    }
+    fn changes_trimmed_through(&self) -> Result<u64> {
+        self.stmt("reading the change log", |c| {
+            c.query_one("SELECT COALESCE((SELECT value FROM info WHERE key = $1), 0)", &[&TRIMMED_KEY]).map(|r| r.get::<_, i64>(0) as u64)
         })
     }
     fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>> {

@@ -1370,6 +1370,9 @@ impl MetaStore for SqliteMeta {
     fn trim_changes(&self, _older_than: std::time::Duration) -> Result<u64> {
         Ok(0)
     }
+    fn changes_trimmed_through(&self) -> Result<u64> {
+        Ok(0)
+    }
     fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>> {
         Ok(None)
     }
