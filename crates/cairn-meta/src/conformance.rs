@@ -37,6 +37,10 @@ pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
     rollback_leaves_nothing(&*make(true));
     read_your_writes_and_sync(&*make(true));
     ids_never_repeat(make);
+    sessions(&*make(true));
+    expired_sessions_stay_lost(&*make(true));
+    maintenance_lock(&*make(true));
+    change_log(&*make(true));
 }
 
 fn attr(ino: Ino, kind: FileKind) -> Attr {
@@ -279,4 +283,181 @@ fn ids_never_repeat(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
     assert_ne!(p1, p2, "a pack id was handed out twice");
     let c3 = s.alloc_chunk_id().unwrap();
     assert!(c3 > c2, "chunk id {c3} handed out again after a reopen (committed: {c2})");
+    // Session ids too: a reopened store never hands out one seen before.
+    let first: Vec<u64> = (0..3).map(|_| s.open_session(&who("a"), Duration::from_secs(30)).unwrap()).collect();
+    s.sync().unwrap();
+    drop(s);
+    let s = make(false);
+    for _ in 0..3 {
+        let id = s.open_session(&who("b"), Duration::from_secs(30)).unwrap();
+        assert!(!first.contains(&id) && id > *first.iter().max().unwrap(), "session id {id} handed out again after a reopen (before: {first:?})");
+    }
+}
+
+use std::time::Duration;
+
+/// A session of the suite's, mounted at `mount`.
+pub fn who(mount: &str) -> SessionInfo {
+    SessionInfo { host: "host-1".into(), pid: 4242, mount: mount.into(), version: "0.test".into() }
+}
+
+fn sessions(s: &dyn MetaStore) {
+    assert!(s.sessions().unwrap().is_empty(), "a fresh store has sessions");
+    let a = s.open_session(&who("/mnt/a"), Duration::from_secs(30)).unwrap();
+    let b = s.open_session(&SessionInfo { host: "host-2".into(), pid: 7, mount: "/mnt/b".into(), version: "9.9".into() }, Duration::from_secs(30)).unwrap();
+    assert_ne!(a, b, "two sessions got one id");
+    let rows = s.sessions().unwrap();
+    assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), { let mut v = vec![a, b]; v.sort(); v }, "sessions by id");
+    let ra = rows.iter().find(|r| r.id == a).unwrap();
+    assert_eq!((ra.host.as_str(), ra.pid, ra.mount.as_str(), ra.version.as_str(), ra.expired), ("host-1", 4242, "/mnt/a", "0.test", false));
+    let rb = rows.iter().find(|r| r.id == b).unwrap();
+    assert_eq!((rb.host.as_str(), rb.pid, rb.mount.as_str(), rb.version.as_str()), ("host-2", 7, "/mnt/b", "9.9"));
+    let left = ra.expires.0 - ra.started.0;
+    assert!(left > 25_000_000_000 && left <= 31_000_000_000, "a 30 s session expires {left} ns after it started");
+    assert!(s.expired_sessions().unwrap().is_empty(), "live sessions listed as expired");
+    // Renewal moves the expiry forward.
+    s.renew_session(a, Duration::from_secs(300)).unwrap();
+    let ra2 = s.sessions().unwrap().into_iter().find(|r| r.id == a).unwrap();
+    assert!(ra2.expires.0 - ra.expires.0 > 200_000_000_000, "a renewal with 300 s did not move the expiry ({:?} -> {:?})", ra.expires, ra2.expires);
+    // A closed session is gone and cannot be renewed.
+    s.close_session(b).unwrap();
+    s.close_session(b).unwrap();
+    assert_eq!(s.sessions().unwrap().iter().map(|r| r.id).collect::<Vec<_>>(), vec![a]);
+    let e = s.renew_session(b, Duration::from_secs(30)).expect_err("a closed session was renewed");
+    assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
+    assert!(s.sessions().unwrap().iter().all(|r| r.id != b), "renewing a closed session brought it back");
+    assert!(!s.remove_session(b).unwrap(), "a closed session was removed again");
+    assert!(s.remove_session(a).unwrap());
+    assert!(s.sessions().unwrap().is_empty());
+}
+
+/// A session past its expiry cannot be renewed (the mount must stop
+/// writing), shows as expired, and is listed for the cleaner.
+fn expired_sessions_stay_lost(s: &dyn MetaStore) {
+    let short = s.open_session(&who("/mnt/short"), Duration::from_secs(1)).unwrap();
+    let long = s.open_session(&who("/mnt/long"), Duration::from_secs(60)).unwrap();
+    s.renew_session(short, Duration::from_secs(1)).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let e = s.renew_session(short, Duration::from_secs(60)).expect_err("an expired session was renewed");
+    assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
+    // Not even a second try brings it back.
+    assert_eq!(s.renew_session(short, Duration::from_secs(60)).unwrap_err().kind(), ErrorKind::SessionLost);
+    let rows = s.sessions().unwrap();
+    assert!(rows.iter().find(|r| r.id == short).expect("an expired session vanished before the cleaner removed it").expired);
+    assert!(!rows.iter().find(|r| r.id == long).unwrap().expired);
+    assert_eq!(s.expired_sessions().unwrap().iter().map(|r| r.id).collect::<Vec<_>>(), vec![short]);
+    assert!(s.remove_session(short).unwrap());
+    assert!(s.expired_sessions().unwrap().is_empty());
+    let again = s.open_session(&who("/mnt/short"), Duration::from_secs(1)).unwrap();
+    assert!(again != short && again != long, "a session id came again");
+}
+
+fn maintenance_lock(s: &dyn MetaStore) {
+    let mut g = s.try_maintenance().unwrap().expect("nobody holds the maintenance lock of a fresh store");
+    assert!(g.still_held());
+    assert!(s.try_maintenance().unwrap().is_none(), "a second maintenance guard was granted while the first lives");
+    drop(g);
+    let g = s.try_maintenance().unwrap().expect("the maintenance lock was not granted again after its guard dropped");
+    assert!(s.try_maintenance().unwrap().is_none());
+    drop(g);
+}
+
+/// A store others share (one with a change feed) logs every change of an
+/// inode or an entry once per transaction, in the same transaction; a
+/// store nobody shares (no feed) keeps no log.
+fn change_log(s: &dyn MetaStore) {
+    let shared = s.subscribe().unwrap().is_some();
+    let before = s.last_change_seq().unwrap();
+    let d = mk(s, ROOT_INO, b"d", FileKind::Dir);
+    if !shared {
+        assert_eq!(before, 0);
+        assert!(s.changes_since(0, 100).unwrap().is_empty(), "a store without a feed logged changes");
+        assert_eq!(s.last_change_seq().unwrap(), 0);
+        assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), 0);
+        assert_eq!(s.changes_trimmed_through().unwrap(), 0);
+        return;
+    }
+    let what = |after: u64| -> Vec<Changed> { s.changes_since(after, 1000).unwrap().into_iter().map(|c| c.what).collect() };
+    let mut got = what(before);
+    got.sort();
+    assert_eq!(got, vec![Changed::Inode(ROOT_INO), Changed::Entry { parent: ROOT_INO, name: b"d".to_vec() }], "the change rows of a create");
+    let all = s.changes_since(before, 1000).unwrap();
+    assert!(all.windows(2).all(|w| w[0].seq < w[1].seq), "changes come in ascending seq");
+    let last = s.last_change_seq().unwrap();
+    assert_eq!(last, all.last().unwrap().seq);
+    // A create in `d`, its attributes touched twice: each change once.
+    let f = s
+        .write_with(|tx| -> Result<Ino> {
+            let ino = tx.alloc_ino()?;
+            tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
+            tx.insert_dentry(d, b"f", ino, FileKind::File)?;
+            tx.touch_dir(d, Timestamp(5), 0)?;
+            tx.touch_dir(d, Timestamp(6), 0)?;
+            tx.set_xattr(ino, b"user.x", b"1")?;
+            tx.set_xattr(ino, b"user.y", b"1")?;
+            Ok(ino)
+        })
+        .unwrap();
+    let mut got = what(last);
+    got.sort();
+    assert_eq!(got, vec![Changed::Inode(d), Changed::Inode(f), Changed::Entry { parent: d, name: b"f".to_vec() }], "one row per change per transaction");
+    // A limit cuts the list; the rest follows.
+    let first = s.changes_since(last, 1).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(s.changes_since(first[0].seq, 10).unwrap().len(), 2);
+    // A rolled-back closure logs nothing; neither does a refused name or
+    // an entry removal that removed nothing; a read logs nothing.
+    let last = s.last_change_seq().unwrap();
+    let _ = s.write_with(|tx| -> Result<()> {
+        tx.touch_dir(d, Timestamp(7), 0)?;
+        tx.set_xattr(f, b"user.z", b"1")?;
+        Err(Error::invalid("roll back"))
+    });
+    assert!(s.write_with(|tx| tx.insert_dentry(d, b"f", f, FileKind::File)).is_err());
+    assert!(!s.write_with(|tx| tx.delete_dentry(d, b"f", f + 1)).unwrap());
+    s.read_with(|r| r.get_inode(f)).unwrap();
+    s.write_with(|tx| tx.set_info("no-inode-change", 1)).unwrap();
+    assert_eq!(what(last), vec![], "changes logged for transactions that changed no inode or entry");
+    // Each operation that changes an inode or an entry logs it.
+    let one = |f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>| -> Vec<Changed> {
+        let last = s.last_change_seq().unwrap();
+        s.write(f).unwrap();
+        let mut v = what(last);
+        v.sort();
+        v
+    };
+    let t = Timestamp(9);
+    let i = |x: Ino| vec![Changed::Inode(x)];
+    assert_eq!(one(&mut |tx| { let mut a = tx.get_inode(f)?.unwrap().attr; a.perm = 0o600; tx.update_attr(&a) }), i(f), "update_attr");
+    assert_eq!(one(&mut |tx| tx.update_content(f, 10, 10, t, t, 1)), i(f), "update_content");
+    assert_eq!(one(&mut |tx| tx.set_nlink(f, 1, t)), i(f), "set_nlink");
+    assert_eq!(one(&mut |tx| tx.fix_nlink(f, 1)), i(f), "fix_nlink");
+    assert_eq!(one(&mut |tx| tx.set_parent(f, d)), i(f), "set_parent");
+    assert_eq!(one(&mut |tx| tx.set_btime(f, t)), i(f), "set_btime");
+    assert_eq!(one(&mut |tx| tx.set_flags(f, 0)), i(f), "set_flags");
+    assert_eq!(one(&mut |tx| tx.remove_xattr(f, b"user.x").map(|_| ())), i(f), "remove_xattr");
+    assert_eq!(one(&mut |tx| tx.save_pages(f, &PageEdits::default()).map(|_| ())), i(f), "save_pages");
+    let g = mk(s, ROOT_INO, b"g", FileKind::File);
+    assert_eq!(one(&mut |tx| tx.share_pages(f, g)), i(g), "share_pages");
+    assert_eq!(one(&mut |tx| tx.release_pages(g)), i(g), "release_pages");
+    assert_eq!(
+        one(&mut |tx| tx.delete_dentry(ROOT_INO, b"g", g).map(|_| ())),
+        vec![Changed::Inode(ROOT_INO), Changed::Entry { parent: ROOT_INO, name: b"g".to_vec() }],
+        "delete_dentry"
+    );
+    assert_eq!(one(&mut |tx| tx.delete_inode(g)), i(g), "delete_inode");
+    // Trimming: nothing is younger than an hour ago; everything but the
+    // newest row (which keeps `last_change_seq`) is older than now.
+    let last = s.last_change_seq().unwrap();
+    let n = s.changes_since(0, 100_000).unwrap().len() as u64;
+    assert_eq!(s.trim_changes(Duration::from_secs(3600)).unwrap(), 0, "young changes were trimmed");
+    assert_eq!(s.changes_trimmed_through().unwrap(), 0, "nothing was trimmed yet");
+    std::thread::sleep(Duration::from_millis(20));
+    let second_last = s.changes_since(0, 100_000).unwrap().iter().rev().nth(1).unwrap().seq;
+    assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), n - 1);
+    assert_eq!(s.changes_since(0, 100).unwrap().iter().map(|c| c.seq).collect::<Vec<_>>(), vec![last]);
+    assert_eq!(s.last_change_seq().unwrap(), last, "trimming moved last_change_seq back");
+    assert_eq!(s.changes_trimmed_through().unwrap(), second_last, "the highest seq trimmed");
+    assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), 0);
+    assert_eq!(s.changes_trimmed_through().unwrap(), second_last, "an empty trim moved the mark");
 }

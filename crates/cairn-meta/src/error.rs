@@ -31,6 +31,9 @@ pub enum ErrorKind {
     NotSupported,
     /// The local disk under the volume (journal, metadata) is full.
     NoSpace,
+    /// This mount's session expired or was removed (on the database's
+    /// clock): it must stop writing and never re-register by itself.
+    SessionLost,
 }
 
 impl ErrorKind {

@@ -175,6 +175,68 @@ pub struct ChunkTotals {
     pub dead_bytes: u64,
 }
 
+/// Who opens a session (`MetaStore::open_session`): shown by `cairn status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub host: String,
+    pub pid: u32,
+    /// Where the volume is mounted (or what opened it: fsck, gc).
+    pub mount: String,
+    /// The Cairn version of the session's process.
+    pub version: String,
+}
+
+/// A session as the store keeps it. Times are the store's clock (the
+/// database's for PostgreSQL), `expired` is computed on that clock too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRow {
+    pub id: u64,
+    pub host: String,
+    pub pid: u32,
+    pub mount: String,
+    pub version: String,
+    pub started: Timestamp,
+    pub expires: Timestamp,
+    pub expired: bool,
+}
+
+/// What a change row says changed (`docs/shared-volume.md` §6).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Changed {
+    /// The inode's attributes, content, xattrs or pages (or it was deleted).
+    Inode(Ino),
+    /// The entry `name` in directory `parent` appeared or went.
+    Entry { parent: Ino, name: Vec<u8> },
+}
+
+/// One row of the change log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// Ascending in commit order (gaps allowed: rolled-back transactions).
+    pub seq: u64,
+    pub what: Changed,
+    /// The session of the store that committed it (None: no session open).
+    pub session: Option<u64>,
+}
+
+/// Held while this process runs the volume's maintenance (cleanup of dead
+/// sessions, GC); dropping it releases the lock.
+pub trait MaintenanceGuard: Send {
+    /// Whether the lock is still held (false for PostgreSQL if the
+    /// connection holding it died: the server released it; stop and try
+    /// `try_maintenance` again).
+    fn still_held(&mut self) -> bool;
+}
+
+/// Notices of other machines' commits (`MetaStore::subscribe`).
+pub trait ChangeFeed: Send {
+    /// Waits up to `timeout` for a notice; true if one (or more) arrived
+    /// since the last call, or if the feed reconnected (notices sent while
+    /// it was away are lost: read the log again), false on a quiet timeout.
+    /// An error means the feed could not reconnect; call again later.
+    fn wait(&mut self, timeout: std::time::Duration) -> Result<bool>;
+}
+
 /// The queries of a metadata store. Every method sees the state of the
 /// enclosing `read` or `write` (see `docs/metadata-store.md`).
 pub trait MetaRead {
@@ -358,6 +420,41 @@ pub trait MetaStore: Send + Sync {
     fn shipping(&self) -> Option<&dyn ShipChanges> {
         None
     }
+
+    /// Registers a session expiring `ttl` from now (store clock) and
+    /// returns its id, never handed out before. Later change rows of this
+    /// store carry it.
+    fn open_session(&self, who: &SessionInfo, ttl: std::time::Duration) -> Result<u64>;
+    /// Sets the session's expiry to now + `ttl` (store clock). SessionLost
+    /// if it is gone or already expired: it is never brought back.
+    fn renew_session(&self, id: u64, ttl: std::time::Duration) -> Result<()>;
+    /// Ends a session of this process (no error if it is gone already).
+    fn close_session(&self, id: u64) -> Result<()>;
+    /// Every session, by id (`cairn status`).
+    fn sessions(&self) -> Result<Vec<SessionRow>>;
+    /// The sessions past their expiry, by id (for the cleaner).
+    fn expired_sessions(&self) -> Result<Vec<SessionRow>>;
+    /// Removes a session row (the cleaner, after cleaning up after it);
+    /// true if it was there.
+    fn remove_session(&self, id: u64) -> Result<bool>;
+    /// The volume's maintenance lock, if nobody (no process, no machine)
+    /// holds it: at most one guard per volume lives at a time.
+    fn try_maintenance(&self) -> Result<Option<Box<dyn MaintenanceGuard>>>;
+    /// Change rows with `seq > after`, ascending, at most `limit`. Empty
+    /// for a store nobody else shares (SQLite).
+    fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<Change>>;
+    /// The highest change seq committed (0 if none).
+    fn last_change_seq(&self) -> Result<u64>;
+    /// Deletes change rows older than `older_than` (store clock); returns
+    /// how many.
+    fn trim_changes(&self, older_than: std::time::Duration) -> Result<u64>;
+    /// The highest seq a trim removed (0 if none): a reader whose cursor
+    /// is below it may have missed changes and must drop everything it
+    /// caches.
+    fn changes_trimmed_through(&self) -> Result<u64>;
+    /// A feed of commit notices, or None where nobody else commits
+    /// (SQLite).
+    fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>>;
 }
 
 /// The convenient forms of [`MetaStore::read`] and [`MetaStore::write`]:

@@ -24,16 +24,17 @@ use crate::types::{Attr, FileKind, Ino, Timestamp};
 use crate::*;
 use ::postgres as pg;
 use parking_lot::Mutex;
+use pg::fallible_iterator::FallibleIterator;
 use pg::types::ToSql;
 use pg::{Client, NoTls, Row, Statement};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema version of a volume's PostgreSQL schema (`info.schema`).
-pub const PG_SCHEMA_VERSION: i64 = 1;
+pub const PG_SCHEMA_VERSION: i64 = 2;
 
 /// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
 pub const ID_BLOCK: u64 = 1024;
@@ -84,9 +85,27 @@ CREATE TABLE bill(day BIGINT NOT NULL, subsystem TEXT NOT NULL, item TEXT NOT NU
   requests BIGINT NOT NULL DEFAULT 0, bytes BIGINT NOT NULL DEFAULT 0, PRIMARY KEY(day, subsystem, item));
 CREATE SEQUENCE ino_seq INCREMENT {ID_BLOCK} START 2;
 CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
+{V2_DDL}
 INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});"
     )
 }
+
+/// What schema version 2 added (sessions, the change log); run as is on a
+/// version 1 schema at open (`IF NOT EXISTS`: idempotent).
+const V2_DDL: &str = "CREATE SEQUENCE IF NOT EXISTS session_seq;
+CREATE TABLE IF NOT EXISTS sessions(id BIGINT PRIMARY KEY DEFAULT nextval('session_seq'), host TEXT NOT NULL,
+  pid BIGINT NOT NULL, mount TEXT NOT NULL, version TEXT NOT NULL,
+  started TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), heartbeat TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+  expires TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS changes(seq BIGSERIAL PRIMARY KEY, kind SMALLINT NOT NULL, ino BIGINT, parent BIGINT,
+  name BYTEA, session BIGINT, at TIMESTAMPTZ NOT NULL DEFAULT now());";
+
+/// `info` key: the highest change seq a trim removed.
+const TRIMMED_KEY: &str = "changes_trimmed";
+
+/// `changes.kind` of an inode change and of an entry change.
+const CHANGE_INODE: i16 = 0;
+const CHANGE_ENTRY: i16 = 1;
 
 /// The schema of volume `id`: `cairn_<id>`, with `id` of `[a-z0-9_]` only
 /// (it is spliced into SQL as an identifier).
@@ -142,6 +161,12 @@ pub struct PgMeta {
     retries: std::sync::atomic::AtomicU64,
     /// Test hook: see [`PgMeta::lose_next_commit_reply`].
     lose_commit_reply: AtomicBool,
+    /// The session change rows carry (0: none open).
+    session: AtomicU64,
+    /// Advisory lock keys: the maintenance lock, and the lock that orders
+    /// change-log appends.
+    maintenance_key: i64,
+    changes_key: i64,
 }
 
 /// What one try of an operation came to.
@@ -253,6 +278,14 @@ impl PgMeta {
             .map_err(|e| Error::config(format!("PostgreSQL schema {schema} in database {db} is not a Cairn metadata schema: {}", describe(&e))))?;
         match v.map(|r| r.get::<_, i64>(0)) {
             Some(PG_SCHEMA_VERSION) => {}
+            // Adds sessions and the change log; the table lock makes a
+            // second machine upgrading at once wait, then find them.
+            Some(1) => c
+                .batch_execute(&format!(
+                    "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
+                     UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value = 1; COMMIT;"
+                ))
+                .map_err(|e| pg_err(&format!("upgrading schema {schema} to version {PG_SCHEMA_VERSION}"), &e))?,
             Some(v) => {
                 return Err(Error::config(format!("PostgreSQL schema {schema} has metadata schema version {v}; this build reads {PG_SCHEMA_VERSION}")))
             }
@@ -262,6 +295,15 @@ impl PgMeta {
             .query_one("SELECT COALESCE((SELECT MAX(ino) FROM inodes), 1), COALESCE((SELECT MAX(id) FROM chunks), 0)", &[])
             .map_err(|e| pg_err("reading the highest numbers in use", &e))?;
         let (ino_floor, chunk_floor) = (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64);
+        // Advisory lock keys of this volume (advisory locks are per
+        // database, so they name the schema): 64 bits of an MD5.
+        let r = c
+            .query_one(
+                "SELECT ('x' || substr(md5($1 || ':maintenance'), 1, 16))::bit(64)::bigint, ('x' || substr(md5($1 || ':changes'), 1, 16))::bit(64)::bigint",
+                &[&schema],
+            )
+            .map_err(|e| pg_err("computing the volume's lock keys", &e))?;
+        let (maintenance_key, changes_key) = (r.get::<_, i64>(0), r.get::<_, i64>(1));
         Ok(PgMeta {
             cfg,
             schema,
@@ -275,6 +317,9 @@ impl PgMeta {
             abandoned: AtomicBool::new(false),
             retries: Default::default(),
             lose_commit_reply: AtomicBool::new(false),
+            session: AtomicU64::new(0),
+            maintenance_key,
+            changes_key,
         })
     }
 
@@ -466,10 +511,97 @@ fn db_name(cfg: &pg::Config) -> String {
 }
 
 fn connect(cfg: &pg::Config, timeout: Duration) -> std::result::Result<Client, pg::Error> {
+    connect_as(cfg, timeout, "cairn")
+}
+
+/// A connection whose `application_name` says what it is for
+/// (`pg_stat_activity` shows it).
+fn connect_as(cfg: &pg::Config, timeout: Duration, app: &str) -> std::result::Result<Client, pg::Error> {
     let mut cfg = cfg.clone();
     cfg.connect_timeout(timeout.min(Duration::from_secs(10)));
-    cfg.application_name("cairn");
+    cfg.application_name(app);
     cfg.connect(NoTls)
+}
+
+/// A `Duration` as PostgreSQL microseconds (for `* interval '1 microsecond'`).
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The maintenance lock: a session-level advisory lock held by a
+/// connection of its own. If that connection dies, the server releases
+/// the lock (and `still_held` says so).
+struct PgMaintenance {
+    client: Client,
+    key: i64,
+}
+
+impl MaintenanceGuard for PgMaintenance {
+    fn still_held(&mut self) -> bool {
+        !self.client.is_closed() && self.client.is_valid(Duration::from_secs(5)).is_ok()
+    }
+}
+
+impl Drop for PgMaintenance {
+    /// Unlocks at once (closing the connection would too, but only when
+    /// the server notices).
+    fn drop(&mut self) {
+        let _ = self.client.execute("SELECT pg_advisory_unlock($1)", &[&self.key]);
+    }
+}
+
+/// Notices of commits to a volume: a connection of its own that LISTENs
+/// on the volume's channel (its schema name).
+struct PgFeed {
+    cfg: pg::Config,
+    channel: String,
+    timeout: Duration,
+    client: Option<Client>,
+    /// When the connection was last known alive.
+    checked: Instant,
+}
+
+impl PgFeed {
+    fn listen(&mut self) -> Result<()> {
+        let mut c = connect_as(&self.cfg, self.timeout, "cairn-listen").map_err(|e| pg_err("connecting to listen for changes", &e))?;
+        c.batch_execute(&format!("LISTEN {}", self.channel)).map_err(|e| pg_err("listening for changes", &e))?;
+        self.client = Some(c);
+        self.checked = Instant::now();
+        Ok(())
+    }
+}
+
+impl ChangeFeed for PgFeed {
+    fn wait(&mut self, timeout: Duration) -> Result<bool> {
+        if let Some(c) = &mut self.client {
+            let start = Instant::now();
+            let r = c.notifications().timeout_iter(timeout).next();
+            let alive = match r {
+                Ok(Some(_)) => {
+                    // Take every notice already here: one wake-up for them.
+                    while let Ok(Some(_)) = c.notifications().iter().next() {}
+                    self.checked = Instant::now();
+                    return Ok(true);
+                }
+                // None before the timeout: the connection ended. After a
+                // quiet timeout, check now and then that it still lives
+                // (a silent network would never end it).
+                Ok(None) if start.elapsed() < timeout => false,
+                Ok(None) if self.checked.elapsed() < Duration::from_secs(10) => true,
+                Ok(None) => !c.is_closed() && c.is_valid(Duration::from_secs(5)).is_ok(),
+                Err(_) => false,
+            };
+            if alive {
+                self.checked = Instant::now();
+                return Ok(false);
+            }
+            tracing::warn!("PostgreSQL metadata store: the change listener's connection was lost; reconnecting");
+            self.client = None;
+        }
+        // Notices sent while away are lost: the caller reads the log.
+        self.listen()?;
+        Ok(true)
+    }
 }
 
 /// A transaction (or a read) on one connection: the typed operations as
@@ -481,6 +613,9 @@ struct PgTx<'a> {
     store: &'a PgMeta,
     write: bool,
     deltas: RefCell<HashMap<u64, i64>>,
+    /// What this try of the transaction changed, for the change log (a new
+    /// `PgTx` per try: a re-run closure starts from nothing).
+    changed: RefCell<std::collections::BTreeSet<Changed>>,
     failed: RefCell<Option<pg::Error>>,
 }
 
@@ -492,7 +627,64 @@ fn col<'r, T: pg::types::FromSql<'r>>(r: &'r Row, i: usize) -> Result<T> {
 
 impl<'a> PgTx<'a> {
     fn new(c: &'a mut Conn, store: &'a PgMeta, write: bool) -> Self {
-        PgTx { c: RefCell::new(c), store, write, deltas: RefCell::new(HashMap::new()), failed: RefCell::new(None) }
+        PgTx { c: RefCell::new(c), store, write, deltas: RefCell::new(HashMap::new()), changed: Default::default(), failed: RefCell::new(None) }
+    }
+
+    /// Notes a change for the log (once per transaction).
+    fn changed(&self, c: Changed) {
+        self.changed.borrow_mut().insert(c);
+    }
+
+    fn inode_changed(&self, ino: Ino) {
+        self.changed(Changed::Inode(ino));
+    }
+
+    /// An entry of `parent` appeared or went: the entry and the directory.
+    fn entry_changed(&self, parent: Ino, name: &[u8]) {
+        self.changed(Changed::Entry { parent, name: name.to_vec() });
+        self.changed(Changed::Inode(parent));
+    }
+
+    /// Appends the transaction's change rows in one statement, after
+    /// taking the volume's change lock (held to the end of the
+    /// transaction, so `seq` order is commit order: a reader that saw seq
+    /// n committed never meets a smaller seq committing later), and sends
+    /// `pg_notify(<schema>, <highest seq>)`, delivered at commit.
+    fn append_changes(&self) -> Result<()> {
+        let set = std::mem::take(&mut *self.changed.borrow_mut());
+        if set.is_empty() {
+            return Ok(());
+        }
+        let (mut kinds, mut inos, mut parents, mut names) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for c in set {
+            match c {
+                Changed::Inode(ino) => {
+                    kinds.push(CHANGE_INODE);
+                    inos.push(Some(ino as i64));
+                    parents.push(None);
+                    names.push(None);
+                }
+                Changed::Entry { parent, name } => {
+                    kinds.push(CHANGE_ENTRY);
+                    inos.push(None::<i64>);
+                    parents.push(Some(parent as i64));
+                    names.push(Some(name));
+                }
+            }
+        }
+        let session = match self.store.session.load(Ordering::SeqCst) {
+            0 => None,
+            s => Some(s as i64),
+        };
+        self.exec(
+            "WITH l AS (SELECT pg_advisory_xact_lock($1)),
+             ins AS (INSERT INTO changes(kind, ino, parent, name, session)
+                     SELECT t.k, t.i, t.p, t.n, $6::bigint FROM l, unnest($2::smallint[], $3::bigint[], $4::bigint[], $5::bytea[]) AS t(k, i, p, n)
+                     RETURNING seq)
+             SELECT pg_notify($7, MAX(seq)::text) FROM ins",
+            &[&self.store.changes_key, &kinds, &inos, &parents, &names, &session, &self.store.schema],
+        )?;
+        Ok(())
     }
 
     fn note(&self, e: pg::Error) -> Error {
@@ -547,6 +739,11 @@ impl<'a> PgTx<'a> {
     /// queue instead of deadlocking), checked, then incremented; each
     /// pack's dead bytes follow (as the SQLite store's `apply_ref_deltas`).
     fn finish(&self) -> Result<()> {
+        self.apply_refs()?;
+        self.append_changes()
+    }
+
+    fn apply_refs(&self) -> Result<()> {
         let d = std::mem::take(&mut *self.deltas.borrow_mut());
         let mut rows: Vec<(i64, i64)> = d.into_iter().filter(|&(_, d)| d != 0).map(|(id, d)| (id as i64, d)).collect();
         if rows.is_empty() {
@@ -915,6 +1112,7 @@ impl MetaTx for PgTx<'_> {
             "UPDATE inodes SET perm = $2, uid = $3, gid = $4, nlink = $5, atime = $6, mtime = $7, ctime = $8 WHERE ino = $1",
             &[&(a.ino as i64), &(a.perm as i64), &(a.uid as i64), &(a.gid as i64), &(a.nlink as i64), &a.atime.0, &a.mtime.0, &a.ctime.0],
         )?;
+        self.inode_changed(a.ino);
         Ok(())
     }
     fn update_content(&self, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()> {
@@ -922,30 +1120,37 @@ impl MetaTx for PgTx<'_> {
             "UPDATE inodes SET size = $2, data_bytes = $3, mtime = $4, ctime = $5, jseq = GREATEST(jseq, $6) WHERE ino = $1",
             &[&(ino as i64), &(size as i64), &(data_bytes as i64), &mtime.0, &ctime.0, &(jseq as i64)],
         )?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn set_nlink(&self, ino: Ino, nlink: u32, ctime: Timestamp) -> Result<()> {
         self.exec("UPDATE inodes SET nlink = $2, ctime = $3 WHERE ino = $1", &[&(ino as i64), &(nlink as i64), &ctime.0])?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn fix_nlink(&self, ino: Ino, nlink: u32) -> Result<()> {
         self.exec("UPDATE inodes SET nlink = $2 WHERE ino = $1", &[&(ino as i64), &(nlink as i64)])?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn set_parent(&self, ino: Ino, parent: Ino) -> Result<()> {
         self.exec("UPDATE inodes SET parent = $2 WHERE ino = $1", &[&(ino as i64), &(parent as i64)])?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn set_btime(&self, ino: Ino, btime: Timestamp) -> Result<()> {
         self.exec("UPDATE inodes SET btime = $2 WHERE ino = $1", &[&(ino as i64), &btime.0])?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn touch_dir(&self, ino: Ino, now: Timestamp, nlink_delta: i64) -> Result<()> {
         self.exec("UPDATE inodes SET mtime = $2, ctime = $2, nlink = nlink + $3 WHERE ino = $1", &[&(ino as i64), &now.0, &nlink_delta])?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn set_flags(&self, ino: Ino, flags: i64) -> Result<()> {
         self.exec("UPDATE inodes SET flags = $2 WHERE ino = $1", &[&(ino as i64), &flags])?;
+        self.inode_changed(ino);
         Ok(())
     }
     /// `ON CONFLICT DO NOTHING`: a taken name does not abort the
@@ -960,16 +1165,22 @@ impl MetaTx for PgTx<'_> {
         if n == 0 {
             return Err(Error::new(ErrorKind::Exists, format!("{} already exists in directory {parent}", String::from_utf8_lossy(name))));
         }
+        self.entry_changed(parent, name);
         Ok(())
     }
     fn delete_dentry(&self, parent: Ino, name: &[u8], expect: Ino) -> Result<bool> {
-        Ok(self.exec("DELETE FROM dentries WHERE parent = $1 AND name = $2 AND ino = $3", &[&(parent as i64), &name, &(expect as i64)])? == 1)
+        let gone = self.exec("DELETE FROM dentries WHERE parent = $1 AND name = $2 AND ino = $3", &[&(parent as i64), &name, &(expect as i64)])? == 1;
+        if gone {
+            self.entry_changed(parent, name);
+        }
+        Ok(gone)
     }
     fn delete_inode(&self, ino: Ino) -> Result<()> {
         let i = ino as i64;
         self.exec("DELETE FROM inodes WHERE ino = $1", &[&i])?;
         self.exec("DELETE FROM xattrs WHERE ino = $1", &[&i])?;
         self.exec("DELETE FROM file_pages WHERE ino = $1", &[&i])?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn set_xattr(&self, ino: Ino, name: &[u8], value: &[u8]) -> Result<()> {
@@ -977,10 +1188,15 @@ impl MetaTx for PgTx<'_> {
             "INSERT INTO xattrs(ino, name, value) VALUES($1, $2, $3) ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
             &[&(ino as i64), &name, &value],
         )?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn remove_xattr(&self, ino: Ino, name: &[u8]) -> Result<bool> {
-        Ok(self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? > 0)
+        let gone = self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? > 0;
+        if gone {
+            self.inode_changed(ino);
+        }
+        Ok(gone)
     }
     fn copy_xattrs(&self, src: Ino, dst: Ino) -> Result<()> {
         self.exec("INSERT INTO xattrs(ino, name, value) SELECT $2, name, value FROM xattrs WHERE ino = $1", &[&(src as i64), &(dst as i64)])?;
@@ -1017,6 +1233,7 @@ impl MetaTx for PgTx<'_> {
         for (id, chunks) in &ch.dropped {
             self.unlink_page(*id, Some(chunks))?;
         }
+        self.inode_changed(ino);
         Ok(ids)
     }
     fn release_pages(&self, ino: Ino) -> Result<()> {
@@ -1026,11 +1243,13 @@ impl MetaTx for PgTx<'_> {
             self.unlink_page(id as u64, None)?;
         }
         self.exec("DELETE FROM file_pages WHERE ino = $1", &[&i])?;
+        self.inode_changed(ino);
         Ok(())
     }
     fn share_pages(&self, src: Ino, dst: Ino) -> Result<()> {
         self.exec("UPDATE pages SET refs = refs + 1 WHERE id IN (SELECT page FROM file_pages WHERE ino = $1)", &[&(src as i64)])?;
         self.exec("INSERT INTO file_pages(ino, key, page) SELECT $2, key, page FROM file_pages WHERE ino = $1", &[&(src as i64), &(dst as i64)])?;
+        self.inode_changed(dst);
         Ok(())
     }
     fn set_info(&self, key: &str, value: i64) -> Result<()> {
@@ -1230,6 +1449,151 @@ impl MetaStore for PgMeta {
     }
     fn checkpoint(&self) -> Result<()> {
         self.check_alive()
+    }
+    /// A row in `sessions` expiring `ttl` from now on the database's clock;
+    /// the id comes from `session_seq`. (A connection lost at the INSERT's
+    /// reply may leave a row that is never renewed: it expires.)
+    fn open_session(&self, who: &SessionInfo, ttl: Duration) -> Result<u64> {
+        let id = self.stmt("opening a session", |c| {
+            c.query_one(
+                "INSERT INTO sessions(host, pid, mount, version, expires)
+                 VALUES($1, $2, $3, $4, clock_timestamp() + $5::bigint * interval '1 microsecond') RETURNING id",
+                &[&who.host, &(who.pid as i64), &who.mount, &who.version, &micros(ttl)],
+            )
+            .map(|r| r.get::<_, i64>(0) as u64)
+        })?;
+        self.session.store(id, Ordering::SeqCst);
+        Ok(id)
+    }
+    /// Moves `expires` only while it is in the future (database clock):
+    /// a lost session stays lost.
+    fn renew_session(&self, id: u64, ttl: Duration) -> Result<()> {
+        let n = self.stmt("renewing the session", |c| {
+            c.execute(
+                "UPDATE sessions SET expires = clock_timestamp() + $2::bigint * interval '1 microsecond', heartbeat = clock_timestamp()
+                 WHERE id = $1 AND expires > clock_timestamp()",
+                &[&(id as i64), &micros(ttl)],
+            )
+        })?;
+        if n == 0 {
+            return Err(Error::new(
+                ErrorKind::SessionLost,
+                format!("metadata session {id} expired (on the database's clock) or was removed before it was renewed: this mount must stop writing; remount"),
+            ));
+        }
+        Ok(())
+    }
+    fn close_session(&self, id: u64) -> Result<()> {
+        self.stmt("closing the session", |c| c.execute("DELETE FROM sessions WHERE id = $1", &[&(id as i64)]))?;
+        let _ = self.session.compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
+        Ok(())
+    }
+    fn sessions(&self) -> Result<Vec<SessionRow>> {
+        self.session_rows(false)
+    }
+    fn expired_sessions(&self) -> Result<Vec<SessionRow>> {
+        self.session_rows(true)
+    }
+    fn remove_session(&self, id: u64) -> Result<bool> {
+        Ok(self.stmt("removing a session", |c| c.execute("DELETE FROM sessions WHERE id = $1", &[&(id as i64)]))? > 0)
+    }
+    /// `pg_try_advisory_lock` on a connection of its own, keyed on the
+    /// volume's schema: one holder across every machine. The lock lives as
+    /// long as that connection (a dead holder's is released by the server).
+    fn try_maintenance(&self) -> Result<Option<Box<dyn MaintenanceGuard>>> {
+        self.check_alive()?;
+        let mut client = connect_as(&self.cfg, self.opts.timeout, "cairn-maintenance").map_err(|e| pg_err("connecting for the maintenance lock", &e))?;
+        let got: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&self.maintenance_key])
+            .map_err(|e| pg_err("taking the maintenance lock", &e))?
+            .get(0);
+        Ok(got.then(|| Box::new(PgMaintenance { client, key: self.maintenance_key }) as Box<dyn MaintenanceGuard>))
+    }
+    fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<Change>> {
+        let rows = self.stmt("reading the change log", |c| {
+            c.query(
+                "SELECT seq, kind, ino, parent, name, session FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2",
+                &[&(after.min(i64::MAX as u64) as i64), &(limit.min(i64::MAX as usize) as i64)],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
+                let kind: i16 = col(r, 1)?;
+                let what = match kind {
+                    CHANGE_INODE => Changed::Inode(col::<Option<i64>>(r, 2)?.unwrap_or(0) as u64),
+                    CHANGE_ENTRY => Changed::Entry { parent: col::<Option<i64>>(r, 3)?.unwrap_or(0) as u64, name: col::<Option<Vec<u8>>>(r, 4)?.unwrap_or_default() },
+                    k => return Err(Error::corrupt(format!("change log: unknown kind {k}"))),
+                };
+                Ok(Change { seq: col::<i64>(r, 0)? as u64, what, session: col::<Option<i64>>(r, 5)?.map(|s| s as u64) })
+            })
+            .collect()
+    }
+    fn last_change_seq(&self) -> Result<u64> {
+        self.stmt("reading the change log", |c| c.query_one("SELECT COALESCE(MAX(seq), 0) FROM changes", &[]).map(|r| r.get::<_, i64>(0) as u64))
+    }
+    /// Keeps the newest row whatever its age, so `last_change_seq` never
+    /// goes back; records the highest seq removed in `info` in the same
+    /// statement (`changes_trimmed_through`).
+    fn trim_changes(&self, older_than: Duration) -> Result<u64> {
+        self.stmt("trimming the change log", |c| {
+            c.query_one(
+                "WITH d AS (DELETE FROM changes WHERE at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+                            AND seq < (SELECT MAX(seq) FROM changes) RETURNING seq),
+                      m AS (SELECT COUNT(*) AS n, MAX(seq) AS top FROM d),
+                      u AS (INSERT INTO info(key, value) SELECT $2, top FROM m WHERE top IS NOT NULL
+                            ON CONFLICT (key) DO UPDATE SET value = GREATEST(info.value, excluded.value))
+                 SELECT n FROM m",
+                &[&micros(older_than), &TRIMMED_KEY],
+            )
+            .map(|r| r.get::<_, i64>(0) as u64)
+        })
+    }
+    fn changes_trimmed_through(&self) -> Result<u64> {
+        self.stmt("reading the change log", |c| {
+            c.query_one("SELECT COALESCE((SELECT value FROM info WHERE key = $1), 0)", &[&TRIMMED_KEY]).map(|r| r.get::<_, i64>(0) as u64)
+        })
+    }
+    fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>> {
+        self.check_alive()?;
+        let mut f = PgFeed { cfg: self.cfg.clone(), channel: self.schema.clone(), timeout: self.opts.timeout, client: None, checked: Instant::now() };
+        f.listen()?;
+        Ok(Some(Box::new(f)))
+    }
+}
+
+impl PgMeta {
+    /// One statement in its own (autocommit) transaction, with the store's
+    /// retries.
+    fn stmt<T>(&self, what: &str, mut f: impl FnMut(&mut Client) -> std::result::Result<T, pg::Error>) -> Result<T> {
+        self.run(what, |c| match f(&mut c.client) {
+            Ok(v) => Step::Done(Ok(v)),
+            Err(e) => Step::Failed(e),
+        })
+    }
+
+    fn session_rows(&self, expired_only: bool) -> Result<Vec<SessionRow>> {
+        let rows = self.stmt("listing sessions", |c| {
+            c.query(
+                "SELECT id, host, pid, mount, version, (extract(epoch FROM started) * 1000000000)::bigint,
+                        (extract(epoch FROM expires) * 1000000000)::bigint, expires <= clock_timestamp()
+                 FROM sessions WHERE NOT $1 OR expires <= clock_timestamp() ORDER BY id",
+                &[&expired_only],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
+                Ok(SessionRow {
+                    id: col::<i64>(r, 0)? as u64,
+                    host: col(r, 1)?,
+                    pid: col::<i64>(r, 2)? as u32,
+                    mount: col(r, 3)?,
+                    version: col(r, 4)?,
+                    started: Timestamp(col(r, 5)?),
+                    expires: Timestamp(col(r, 6)?),
+                    expired: col(r, 7)?,
+                })
+            })
+            .collect()
     }
 }
 

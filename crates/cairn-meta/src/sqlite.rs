@@ -154,6 +154,56 @@ pub struct SqliteMeta {
     /// The next chunk id (`alloc_chunk_id`), read at the open (not at the
     /// first call: that may come inside a transaction, under the lock).
     next_chunk: AtomicU64,
+    /// Sessions (in memory: one process holds the volume; their ids come
+    /// from `info.session_seq`, so they never repeat across opens).
+    sessions: Mutex<std::collections::BTreeMap<u64, LocalSession>>,
+    /// Whether a maintenance guard lives (the volume lock already keeps
+    /// other processes out).
+    maintenance: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A session of an SQLite store: expiry on the monotonic clock.
+struct LocalSession {
+    who: SessionInfo,
+    started: Timestamp,
+    expires: std::time::Instant,
+}
+
+impl LocalSession {
+    fn row(&self, id: u64) -> SessionRow {
+        let now = std::time::Instant::now();
+        let wall = Timestamp::now().0;
+        let expires = if self.expires >= now {
+            wall.saturating_add(i64::try_from((self.expires - now).as_nanos()).unwrap_or(i64::MAX))
+        } else {
+            wall.saturating_sub(i64::try_from((now - self.expires).as_nanos()).unwrap_or(i64::MAX))
+        };
+        SessionRow {
+            id,
+            host: self.who.host.clone(),
+            pid: self.who.pid,
+            mount: self.who.mount.clone(),
+            version: self.who.version.clone(),
+            started: self.started,
+            expires: Timestamp(expires),
+            expired: self.expires <= now,
+        }
+    }
+}
+
+/// The in-process maintenance flag, cleared when dropped.
+struct LocalMaintenance(Arc<std::sync::atomic::AtomicBool>);
+
+impl MaintenanceGuard for LocalMaintenance {
+    fn still_held(&mut self) -> bool {
+        true
+    }
+}
+
+impl Drop for LocalMaintenance {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Shared {
@@ -317,7 +367,16 @@ impl SqliteMeta {
             let sh = shared.clone();
             std::thread::Builder::new().name("cairn-meta-commit".into()).spawn(move || sh.committer()).expect("spawning the metadata committer")
         });
-        SqliteMeta { path: path.to_path_buf(), shared, durable: AtomicU64::new(0), committer, codec, next_chunk: AtomicU64::new(1) }
+        SqliteMeta {
+            path: path.to_path_buf(),
+            shared,
+            durable: AtomicU64::new(0),
+            committer,
+            codec,
+            next_chunk: AtomicU64::new(1),
+            sessions: Mutex::new(Default::default()),
+            maintenance: Default::default(),
+        }
     }
 
 
@@ -1265,7 +1324,70 @@ impl MetaStore for SqliteMeta {
     fn shipping(&self) -> Option<&dyn ShipChanges> {
         Some(self)
     }
+    /// In memory, on this machine's monotonic clock; the id comes from
+    /// `info.session_seq` (one write), so ids never repeat across opens.
+    fn open_session(&self, who: &SessionInfo, ttl: std::time::Duration) -> Result<u64> {
+        let id = self.write_with(|tx| -> Result<u64> {
+            let id = tx.get_info(SESSION_SEQ_KEY)?.unwrap_or(0) + 1;
+            tx.set_info(SESSION_SEQ_KEY, id)?;
+            Ok(id as u64)
+        })?;
+        let now = std::time::Instant::now();
+        self.sessions.lock().insert(id, LocalSession { who: who.clone(), started: Timestamp::now(), expires: now + ttl });
+        Ok(id)
+    }
+    fn renew_session(&self, id: u64, ttl: std::time::Duration) -> Result<()> {
+        let mut ss = self.sessions.lock();
+        let now = std::time::Instant::now();
+        match ss.get_mut(&id) {
+            Some(s) if s.expires > now => {
+                s.expires = now + ttl;
+                Ok(())
+            }
+            Some(_) => Err(Error::new(ErrorKind::SessionLost, format!("metadata session {id} expired before it was renewed: stop writing and remount"))),
+            None => Err(Error::new(ErrorKind::SessionLost, format!("metadata session {id} is gone: stop writing and remount"))),
+        }
+    }
+    fn close_session(&self, id: u64) -> Result<()> {
+        self.sessions.lock().remove(&id);
+        Ok(())
+    }
+    fn sessions(&self) -> Result<Vec<SessionRow>> {
+        Ok(self.sessions.lock().iter().map(|(&id, s)| s.row(id)).collect())
+    }
+    fn expired_sessions(&self) -> Result<Vec<SessionRow>> {
+        Ok(self.sessions()?.into_iter().filter(|s| s.expired).collect())
+    }
+    fn remove_session(&self, id: u64) -> Result<bool> {
+        Ok(self.sessions.lock().remove(&id).is_some())
+    }
+    /// An in-process flag: the volume lock keeps other processes out.
+    fn try_maintenance(&self) -> Result<Option<Box<dyn MaintenanceGuard>>> {
+        if self.maintenance.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(LocalMaintenance(self.maintenance.clone()))))
+    }
+    /// One machine: nobody else to tell, no log.
+    fn changes_since(&self, _after: u64, _limit: usize) -> Result<Vec<Change>> {
+        Ok(Vec::new())
+    }
+    fn last_change_seq(&self) -> Result<u64> {
+        Ok(0)
+    }
+    fn trim_changes(&self, _older_than: std::time::Duration) -> Result<u64> {
+        Ok(0)
+    }
+    fn changes_trimmed_through(&self) -> Result<u64> {
+        Ok(0)
+    }
+    fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>> {
+        Ok(None)
+    }
 }
+
+/// `info` key: the last session id handed out.
+pub const SESSION_SEQ_KEY: &str = "session_seq";
 
 impl ShipChanges for SqliteMeta {
     fn capture_changes(&self) -> Result<()> {
