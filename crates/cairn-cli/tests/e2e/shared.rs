@@ -169,6 +169,87 @@ fn a_close_on_one_mount_is_seen_by_an_open_on_another() {
     a.umount();
 }
 
+/// A file the read-only mount B has stat'ed and read before, then changed
+/// (appended to, or replaced by a longer or shorter file) and closed on the
+/// read-write mount A: B's `stat` shows the new size within the kernel's
+/// attribute TTL (B's cached attributes) plus a second of slack, and B
+/// then reads A's bytes. The median and p99 delays are printed. (B once
+/// kept the first open's state of a file for good: a read-only mount has
+/// no flusher to forget clean files, and its kernel trusted its own sizes
+/// under the writeback cache.)
+#[test]
+fn a_change_closed_on_one_mount_is_seen_by_a_stat_on_another_within_the_ttl() {
+    let _serial = serial();
+    let s = Shared::new("shared-grow");
+    let a = s.mount("a", &s.env.mnt, &[]);
+    fs::create_dir(a.join("grow")).unwrap();
+    let mnt_b = s.mountpoint("mnt-b");
+    let b = s.mount("b", &mnt_b, &["--read-only"]);
+    let mut rng = Rng::new(2027);
+
+    // Files B has stat'ed (and read) before A changes their size.
+    const N: u64 = 40;
+    let mut lens = Vec::new();
+    for k in 0..N {
+        let len = rng.below(32 * KIB) + 1;
+        fs::write(a.join(&format!("grow/g{k}")), gen(20_000 + k, len as usize)).unwrap();
+        lens.push(len);
+    }
+    for k in 0..N {
+        let p = b.join(&format!("grow/g{k}"));
+        assert_eq!(fs::metadata(&p).unwrap().len(), lens[k as usize], "g{k} on B");
+        assert_eq!(fs::read(&p).unwrap(), gen(20_000 + k, lens[k as usize] as usize), "g{k} on B");
+    }
+    let mut delays = Vec::new();
+    let mut failures = Vec::new();
+    for k in 0..N {
+        let name = format!("grow/g{k}");
+        // Half are appended to, half replaced by a longer or shorter file.
+        let want = if k % 2 == 0 {
+            let extra = gen(30_000 + k, (rng.below(16 * KIB) + 1) as usize);
+            let mut f = fs::OpenOptions::new().append(true).open(a.join(&name)).unwrap();
+            f.write_all(&extra).unwrap();
+            drop(f);
+            let mut w = gen(20_000 + k, lens[k as usize] as usize);
+            w.extend_from_slice(&extra);
+            w
+        } else {
+            let len = lens[k as usize] + 1 + rng.below(16 * KIB);
+            let len = if k % 4 == 1 { len } else { lens[k as usize] / 2 };
+            let w = gen(40_000 + k, len as usize);
+            fs::write(a.join(&name), &w).unwrap();
+            w
+        };
+        // The close returned: B's kernel may still answer from attributes
+        // it cached up to a TTL ago.
+        match until_size(&b.join(&name), want.len() as u64, Duration::from_secs(5)) {
+            Ok(d) => {
+                delays.push(d);
+                let got = fs::read(b.join(&name)).unwrap();
+                if got != want {
+                    failures.push(format!("{name}: B's size is right but its bytes are not A's ({} bytes read)", got.len()));
+                }
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    delays.sort();
+    if !delays.is_empty() {
+        eprintln!(
+            "shared: B saw A's new size after {} of {N} closes; delay median {:.1?}, p99 {:.1?}, max {:.1?} (attribute TTL {ATTR_TTL:?})",
+            delays.len(),
+            quantile(&delays, 0.5),
+            quantile(&delays, 0.99),
+            delays.last().unwrap()
+        );
+    }
+    assert!(failures.is_empty(), "{} of {N} changes not seen on B:\n{}", failures.len(), failures.join("\n"));
+    let max = *delays.last().unwrap();
+    assert!(max < ATTR_TTL + Duration::from_secs(1), "B's stat took {max:?} to show a closed file's new size");
+    b.umount();
+    a.umount();
+}
+
 /// While A holds the bucket's lease, a second read-write mount (another
 /// cache directory) is refused, saying who holds it; A keeps working and
 /// its files are there after it unmounts.
