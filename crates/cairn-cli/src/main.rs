@@ -875,7 +875,12 @@ fn run(cli: Cli) -> Result<i32> {
                 allow_other: !private,
                 threads: threads.unwrap_or(if cairn_engine::tape::is_tape_url(&volume) { 32 } else { 4 }).max(1),
                 fsname: source.clone(),
-                writeback_cache: !no_writeback_cache,
+                // A read-only mount writes nothing, and with the writeback
+                // cache the kernel trusts its own size of a regular file
+                // over the daemon's: a file another machine changes
+                // (a bucket volume with PostgreSQL metadata) would keep its
+                // old size here, and reads would stop there, until evicted.
+                writeback_cache: !no_writeback_cache && !read_only,
             };
             if !(4 << 10..=64 << 20).contains(&cache_block) {
                 bail!("--cache-block must be between 4K and 64M");

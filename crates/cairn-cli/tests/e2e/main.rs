@@ -21,6 +21,7 @@ mod permissions;
 mod newcomer;
 mod posix;
 mod postgres;
+mod shared;
 mod powercut;
 mod roundtrip;
 mod writeback;

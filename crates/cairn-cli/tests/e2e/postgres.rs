@@ -27,7 +27,7 @@ extern "C" fn stop_server() {
 }
 
 /// The URL of a new, empty database `name` on the process's server.
-fn database(name: &str) -> String {
+pub(crate) fn database(name: &str) -> String {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
         let pg = PgServer::start().unwrap_or_else(|e| panic!("starting a PostgreSQL server for the tests: {e}"));

@@ -304,6 +304,19 @@ impl Volume {
             // with every other file closed meanwhile, so small files share packs.
             if nlink == Some(0) {
                 self.free_inode(ino)?;
+            } else if self.opts.read_only {
+                // No flusher evicts clean states here: forget the file now,
+                // so the next getattr or open reads the store again (on a
+                // bucket volume with PostgreSQL metadata another machine
+                // may have committed the file since).
+                self.files.remove_if(&ino, |_, st| {
+                    let mut g = st.inner.lock();
+                    let idle = g.open == 0 && !g.is_dirty();
+                    if idle {
+                        g.evicted = true;
+                    }
+                    idle
+                });
             }
         }
         Ok(())

@@ -1,0 +1,280 @@
+//! A volume in a bucket whose metadata is in PostgreSQL (issue 26,
+//! docs/shared-volume.md §10–§11), mounted by two "machines" (two cache
+//! directories) at once: one read-write under the bucket's lease, the other
+//! read-only. Real moto S3 (CAIRN_TEST_S3_ENDPOINT, see cloud.rs), a real
+//! PostgreSQL server (postgres.rs) and real FUSE mounts.
+
+use crate::cloud::s3_env;
+use crate::common::*;
+use crate::postgres::database;
+use crate::roundtrip::{build_tree_with, check_copy};
+use std::ffi::OsString;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+/// The kernel's attribute and entry TTL the daemon answers with
+/// (cairn-fuse `TTL`).
+const ATTR_TTL: Duration = Duration::from_secs(1);
+
+/// A bucket volume with PostgreSQL metadata and the local directories of
+/// its machines.
+struct Shared {
+    env: Env,
+    url: String,
+    meta: String,
+    endpoint: String,
+}
+
+impl Shared {
+    /// `cairn init s3://BUCKET/PREFIX --meta URL` from machine "a".
+    fn new(name: &str) -> Shared {
+        let (endpoint, bucket) = s3_env();
+        let meta = database(&name.replace('-', "_"));
+        let env = Env::bare(name);
+        let url = format!("s3://{bucket}/{}", env.root.file_name().unwrap().to_string_lossy());
+        let s = Shared { env, url, meta, endpoint };
+        let out = cairn_ok(s.with_args("init", "a", &[]));
+        assert!(out.stdout.contains("PostgreSQL"), "{out}");
+        s
+    }
+
+    /// A local directory ("machine") of this volume.
+    fn dir(&self, machine: &str) -> PathBuf {
+        self.env.path(&format!("cache-{machine}"))
+    }
+
+    fn args(&self, machine: &str, extra: &[&str]) -> Vec<String> {
+        let mut a = vec!["--cache-dir".to_string(), self.dir(machine).display().to_string(), "--endpoint".into(), self.endpoint.clone(), "--meta".into(), self.meta.clone()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    }
+
+    /// `cairn CMD URL --cache-dir ... --endpoint ... --meta ... EXTRA...`.
+    fn with_args(&self, cmd: &str, machine: &str, extra: &[&str]) -> Vec<String> {
+        let mut a = vec![cmd.to_string(), self.url.clone()];
+        a.extend(self.args(machine, extra));
+        a
+    }
+
+    /// A mountpoint of its own for `name` (`mnt` is the Env's).
+    fn mountpoint(&self, name: &str) -> PathBuf {
+        let p = self.env.path(name);
+        if !p.exists() {
+            fs::create_dir(&p).unwrap();
+        }
+        fs::canonicalize(p).unwrap()
+    }
+
+    fn try_mount(&self, machine: &str, mnt: &Path, extra: &[&str]) -> Result<Mount, Out> {
+        let a = self.args(machine, extra);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        Mount::new(Path::new(&self.url), mnt, &a)
+    }
+
+    fn mount(&self, machine: &str, mnt: &Path, extra: &[&str]) -> Mount {
+        self.try_mount(machine, mnt, extra).unwrap_or_else(|out| panic!("mount ({machine}) failed: {out}"))
+    }
+}
+
+/// A mixed tree copied into a mount on machine A, unmounted, then mounted
+/// from a fresh local directory (machine B, which has nothing of the
+/// volume): byte for byte and attribute for attribute the same; fsck of
+/// the bucket URL with the PostgreSQL URL is clean.
+#[test]
+fn a_bucket_volume_with_postgres_metadata_mounts_through_fuse() {
+    let _serial = serial();
+    let s = Shared::new("shared-tree");
+    let src = s.env.path("src");
+    build_tree_with(&src, 200, 2 * MIB);
+    let m = s.mount("a", &s.env.mnt, &[]);
+    let out = run(Command::new("cp").arg("-a").arg(format!("{}/.", src.display())).arg(m.path()));
+    assert!(out.ok(), "cp -a: {out}");
+    m.umount();
+
+    assert!(!s.dir("b").exists());
+    let m = s.mount("b", &s.env.mnt, &[]);
+    check_copy(&src, m.path(), "postgres metadata, bucket data, a fresh cache directory");
+    m.umount();
+    // Nothing of the metadata went to the bucket's cache directory.
+    assert!(!s.dir("b").join("meta.sqlite").exists(), "no SQLite database beside PostgreSQL");
+
+    let extra: Vec<OsString> = s.args("c", &[]).into_iter().map(OsString::from).collect();
+    assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
+}
+
+/// Sizes of the `n` files of the close-to-open test: mostly small (0 to
+/// 64 KiB), every 100th over a megabyte (several chunks).
+fn c2o_size(i: u64, rng: &mut Rng) -> u64 {
+    if i % 100 == 37 {
+        MIB + rng.below(MIB / 2)
+    } else {
+        rng.below(64 * KIB + 1)
+    }
+}
+
+/// The `q`-quantile of sorted `v`.
+fn quantile(v: &[Duration], q: f64) -> Duration {
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Polls `stat` of `path` until its size is `len`; the time it took.
+fn until_size(path: &Path, len: u64, limit: Duration) -> Result<Duration, String> {
+    let t = Instant::now();
+    loop {
+        let got = fs::metadata(path).map_err(|e| format!("stat {}: {e}", path.display()))?.len();
+        if got == len {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            return Err(format!("{}: size {got}, not {len}, {:.2?} after the close on the writer", path.display(), t.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Close-to-open between two machines: a file written and closed on the
+/// read-write mount A is read byte for byte by an open on the read-only
+/// mount B right after the close returns: 1,000 new files (0 to 64 KiB,
+/// every 100th over a megabyte), so B has nothing of them cached. With the
+/// commit at close left out, B fails on the first file.
+#[test]
+fn a_close_on_one_mount_is_seen_by_an_open_on_another() {
+    let _serial = serial();
+    let s = Shared::new("shared-c2o");
+    let a = s.mount("a", &s.env.mnt, &[]);
+    fs::create_dir(a.join("c2o")).unwrap();
+    let mnt_b = s.mountpoint("mnt-b");
+    let b = s.mount("b", &mnt_b, &["--read-only"]);
+
+    let mut rng = Rng::new(2026);
+    let t = Instant::now();
+    let mut bytes = 0;
+    for i in 0..1000u64 {
+        let name = format!("c2o/f{i}");
+        let data = gen(10_000 + i, c2o_size(i, &mut rng) as usize);
+        bytes += data.len();
+        fs::write(a.join(&name), &data).unwrap_or_else(|e| panic!("write {name} on A: {e}"));
+        let got = fs::read(b.join(&name)).unwrap_or_else(|e| panic!("open+read {name} on B right after its close on A: {e}"));
+        assert!(got.len() == data.len() && got == data, "{name}: B read {} bytes, A closed {} (first difference at {})", got.len(), data.len(), got.iter().zip(&data).position(|(x, y)| x != y).unwrap_or(got.len().min(data.len())));
+    }
+    eprintln!("shared: 1000 files ({:.1} MiB) written+closed on A and read on B in {:.2?}", bytes as f64 / MIB as f64, t.elapsed());
+    b.umount();
+    a.umount();
+}
+
+/// A file the read-only mount B has stat'ed and read before, then changed
+/// (appended to, or replaced by a longer or shorter file) and closed on the
+/// read-write mount A: B's `stat` shows the new size within the kernel's
+/// attribute TTL (B's cached attributes) plus a second of slack, and B
+/// then reads A's bytes. The median and p99 delays are printed. (B once
+/// kept the first open's state of a file for good: a read-only mount has
+/// no flusher to forget clean files, and its kernel trusted its own sizes
+/// under the writeback cache.)
+#[test]
+fn a_change_closed_on_one_mount_is_seen_by_a_stat_on_another_within_the_ttl() {
+    let _serial = serial();
+    let s = Shared::new("shared-grow");
+    let a = s.mount("a", &s.env.mnt, &[]);
+    fs::create_dir(a.join("grow")).unwrap();
+    let mnt_b = s.mountpoint("mnt-b");
+    let b = s.mount("b", &mnt_b, &["--read-only"]);
+    let mut rng = Rng::new(2027);
+
+    // Files B has stat'ed (and read) before A changes their size.
+    const N: u64 = 40;
+    let mut lens = Vec::new();
+    for k in 0..N {
+        let len = rng.below(32 * KIB) + 1;
+        fs::write(a.join(&format!("grow/g{k}")), gen(20_000 + k, len as usize)).unwrap();
+        lens.push(len);
+    }
+    for k in 0..N {
+        let p = b.join(&format!("grow/g{k}"));
+        assert_eq!(fs::metadata(&p).unwrap().len(), lens[k as usize], "g{k} on B");
+        assert_eq!(fs::read(&p).unwrap(), gen(20_000 + k, lens[k as usize] as usize), "g{k} on B");
+    }
+    let mut delays = Vec::new();
+    let mut failures = Vec::new();
+    for k in 0..N {
+        let name = format!("grow/g{k}");
+        // Half are appended to, half replaced by a longer or shorter file.
+        let want = if k % 2 == 0 {
+            let extra = gen(30_000 + k, (rng.below(16 * KIB) + 1) as usize);
+            let mut f = fs::OpenOptions::new().append(true).open(a.join(&name)).unwrap();
+            f.write_all(&extra).unwrap();
+            drop(f);
+            let mut w = gen(20_000 + k, lens[k as usize] as usize);
+            w.extend_from_slice(&extra);
+            w
+        } else {
+            let len = lens[k as usize] + 1 + rng.below(16 * KIB);
+            let len = if k % 4 == 1 { len } else { lens[k as usize] / 2 };
+            let w = gen(40_000 + k, len as usize);
+            fs::write(a.join(&name), &w).unwrap();
+            w
+        };
+        // The close returned: B's kernel may still answer from attributes
+        // it cached up to a TTL ago.
+        match until_size(&b.join(&name), want.len() as u64, Duration::from_secs(5)) {
+            Ok(d) => {
+                delays.push(d);
+                let got = fs::read(b.join(&name)).unwrap();
+                if got != want {
+                    failures.push(format!("{name}: B's size is right but its bytes are not A's ({} bytes read)", got.len()));
+                }
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    delays.sort();
+    if !delays.is_empty() {
+        eprintln!(
+            "shared: B saw A's new size after {} of {N} closes; delay median {:.1?}, p99 {:.1?}, max {:.1?} (attribute TTL {ATTR_TTL:?})",
+            delays.len(),
+            quantile(&delays, 0.5),
+            quantile(&delays, 0.99),
+            delays.last().unwrap()
+        );
+    }
+    assert!(failures.is_empty(), "{} of {N} changes not seen on B:\n{}", failures.len(), failures.join("\n"));
+    let max = *delays.last().unwrap();
+    assert!(max < ATTR_TTL + Duration::from_secs(1), "B's stat took {max:?} to show a closed file's new size");
+    b.umount();
+    a.umount();
+}
+
+/// While A holds the bucket's lease, a second read-write mount (another
+/// cache directory) is refused, saying who holds it; A keeps working and
+/// its files are there after it unmounts.
+#[test]
+fn a_second_read_write_mount_of_a_postgres_bucket_volume_is_refused() {
+    let _serial = serial();
+    let s = Shared::new("shared-lease");
+    let a = s.mount("a", &s.env.mnt, &[]);
+    fs::write(a.join("before"), b"written before the second mount").unwrap();
+    let mnt_c = s.mountpoint("mnt-c");
+    let out = s.try_mount("c", &mnt_c, &[]).err().expect("a second read-write mount succeeded");
+    assert!(out.code == Some(1), "{out}");
+    assert!(out.stderr.contains("is mounted read-write by") && out.stderr.contains("pid"), "names the lease's holder: {out}");
+    assert!(!is_mounted(&mnt_c), "nothing mounted at the refused mountpoint");
+
+    // A is untouched: it reads, writes and commits as before.
+    assert_eq!(fs::read(a.join("before")).unwrap(), b"written before the second mount");
+    write_random_file(&a.join("after"), 7, 3 * MIB + 5);
+    check_stream(&a.join("after"), 7, 3 * MIB + 5, true).unwrap();
+    assert_eq!(fs::metadata(a.join("after")).unwrap().nlink(), 1);
+    a.umount();
+
+    // With A gone the lease is free: C mounts read-write and sees both files.
+    let c = s.mount("c", &mnt_c, &[]);
+    assert_eq!(fs::read(c.join("before")).unwrap(), b"written before the second mount");
+    check_stream(&c.join("after"), 7, 3 * MIB + 5, true).unwrap();
+    c.umount();
+}
