@@ -350,7 +350,7 @@ impl Volume {
     /// What a close must do on a volume other machines open too (its
     /// metadata is in PostgreSQL): commit the file, so that an `open`
     /// elsewhere after this returns reads these bytes (close-to-open,
-    /// docs/shared-volume.md §3, §10.3). Files closed meanwhile share the
+    /// docs/shared-volume.md §3, §11.3). Files closed meanwhile share the
     /// round: the flusher takes every closed file at once. Elsewhere a
     /// close only marks the file due (`flush_file`).
     pub fn close_commit(&self, ino: Ino) -> Result<()> {
