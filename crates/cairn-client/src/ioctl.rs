@@ -23,7 +23,10 @@ pub const INLINE_MAX: usize = 16 * 1024 - 128;
 /// second descriptor, so the program first asks for a token on the source
 /// descriptor (`IOC_SOURCE`): the daemon answers only on a handle opened
 /// for reading, which the kernel allowed after checking the whole path, and
-/// forgets the token when that handle is released. An unknown token is
+/// forgets the token when that handle is released. The kernel sends that
+/// RELEASE after the last close of the descriptor (and its dups) without
+/// waiting for it, so a token outlives its descriptor by that moment; it
+/// never outlives what the caller could already read. An unknown token is
 /// EBADF whatever inode it might name.
 pub const RP_FROM_SOURCE: u32 = 2;
 
