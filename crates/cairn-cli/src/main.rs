@@ -253,7 +253,10 @@ enum Cmd {
     /// failing: writes pile up locally and are sent when the bucket answers);
     /// lease_lost (another machine took the volume's lease, or its lease
     /// object was deleted: the mount refuses writes, and `cairn umount` of
-    /// it exits non-zero); degraded (the flusher is failing); not_responding (the daemon does not
+    /// it exits non-zero); session_lost (a volume whose metadata is in
+    /// PostgreSQL: the mount's session expired, perhaps while the database
+    /// was unreachable, and it refuses writes until mounted again);
+    /// degraded (the flusher is failing); not_responding (the daemon does not
     /// answer within 5 s); dead (the daemon is gone: `cairn umount` it);
     /// unknown (it cannot be asked, e.g. another user's mount). The last
     /// error of each failing part is shown. Exits 0 whatever the health.

@@ -29,7 +29,7 @@ pub struct Row {
     /// Unix seconds when it was mounted, and seconds since.
     pub started: Option<u64>,
     pub uptime_secs: Option<u64>,
-    /// `ok`, `lease_lost`, `backend_unreachable`, `degraded` (the mount's own judgement),
+    /// `ok`, `lease_lost`, `session_lost`, `backend_unreachable`, `degraded` (the mount's own judgement),
     /// `not_responding` (its daemon runs but does not answer), `dead` (its
     /// daemon is gone), or `unknown` (it cannot be asked: see `problems`).
     pub health: String,

@@ -247,6 +247,16 @@ pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration) -> crate
         if vol.check_writable().is_err() {
             return true; // read-only or the lease was lost: nothing to do now
         }
+        // Many machines on one volume: the one holding the maintenance
+        // lock cleans, the others skip their rounds.
+        let _maintenance = match crate::maintenance::maintenance_lock(&vol, Duration::ZERO) {
+            Ok(Some(g)) => g,
+            Ok(None) => return true,
+            Err(e) => {
+                tracing::warn!("taking the volume's maintenance lock failed (will retry): {e}");
+                return true;
+            }
+        };
         let now = crate::types::Timestamp::now().0;
         if let Err(e) = clean_due(&vol, now, &cloud.opts.gc_prices, 2 * vol.cfg.pack_target) {
             tracing::warn!("cleaning round failed (will retry): {e}");

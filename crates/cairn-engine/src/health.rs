@@ -77,10 +77,11 @@ pub struct Problems {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MountStatus {
     /// `ok`, `lease_lost` (another machine took the volume's lease, or its
-    /// lease object was deleted: the mount refuses writes), `backend_unreachable`
-    /// (uploads, metadata shipping or lease renewals to the bucket are
-    /// failing; writes pile up locally) or `degraded` (the flusher is
-    /// failing).
+    /// lease object was deleted: the mount refuses writes), `session_lost`
+    /// (on a volume whose metadata is in PostgreSQL: the mount's session
+    /// expired, and it refuses writes), `backend_unreachable` (uploads,
+    /// metadata shipping, lease or session renewals are failing; writes
+    /// pile up locally) or `degraded` (the flusher is failing).
     pub health: String,
     /// What is failing, oldest first.
     pub problems: Vec<Problem>,
@@ -107,7 +108,7 @@ impl MountStatus {
     pub fn judge(problems: &[Problem], lease_lost: bool) -> &'static str {
         if lease_lost {
             "lease_lost"
-        } else if problems.iter().any(|p| matches!(p.what.as_str(), "upload" | "metadata" | "lease")) {
+        } else if problems.iter().any(|p| matches!(p.what.as_str(), "upload" | "metadata" | "lease" | "session")) {
             "backend_unreachable"
         } else if !problems.is_empty() {
             "degraded"

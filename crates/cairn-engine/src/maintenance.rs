@@ -1,7 +1,7 @@
 //! Maintenance on a whole volume: statistics, consistency check, garbage
 //! collection. fsck and gc need the volume opened exclusively (not mounted).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::extent::{decode_page, Source};
 use crate::meta;
 use crate::pack::{self, BlobEntry, PackBuilder};
@@ -338,11 +338,47 @@ pub struct GcReport {
     pub bytes_after: u64,
 }
 
+/// On a volume many machines write (metadata in PostgreSQL), the volume's
+/// maintenance lock: one machine at a time runs gc or the cleaner
+/// (docs/shared-volume.md §7). Waits up to `wait` for it; `Ok(None)` when
+/// another machine still holds it then. A volume only this process writes
+/// needs no lock: a guard that holds nothing.
+pub(crate) fn maintenance_lock(vol: &Volume, wait: std::time::Duration) -> Result<Option<Box<dyn meta::MaintenanceGuard>>> {
+    if !vol.is_shared() {
+        return Ok(Some(Box::new(NoLock)));
+    }
+    let until = std::time::Instant::now() + wait;
+    loop {
+        if let Some(g) = vol.meta.store().try_maintenance()? {
+            return Ok(Some(g));
+        }
+        if std::time::Instant::now() >= until {
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// The maintenance "lock" of a volume one process writes.
+struct NoLock;
+
+impl meta::MaintenanceGuard for NoLock {
+    fn still_held(&mut self) -> bool {
+        true
+    }
+}
+
 /// Deletes packs with no live chunk, repacks packs whose live share of
 /// bytes is below `repack_below` (0..1), and removes orphan packs.
 pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<GcReport> {
     let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Gc);
     vol.check_writable()?;
+    let Some(_maintenance) = maintenance_lock(vol, std::time::Duration::from_secs(30))? else {
+        return Err(Error::new(
+            ErrorKind::Busy,
+            "another machine is running gc or the cleaner on this volume (it holds the maintenance lock); try again when it is done",
+        ));
+    };
     vol.sync()?;
     let mut rep = GcReport::default();
     let packs = vol.meta.read(|tx| Ok(tx.all_packs()?))?;
@@ -513,10 +549,16 @@ impl<'a> Mover<'a> {
     /// Deletes the uploaded packs, which no metadata names (a round given
     /// up before its commit).
     pub(crate) fn discard(&self) {
-        for (name, _, _) in &self.sealed {
-            if let Err(e) = self.vol.backend.delete(name) {
-                tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
-            }
+        discard_packs(self.vol, self.sealed.iter().map(|(name, _, _)| name.as_str()));
+    }
+}
+
+/// Deletes uploaded packs that no metadata names (their transaction never
+/// committed). A failure only leaves orphans, which gc removes.
+pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'a str>) {
+    for name in names {
+        if let Err(e) = vol.backend.delete(name) {
+            tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
         }
     }
 }

@@ -104,6 +104,20 @@ fn start_background(vol: &Arc<Volume>) -> Result<()> {
         tracing::warn!("folding the bill objects of ended mounts: {e}");
     }
     c.mark_dirty(&vol.layout.dir)?;
+    if !c.ships_metadata {
+        // Metadata in PostgreSQL: a session instead of the lease, so other
+        // machines mount it read-write too and clean up after this one if
+        // its heartbeats stop (docs/shared-volume.md §7).
+        let who = cairn_meta::SessionInfo {
+            host: lease::hostname(),
+            pid: std::process::id(),
+            mount: vol.layout.dir.display().to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        let id = vol.meta.store().open_session(&who, SESSION_TTL)?;
+        tracing::info!(session = id, "opened a session in the metadata store");
+        let _ = c.session.set(id);
+    }
     let _ = c.shipper.set(start_shipper(vol));
     if let Some(every) = c.opts.gc_interval {
         let _ = c.cleaner.set(crate::cleaner::background(vol, every));
@@ -111,16 +125,47 @@ fn start_background(vol: &Arc<Volume>) -> Result<()> {
     Ok(())
 }
 
-/// Starts shipping every `vol`'s metadata interval and renewing its lease.
+/// How long a session lives without a heartbeat: past it, another
+/// machine may clean up after this one (JuiceFS: 60 s).
+pub const SESSION_TTL: Duration = Duration::from_secs(60);
+/// How often a session is renewed: five heartbeats fit in its lifetime.
+pub const SESSION_RENEW: Duration = Duration::from_secs(12);
+
+/// Starts shipping every `vol`'s metadata interval and renewing its lease
+/// (or its session in PostgreSQL).
 fn start_shipper(vol: &Arc<Volume>) -> Background {
     let weak: Weak<Volume> = Arc::downgrade(vol);
     let interval = vol.cloud.as_ref().map(|c| c.opts.meta_interval).unwrap_or(Duration::from_secs(5));
     let renew = vol.cloud.as_ref().map_or(lease::RENEW, |c| c.opts.lease_renew.min(lease::MAX_RENEW));
     let mut next_renew = Instant::now() + renew;
+    // The heartbeat comes at its rate (or the lease's, if a test set that
+    // shorter) whatever the shipping interval.
+    let beat = renew.min(SESSION_RENEW);
+    let mut next_heartbeat = Instant::now() + beat;
+    let interval = if vol.cloud.as_ref().is_some_and(|c| c.session.get().is_some()) { interval.min(beat / 2) } else { interval };
     Background::start("cairn-meta-ship", interval, move || {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let Some(vol) = weak.upgrade() else { return false };
         let Some(cloud) = vol.cloud.as_ref() else { return false };
+        if let Some(&id) = cloud.session.get() {
+            if Instant::now() >= next_heartbeat && !cloud.is_lost() {
+                next_heartbeat = Instant::now() + beat;
+                match vol.meta.store().renew_session(id, SESSION_TTL) {
+                    Ok(()) => vol.problems.lease.ok(),
+                    Err(e) if e.kind() == ErrorKind::SessionLost => {
+                        // Another machine may have cleaned up after it
+                        // (its open files, its locks): writing on would
+                        // undo that. Never re-registered by itself.
+                        tracing::error!("{e}; this mount refuses changes from now on");
+                        cloud.mark_lost(&Error::new(ErrorKind::SessionLost, format!("{e}; this mount refuses changes: unmount and mount again")));
+                    }
+                    Err(e) => {
+                        tracing::warn!("renewing the session in the metadata store failed (will retry): {e}");
+                        vol.problems.lease.fail("session", &Error::from(e));
+                    }
+                }
+            }
+        }
         if Instant::now() >= next_renew {
             next_renew = Instant::now() + renew;
             if let Some(l) = &cloud.lease {

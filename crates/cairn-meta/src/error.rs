@@ -34,6 +34,13 @@ pub enum ErrorKind {
     /// This mount's session expired or was removed (on the database's
     /// clock): it must stop writing and never re-register by itself.
     SessionLost,
+    /// Another machine changed a chunk this transaction relied on: it
+    /// claimed the same new chunk first, or collected a chunk found by hash
+    /// before the transaction referenced it. Nothing was written; the
+    /// writer prepares its batch again (it then finds the other machine's
+    /// chunk, or stores the collected one anew). Never retried inside the
+    /// store: running the same closure again would fail the same way.
+    Raced,
 }
 
 impl ErrorKind {

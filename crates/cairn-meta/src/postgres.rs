@@ -220,6 +220,13 @@ fn describe(e: &pg::Error) -> String {
     }
 }
 
+/// A chunk a transaction references is gone: on a shared volume, only
+/// another machine's collector deletes chunk rows (at zero references),
+/// so the writer lost the race with it and stores the chunk again.
+fn gone_chunk(id: i64) -> Error {
+    Error::new(ErrorKind::Raced, format!("chunk #{id} was collected by another machine before this transaction referenced it"))
+}
+
 fn pg_err(what: &str, e: &pg::Error) -> Error {
     Error::io(format!("PostgreSQL metadata store: {what}: {}", describe(e)))
 }
@@ -758,7 +765,7 @@ impl<'a> PgTx<'a> {
             let id: i64 = col(r, 0)?;
             let &(wid, d) = want.next().ok_or_else(|| Error::corrupt(format!("chunk #{id} came back unasked")))?;
             if wid != id {
-                return Err(Error::corrupt(format!("reference to unknown chunk #{wid}")));
+                return Err(gone_chunk(wid));
             }
             let refs: i64 = col(r, 1)?;
             let new = refs + d;
@@ -773,7 +780,7 @@ impl<'a> PgTx<'a> {
             }
         }
         if let Some(&(id, _)) = want.next() {
-            return Err(Error::corrupt(format!("reference to unknown chunk #{id}")));
+            return Err(gone_chunk(id));
         }
         let ds: Vec<i64> = rows.iter().map(|r| r.1).collect();
         self.exec(
@@ -1257,8 +1264,11 @@ impl MetaTx for PgTx<'_> {
         Ok(())
     }
     fn insert_chunk(&self, ch: &ChunkRow) -> Result<()> {
-        self.exec(
-            "INSERT INTO chunks(id, hash, pack, \"offset\", stored_len, raw_len, flags, refs) VALUES($1, $2, $3, $4, $5, $6, $7, $8)",
+        // The hash is claimed atomically: another machine that stored the
+        // same new chunk first wins, and this transaction learns it lost.
+        let n = self.exec(
+            "INSERT INTO chunks(id, hash, pack, \"offset\", stored_len, raw_len, flags, refs) VALUES($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (hash) DO NOTHING",
             &[
                 &(ch.id as i64),
                 &&ch.hash[..],
@@ -1270,6 +1280,12 @@ impl MetaTx for PgTx<'_> {
                 &ch.refs,
             ],
         )?;
+        if n == 0 {
+            return Err(Error::new(
+                ErrorKind::Raced,
+                format!("chunk #{} (a new chunk) was stored by another machine at the same time", ch.id),
+            ));
+        }
         Ok(())
     }
     fn relocate_chunk(&self, id: u64, pack: u64, offset: u64) -> Result<()> {
@@ -1289,7 +1305,10 @@ impl MetaTx for PgTx<'_> {
         let n = self.exec("DELETE FROM chunks WHERE pack = $1 AND refs = 0", &[&p])?;
         let live = self.int("SELECT COUNT(*) FROM chunks WHERE pack = $1", &[&p])?;
         if live > 0 {
-            return Err(Error::corrupt(format!("pack #{pack} still holds {live} live chunks")));
+            // Planned dead, but another machine referenced one of its
+            // chunks since (found by hash): nothing is deleted, the
+            // cleaner plans again.
+            return Err(Error::new(ErrorKind::Raced, format!("pack #{pack} still holds {live} live chunks (referenced by another machine since it was planned)")));
         }
         self.exec("DELETE FROM packs WHERE id = $1", &[&p])?;
         Ok(n)

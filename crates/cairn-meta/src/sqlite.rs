@@ -942,8 +942,14 @@ fn chunks_in_pack(c: &Connection, pack: u64) -> Result<Vec<ChunkRow>> {
 }
 
 fn insert_chunk(c: &Connection, ch: &ChunkRow) -> Result<()> {
-    c.prepare_cached("INSERT INTO chunks(id, hash, pack, offset, stored_len, raw_len, flags, refs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)")?
+    let n = c
+        .prepare_cached("INSERT INTO chunks(id, hash, pack, offset, stored_len, raw_len, flags, refs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8) ON CONFLICT(hash) DO NOTHING")?
         .execute(params![ch.id as i64, &ch.hash[..], ch.pack as i64, ch.offset as i64, ch.stored_len, ch.raw_len, ch.flags, ch.refs])?;
+    if n == 0 {
+        // Another writer of this machine (an edit beside a flush round)
+        // stored the same new chunk since this one looked it up.
+        return Err(Error::new(ErrorKind::Raced, format!("chunk #{} (a new chunk) was stored by another writer at the same time", ch.id)));
+    }
     Ok(())
 }
 

@@ -319,6 +319,11 @@ pub struct Cloud {
     pub cache: Arc<CachedBackend>,
     pub opts: CloudOptions,
     pub lease: Option<lease::Lease>,
+    /// This mount's session in the metadata store: what a read-write mount
+    /// of a volume whose metadata is in PostgreSQL holds instead of the
+    /// lease (many machines write at once; docs/shared-volume.md §7). Set
+    /// by `crate::open` once the volume is assembled.
+    pub session: std::sync::OnceLock<u64>,
     /// Whether the metadata ships to the bucket as versions (an SQLite
     /// store); false when PostgreSQL is its home: then there is no chain,
     /// no `cloud.json`, and `state` is an unsaved placeholder.
@@ -375,7 +380,10 @@ impl Cloud {
         // A store only one process can open (a tape in its drive) is its
         // own lease: the open excluded every other mount already.
         let caps = remote.capabilities();
-        let lease = if read_only || caps.exclusive { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.force, url)?) };
+        // Nor does a volume whose metadata is in PostgreSQL take it: many
+        // machines mount that one read-write at once, each with a session
+        // in the database instead (opened by `crate::open`).
+        let lease = if read_only || caps.exclusive || !ships_metadata { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.force, url)?) };
         let release = |e: Error| {
             if let Some(l) = &lease {
                 let _ = l.release(remote.as_ref());
@@ -412,6 +420,7 @@ impl Cloud {
             cache,
             opts: cloud_opts,
             lease,
+            session: std::sync::OnceLock::new(),
             ships_metadata,
             ship_lock: parking_lot::Mutex::new(()),
             lost: std::sync::atomic::AtomicBool::new(false),

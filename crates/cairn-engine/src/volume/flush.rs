@@ -12,7 +12,7 @@
 use super::file::{FileState, PieceSrc};
 use super::Volume;
 use crate::crypto::ChunkId;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::extent::{Extent, ExtentMap, JLoc, Source};
 use crate::meta::{self, ChunkRow};
 use crate::pack::{self, BlobEntry, PackBuilder};
@@ -56,6 +56,11 @@ struct Plan {
     seq: u64,
     committed_seq: u64,
 }
+
+/// How many times in a row a flush round is prepared again after losing a
+/// chunk race (each loss means another writer committed meanwhile, so a
+/// long run of them is a bug, not contention).
+const MAX_RACED_ROUNDS: u32 = 16;
 
 /// A sealed, uploaded pack of this round.
 struct SealedPack {
@@ -197,6 +202,13 @@ impl<'a> Batch<'a> {
         Ok(())
     }
 
+    /// Deletes this batch's uploaded packs, which no metadata names (its
+    /// transaction lost a race and rolled back). A failure only leaves
+    /// orphans that gc removes.
+    pub(crate) fn discard(&self) {
+        crate::maintenance::discard_packs(self.vol, self.sealed.iter().map(|p| p.name.as_str()));
+    }
+
     /// Adds what this batch stored to the volume's metrics, once the
     /// transaction naming its chunks has committed.
     pub(crate) fn account(&self) {
@@ -336,7 +348,21 @@ impl Volume {
     /// A flush round limited to one file (or, with `None`, the due files).
     pub(crate) fn flush_round_of(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
         let _round = self.flush_mutex.lock();
-        let r = self.flush_round_locked(all, only);
+        let mut raced = 0;
+        let r = loop {
+            match self.flush_round_locked(all, only) {
+                // Another writer claimed one of this round's new chunks
+                // first, or collected one it found by hash: nothing was
+                // committed, so the round is prepared again and then finds
+                // the winner's chunk (or stores the collected one anew).
+                // The packs it uploaded are orphans gc removes.
+                Err(e) if e.kind() == ErrorKind::Raced && raced < MAX_RACED_ROUNDS => {
+                    raced += 1;
+                    tracing::debug!("flush round raced another writer ({e}); preparing it again");
+                }
+                r => break r,
+            }
+        };
         *self.signal.done.lock() += 1;
         self.signal.done_cv.notify_all();
         r
@@ -396,7 +422,14 @@ impl Volume {
             }
             batch.seal()?;
             batch.finish_uploads()?;
-            self.commit(&batch, &mut prepared)?;
+            if let Err(e) = self.commit(&batch, &mut prepared) {
+                if e.kind() == ErrorKind::Raced {
+                    // Lost a chunk to another writer: the transaction rolled
+                    // back, so nothing names this round's packs.
+                    batch.discard();
+                }
+                return Err(e);
+            }
             batch.account();
             self.metrics.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             report = FlushReport { files: prepared.len(), chunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, packs: batch.sealed.len(), patches: batch.patches };

@@ -299,7 +299,13 @@ impl Volume {
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
         if !vol.opts.read_only {
             let replayed = vol.replay(records)?;
-            vol.remove_orphans()?;
+            // On a volume other machines write, a nameless inode may be a
+            // file another live mount still has open: only when no other
+            // session lives are they all left by crashes.
+            let alone = !vol.is_shared() || vol.meta.store().sessions()?.iter().all(|s| s.expired);
+            if alone {
+                vol.remove_orphans()?;
+            }
             if replayed > 0 {
                 tracing::info!(records = replayed, "replayed the write-back journal");
                 vol.sync()?;
@@ -362,8 +368,11 @@ impl Volume {
         if self.opts.read_only {
             return Err(Error::new(ErrorKind::ReadOnly, "volume is open read-only"));
         }
-        if self.cloud.as_ref().is_some_and(|c| c.lost.load(Ordering::SeqCst)) {
-            return Err(Error::new(ErrorKind::ReadOnly, "this mount lost the volume's lease to another machine"));
+        if let Some(c) = self.cloud.as_ref().filter(|c| c.lost.load(Ordering::SeqCst)) {
+            return Err(Error::new(ErrorKind::ReadOnly, match c.session.get() {
+                Some(_) => "this mount's session in the metadata store expired",
+                None => "this mount lost the volume's lease to another machine",
+            }));
         }
         Ok(())
     }
@@ -431,11 +440,16 @@ impl Volume {
         problems.sort_by_key(|p| p.since);
         let lost = self.cloud.as_ref().is_some_and(|c| c.lost.load(Ordering::SeqCst));
         if let Some(c) = self.cloud.as_ref().filter(|_| lost) {
-            problems.push(crate::health::Problem { what: "lease".into(), error: c.lost_error().message().to_string(), since: 0, failures: 1 });
+            let what = if c.session.get().is_some() { "session" } else { "lease" };
+            problems.push(crate::health::Problem { what: what.into(), error: c.lost_error().message().to_string(), since: 0, failures: 1 });
         }
         let journal_bytes = self.journal.bytes();
+        let mut health = crate::health::MountStatus::judge(&problems, lost);
+        if lost && self.cloud.as_ref().is_some_and(|c| c.session.get().is_some()) {
+            health = "session_lost";
+        }
         crate::health::MountStatus {
-            health: crate::health::MountStatus::judge(&problems, lost).to_string(),
+            health: health.to_string(),
             problems,
             read_only: self.opts.read_only || lost,
             in_bucket: self.cloud.is_some(),
@@ -635,7 +649,11 @@ impl Volume {
             return Err(c.lost_error());
         }
         self.ship_durably()?;
-        c.finish(&self.layout.dir)
+        c.finish(&self.layout.dir)?;
+        if let Some(&id) = c.session.get() {
+            self.meta.store().close_session(id)?;
+        }
+        Ok(())
     }
 
     /// File system totals: space from the local disk under the volume.

@@ -19,3 +19,4 @@ mod inspect;
 mod sim_live;
 mod postgres;
 mod pg_bucket;
+mod shared_writers;

@@ -14,9 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-const REGION: &str = "us-east-1";
+pub(crate) const REGION: &str = "us-east-1";
 
-fn endpoint() -> String {
+pub(crate) fn endpoint() -> String {
     std::env::var("CAIRN_TEST_S3_ENDPOINT").expect(
         "CAIRN_TEST_S3_ENDPOINT is not set: these tests need an S3-compatible server (moto_server -H 127.0.0.1 -p PORT; \
          curl -X PUT http://127.0.0.1:PORT/BUCKET; export CAIRN_TEST_S3_ENDPOINT=http://127.0.0.1:PORT CAIRN_TEST_S3_BUCKET=BUCKET \
@@ -25,22 +25,22 @@ fn endpoint() -> String {
 }
 
 /// A new volume URL: a fresh prefix in the test bucket.
-fn fresh_url(what: &str) -> String {
+pub(crate) fn fresh_url(what: &str) -> String {
     let bucket = std::env::var("CAIRN_TEST_S3_BUCKET").expect("CAIRN_TEST_S3_BUCKET is not set (see scripts/test.sh)");
     format!("s3://{bucket}/pg-{what}-{}", hex::encode(rand::random::<[u8; 6]>()))
 }
 
 /// The volume's prefix of the bucket, as the tests look at it.
-fn bucket_of(url: &str) -> Arc<dyn Backend> {
+pub(crate) fn bucket_of(url: &str) -> Arc<dyn Backend> {
     Arc::new(S3Backend::open(S3Location::parse(url, Some(&endpoint()), Some(REGION)).unwrap()).unwrap())
 }
 
-fn pg_init_cloud(dir: &Path, url: &str) -> VolumeConfig {
+pub(crate) fn pg_init_cloud(dir: &Path, url: &str) -> VolumeConfig {
     let opts = InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), meta_url: Some(crate::postgres::url().to_string()), ..Default::default() };
     init_cloud(dir, url, Some(&endpoint()), Some(REGION), &opts).unwrap()
 }
 
-fn pg_opts() -> OpenOptions {
+pub(crate) fn pg_opts() -> OpenOptions {
     OpenOptions {
         meta_url: Some(url().to_string()),
         cloud: CloudOptions { cache_bytes: 64 << 20, meta_interval: Duration::from_millis(200), gc_interval: None, ..Default::default() },
@@ -49,7 +49,7 @@ fn pg_opts() -> OpenOptions {
 }
 
 /// Another machine: a new cache directory for the volume, then the open.
-fn mount_elsewhere(dir: &Path, url: &str, opts: OpenOptions) -> Arc<Volume> {
+pub(crate) fn mount_elsewhere(dir: &Path, url: &str, opts: OpenOptions) -> Arc<Volume> {
     cloud::attach(dir, url, Some(&endpoint()), Some(REGION), None).unwrap();
     Volume::load(dir, opts).unwrap()
 }
@@ -79,7 +79,7 @@ fn check_files(v: &Volume, files: &[(String, Vec<u8>)]) {
     }
 }
 
-fn fsck_clean(v: &Volume) {
+pub(crate) fn fsck_clean(v: &Volume) {
     let rep = maintenance::fsck(v, true, &NoProgress).unwrap();
     assert!(rep.errors.is_empty() && rep.warnings.is_empty(), "fsck: {rep:?}");
 }

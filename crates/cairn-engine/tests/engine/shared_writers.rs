@@ -1,0 +1,192 @@
+//! Several machines writing one volume at once (issue 26,
+//! docs/shared-volume.md): a bucket volume whose metadata is in
+//! PostgreSQL, each "machine" a cache directory of its own, all open
+//! read-write in this process at the same time.
+
+use crate::common::*;
+use crate::pg_bucket::{fresh_url, fsck_clean, mount_elsewhere, pg_init_cloud, pg_opts};
+use cairn_engine::cloud::CloudOptions;
+use cairn_engine::maintenance;
+use cairn_engine::*;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+/// `n` machines of a new volume, all read-write.
+fn machines(what: &str, n: usize, opts: impl Fn() -> OpenOptions) -> (tempfile::TempDir, String, VolumeConfig, Vec<Arc<Volume>>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = fresh_url(what);
+    let cfg = pg_init_cloud(&tmp.path().join("m0"), &url);
+    let mut vols = vec![Volume::load(&tmp.path().join("m0"), opts()).unwrap()];
+    for i in 1..n {
+        vols.push(mount_elsewhere(&tmp.path().join(format!("m{i}")), &url, opts()));
+    }
+    (tmp, url, cfg, vols)
+}
+
+fn names(v: &Volume, dir: Ino) -> BTreeSet<String> {
+    v.readdir(dir).unwrap().into_iter().map(|e| String::from_utf8(e.name).unwrap()).filter(|n| n != "." && n != "..").collect()
+}
+
+/// Three machines at once create the same 150 names and 150 of their own
+/// in one directory: every name exists once, each shared name was won by
+/// exactly one machine (the others got EEXIST), and all three list the
+/// same 600 entries. Then each writes its own files, closes them, and the
+/// others read them byte for byte.
+#[test]
+fn three_machines_create_in_one_directory_at_once() {
+    let (_tmp, _url, _cfg, vols) = machines("three", 3, pg_opts);
+    let dir = vols[0].mkdir(ROOT_INO, b"common", 0o755, root()).unwrap().ino;
+    let start = Arc::new(Barrier::new(vols.len()));
+    let won: Vec<(Vec<String>, Vec<(String, Ino)>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = vols
+            .iter()
+            .enumerate()
+            .map(|(m, v)| {
+                let start = start.clone();
+                s.spawn(move || {
+                    start.wait();
+                    let (mut shared, mut own) = (Vec::new(), Vec::new());
+                    for i in 0..150 {
+                        let name = format!("same{i}");
+                        match v.create(dir, name.as_bytes(), FileKind::File, 0o644, 0, root()) {
+                            Ok(_) => shared.push(name),
+                            Err(e) => assert_eq!(e.kind(), ErrorKind::Exists, "machine {m} creating {name}: {e}"),
+                        }
+                        let name = format!("m{m}-{i}");
+                        let a = v.create(dir, name.as_bytes(), FileKind::File, 0o644, 0, root()).unwrap_or_else(|e| panic!("machine {m} creating {name}: {e}"));
+                        own.push((name, a.ino));
+                    }
+                    (shared, own)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut winners: Vec<String> = won.iter().flat_map(|(s, _)| s.iter().cloned()).collect();
+    winners.sort();
+    let want_shared: Vec<String> = {
+        let mut w: Vec<String> = (0..150).map(|i| format!("same{i}")).collect();
+        w.sort();
+        w
+    };
+    assert_eq!(winners, want_shared, "each shared name is created by exactly one machine");
+    let mut want: BTreeSet<String> = want_shared.into_iter().collect();
+    for m in 0..3 {
+        want.extend((0..150).map(|i| format!("m{m}-{i}")));
+    }
+    for (m, v) in vols.iter().enumerate() {
+        assert_eq!(names(v, dir), want, "machine {m} lists another directory");
+    }
+    // Each machine writes its own files and closes them (a close commits
+    // on a shared volume); every other machine then reads them.
+    let mut written = Vec::new();
+    for (m, (v, (_, own))) in vols.iter().zip(&won).enumerate() {
+        for (i, (name, ino)) in own.iter().enumerate().step_by(10) {
+            let data = random_bytes((m * 1000 + i) as u64, 5_000 + i * 997);
+            v.open(*ino).unwrap();
+            v.write(*ino, 0, &data).unwrap();
+            v.close_commit(*ino).unwrap();
+            v.release(*ino).unwrap();
+            written.push((name.clone(), data));
+        }
+    }
+    for (m, v) in vols.iter().enumerate() {
+        for (name, data) in &written {
+            let ino = v.lookup(dir, name.as_bytes()).unwrap().ino;
+            assert!(&read_all(v, ino) == data, "machine {m} reads {name} wrong");
+        }
+    }
+    for v in &vols {
+        v.close().unwrap();
+    }
+    drop(vols);
+    let v = Volume::load(&_tmp.path().join("m1"), pg_opts()).unwrap();
+    fsck_clean(&v);
+    v.close().unwrap();
+}
+
+/// Two machines write the same 6 MiB into files of their own at the same
+/// time, again and again: whichever claims a chunk first wins, the other
+/// learns it lost and references the winner's chunk. Every file reads back
+/// on both, the volume's referenced chunks hold the data once, and fsck
+/// reads every byte cleanly.
+#[test]
+fn two_machines_storing_the_same_data_at_once_store_it_once() {
+    let (tmp, _url, _cfg, vols) = machines("dedup", 2, pg_opts);
+    let data = random_bytes(77, 6 << 20);
+    let start = Arc::new(Barrier::new(2));
+    let inos: Vec<Vec<Ino>> = std::thread::scope(|s| {
+        let hs: Vec<_> = vols
+            .iter()
+            .enumerate()
+            .map(|(m, v)| {
+                let (start, data) = (start.clone(), &data);
+                s.spawn(move || {
+                    let mut inos = Vec::new();
+                    for round in 0..3 {
+                        let a = v.create(ROOT_INO, format!("m{m}-r{round}").as_bytes(), FileKind::File, 0o644, 0, root()).unwrap();
+                        v.open(a.ino).unwrap();
+                        start.wait();
+                        for (i, piece) in data.chunks(256 << 10).enumerate() {
+                            v.write(a.ino, (i << 18) as u64, piece).unwrap();
+                        }
+                        v.close_commit(a.ino).unwrap_or_else(|e| panic!("machine {m} round {round}: {e}"));
+                        v.release(a.ino).unwrap();
+                        inos.push(a.ino);
+                    }
+                    inos
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for v in &vols {
+        for ino in inos.iter().flatten() {
+            assert!(read_all(v, *ino) == data, "inode {ino} differs");
+        }
+    }
+    let st = maintenance::stats(&vols[0]).unwrap();
+    assert_eq!(st.data_bytes, 6 * (6 << 20), "{st:?}");
+    assert_eq!(st.unique_bytes, 6 << 20, "six copies of the data, written on two machines at once, are one in the volume: {st:?}");
+    for v in &vols {
+        v.close().unwrap();
+    }
+    drop(vols);
+    let v = Volume::load(&tmp.path().join("m0"), pg_opts()).unwrap();
+    fsck_clean(&v);
+    v.close().unwrap();
+}
+
+/// A mount whose session another machine removed (as the cleanup of an
+/// expired session does) finds out at its next heartbeat, says
+/// `session_lost`, refuses changes, and never registers again by itself;
+/// the other machine goes on writing.
+#[test]
+fn a_mount_whose_session_is_gone_refuses_changes() {
+    let fast = || OpenOptions { cloud: CloudOptions { lease_renew: Duration::from_millis(200), ..pg_opts().cloud }, ..pg_opts() };
+    let (_tmp, _url, cfg, vols) = machines("session", 2, fast);
+    let (a, b) = (&vols[0], &vols[1]);
+    let ida = *a.cloud().unwrap().session.get().expect("a read-write mount holds a session");
+    let idb = *b.cloud().unwrap().session.get().unwrap();
+    assert_ne!(ida, idb);
+    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id).unwrap();
+    let live: Vec<u64> = store.store().sessions().unwrap().iter().map(|s| s.id).collect();
+    assert!(live.contains(&ida) && live.contains(&idb), "{live:?}");
+    assert!(store.store().remove_session(ida).unwrap());
+    let t = Instant::now();
+    while a.status().health != "session_lost" {
+        assert!(t.elapsed() < Duration::from_secs(10), "still {:?}", a.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = a.create(ROOT_INO, b"after", FileKind::File, 0o644, 0, root()).unwrap_err();
+    assert_eq!(e.errno(), libc::EROFS, "{e}");
+    assert!(a.status().problems.iter().any(|p| p.what == "session"), "{:?}", a.status());
+    mkfile(b, ROOT_INO, "b-goes-on", b"still writing");
+    std::thread::sleep(Duration::from_millis(600));
+    let live: Vec<u64> = store.store().sessions().unwrap().iter().map(|s| s.id).collect();
+    assert!(!live.contains(&ida) && live.contains(&idb), "the lost session came back, or the live one went: {live:?}");
+    assert!(a.close().is_err(), "the unmount of a mount that lost its session says so");
+    b.close().unwrap();
+    assert!(store.store().sessions().unwrap().is_empty(), "an unmount ends its session");
+}
