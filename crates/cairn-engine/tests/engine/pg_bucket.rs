@@ -314,6 +314,16 @@ fn a_crashed_machines_write_replays_after_another_machine_committed_the_file() {
     o.flush_age = Duration::from_secs(3600);
     let size = 64 << 10;
     let v = Volume::load(a.path(), o.clone()).unwrap();
+    // The journal's id: 16 hex digits, private to the owner.
+    let id_of = |dir: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("journal/id");
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600, "{} is not private", p.display());
+        let t = std::fs::read_to_string(&p).unwrap();
+        assert!(t.len() == 17 && u64::from_str_radix(t.trim(), 16).is_ok(), "{t:?}");
+        t
+    };
+    let a_id = id_of(a.path());
     let y = v.create(ROOT_INO, b"y", FileKind::File, 0o644, 0, root()).unwrap().ino;
     v.open(y).unwrap();
     let y_data = random_bytes(80, 10_000);
@@ -348,6 +358,7 @@ fn a_crashed_machines_write_replays_after_another_machine_committed_the_file() {
         vb.fsync(xb, false).unwrap();
         expect[at..at + 200].copy_from_slice(&bytes);
     }
+    assert_ne!(id_of(&b.path().join("cache")), a_id, "two cache directories share a journal id");
     vb.release(xb).unwrap();
     vb.close().unwrap();
     drop(vb);
@@ -356,6 +367,7 @@ fn a_crashed_machines_write_replays_after_another_machine_committed_the_file() {
     // A comes back: its journal replays.
     expect[1000..4000].copy_from_slice(&late);
     let v = Volume::load(a.path(), o.clone()).unwrap();
+    assert_eq!(id_of(a.path()), a_id, "the journal id changed at a reopen");
     let got = read_all(&v, x);
     assert!(got[1000..4000] == late[..], "A's acknowledged write was lost: B's commit of x at a higher position of B's journal made A skip it");
     assert!(got == expect, "A re-applied records it had committed over B's newer bytes ({} bytes differ)", got.iter().zip(&expect).filter(|(p, q)| p != q).count());
