@@ -205,6 +205,56 @@ pub fn check_dir(dir: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// The file in a journal directory naming the journal: 16 hex digits.
+pub const ID_FILE: &str = "id";
+
+/// The id of the journal in `dir` (kept in `dir/id`), if it has one.
+/// Journal positions are only comparable within one journal: a store
+/// shared by several machines keeps its commit marks per journal id
+/// (`docs/shared-volume.md` §11.1).
+pub fn read_journal_id(dir: &Path) -> Result<Option<u64>> {
+    let path = dir.join(ID_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => {
+            let t = text.trim();
+            match u64::from_str_radix(t, 16) {
+                Ok(id) if id != 0 && t.len() == 16 => Ok(Some(id)),
+                _ => Err(Error::corrupt(format!(
+                    "journal id file {} holds {t:?}, not 16 hex digits: the journal's commit marks cannot be found. \
+                     If the directory holds no journal segments (s*.jnl), removing the file is safe",
+                    path.display()
+                ))),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::os(format_args!("reading {}", path.display()), &e)),
+    }
+}
+
+/// A new journal id: random, never 0.
+pub fn new_journal_id() -> u64 {
+    loop {
+        let v: u64 = rand::random();
+        if v != 0 {
+            return v;
+        }
+    }
+}
+
+/// Keeps `id` as the id of the journal in `dir`, durably (0600).
+pub fn save_journal_id(dir: &Path, id: u64) -> Result<()> {
+    let path = dir.join(ID_FILE);
+    let tmp = dir.join(format!("{ID_FILE}.tmp"));
+    let write = || -> std::io::Result<()> {
+        let mut f = crate::fsutil::create_private_file(&tmp)?;
+        std::io::Write::write_all(&mut f, format!("{id:016x}\n").as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| Error::os(format_args!("writing {}", path.display()), &e))?;
+    crate::fsutil::fsync_dir(dir)
+}
+
 impl Journal {
     /// Opens the journal directory and reads back every intact record, in
     /// sequence order. Existing segments stay readable (their data backs the
@@ -297,6 +347,13 @@ impl Journal {
     /// The last sequence number handed out.
     pub fn last_seq(&self) -> u64 {
         self.seq.load(Ordering::SeqCst)
+    }
+
+    /// Whether no live segment holds a record. Read after `last_seq`, a
+    /// true answer means no record at or below that seq is left (an
+    /// append takes its seq and lands in a segment under its shard's lock).
+    pub fn is_empty(&self) -> bool {
+        self.shards.iter().all(|sh| sh.lock().segments.values().all(|s| s.max_seq == 0))
     }
 
     /// Bytes held in live segments.

@@ -24,11 +24,17 @@ pub fn test_page(key: i64, chunks: &[u64]) -> PageUpsert {
     PageUpsert { key, id: 0, data: chunks.iter().flat_map(|c| c.to_le_bytes()).collect(), chunks: chunks.to_vec() }
 }
 
-/// Runs every check; panics with a message on the first failure.
+/// Runs every check; panics with a message on the first failure, and
+/// returns the names of the checks the store does not take part in (each
+/// also said on stderr), for the caller to assert: `"two journals"` for a
+/// store with one journal per volume (SQLite).
 /// `make(true)` makes a fresh, empty store (with the root directory, inode
 /// 1) opened with [`TestCodec`]; `make(false)` reopens the store made last
-/// (the caller has dropped it first).
-pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
+/// (the caller has dropped it first, except for a store that keeps marks
+/// per journal, which is opened a second time as another machine).
+#[must_use = "assert which checks were skipped"]
+pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
+    let mut skipped = Vec::new();
     namespace(&*make(true));
     entry_removal_checks_the_inode(&*make(true));
     xattrs(&*make(true));
@@ -42,6 +48,70 @@ pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
     expired_sessions_stay_lost(&*make(true));
     maintenance_lock(&*make(true));
     change_log(&*make(true));
+    if !journal_marks(make) {
+        eprintln!("conformance: skipped \"two journals\": this store keeps one journal per volume (set_journal answered false)");
+        skipped.push("two journals");
+    }
+    skipped
+}
+
+/// Journal positions (`docs/metadata-store.md` "Journal marks"): `jseq`
+/// only grows and `max_jseq` follows it; in a store that keeps marks per
+/// journal, two machines' journals on one volume do not see each other's
+/// positions, a new inode has no mark, marks go with their inode, and a
+/// trim takes only its own journal's marks up to its bound. Returns false
+/// if the store keeps one journal per volume (the two-journal part is then
+/// not run).
+fn journal_marks(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
+    const A: u64 = 0x0a0a_0a0a_0a0a_0a0a;
+    const B: u64 = 0xb0b0_b0b0_b0b0_b0b0;
+    let a = make(true);
+    let per_journal = a.set_journal(A, false).unwrap();
+    let x = mk(&*a, ROOT_INO, b"x", FileKind::File);
+    let jseq = |s: &dyn MetaStore, ino: Ino| s.read_with(|r| r.get_inode(ino)).unwrap().unwrap().jseq;
+    let max = |s: &dyn MetaStore| s.read_with(|r| r.max_jseq()).unwrap();
+    a.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 6)).unwrap();
+    a.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 4)).unwrap();
+    assert_eq!(jseq(&*a, x), 6, "a journal position went back");
+    assert_eq!(max(&*a), 6);
+    if !per_journal {
+        return false;
+    }
+    assert_eq!(a.read_with(|r| r.all_inodes()).unwrap().iter().find(|r| r.attr.ino == x).unwrap().jseq, 6, "all_inodes reads the mark too");
+    // Machine B: the same volume, its own journal, far ahead in it.
+    let b = make(false);
+    assert!(b.set_journal(B, false).unwrap());
+    assert_eq!(jseq(&*b, x), 0, "B sees A's position as its own");
+    assert_eq!(max(&*b), 0, "max_jseq is not per journal");
+    b.write_with(|tx| tx.update_content(x, 20, 0, Timestamp(7), Timestamp(7), 1030)).unwrap();
+    assert_eq!(jseq(&*b, x), 1030);
+    assert_eq!(jseq(&*a, x), 6, "B's commit at a high position changed A's mark: A would skip its own records after a crash");
+    assert_eq!((max(&*a), max(&*b)), (6, 1030), "max_jseq is not per journal");
+    assert_eq!(a.read_with(|r| r.get_inode(x)).unwrap().unwrap().attr.size, 20, "the content is one, whoever committed it");
+    // A new inode has no mark in any journal.
+    let y = b.write_with(|tx| -> Result<Ino> {
+        let y = tx.alloc_ino()?;
+        tx.insert_inode(&attr(y, FileKind::File), None, None, 2000)?;
+        tx.insert_dentry(ROOT_INO, b"y", y, FileKind::File)?;
+        Ok(y)
+    })
+    .unwrap();
+    assert_eq!((jseq(&*a, y), jseq(&*b, y)), (0, 0), "a new inode got a mark");
+    a.write_with(|tx| tx.update_content(y, 1, 0, Timestamp(8), Timestamp(8), 9)).unwrap();
+    // A trim takes only its own journal's marks at or below its bound.
+    assert_eq!(a.trim_journal_marks(6).unwrap(), 1);
+    assert_eq!((jseq(&*a, x), jseq(&*a, y), jseq(&*b, x)), (0, 9, 1030), "a trim went past its bound or its journal");
+    // Marks go with their inode, in every journal.
+    b.write_with(|tx| tx.update_content(y, 1, 0, Timestamp(8), Timestamp(8), 1040)).unwrap();
+    b.write_with(|tx| {
+        tx.delete_dentry(ROOT_INO, b"x", x)?;
+        tx.delete_inode(x)?;
+        tx.delete_dentry(ROOT_INO, b"y", y)?;
+        tx.delete_inode(y)
+    })
+    .unwrap();
+    assert_eq!((max(&*a), max(&*b)), (0, 0), "marks outlived their inode");
+    true
 }
 
 fn attr(ino: Ino, kind: FileKind) -> Attr {
@@ -61,6 +131,7 @@ fn mk(s: &dyn MetaStore, parent: Ino, name: &[u8], kind: FileKind) -> Ino {
 }
 
 fn namespace(s: &dyn MetaStore) {
+    s.set_journal(0x5eed, false).unwrap();
     let root = s.read_with(|r| r.get_inode(ROOT_INO)).unwrap().expect("a fresh store has the root directory");
     assert_eq!(root.attr.kind, FileKind::Dir);
     assert!(s.read_with(|r| r.dir_is_empty(ROOT_INO)).unwrap());

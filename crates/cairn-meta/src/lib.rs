@@ -56,6 +56,12 @@ pub struct InodeRow {
     pub data_bytes: u64,
     pub parent: Option<Ino>,
     pub target: Option<Vec<u8>>,
+    /// The journal position up to which this inode's records are committed,
+    /// in the journal of the store's writer: the inode's own column in a
+    /// store with one journal per volume (SQLite); this store's journal's
+    /// mark for the inode where several machines' journals share the
+    /// volume (PostgreSQL: `MetaStore::set_journal`; 0 without a mark or
+    /// without a journal set). See `docs/metadata-store.md` "Journal marks".
     pub jseq: u64,
     /// `FLAG_*` bits.
     pub flags: i64,
@@ -290,7 +296,9 @@ pub trait MetaRead {
     /// Every page link: (ino, key, page id), by ino and key.
     fn all_page_links(&self) -> Result<Vec<(Ino, i64, u64)>>;
     fn count_inodes(&self) -> Result<u64>;
-    /// The highest journal position recorded on an inode.
+    /// The highest journal position recorded on an inode: of this store's
+    /// journal only where marks are kept per journal (0 without a journal
+    /// set).
     fn max_jseq(&self) -> Result<u64>;
     fn inode_totals(&self) -> Result<InodeTotals>;
     fn chunk_totals(&self) -> Result<ChunkTotals>;
@@ -302,7 +310,9 @@ pub trait MetaTx: MetaRead {
     /// rolled-back transactions and reopens).
     fn alloc_ino(&self) -> Result<Ino>;
     /// A new inode numbered `a.ino` (from `alloc_ino`, or the root). `jseq`:
-    /// the journal position at its creation.
+    /// the journal position at its creation (a store with marks per
+    /// journal records no mark: the number is new, so no journal holds a
+    /// record of it from before).
     fn insert_inode(&self, a: &Attr, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64) -> Result<()> {
         self.insert_inode_full(a, 0, parent, target, jseq, 0)
     }
@@ -311,7 +321,9 @@ pub trait MetaTx: MetaRead {
     /// Writes back perm, uid, gid, nlink, atime, mtime, ctime.
     fn update_attr(&self, a: &Attr) -> Result<()>;
     /// Records a flushed file's size, allocation and journal position
-    /// (which only grows).
+    /// (which only grows): the position is this store's journal's mark
+    /// where marks are kept per journal, changed in the same transaction;
+    /// other journals' marks stay as they are.
     fn update_content(&self, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()>;
     fn set_nlink(&self, ino: Ino, nlink: u32, ctime: Timestamp) -> Result<()>;
     /// Sets the link count alone (fsck-style repairs, tree copies).
@@ -326,8 +338,9 @@ pub trait MetaTx: MetaRead {
     /// Removes `name` from `parent` only if it still names `expect`; true if
     /// it did (and was removed).
     fn delete_dentry(&self, parent: Ino, name: &[u8], expect: Ino) -> Result<bool>;
-    /// Removes an inode row with its xattrs and page links (its pages must
-    /// have been released first: `release_pages`).
+    /// Removes an inode row with its xattrs, page links and every journal's
+    /// mark for it (its pages must have been released first:
+    /// `release_pages`).
     fn delete_inode(&self, ino: Ino) -> Result<()>;
     fn set_xattr(&self, ino: Ino, name: &[u8], value: &[u8]) -> Result<()>;
     /// True if the xattr existed.
@@ -419,6 +432,27 @@ pub trait MetaStore: Send + Sync {
     /// Change shipping, if this store can (SQLite).
     fn shipping(&self) -> Option<&dyn ShipChanges> {
         None
+    }
+
+    /// Tells the store which journal its writer keeps (a random id per
+    /// cache directory, never 0), before its first write. From then on
+    /// `jseq` of `get_inode`/`all_inodes`, `update_content` and `max_jseq`
+    /// are this journal's marks. `legacy`: the journal held records before
+    /// it had an id (written by a build without marks): its marks start as
+    /// the positions that build recorded on the inodes. Returns whether
+    /// the store keeps marks per journal; false where one journal serves
+    /// the volume (SQLite: the id is ignored and `jseq` stays the inode's
+    /// column).
+    fn set_journal(&self, _id: u64, _legacy: bool) -> Result<bool> {
+        Ok(false)
+    }
+    /// Deletes this store's journal's marks at or below `upto`: the
+    /// caller's journal holds no record at or below it any more (it was
+    /// found empty after `upto` was handed out), so those marks guard
+    /// nothing. Returns how many went (0 where marks are not kept per
+    /// journal).
+    fn trim_journal_marks(&self, _upto: u64) -> Result<u64> {
+        Ok(0)
     }
 
     /// Registers a session expiring `ttl` from now (store clock) and

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema version of a volume's PostgreSQL schema (`info.schema`).
-pub const PG_SCHEMA_VERSION: i64 = 2;
+pub const PG_SCHEMA_VERSION: i64 = 3;
 
 /// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
 pub const ID_BLOCK: u64 = 1024;
@@ -86,6 +86,7 @@ CREATE TABLE bill(day BIGINT NOT NULL, subsystem TEXT NOT NULL, item TEXT NOT NU
 CREATE SEQUENCE ino_seq INCREMENT {ID_BLOCK} START 2;
 CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
 {V2_DDL}
+{V3_DDL}
 INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});"
     )
 }
@@ -99,6 +100,16 @@ CREATE TABLE IF NOT EXISTS sessions(id BIGINT PRIMARY KEY DEFAULT nextval('sessi
   expires TIMESTAMPTZ NOT NULL);
 CREATE TABLE IF NOT EXISTS changes(seq BIGSERIAL PRIMARY KEY, kind SMALLINT NOT NULL, ino BIGINT, parent BIGINT,
   name BYTEA, session BIGINT, at TIMESTAMPTZ NOT NULL DEFAULT now());";
+
+/// What schema version 3 added: journal marks, one row per (journal,
+/// inode) whose records that journal's writer committed
+/// (`docs/shared-volume.md` §11.1); run as is on an older schema at open.
+/// The index on `ino` serves `delete_inode`. The inodes' `jseq` column
+/// stays, frozen: what builds before marks recorded (single writer), read
+/// once by `set_journal(.., legacy)`.
+const V3_DDL: &str = "CREATE TABLE IF NOT EXISTS journal_marks(journal BIGINT NOT NULL, ino BIGINT NOT NULL, seq BIGINT NOT NULL,
+  PRIMARY KEY(journal, ino));
+CREATE INDEX IF NOT EXISTS journal_marks_ino ON journal_marks(ino);";
 
 /// `info` key: the highest change seq a trim removed.
 const TRIMMED_KEY: &str = "changes_trimmed";
@@ -163,6 +174,8 @@ pub struct PgMeta {
     lose_commit_reply: AtomicBool,
     /// The session change rows carry (0: none open).
     session: AtomicU64,
+    /// The journal whose marks `jseq` means (`set_journal`; 0: none).
+    journal: AtomicU64,
     /// Advisory lock keys: the maintenance lock, and the lock that orders
     /// change-log appends.
     maintenance_key: i64,
@@ -285,12 +298,14 @@ impl PgMeta {
             .map_err(|e| Error::config(format!("PostgreSQL schema {schema} in database {db} is not a Cairn metadata schema: {}", describe(&e))))?;
         match v.map(|r| r.get::<_, i64>(0)) {
             Some(PG_SCHEMA_VERSION) => {}
-            // Adds sessions and the change log; the table lock makes a
-            // second machine upgrading at once wait, then find them.
-            Some(1) => c
+            // Adds sessions and the change log (from 1) and journal marks
+            // (from 1 or 2); the table lock makes a second machine
+            // upgrading at once wait, then find them.
+            Some(1 | 2) => c
                 .batch_execute(&format!(
                     "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
-                     UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value = 1; COMMIT;"
+                     {V3_DDL}
+                     UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;"
                 ))
                 .map_err(|e| pg_err(&format!("upgrading schema {schema} to version {PG_SCHEMA_VERSION}"), &e))?,
             Some(v) => {
@@ -325,6 +340,7 @@ impl PgMeta {
             retries: Default::default(),
             lose_commit_reply: AtomicBool::new(false),
             session: AtomicU64::new(0),
+            journal: AtomicU64::new(0),
             maintenance_key,
             changes_key,
         })
@@ -733,6 +749,11 @@ impl<'a> PgTx<'a> {
         col(&self.one(sql, p)?, 0)
     }
 
+    /// This store's journal id as a parameter (0: none set).
+    fn journal(&self) -> i64 {
+        self.store.journal.load(Ordering::SeqCst) as i64
+    }
+
     fn need_write(&self) -> Result<()> {
         if self.write {
             Ok(())
@@ -831,7 +852,10 @@ const DEAD_BYTES_SQL: &str = "UPDATE packs SET dead_bytes = dead_bytes + $2::big
   dead_acc = dead_acc + dead_bytes * (($3::bigint - COALESCE(dead_mark, dead_since, $3::bigint))::float8 / 1e9::float8), dead_mark = $3::bigint
   WHERE id = $1";
 
-const INODE_COLS: &str = "ino, kind, perm, nlink, uid, gid, rdev, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags";
+/// An inode row with this store's journal's mark as `jseq` (`$J` is
+/// replaced by the parameter number of the journal id; no mark reads 0).
+const INODE_COLS: &str = "i.ino, i.kind, i.perm, i.nlink, i.uid, i.gid, i.rdev, i.size, i.data_bytes, i.atime, i.mtime, i.ctime, i.btime, i.parent, i.target, COALESCE(m.seq, 0), i.flags";
+const INODE_FROM: &str = "inodes i LEFT JOIN journal_marks m ON m.journal = $J AND m.ino = i.ino";
 const CHUNK_COLS: &str = "id, hash, pack, \"offset\", stored_len, raw_len, flags, refs";
 
 fn row_to_inode(r: &Row) -> Result<InodeRow> {
@@ -891,7 +915,8 @@ fn big(r: &Row, i: usize) -> Result<u64> {
 
 impl MetaRead for PgTx<'_> {
     fn get_inode(&self, ino: Ino) -> Result<Option<InodeRow>> {
-        let Some(r) = self.opt(&format!("SELECT {INODE_COLS} FROM inodes WHERE ino = $1"), &[&(ino as i64)])? else { return Ok(None) };
+        let from = INODE_FROM.replace("$J", "$2");
+        let Some(r) = self.opt(&format!("SELECT {INODE_COLS} FROM {from} WHERE i.ino = $1"), &[&(ino as i64), &self.journal()])? else { return Ok(None) };
         let mut row = row_to_inode(&r)?;
         if row.attr.kind == FileKind::Dir {
             row.attr.size = 4096;
@@ -1016,7 +1041,8 @@ impl MetaRead for PgTx<'_> {
         .collect()
     }
     fn all_inodes(&self) -> Result<Vec<InodeRow>> {
-        self.query(&format!("SELECT {INODE_COLS} FROM inodes ORDER BY ino"), &[])?.iter().map(row_to_inode).collect()
+        let from = INODE_FROM.replace("$J", "$1");
+        self.query(&format!("SELECT {INODE_COLS} FROM {from} ORDER BY i.ino"), &[&self.journal()])?.iter().map(row_to_inode).collect()
     }
     fn orphan_inodes(&self) -> Result<Vec<Ino>> {
         self.query("SELECT ino FROM inodes WHERE nlink = 0 ORDER BY ino", &[])?.iter().map(|r| Ok(col::<i64>(r, 0)? as u64)).collect()
@@ -1040,7 +1066,7 @@ impl MetaRead for PgTx<'_> {
         Ok(self.int("SELECT COUNT(*) FROM inodes", &[])? as u64)
     }
     fn max_jseq(&self) -> Result<u64> {
-        Ok(self.int("SELECT COALESCE(MAX(jseq), 0) FROM inodes", &[])? as u64)
+        Ok(self.int("SELECT COALESCE(MAX(seq), 0) FROM journal_marks WHERE journal = $1", &[&self.journal()])? as u64)
     }
     fn inode_totals(&self) -> Result<InodeTotals> {
         let rows = self.query(
@@ -1088,7 +1114,7 @@ impl MetaTx for PgTx<'_> {
             *b = PgMeta::next_block(&mut g.client, "ino_seq").map_err(|e| self.note(e))?;
         }
     }
-    fn insert_inode_full(&self, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64, flags: i64) -> Result<()> {
+    fn insert_inode_full(&self, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, _jseq: u64, flags: i64) -> Result<()> {
         self.exec(
             "INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags)
              VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
@@ -1108,7 +1134,9 @@ impl MetaTx for PgTx<'_> {
                 &a.btime.0,
                 &parent.map(|p| p as i64),
                 &target,
-                &(jseq as i64),
+                // No mark: the number is new, so no journal holds an older
+                // record of it (the column is the frozen legacy one).
+                &0i64,
                 &flags,
             ],
         )?;
@@ -1123,9 +1151,14 @@ impl MetaTx for PgTx<'_> {
         Ok(())
     }
     fn update_content(&self, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()> {
+        // One statement: the content, and this journal's mark for the
+        // inode (raised, never lowered; none for a missing inode, position
+        // 0 or no journal set). Other journals' marks stay.
         self.exec(
-            "UPDATE inodes SET size = $2, data_bytes = $3, mtime = $4, ctime = $5, jseq = GREATEST(jseq, $6) WHERE ino = $1",
-            &[&(ino as i64), &(size as i64), &(data_bytes as i64), &mtime.0, &ctime.0, &(jseq as i64)],
+            "WITH u AS (UPDATE inodes SET size = $2, data_bytes = $3, mtime = $4, ctime = $5 WHERE ino = $1 RETURNING ino)
+             INSERT INTO journal_marks(journal, ino, seq) SELECT $7::bigint, ino, $6::bigint FROM u WHERE $6::bigint > 0 AND $7::bigint <> 0
+             ON CONFLICT (journal, ino) DO UPDATE SET seq = GREATEST(journal_marks.seq, excluded.seq)",
+            &[&(ino as i64), &(size as i64), &(data_bytes as i64), &mtime.0, &ctime.0, &(jseq.min(i64::MAX as u64) as i64), &self.journal()],
         )?;
         self.inode_changed(ino);
         Ok(())
@@ -1184,7 +1217,7 @@ impl MetaTx for PgTx<'_> {
     }
     fn delete_inode(&self, ino: Ino) -> Result<()> {
         let i = ino as i64;
-        self.exec("DELETE FROM inodes WHERE ino = $1", &[&i])?;
+        self.exec("WITH m AS (DELETE FROM journal_marks WHERE ino = $1) DELETE FROM inodes WHERE ino = $1", &[&i])?;
         self.exec("DELETE FROM xattrs WHERE ino = $1", &[&i])?;
         self.exec("DELETE FROM file_pages WHERE ino = $1", &[&i])?;
         self.inode_changed(ino);
@@ -1570,6 +1603,35 @@ impl MetaStore for PgMeta {
     fn changes_trimmed_through(&self) -> Result<u64> {
         self.stmt("reading the change log", |c| {
             c.query_one("SELECT COALESCE((SELECT value FROM info WHERE key = $1), 0)", &[&TRIMMED_KEY]).map(|r| r.get::<_, i64>(0) as u64)
+        })
+    }
+    /// Marks of journal `id` in `journal_marks`; with `legacy`, the
+    /// inodes' frozen `jseq` column is copied in first (never lowering a
+    /// mark).
+    fn set_journal(&self, id: u64, legacy: bool) -> Result<bool> {
+        if id == 0 {
+            return Err(Error::invalid("journal id 0 is reserved (no journal)"));
+        }
+        if legacy {
+            let n = self.stmt("adopting the journal positions of a build without journal marks", |c| {
+                c.execute(
+                    "INSERT INTO journal_marks(journal, ino, seq) SELECT $1::bigint, ino, jseq FROM inodes WHERE jseq > 0
+                     ON CONFLICT (journal, ino) DO UPDATE SET seq = GREATEST(journal_marks.seq, excluded.seq)",
+                    &[&(id as i64)],
+                )
+            })?;
+            tracing::info!(journal = format_args!("{id:016x}"), marks = n, "a journal from before journal marks adopted the positions recorded on the inodes");
+        }
+        self.journal.store(id, Ordering::SeqCst);
+        Ok(true)
+    }
+    fn trim_journal_marks(&self, upto: u64) -> Result<u64> {
+        let j = self.journal.load(Ordering::SeqCst);
+        if j == 0 {
+            return Err(Error::invalid("internal: trimming journal marks with no journal set"));
+        }
+        self.stmt("trimming the journal's marks", |c| {
+            c.execute("DELETE FROM journal_marks WHERE journal = $1 AND seq <= $2", &[&(j as i64), &(upto.min(i64::MAX as u64) as i64)])
         })
     }
     fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>> {

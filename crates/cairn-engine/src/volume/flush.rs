@@ -22,6 +22,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// How often at most a mount deletes its empty journal's commit marks
+/// (one statement; `Volume::trim_marks`).
+pub(crate) const MARKS_TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Bytes of content chunked per step (bounds memory per flush).
 const WINDOW: u64 = 16 << 20;
 
@@ -493,6 +497,7 @@ impl Volume {
         // The round's commit must be durable before a segment holding the
         // same data goes (rule 1, see order.rs).
         self.retire_journal(min_live)?;
+        self.trim_marks(false);
         for ino in evict {
             self.files.remove_if(&ino, |_, st| {
                 let mut g = st.inner.lock();
@@ -816,6 +821,39 @@ impl Volume {
     }
 
     /// Replays journal records newer than each inode's committed position.
+    /// On a volume whose metadata is shared (PostgreSQL), deletes this
+    /// journal's marks once the journal holds no record: every mark is a
+    /// position at or below the journal's last seq, and with no record left
+    /// at or below it none of them guards anything (`docs/shared-volume.md`
+    /// §11.1). Marks committed after `last_seq` was read are above it and
+    /// stay. Runs at the first round that finds the journal empty after the
+    /// open (replay done), then at most every [`MARKS_TRIM_EVERY`] and only
+    /// after flushes committed more marks; `force` (a clean close) skips the
+    /// wait. The caller holds `flush_mutex`, so no flush commits meanwhile.
+    /// A failure is logged only: the marks stay correct, just more of them.
+    pub(crate) fn trim_marks(&self, force: bool) {
+        if self.opts.read_only || !self.is_shared() {
+            return;
+        }
+        let flushes = self.metrics.flushes.load(std::sync::atomic::Ordering::Relaxed);
+        if let Some((at, n)) = *self.marks_trimmed.lock() {
+            if n == flushes || (!force && at.elapsed() < MARKS_TRIM_EVERY) {
+                return;
+            }
+        }
+        let upto = self.journal.last_seq();
+        if !self.journal.is_empty() {
+            return;
+        }
+        match self.meta.store().trim_journal_marks(upto) {
+            Ok(n) => {
+                tracing::debug!(marks = n, upto, "the journal is empty: its commit marks were deleted");
+                *self.marks_trimmed.lock() = Some((Instant::now(), flushes));
+            }
+            Err(e) => tracing::warn!("deleting the empty journal's commit marks (kept, harmless): {e}"),
+        }
+    }
+
     pub(crate) fn replay(&self, records: Vec<crate::journal::Record>) -> Result<usize> {
         let mut n = 0;
         for r in &records {

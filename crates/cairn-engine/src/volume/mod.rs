@@ -154,6 +154,9 @@ pub struct Volume {
     pub(crate) chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
     prefetching: DashMap<u64, ()>,
     pub(crate) flush_mutex: Mutex<()>,
+    /// When this mount last deleted its journal's marks, and the flush
+    /// count then (None: not yet); see `Volume::trim_marks`.
+    pub(crate) marks_trimmed: Mutex<Option<(std::time::Instant, u64)>>,
     /// The file a sequential store's drive was last fed (0: none): fed
     /// again first, its runs follow one another on the tape.
     pub(crate) last_fed: std::sync::atomic::AtomicU64,
@@ -255,6 +258,26 @@ impl Volume {
         } else {
             Journal::open_with(&layout.journal(), keys.journal_cipher(), opts.salvage_journal)?
         };
+        if !opts.read_only && cfg.meta == crate::config::MetaKind::Postgres {
+            // Other machines commit to this volume from journals of their
+            // own: the store keeps this journal's marks apart (§11.1 of
+            // docs/shared-volume.md). A journal holding records but no id
+            // was written by a build without marks: it adopts the
+            // positions that build recorded on the inodes. The id is kept
+            // only after the store took it, so a crash in between adopts
+            // again under a new id rather than not at all.
+            let dir = layout.journal();
+            match crate::journal::read_journal_id(&dir)? {
+                Some(id) => {
+                    meta.store().set_journal(id, false)?;
+                }
+                None => {
+                    let id = crate::journal::new_journal_id();
+                    meta.store().set_journal(id, !records.is_empty())?;
+                    crate::journal::save_journal_id(&dir, id)?;
+                }
+            }
+        }
         journal.bump_seq(meta.read(|tx| Ok(tx.max_jseq()?))?);
         let signal = Arc::new(FlushSignal {
             state: Mutex::new((false, false)),
@@ -280,6 +303,7 @@ impl Volume {
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
             flush_mutex: Mutex::new(()),
+            marks_trimmed: Mutex::new(None),
             last_fed: std::sync::atomic::AtomicU64::new(0),
             chunk_guard: guard::ChunkGuard::default(),
             signal,
@@ -596,6 +620,11 @@ impl Volume {
             return Ok(());
         }
         let r = self.sync();
+        if r.is_ok() {
+            // A clean unmount leaves no marks behind (its journal is empty).
+            let _round = self.flush_mutex.lock();
+            self.trim_marks(true);
+        }
         {
             let mut s = self.signal.state.lock();
             s.1 = true;

@@ -5,7 +5,7 @@
 //! takes a prefix of its own; each "machine" is a cache directory of its own.
 
 use crate::common::*;
-use crate::postgres::{pg_schema_exists, url};
+use crate::postgres::{pg_query, pg_schema_exists, url};
 use cairn_backend::{Backend, S3Backend, S3Location};
 use cairn_engine::cloud::{self, versions, CloudOptions};
 use cairn_engine::maintenance::{self, NoProgress};
@@ -287,5 +287,98 @@ fn gc_and_the_cleaner_keep_every_byte() {
     check_files(&v, &files);
     assert_eq!(read_all(&v, v.resolve(b"keep").unwrap()), keep);
     fsck_clean(&v);
+    v.close().unwrap();
+}
+
+/// Journal positions are per machine (docs/shared-volume.md §11.1). Machine
+/// A commits file x, then writes it again (acknowledged, in A's journal
+/// only) and crashes; its journal also still holds x's committed records
+/// (an unflushed file y keeps the segments). Machine B (its own cache
+/// directory and journal) rewrites x and commits it at many more journal
+/// positions of its own. When A comes back, its acknowledged write is
+/// replayed, and is the last flush of its range, so it wins there (§3);
+/// its already committed records are not re-applied over B's newer bytes.
+/// Before the marks, x's one `jseq` held B's position, far past A's record:
+/// A skipped it and the write was lost without a word.
+#[test]
+fn a_crashed_machines_write_replays_after_another_machine_committed_the_file() {
+    let url = fresh_url("marks");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let cfg = pg_init_cloud(a.path(), &url);
+    let bucket = bucket_of(&url);
+    let marks = || pg_query(&format!("SELECT count(*) FROM cairn_{}.journal_marks", cfg.volume_id));
+    let mut o = pg_opts();
+    o.cloud.meta_interval = Duration::from_secs(3600);
+    // Nothing is flushed unless asked: the late write stays in A's journal.
+    o.flush_age = Duration::from_secs(3600);
+    let size = 64 << 10;
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    // The journal's id: 16 hex digits, private to the owner.
+    let id_of = |dir: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("journal/id");
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600, "{} is not private", p.display());
+        let t = std::fs::read_to_string(&p).unwrap();
+        assert!(t.len() == 17 && u64::from_str_radix(t.trim(), 16).is_ok(), "{t:?}");
+        t
+    };
+    let a_id = id_of(a.path());
+    let y = v.create(ROOT_INO, b"y", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(y).unwrap();
+    let y_data = random_bytes(80, 10_000);
+    v.write(y, 0, &y_data).unwrap();
+    let first = random_bytes(81, size);
+    let x = v.create(ROOT_INO, b"x", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(x).unwrap();
+    for (i, piece) in first.chunks(4096).enumerate() {
+        v.write(x, (i * 4096) as u64, piece).unwrap();
+    }
+    v.fsync(x, false).unwrap();
+    let late = random_bytes(82, 3000);
+    v.write(x, 1000, &late).unwrap();
+    v.simulate_crash();
+
+    // Machine B takes the volume over (the crashed mount's lease is
+    // forced, as an expired one would be) and rewrites x.
+    bucket.delete(cloud::lease::OBJECT).unwrap();
+    let mut ob = pg_opts();
+    ob.cloud.force = true;
+    let vb = mount_elsewhere(&b.path().join("cache"), &url, ob);
+    let xb = vb.resolve(b"x").unwrap();
+    assert!(read_all(&vb, xb) == first, "B does not see what A committed");
+    vb.open(xb).unwrap();
+    let mut expect = random_bytes(83, size);
+    vb.write(xb, 0, &expect).unwrap();
+    vb.fsync(xb, false).unwrap();
+    for i in 0..60u64 {
+        let at = (i * 1000) as usize;
+        let bytes = random_bytes(200 + i, 200);
+        vb.write(xb, at as u64, &bytes).unwrap();
+        vb.fsync(xb, false).unwrap();
+        expect[at..at + 200].copy_from_slice(&bytes);
+    }
+    assert_ne!(id_of(&b.path().join("cache")), a_id, "two cache directories share a journal id");
+    vb.release(xb).unwrap();
+    vb.close().unwrap();
+    drop(vb);
+    assert_eq!(marks(), "1", "B's clean close left marks, or A's mark for x went with B's commits");
+
+    // A comes back: its journal replays.
+    expect[1000..4000].copy_from_slice(&late);
+    let v = Volume::load(a.path(), o.clone()).unwrap();
+    assert_eq!(id_of(a.path()), a_id, "the journal id changed at a reopen");
+    let got = read_all(&v, x);
+    assert!(got[1000..4000] == late[..], "A's acknowledged write was lost: B's commit of x at a higher position of B's journal made A skip it");
+    assert!(got == expect, "A re-applied records it had committed over B's newer bytes ({} bytes differ)", got.iter().zip(&expect).filter(|(p, q)| p != q).count());
+    assert!(read_all(&v, y) == y_data, "y was not replayed");
+    fsck_clean(&v);
+    v.close().unwrap();
+    drop(v);
+    assert_eq!(marks(), "0", "A's clean close (journal empty) left marks");
+
+    // What A replayed is committed: another machine reads it.
+    let v = mount_elsewhere(&b.path().join("c2"), &url, pg_opts());
+    assert!(read_all(&v, v.resolve(b"x").unwrap()) == expect, "the replayed write did not reach PostgreSQL");
     v.close().unwrap();
 }

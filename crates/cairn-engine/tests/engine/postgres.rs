@@ -42,6 +42,13 @@ fn pg_open(dir: &Path) -> Arc<Volume> {
     Volume::load(dir, OpenOptions { meta_url: Some(url().to_string()), ..Default::default() }).unwrap()
 }
 
+/// One value a query answers on the test server (`psql`'s text).
+pub(crate) fn pg_query(sql: &str) -> String {
+    url();
+    let s = SERVER.lock().unwrap();
+    s.as_ref().unwrap().psql("cairn", sql).unwrap()
+}
+
 pub(crate) fn pg_schema_exists(id: &str) -> bool {
     let s = SERVER.lock().unwrap();
     let out = s.as_ref().unwrap().psql("cairn", &format!("SELECT count(*) FROM pg_namespace WHERE nspname = 'cairn_{id}'")).unwrap();
