@@ -152,7 +152,8 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     if let (Some(w), Some(id)) = (&watch, conn) {
         w.conn.store(id, Ordering::Relaxed);
     }
-    vol.set_kernel_cache(Arc::new(KernelNotifier(session.notifier())));
+    let kernel = Arc::new(KernelNotifier(session.notifier()));
+    vol.set_kernel_cache(kernel.clone());
     let bg = match session.spawn() {
         Ok(bg) => bg,
         Err(e) => {
@@ -162,6 +163,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
             return Err(e);
         }
     };
+    let follower = ChangeNotifier::start(&vol, kernel);
     if watch
         .as_ref()
         .is_some_and(|w| w.signalled.load(Ordering::Relaxed))
@@ -175,6 +177,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
         on_ready();
     }
     let res = bg.join();
+    drop(follower);
     if as_root {
         // The session can also end on an error with the mount still there.
         detach_if_ours(&mountpoint, conn);
@@ -762,6 +765,82 @@ impl cairn_engine::KernelCache for KernelNotifier {
             if e.raw_os_error() != Some(libc::ENOENT) {
                 debug!("invalidating entry {}: {e}", String::from_utf8_lossy(name));
             }
+        }
+    }
+}
+
+/// How long the notifier thread waits for a notice at a time: the most it
+/// adds to an unmount.
+const NOTIFIER_SLICE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// On a shared volume (metadata in PostgreSQL), the thread that follows
+/// other machines' changes (`Volume::follow_changes`: the engine drops its
+/// clean state of each changed file first) and drops what this machine's
+/// kernel caches of them: attributes and pages of changed inodes, changed
+/// names (docs/shared-volume.md §6). Its own thread, never a request
+/// handler: `inval_*` waits for the kernel, which may wait for a request
+/// the handler would be serving. Stopped and joined when dropped.
+struct ChangeNotifier {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ChangeNotifier {
+    /// None on a volume nobody else mounts (or if the change log cannot be
+    /// read now: then the kernel's 1 s TTL is the only bound, as logged).
+    fn start(vol: &Arc<Volume>, kernel: Arc<KernelNotifier>) -> Option<ChangeNotifier> {
+        let mut follower = match vol.follow_changes() {
+            Ok(f) => f?,
+            Err(e) => {
+                warn!("cannot follow other machines' changes ({e}): this mount sees them only after the kernel's cache TTL");
+                return None;
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("cairn-notifier".into())
+            .spawn(move || {
+                let mut failing = false;
+                while !s.load(Ordering::Relaxed) {
+                    match follower.next(NOTIFIER_SLICE) {
+                        Ok(batch) => {
+                            failing = false;
+                            if batch.all {
+                                info!("the change log was trimmed past this mount's cursor: dropped every cached file");
+                            }
+                            for &ino in &batch.inodes {
+                                cairn_engine::KernelCache::inode_changed(kernel.as_ref(), ino);
+                            }
+                            for (parent, name) in &batch.entries {
+                                cairn_engine::KernelCache::entry_changed(kernel.as_ref(), *parent, name);
+                            }
+                        }
+                        Err(e) => {
+                            if !failing {
+                                warn!("reading other machines' changes: {e} (retrying)");
+                            }
+                            failing = true;
+                            std::thread::sleep(NOTIFIER_SLICE);
+                        }
+                    }
+                }
+            });
+        match thread {
+            Ok(t) => Some(ChangeNotifier { stop, thread: Some(t) }),
+            Err(e) => {
+                warn!("cannot start the change notifier thread: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for ChangeNotifier {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }

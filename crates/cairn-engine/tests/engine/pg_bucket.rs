@@ -289,3 +289,88 @@ fn gc_and_the_cleaner_keep_every_byte() {
     fsck_clean(&v);
     v.close().unwrap();
 }
+
+/// Reads `len` bytes of `ino` from 0, as an open handle does.
+fn read_open(v: &Volume, ino: Ino, len: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() < len {
+        let got = v.read(ino, out.len() as u64, 1 << 20).unwrap();
+        assert!(!got.is_empty(), "short read at {}", out.len());
+        out.extend_from_slice(&got);
+    }
+    out
+}
+
+/// Calls `f.next` until its batch names `ino`; the batches' union and the
+/// time it took (panics after 5 s).
+fn follow_until(f: &mut ChangeFollower, ino: Ino) -> (ChangeBatch, Duration) {
+    let t = std::time::Instant::now();
+    let mut all = ChangeBatch::default();
+    while !all.inodes.contains(&ino) {
+        assert!(t.elapsed() < Duration::from_secs(5), "no change of inode {ino} followed after 5 s: {all:?}");
+        let b = f.next(Duration::from_millis(50)).unwrap();
+        all.all |= b.all;
+        all.inodes.extend(b.inodes);
+        all.entries.extend(b.entries);
+    }
+    (all, t.elapsed())
+}
+
+/// Machine B (read-only, the bucket's lease is A's) has a file open and
+/// read; A rewrites it with other bytes of the same size and closes it. B's
+/// in-memory state still serves the old extent map (nothing told it); its
+/// change follower (woken by A's commit notice, well before the 1 s poll)
+/// reloads it, so the same open handle then reads A's bytes and B's getattr
+/// shows A's mtime. The batch also names the entries A created and renamed,
+/// and a file B had not opened reads A's latest bytes at once.
+#[test]
+fn a_follower_makes_another_machines_rewrite_visible_to_an_open_file() {
+    let url = fresh_url("follow");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    pg_init_cloud(a.path(), &url);
+    let va = Volume::load(a.path(), pg_opts()).unwrap();
+    let old = random_bytes(60, 300_000);
+    let ino = mkfile(&va, ROOT_INO, "f", &old);
+    va.fsync(ino, false).unwrap();
+
+    let mut ro = pg_opts();
+    ro.read_only = true;
+    let vb = mount_elsewhere(&b.path().join("cache"), &url, ro);
+    let mut follower = vb.follow_changes().unwrap().expect("a volume with PostgreSQL metadata is followed");
+    assert!(follower.cursor() > 0, "the cursor starts at the newest change");
+    assert_eq!(vb.resolve(b"f").unwrap(), ino);
+    vb.open(ino).unwrap();
+    assert!(read_open(&vb, ino, old.len()) == old);
+
+    // A: same size, other bytes, closed (committed for other machines).
+    let new = random_bytes(61, old.len());
+    va.open(ino).unwrap();
+    va.write(ino, 0, &new).unwrap();
+    va.close_commit(ino).unwrap();
+    va.release(ino).unwrap();
+    let a_mtime = va.getattr(ino).unwrap().mtime;
+    assert!(read_open(&vb, ino, old.len()) == old, "B's open state keeps the extent map it loaded until it follows the change");
+
+    let (batch, took) = follow_until(&mut follower, ino);
+    eprintln!("follower: A's rewrite reached B's follower after {took:.1?}");
+    assert!(!batch.all, "nothing was trimmed");
+    assert!(took < FOLLOW_POLL, "woken by the notice, not the poll: {took:?}");
+    let got = read_open(&vb, ino, new.len());
+    assert!(got == new, "B's open handle reads A's new bytes after the follower (first difference at {:?})", got.iter().zip(&new).position(|(x, y)| x != y));
+    let attr = vb.getattr(ino).unwrap();
+    assert_eq!((attr.size, attr.mtime), (new.len() as u64, a_mtime));
+
+    // Names: a create and a rename on A come as entries.
+    let g = mkfile(&va, ROOT_INO, "g", b"first");
+    va.fsync(g, false).unwrap();
+    va.rename(ROOT_INO, b"g", ROOT_INO, b"h", Default::default()).unwrap();
+    let (batch, _) = follow_until(&mut follower, g);
+    for name in [&b"g"[..], b"h"] {
+        assert!(batch.entries.contains(&(ROOT_INO, name.to_vec())), "entry {} in {batch:?}", String::from_utf8_lossy(name));
+    }
+    assert_eq!(read_all(&vb, vb.resolve(b"h").unwrap()), b"first");
+    vb.release(ino).unwrap();
+    vb.close().unwrap();
+    va.close().unwrap();
+}
