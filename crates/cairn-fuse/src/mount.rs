@@ -103,7 +103,15 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     // Unprivileged users go through fuser and fusermount3.
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;
-    let fs = CairnFs::new(vol.clone()).with_writeback_cache(cfg.writeback_cache);
+    // On a shared volume: other machines' changes, followed from now on.
+    let follower = match vol.follow_changes() {
+        Ok(f) => f.map(Arc::new),
+        Err(e) => {
+            warn!("cannot follow other machines' changes ({e}): this mount sees them only after the kernel's cache TTL");
+            None
+        }
+    };
+    let fs = CairnFs::new(vol.clone()).with_writeback_cache(cfg.writeback_cache).with_follower(follower.clone());
     let (session, conn) = if as_root {
         let fd = mount_direct(&mountpoint, cfg, read_only)?;
         // Known from the mount table without touching the mount, which
@@ -163,7 +171,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
             return Err(e);
         }
     };
-    let follower = ChangeNotifier::start(&vol, kernel);
+    let notifier = follower.and_then(|f| ChangeNotifier::start(f, kernel));
     if watch
         .as_ref()
         .is_some_and(|w| w.signalled.load(Ordering::Relaxed))
@@ -177,7 +185,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
         on_ready();
     }
     let res = bg.join();
-    drop(follower);
+    drop(notifier);
     if as_root {
         // The session can also end on an error with the mount still there.
         detach_if_ours(&mountpoint, conn);
@@ -786,16 +794,9 @@ struct ChangeNotifier {
 }
 
 impl ChangeNotifier {
-    /// None on a volume nobody else mounts (or if the change log cannot be
-    /// read now: then the kernel's 1 s TTL is the only bound, as logged).
-    fn start(vol: &Arc<Volume>, kernel: Arc<KernelNotifier>) -> Option<ChangeNotifier> {
-        let mut follower = match vol.follow_changes() {
-            Ok(f) => f?,
-            Err(e) => {
-                warn!("cannot follow other machines' changes ({e}): this mount sees them only after the kernel's cache TTL");
-                return None;
-            }
-        };
+    /// None if the thread cannot start (then the kernel's 1 s TTL is the
+    /// bound, as logged).
+    fn start(follower: Arc<cairn_engine::ChangeFollower>, kernel: Arc<KernelNotifier>) -> Option<ChangeNotifier> {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
@@ -815,6 +816,7 @@ impl ChangeNotifier {
                             for (parent, name) in &batch.entries {
                                 cairn_engine::KernelCache::entry_changed(kernel.as_ref(), *parent, name);
                             }
+                            follower.done(&batch);
                         }
                         Err(e) => {
                             if !failing {

@@ -10,6 +10,7 @@ use crate::meta;
 use crate::types::{FileKind, Ino};
 use cairn_meta::{ChangeFeed, Changed};
 use std::collections::BTreeSet;
+use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,15 +44,29 @@ impl ChangeBatch {
 }
 
 /// A cursor over a shared volume's change log (`Volume::follow_changes`).
+/// One thread calls [`ChangeFollower::next`] in a loop and hands each batch
+/// to the kernel, then calls [`ChangeFollower::done`]; an `open` calls
+/// [`ChangeFollower::catch_up`] first (close-to-open without waiting for
+/// the notice).
 pub struct ChangeFollower {
     vol: Arc<Volume>,
-    feed: Option<Box<dyn ChangeFeed>>,
+    /// Only the thread calling `next` waits on it.
+    feed: Mutex<Option<Box<dyn ChangeFeed>>>,
+    state: Mutex<FollowState>,
+}
+
+struct FollowState {
     /// The last change seq handled.
     cursor: u64,
     /// When the log was last read.
     read_at: Instant,
-    /// A notice (or a reconnect, or a failed read) since the last read.
+    /// A notice (or a reconnect) since the last read.
     pending: bool,
+    /// Read (by `catch_up`) but not yet returned by `next`.
+    queued: ChangeBatch,
+    /// Inodes whose engine state was dropped but whose kernel caches were
+    /// not invalidated yet (returned by `next`, `done` not called).
+    unsent: BTreeSet<Ino>,
 }
 
 impl Volume {
@@ -74,7 +89,11 @@ impl Volume {
             }
         };
         let cursor = store.last_change_seq()?;
-        Ok(Some(ChangeFollower { vol: self.clone(), feed, cursor, read_at: Instant::now(), pending: false }))
+        Ok(Some(ChangeFollower {
+            vol: self.clone(),
+            feed: Mutex::new(feed),
+            state: Mutex::new(FollowState { cursor, read_at: Instant::now(), pending: false, queued: ChangeBatch::default(), unsent: BTreeSet::new() }),
+        }))
     }
 
     /// The session whose change rows are this mount's own, which the
@@ -147,25 +166,40 @@ impl Volume {
     }
 }
 
+impl ChangeBatch {
+    fn merge(&mut self, other: ChangeBatch) {
+        self.all |= other.all;
+        self.inodes.extend(other.inodes);
+        self.entries.extend(other.entries);
+    }
+}
+
 impl ChangeFollower {
     /// The last change seq handled.
     pub fn cursor(&self) -> u64 {
-        self.cursor
+        self.state.lock().cursor
     }
 
     /// Waits up to `max_wait` for a notice of another machine's commit,
     /// then, if one came or [`FOLLOW_POLL`] passed since the last read,
     /// reads the change log from the cursor and drops the engine's clean
     /// state of every changed inode (before returning them, so that what
-    /// the layer above fetches again is current). An empty batch: nothing
-    /// to do yet. On an error the cursor stays; call again.
-    pub fn next(&mut self, max_wait: Duration) -> Result<ChangeBatch> {
-        let due = FOLLOW_POLL.saturating_sub(self.read_at.elapsed());
+    /// the layer above fetches again is current). Also returns what
+    /// `catch_up` read meanwhile. An empty batch: nothing to do yet. On an
+    /// error the cursor stays; call again. Call [`ChangeFollower::done`]
+    /// once the batch's kernel caches are dropped.
+    pub fn next(&self, max_wait: Duration) -> Result<ChangeBatch> {
+        let (pending, due) = {
+            let s = self.state.lock();
+            (s.pending || !s.queued.is_empty(), FOLLOW_POLL.saturating_sub(s.read_at.elapsed()))
+        };
         let wait = max_wait.min(due);
-        if !self.pending && !wait.is_zero() {
-            match self.feed.as_mut() {
+        let mut notified = false;
+        if !pending && !wait.is_zero() {
+            let mut feed = self.feed.lock();
+            match feed.as_mut() {
                 Some(f) => match f.wait(wait) {
-                    Ok(n) => self.pending |= n,
+                    Ok(n) => notified = n,
                     Err(e) => {
                         // Could not reconnect: the poll stands in for it.
                         tracing::debug!("change listener: {e}");
@@ -175,20 +209,51 @@ impl ChangeFollower {
                 None => std::thread::sleep(wait),
             }
         }
-        if !self.pending && self.read_at.elapsed() < FOLLOW_POLL {
-            return Ok(ChangeBatch::default());
-        }
-        self.read_now()
+        let mut s = self.state.lock();
+        s.pending |= notified;
+        let mut batch = if s.pending || s.read_at.elapsed() >= FOLLOW_POLL {
+            s.pending = true;
+            self.read(&mut s)?
+        } else {
+            ChangeBatch::default()
+        };
+        batch.merge(std::mem::take(&mut s.queued));
+        s.unsent.extend(batch.inodes.iter().copied());
+        Ok(batch)
     }
 
-    /// Reads the change log from the cursor now (see [`ChangeFollower::next`]).
-    pub fn read_now(&mut self) -> Result<ChangeBatch> {
-        self.pending = true;
+    /// The kernel's caches of `batch` (from `next`) are dropped.
+    pub fn done(&self, batch: &ChangeBatch) {
+        let mut s = self.state.lock();
+        for ino in &batch.inodes {
+            // Read again meanwhile: still to be sent.
+            if !s.queued.inodes.contains(ino) {
+                s.unsent.remove(ino);
+            }
+        }
+    }
+
+    /// Reads the change log now, as an `open` of `ino` on a shared volume
+    /// does first: another machine's commit that returned before the open
+    /// is then in the engine's state whether or not its notice came. The
+    /// batch goes to the next `next`. True if `ino` changed and the kernel
+    /// may still hold its old pages (the opener should not keep them).
+    pub fn catch_up(&self, ino: Ino) -> Result<bool> {
+        let mut s = self.state.lock();
+        let batch = self.read(&mut s)?;
+        let changed = batch.all || batch.inodes.contains(&ino) || s.unsent.contains(&ino) || s.queued.inodes.contains(&ino);
+        s.queued.merge(batch);
+        Ok(changed)
+    }
+
+    /// Reads the change log from the cursor and drops the engine's clean
+    /// states of what changed.
+    fn read(&self, s: &mut FollowState) -> Result<ChangeBatch> {
         let store = self.vol.meta.store().clone();
         let own = self.vol.own_change_session();
         let mut batch = ChangeBatch::default();
-        let start = self.cursor;
-        let mut cursor = self.cursor;
+        let start = s.cursor;
+        let mut cursor = s.cursor;
         loop {
             let rows = store.changes_since(cursor, FOLLOW_BATCH)?;
             let Some(last) = rows.last() else { break };
@@ -222,9 +287,9 @@ impl ChangeFollower {
         for &ino in &batch.inodes {
             self.vol.forget_clean_state(ino)?;
         }
-        self.cursor = cursor;
-        self.read_at = Instant::now();
-        self.pending = false;
+        s.cursor = cursor;
+        s.read_at = Instant::now();
+        s.pending = false;
         Ok(batch)
     }
 }

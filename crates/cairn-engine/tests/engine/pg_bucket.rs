@@ -303,7 +303,7 @@ fn read_open(v: &Volume, ino: Ino, len: usize) -> Vec<u8> {
 
 /// Calls `f.next` until its batch names `ino`; the batches' union and the
 /// time it took (panics after 5 s).
-fn follow_until(f: &mut ChangeFollower, ino: Ino) -> (ChangeBatch, Duration) {
+fn follow_until(f: &ChangeFollower, ino: Ino) -> (ChangeBatch, Duration) {
     let t = std::time::Instant::now();
     let mut all = ChangeBatch::default();
     while !all.inodes.contains(&ino) {
@@ -337,7 +337,7 @@ fn a_follower_makes_another_machines_rewrite_visible_to_an_open_file() {
     let mut ro = pg_opts();
     ro.read_only = true;
     let vb = mount_elsewhere(&b.path().join("cache"), &url, ro);
-    let mut follower = vb.follow_changes().unwrap().expect("a volume with PostgreSQL metadata is followed");
+    let follower = vb.follow_changes().unwrap().expect("a volume with PostgreSQL metadata is followed");
     assert!(follower.cursor() > 0, "the cursor starts at the newest change");
     assert_eq!(vb.resolve(b"f").unwrap(), ino);
     vb.open(ino).unwrap();
@@ -352,7 +352,7 @@ fn a_follower_makes_another_machines_rewrite_visible_to_an_open_file() {
     let a_mtime = va.getattr(ino).unwrap().mtime;
     assert!(read_open(&vb, ino, old.len()) == old, "B's open state keeps the extent map it loaded until it follows the change");
 
-    let (batch, took) = follow_until(&mut follower, ino);
+    let (batch, took) = follow_until(&follower, ino);
     eprintln!("follower: A's rewrite reached B's follower after {took:.1?}");
     assert!(!batch.all, "nothing was trimmed");
     assert!(took < FOLLOW_POLL, "woken by the notice, not the poll: {took:?}");
@@ -361,11 +361,25 @@ fn a_follower_makes_another_machines_rewrite_visible_to_an_open_file() {
     let attr = vb.getattr(ino).unwrap();
     assert_eq!((attr.size, attr.mtime), (new.len() as u64, a_mtime));
 
+    // An open catches up at once, notice or not: A rewrites again, and B's
+    // catch-up (what its `open` does) reloads the file before returning.
+    let newer = random_bytes(62, old.len());
+    va.open(ino).unwrap();
+    va.write(ino, 0, &newer).unwrap();
+    va.close_commit(ino).unwrap();
+    va.release(ino).unwrap();
+    assert!(follower.catch_up(ino).unwrap(), "the catch-up reports the file changed (the kernel must drop its pages)");
+    assert!(read_open(&vb, ino, newer.len()) == newer, "B reads A's bytes right after the catch-up");
+    let b = follower.next(Duration::ZERO).unwrap();
+    assert!(b.inodes.contains(&ino), "what the catch-up read goes to the notifier too: {b:?}");
+    follower.done(&b);
+    assert!(!follower.catch_up(ino).unwrap(), "nothing new");
+
     // Names: a create and a rename on A come as entries.
     let g = mkfile(&va, ROOT_INO, "g", b"first");
     va.fsync(g, false).unwrap();
     va.rename(ROOT_INO, b"g", ROOT_INO, b"h", Default::default()).unwrap();
-    let (batch, _) = follow_until(&mut follower, g);
+    let (batch, _) = follow_until(&follower, g);
     for name in [&b"g"[..], b"h"] {
         assert!(batch.entries.contains(&(ROOT_INO, name.to_vec())), "entry {} in {batch:?}", String::from_utf8_lossy(name));
     }
