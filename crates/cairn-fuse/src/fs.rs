@@ -87,6 +87,10 @@ const CONGESTION_THRESHOLD: u16 = 48;
 ///   copy_file_range, which drop or update the pages themselves) or is
 ///   reported to it (rpwrite ioctls and control-socket edits call
 ///   `inval_inode`). Dropping a 1 GiB file's pages at every open cost 0.3 s.
+///   A shared volume (metadata in PostgreSQL) is changed by other machines
+///   too: its notifier thread invalidates what they changed, and `open`
+///   leaves out `FOPEN_KEEP_CACHE` for a file changed since
+///   (docs/shared-volume.md §6).
 fn wanted_capabilities(writeback_cache: bool) -> InitFlags {
     let cache = if writeback_cache { InitFlags::FUSE_WRITEBACK_CACHE } else { InitFlags::empty() };
     cache
