@@ -53,4 +53,4 @@ pub use error::{Error, ErrorKind, Result};
 pub use types::*;
 pub use volume::CLOSE_ERROR;
 pub use open::{init, init_cloud, read_config};
-pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, CloneOptions, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, RecallReport, SnapshotInfo, Volume, ChunkInfo, FileInfo, Place, TreeStats, SNAPSHOT_DIR};
+pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, ChangeBatch, ChangeFollower, CloneOptions, FOLLOW_POLL, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, RecallReport, SnapshotInfo, Volume, ChunkInfo, FileInfo, Place, TreeStats, SNAPSHOT_DIR};

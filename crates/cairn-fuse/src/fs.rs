@@ -87,6 +87,10 @@ const CONGESTION_THRESHOLD: u16 = 48;
 ///   copy_file_range, which drop or update the pages themselves) or is
 ///   reported to it (rpwrite ioctls and control-socket edits call
 ///   `inval_inode`). Dropping a 1 GiB file's pages at every open cost 0.3 s.
+///   A shared volume (metadata in PostgreSQL) is changed by other machines
+///   too: its notifier thread invalidates what they changed, and `open`
+///   leaves out `FOPEN_KEEP_CACHE` for a file changed since
+///   (docs/shared-volume.md §6).
 fn wanted_capabilities(writeback_cache: bool) -> InitFlags {
     let cache = if writeback_cache { InitFlags::FUSE_WRITEBACK_CACHE } else { InitFlags::empty() };
     cache
@@ -136,6 +140,9 @@ pub struct CairnFs {
     sources: DashMap<u64, (Ino, u64)>,
     /// The token of each handle that has one (handle -> token), for release.
     source_of: DashMap<u64, u64>,
+    /// On a shared volume: the follower of other machines' changes, which
+    /// `open` brings up to date first (`mount::ChangeNotifier` runs it).
+    follower: Option<Arc<cairn_engine::ChangeFollower>>,
 }
 
 impl CairnFs {
@@ -160,7 +167,16 @@ impl CairnFs {
             writeback_cache: true,
             sources: DashMap::new(),
             source_of: DashMap::new(),
+            follower: None,
         }
+    }
+
+    /// Follows other machines' changes at every `open` (a shared volume):
+    /// an open after another machine's close reads that machine's bytes,
+    /// without waiting for the change notice (docs/shared-volume.md §3, §6).
+    pub fn with_follower(mut self, f: Option<Arc<cairn_engine::ChangeFollower>>) -> Self {
+        self.follower = f;
+        self
     }
 
     /// Whether the kernel may cache writes (default: yes). Without it every
@@ -602,8 +618,22 @@ impl Filesystem for CairnFs {
                 return failed(&mut t, reply).error(errno("open", ino.0, &e));
             }
         }
+        // On a shared volume the file may have changed on another machine
+        // since the kernel cached its pages: if so, the kernel drops them
+        // at this open (no FOPEN_KEEP_CACHE).
+        let keep = match &self.follower {
+            Some(f) => match f.catch_up(ino.0) {
+                Ok(changed) => !changed,
+                Err(e) => {
+                    debug!("open of inode {}: reading other machines' changes: {e}", ino.0);
+                    false
+                }
+            },
+            None => true,
+        };
+        let cache = if keep { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
         match self.vol.open(ino.0) {
-            Ok(_) => reply.opened(self.new_fh(writable(flags.0), readable(flags.0)), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(_) => reply.opened(self.new_fh(writable(flags.0), readable(flags.0)), cache),
             Err(e) => failed(&mut t, reply).error(errno("open", ino.0, &e)),
         }
     }

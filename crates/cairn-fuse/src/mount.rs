@@ -103,7 +103,15 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     // Unprivileged users go through fuser and fusermount3.
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;
-    let fs = CairnFs::new(vol.clone()).with_writeback_cache(cfg.writeback_cache);
+    // On a shared volume: other machines' changes, followed from now on.
+    let follower = match vol.follow_changes() {
+        Ok(f) => f.map(Arc::new),
+        Err(e) => {
+            warn!("cannot follow other machines' changes ({e}): this mount sees them only after the kernel's cache TTL");
+            None
+        }
+    };
+    let fs = CairnFs::new(vol.clone()).with_writeback_cache(cfg.writeback_cache).with_follower(follower.clone());
     let (session, conn) = if as_root {
         let fd = mount_direct(&mountpoint, cfg, read_only)?;
         // Known from the mount table without touching the mount, which
@@ -152,7 +160,8 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     if let (Some(w), Some(id)) = (&watch, conn) {
         w.conn.store(id, Ordering::Relaxed);
     }
-    vol.set_kernel_cache(Arc::new(KernelNotifier(session.notifier())));
+    let kernel = Arc::new(KernelNotifier(session.notifier()));
+    vol.set_kernel_cache(kernel.clone());
     let bg = match session.spawn() {
         Ok(bg) => bg,
         Err(e) => {
@@ -162,6 +171,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
             return Err(e);
         }
     };
+    let notifier = follower.and_then(|f| ChangeNotifier::start(f, kernel));
     if watch
         .as_ref()
         .is_some_and(|w| w.signalled.load(Ordering::Relaxed))
@@ -175,6 +185,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
         on_ready();
     }
     let res = bg.join();
+    drop(notifier);
     if as_root {
         // The session can also end on an error with the mount still there.
         detach_if_ours(&mountpoint, conn);
@@ -762,6 +773,76 @@ impl cairn_engine::KernelCache for KernelNotifier {
             if e.raw_os_error() != Some(libc::ENOENT) {
                 debug!("invalidating entry {}: {e}", String::from_utf8_lossy(name));
             }
+        }
+    }
+}
+
+/// How long the notifier thread waits for a notice at a time: the most it
+/// adds to an unmount.
+const NOTIFIER_SLICE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// On a shared volume (metadata in PostgreSQL), the thread that follows
+/// other machines' changes (`Volume::follow_changes`: the engine drops its
+/// clean state of each changed file first) and drops what this machine's
+/// kernel caches of them: attributes and pages of changed inodes, changed
+/// names (docs/shared-volume.md §6). Its own thread, never a request
+/// handler: `inval_*` waits for the kernel, which may wait for a request
+/// the handler would be serving. Stopped and joined when dropped.
+struct ChangeNotifier {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ChangeNotifier {
+    /// None if the thread cannot start (then the kernel's 1 s TTL is the
+    /// bound, as logged).
+    fn start(follower: Arc<cairn_engine::ChangeFollower>, kernel: Arc<KernelNotifier>) -> Option<ChangeNotifier> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("cairn-notifier".into())
+            .spawn(move || {
+                let mut failing = false;
+                while !s.load(Ordering::Relaxed) {
+                    match follower.next(NOTIFIER_SLICE) {
+                        Ok(batch) => {
+                            failing = false;
+                            if batch.all {
+                                info!("the change log was trimmed past this mount's cursor: dropped every cached file");
+                            }
+                            for &ino in &batch.inodes {
+                                cairn_engine::KernelCache::inode_changed(kernel.as_ref(), ino);
+                            }
+                            for (parent, name) in &batch.entries {
+                                cairn_engine::KernelCache::entry_changed(kernel.as_ref(), *parent, name);
+                            }
+                            follower.done(&batch);
+                        }
+                        Err(e) => {
+                            if !failing {
+                                warn!("reading other machines' changes: {e} (retrying)");
+                            }
+                            failing = true;
+                            std::thread::sleep(NOTIFIER_SLICE);
+                        }
+                    }
+                }
+            });
+        match thread {
+            Ok(t) => Some(ChangeNotifier { stop, thread: Some(t) }),
+            Err(e) => {
+                warn!("cannot start the change notifier thread: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for ChangeNotifier {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }

@@ -4,6 +4,7 @@
 
 mod file;
 mod flush;
+mod follow;
 mod guard;
 mod archive;
 mod buffers;
@@ -23,6 +24,7 @@ pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
 pub(crate) use file::FileState;
 pub use flush::FlushReport;
+pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
 
 use crate::cache::ChunkCache;
 use crate::config::{Layout, VolumeConfig};

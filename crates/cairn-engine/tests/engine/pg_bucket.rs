@@ -382,3 +382,102 @@ fn a_crashed_machines_write_replays_after_another_machine_committed_the_file() {
     assert!(read_all(&v, v.resolve(b"x").unwrap()) == expect, "the replayed write did not reach PostgreSQL");
     v.close().unwrap();
 }
+
+/// Reads `len` bytes of `ino` from 0, as an open handle does.
+fn read_open(v: &Volume, ino: Ino, len: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() < len {
+        let got = v.read(ino, out.len() as u64, 1 << 20).unwrap();
+        assert!(!got.is_empty(), "short read at {}", out.len());
+        out.extend_from_slice(&got);
+    }
+    out
+}
+
+/// Calls `f.next` until its batch names `ino`; the batches' union and the
+/// time it took (panics after 5 s).
+fn follow_until(f: &ChangeFollower, ino: Ino) -> (ChangeBatch, Duration) {
+    let t = std::time::Instant::now();
+    let mut all = ChangeBatch::default();
+    while !all.inodes.contains(&ino) {
+        assert!(t.elapsed() < Duration::from_secs(5), "no change of inode {ino} followed after 5 s: {all:?}");
+        let b = f.next(Duration::from_millis(50)).unwrap();
+        all.all |= b.all;
+        all.inodes.extend(b.inodes);
+        all.entries.extend(b.entries);
+    }
+    (all, t.elapsed())
+}
+
+/// Machine B (read-only, the bucket's lease is A's) has a file open and
+/// read; A rewrites it with other bytes of the same size and closes it. B's
+/// in-memory state still serves the old extent map (nothing told it); its
+/// change follower (woken by A's commit notice, well before the 1 s poll)
+/// reloads it, so the same open handle then reads A's bytes and B's getattr
+/// shows A's mtime. The batch also names the entries A created and renamed,
+/// and a file B had not opened reads A's latest bytes at once.
+#[test]
+fn a_follower_makes_another_machines_rewrite_visible_to_an_open_file() {
+    let url = fresh_url("follow");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    pg_init_cloud(a.path(), &url);
+    let va = Volume::load(a.path(), pg_opts()).unwrap();
+    let old = random_bytes(60, 300_000);
+    let ino = mkfile(&va, ROOT_INO, "f", &old);
+    va.fsync(ino, false).unwrap();
+
+    let mut ro = pg_opts();
+    ro.read_only = true;
+    let vb = mount_elsewhere(&b.path().join("cache"), &url, ro);
+    let follower = vb.follow_changes().unwrap().expect("a volume with PostgreSQL metadata is followed");
+    assert!(follower.cursor() > 0, "the cursor starts at the newest change");
+    assert_eq!(vb.resolve(b"f").unwrap(), ino);
+    vb.open(ino).unwrap();
+    assert!(read_open(&vb, ino, old.len()) == old);
+
+    // A: same size, other bytes, closed (committed for other machines).
+    let new = random_bytes(61, old.len());
+    va.open(ino).unwrap();
+    va.write(ino, 0, &new).unwrap();
+    va.close_commit(ino).unwrap();
+    va.release(ino).unwrap();
+    let a_mtime = va.getattr(ino).unwrap().mtime;
+    assert!(read_open(&vb, ino, old.len()) == old, "B's open state keeps the extent map it loaded until it follows the change");
+
+    let (batch, took) = follow_until(&follower, ino);
+    eprintln!("follower: A's rewrite reached B's follower after {took:.1?}");
+    assert!(!batch.all, "nothing was trimmed");
+    assert!(took < FOLLOW_POLL, "woken by the notice, not the poll: {took:?}");
+    let got = read_open(&vb, ino, new.len());
+    assert!(got == new, "B's open handle reads A's new bytes after the follower (first difference at {:?})", got.iter().zip(&new).position(|(x, y)| x != y));
+    let attr = vb.getattr(ino).unwrap();
+    assert_eq!((attr.size, attr.mtime), (new.len() as u64, a_mtime));
+
+    // An open catches up at once, notice or not: A rewrites again, and B's
+    // catch-up (what its `open` does) reloads the file before returning.
+    let newer = random_bytes(62, old.len());
+    va.open(ino).unwrap();
+    va.write(ino, 0, &newer).unwrap();
+    va.close_commit(ino).unwrap();
+    va.release(ino).unwrap();
+    assert!(follower.catch_up(ino).unwrap(), "the catch-up reports the file changed (the kernel must drop its pages)");
+    assert!(read_open(&vb, ino, newer.len()) == newer, "B reads A's bytes right after the catch-up");
+    let b = follower.next(Duration::ZERO).unwrap();
+    assert!(b.inodes.contains(&ino), "what the catch-up read goes to the notifier too: {b:?}");
+    follower.done(&b);
+    assert!(!follower.catch_up(ino).unwrap(), "nothing new");
+
+    // Names: a create and a rename on A come as entries.
+    let g = mkfile(&va, ROOT_INO, "g", b"first");
+    va.fsync(g, false).unwrap();
+    va.rename(ROOT_INO, b"g", ROOT_INO, b"h", Default::default()).unwrap();
+    let (batch, _) = follow_until(&follower, g);
+    for name in [&b"g"[..], b"h"] {
+        assert!(batch.entries.contains(&(ROOT_INO, name.to_vec())), "entry {} in {batch:?}", String::from_utf8_lossy(name));
+    }
+    assert_eq!(read_all(&vb, vb.resolve(b"h").unwrap()), b"first");
+    vb.release(ino).unwrap();
+    vb.close().unwrap();
+    va.close().unwrap();
+}

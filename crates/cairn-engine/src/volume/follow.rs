@@ -1,0 +1,295 @@
+//! Following other machines' changes to a shared volume
+//! (docs/shared-volume.md §6): a cursor over the store's change log, woken
+//! by the store's notices and by a poll, that drops this machine's clean
+//! in-memory state of every inode another machine changed and hands the
+//! changes on to the layer above (FUSE: the kernel's caches).
+
+use super::Volume;
+use crate::error::Result;
+use crate::meta;
+use crate::types::{FileKind, Ino};
+use cairn_meta::{ChangeFeed, Changed};
+use std::collections::BTreeSet;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The log is read at least this often even without a notice: a lost
+/// `NOTIFY` (or a listener that cannot connect) leaves stale caches for
+/// no longer than this (plus the read).
+pub const FOLLOW_POLL: Duration = Duration::from_secs(1);
+
+/// Change rows read per query.
+const FOLLOW_BATCH: usize = 1024;
+
+/// What another machine changed since the last batch, after this machine's
+/// engine dropped its clean state of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangeBatch {
+    /// The cursor fell behind a trim of the log: anything may have changed.
+    /// The engine dropped every clean state it had; `inodes` lists those
+    /// states' inodes and the root, and other kernel caches run out with
+    /// their TTL.
+    pub all: bool,
+    /// Inodes whose attributes, content or pages changed (or that went).
+    pub inodes: BTreeSet<Ino>,
+    /// Directory entries `(parent, name)` that appeared or went.
+    pub entries: BTreeSet<(Ino, Vec<u8>)>,
+}
+
+impl ChangeBatch {
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.inodes.is_empty() && self.entries.is_empty()
+    }
+}
+
+/// A cursor over a shared volume's change log (`Volume::follow_changes`).
+/// One thread calls [`ChangeFollower::next`] in a loop and hands each batch
+/// to the kernel, then calls [`ChangeFollower::done`]; an `open` calls
+/// [`ChangeFollower::catch_up`] first (close-to-open without waiting for
+/// the notice).
+pub struct ChangeFollower {
+    vol: Arc<Volume>,
+    /// Only the thread calling `next` waits on it.
+    feed: Mutex<Option<Box<dyn ChangeFeed>>>,
+    state: Mutex<FollowState>,
+}
+
+struct FollowState {
+    /// The last change seq handled.
+    cursor: u64,
+    /// When the log was last read.
+    read_at: Instant,
+    /// A notice (or a reconnect) since the last read.
+    pending: bool,
+    /// Read (by `catch_up`) but not yet returned by `next`.
+    queued: ChangeBatch,
+    /// Inodes whose engine state was dropped but whose kernel caches were
+    /// not invalidated yet (returned by `next`, `done` not called).
+    unsent: BTreeSet<Ino>,
+}
+
+impl Volume {
+    /// A follower of other machines' changes, starting at the newest change
+    /// committed now; None unless the volume is shared (its metadata is in
+    /// PostgreSQL). If the store's listener cannot connect, the follower
+    /// still polls the log every [`FOLLOW_POLL`].
+    pub fn follow_changes(self: &Arc<Self>) -> Result<Option<ChangeFollower>> {
+        if !self.is_shared() {
+            return Ok(None);
+        }
+        let store = self.meta.store();
+        // Subscribe before taking the cursor: a change committed between the
+        // two is then both after the cursor and notified.
+        let feed = match store.subscribe() {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!("cannot listen for other machines' changes ({e}); polling the change log every {FOLLOW_POLL:?} instead");
+                None
+            }
+        };
+        let cursor = store.last_change_seq()?;
+        Ok(Some(ChangeFollower {
+            vol: self.clone(),
+            feed: Mutex::new(feed),
+            state: Mutex::new(FollowState { cursor, read_at: Instant::now(), pending: false, queued: ChangeBatch::default(), unsent: BTreeSet::new() }),
+        }))
+    }
+
+    /// The session whose change rows are this mount's own, which the
+    /// follower skips (its own caches are current). None: this mount has no
+    /// session yet, and its own rows are handled like anyone's (harmless:
+    /// a clean state is reloaded from the store, the kernel re-asks).
+    fn own_change_session(&self) -> Option<u64> {
+        // A read-write mount's commits carry its session (crate::open);
+        // its own kernel saw those changes as they were made.
+        self.cloud.as_ref().and_then(|c| c.session.get().copied())
+    }
+
+    /// Drops this machine's cached state of a file another machine changed:
+    /// a clean state nobody has open is forgotten (the next open or stat
+    /// loads the store's row and extents), a clean open one is reloaded in
+    /// place (its handles read the new bytes), and a dirty one keeps its
+    /// overlay (the last flush of a range wins, docs/shared-volume.md §3).
+    pub(crate) fn forget_clean_state(&self, ino: Ino) -> Result<()> {
+        let Some(st) = self.files.get(&ino).map(|e| e.value().clone()) else { return Ok(()) };
+        let clean = |g: &super::file::FileInner| !g.evicted && !g.is_dirty() && g.last_seq <= g.flushed_seq;
+        let idle = {
+            let g = st.inner.lock();
+            if !clean(&g) {
+                return Ok(());
+            }
+            g.open == 0
+        };
+        if idle {
+            self.files.remove_if(&ino, |_, s| {
+                let mut g = s.inner.lock();
+                let idle = clean(&g) && g.open == 0;
+                if idle {
+                    g.evicted = true;
+                }
+                idle
+            });
+            if !self.files.contains_key(&ino) {
+                return Ok(());
+            }
+        }
+        // Open here: reload its map under the flush lock (no flush of this
+        // machine commits it meanwhile), and take it only if the state is
+        // still clean (a write since keeps its overlay).
+        let _flushing = st.flush_lock.lock();
+        let fresh = self.meta.read(|c| {
+            let Some(row) = c.get_inode(ino)? else { return Ok(None) };
+            if row.attr.kind != FileKind::File || row.attr.nlink == 0 {
+                return Ok(None);
+            }
+            let base = meta::load_extents(c, ino)?;
+            Ok(Some((row, base)))
+        })?;
+        // Gone elsewhere: its open handles here keep the bytes they had.
+        let Some((row, base)) = fresh else { return Ok(()) };
+        if base.len() != row.attr.size {
+            return Ok(());
+        }
+        let mut g = st.inner.lock();
+        if clean(&g) {
+            g.base = base;
+            g.base_valid = row.attr.size;
+            g.size = row.attr.size;
+            g.mtime = row.attr.mtime;
+            g.ctime = row.attr.ctime;
+            g.data_bytes = row.data_bytes;
+            g.last_read_end = 0;
+            g.read_ahead_to = 0;
+        }
+        Ok(())
+    }
+}
+
+impl ChangeBatch {
+    fn merge(&mut self, other: ChangeBatch) {
+        self.all |= other.all;
+        self.inodes.extend(other.inodes);
+        self.entries.extend(other.entries);
+    }
+}
+
+impl ChangeFollower {
+    /// The last change seq handled.
+    pub fn cursor(&self) -> u64 {
+        self.state.lock().cursor
+    }
+
+    /// Waits up to `max_wait` for a notice of another machine's commit,
+    /// then, if one came or [`FOLLOW_POLL`] passed since the last read,
+    /// reads the change log from the cursor and drops the engine's clean
+    /// state of every changed inode (before returning them, so that what
+    /// the layer above fetches again is current). Also returns what
+    /// `catch_up` read meanwhile. An empty batch: nothing to do yet. On an
+    /// error the cursor stays; call again. Call [`ChangeFollower::done`]
+    /// once the batch's kernel caches are dropped.
+    pub fn next(&self, max_wait: Duration) -> Result<ChangeBatch> {
+        let (pending, due) = {
+            let s = self.state.lock();
+            (s.pending || !s.queued.is_empty(), FOLLOW_POLL.saturating_sub(s.read_at.elapsed()))
+        };
+        let wait = max_wait.min(due);
+        let mut notified = false;
+        if !pending && !wait.is_zero() {
+            let mut feed = self.feed.lock();
+            match feed.as_mut() {
+                Some(f) => match f.wait(wait) {
+                    Ok(n) => notified = n,
+                    Err(e) => {
+                        // Could not reconnect: the poll stands in for it.
+                        tracing::debug!("change listener: {e}");
+                        std::thread::sleep(wait);
+                    }
+                },
+                None => std::thread::sleep(wait),
+            }
+        }
+        let mut s = self.state.lock();
+        s.pending |= notified;
+        let mut batch = if s.pending || s.read_at.elapsed() >= FOLLOW_POLL {
+            s.pending = true;
+            self.read(&mut s)?
+        } else {
+            ChangeBatch::default()
+        };
+        batch.merge(std::mem::take(&mut s.queued));
+        s.unsent.extend(batch.inodes.iter().copied());
+        Ok(batch)
+    }
+
+    /// The kernel's caches of `batch` (from `next`) are dropped.
+    pub fn done(&self, batch: &ChangeBatch) {
+        let mut s = self.state.lock();
+        for ino in &batch.inodes {
+            // Read again meanwhile: still to be sent.
+            if !s.queued.inodes.contains(ino) {
+                s.unsent.remove(ino);
+            }
+        }
+    }
+
+    /// Reads the change log now, as an `open` of `ino` on a shared volume
+    /// does first: another machine's commit that returned before the open
+    /// is then in the engine's state whether or not its notice came. The
+    /// batch goes to the next `next`. True if `ino` changed and the kernel
+    /// may still hold its old pages (the opener should not keep them).
+    pub fn catch_up(&self, ino: Ino) -> Result<bool> {
+        let mut s = self.state.lock();
+        let batch = self.read(&mut s)?;
+        let changed = batch.all || batch.inodes.contains(&ino) || s.unsent.contains(&ino) || s.queued.inodes.contains(&ino);
+        s.queued.merge(batch);
+        Ok(changed)
+    }
+
+    /// Reads the change log from the cursor and drops the engine's clean
+    /// states of what changed.
+    fn read(&self, s: &mut FollowState) -> Result<ChangeBatch> {
+        let store = self.vol.meta.store().clone();
+        let own = self.vol.own_change_session();
+        let mut batch = ChangeBatch::default();
+        let start = s.cursor;
+        let mut cursor = s.cursor;
+        loop {
+            let rows = store.changes_since(cursor, FOLLOW_BATCH)?;
+            let Some(last) = rows.last() else { break };
+            let full = rows.len() == FOLLOW_BATCH;
+            cursor = last.seq;
+            for ch in rows {
+                if own.is_some() && ch.session == own {
+                    continue;
+                }
+                match ch.what {
+                    Changed::Inode(ino) => {
+                        batch.inodes.insert(ino);
+                    }
+                    Changed::Entry { parent, name } => {
+                        batch.entries.insert((parent, name));
+                    }
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        // A trim keeps the newest row, so a cursor it overtook always finds
+        // rows; asked after reading them, so a trim meanwhile is seen too.
+        if cursor > start && store.changes_trimmed_through()? > start {
+            batch.all = true;
+            batch.inodes.insert(crate::types::ROOT_INO);
+            let all: Vec<Ino> = self.vol.files.iter().map(|e| *e.key()).collect();
+            batch.inodes.extend(all);
+        }
+        for &ino in &batch.inodes {
+            self.vol.forget_clean_state(ino)?;
+        }
+        s.cursor = cursor;
+        s.read_at = Instant::now();
+        s.pending = false;
+        Ok(batch)
+    }
+}
