@@ -111,7 +111,15 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
             None
         }
     };
-    let fs = CairnFs::new(vol.clone()).with_writeback_cache(cfg.writeback_cache).with_follower(follower.clone());
+    // Under the writeback cache the kernel trusts its own size of a regular
+    // file over the daemon's: on a volume other machines write, a file one
+    // of them grew or cut would keep this machine's old size (and reads
+    // would stop there) until the inode left the kernel's cache.
+    let writeback_cache = cfg.writeback_cache && !vol.is_shared();
+    if cfg.writeback_cache && !writeback_cache {
+        info!("other machines write this volume: mounting without the kernel's writeback cache");
+    }
+    let fs = CairnFs::new(vol.clone()).with_writeback_cache(writeback_cache).with_follower(follower.clone());
     let (session, conn) = if as_root {
         let fd = mount_direct(&mountpoint, cfg, read_only)?;
         // Known from the mount table without touching the mount, which

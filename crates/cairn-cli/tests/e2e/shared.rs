@@ -443,7 +443,7 @@ fn four_mounts_writing_the_same_data_store_it_once() {
     let mounts: Vec<Mount> = ["a", "b", "c", "d"].iter().map(|m| s.mount(m, &s.mountpoint(&format!("m-{m}")), &[])).collect();
     std::thread::scope(|sc| {
         for (m, mnt) in mounts.iter().enumerate() {
-            let (src, dst) = (&src, mnt.join(format!("copy{m}")));
+            let (src, dst) = (&src, mnt.join(&format!("copy{m}")));
             sc.spawn(move || {
                 let out = run(Command::new("cp").arg(src).arg(&dst));
                 assert!(out.ok(), "cp on mount {m}: {out}");
@@ -456,7 +456,7 @@ fn four_mounts_writing_the_same_data_store_it_once() {
     assert_eq!(st["unique_bytes"].as_u64(), Some(len), "four mounts' copies are one in the volume: {st}");
     for (m, mnt) in mounts.iter().enumerate() {
         for o in 0..4 {
-            check_stream(&mnt.join(format!("copy{o}")), 4242, len, true).unwrap_or_else(|e| panic!("mount {m} reading copy{o}: {e}"));
+            check_stream(&mnt.join(&format!("copy{o}")), 4242, len, true).unwrap_or_else(|e| panic!("mount {m} reading copy{o}: {e}"));
         }
     }
     for m in mounts {
