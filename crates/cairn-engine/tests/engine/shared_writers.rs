@@ -190,3 +190,80 @@ fn a_mount_whose_session_is_gone_refuses_changes() {
     b.close().unwrap();
     assert!(store.store().sessions().unwrap().is_empty(), "an unmount ends its session");
 }
+
+/// A rename storm: three machines at once move twelve directories into
+/// one another at random, 150 moves each, many of which would make loops
+/// (refused: EINVAL) or name a directory another machine just moved away
+/// (ENOENT). At the end every machine walks the same tree from the root:
+/// each directory is reached exactly once (no loop, nothing cut off), and
+/// fsck is clean.
+#[test]
+fn a_rename_storm_from_three_machines_leaves_one_tree() {
+    let (tmp, _url, _cfg, vols) = machines("storm", 3, pg_opts);
+    const N: usize = 12;
+    let dirs: Vec<Ino> = (0..N).map(|i| vols[0].mkdir(ROOT_INO, format!("d{i}").as_bytes(), 0o755, root()).unwrap().ino).collect();
+    let start = Arc::new(Barrier::new(vols.len()));
+    let outcomes: Vec<[u32; 3]> = std::thread::scope(|s| {
+        let hs: Vec<_> = vols
+            .iter()
+            .enumerate()
+            .map(|(m, v)| {
+                let (start, dirs) = (start.clone(), &dirs);
+                s.spawn(move || {
+                    let mut x = 0x9E37_79B9u64 * (m as u64 + 1);
+                    let mut next = move || {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x
+                    };
+                    let mut out = [0u32; 3]; // moved, refused as a loop, moved away meanwhile
+                    start.wait();
+                    for _ in 0..150 {
+                        let (i, j) = (next() as usize % N, next() as usize % (N + 1));
+                        let name = format!("d{i}");
+                        // Where d{i} is now (the root or one of the dirs).
+                        let parent = std::iter::once(ROOT_INO).chain(dirs.iter().copied()).find(|&p| v.lookup(p, name.as_bytes()).is_ok());
+                        let Some(parent) = parent else {
+                            out[2] += 1; // between its old and new parent's rows for this reader
+                            continue;
+                        };
+                        let to = if j == N { ROOT_INO } else { dirs[j] };
+                        match v.rename(parent, name.as_bytes(), to, name.as_bytes(), RenameFlags::default()) {
+                            Ok(()) => out[0] += 1,
+                            Err(e) if e.kind() == ErrorKind::Invalid => out[1] += 1,
+                            Err(e) if e.kind() == ErrorKind::NotFound => out[2] += 1,
+                            Err(e) => panic!("machine {m}: moving {name} from {parent} into {to}: {e}"),
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!("rename storm: (moved, refused as loops, moved away meanwhile) per machine: {outcomes:?}");
+    assert!(outcomes.iter().all(|o| o[0] > 0), "a machine moved nothing: {outcomes:?}");
+    assert!(outcomes.iter().map(|o| o[1]).sum::<u32>() > 0, "no move would have made a loop: the storm tested nothing");
+    for (m, v) in vols.iter().enumerate() {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![ROOT_INO];
+        while let Some(d) = stack.pop() {
+            for e in v.readdir(d).unwrap() {
+                if e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                assert!(seen.insert(e.ino), "machine {m}: directory {} reached twice", e.ino);
+                stack.push(e.ino);
+            }
+        }
+        assert_eq!(seen, dirs.iter().copied().collect::<BTreeSet<_>>(), "machine {m}: not every directory hangs from the root");
+    }
+    for v in &vols {
+        v.close().unwrap();
+    }
+    drop(vols);
+    let v = Volume::load(&tmp.path().join("m2"), pg_opts()).unwrap();
+    fsck_clean(&v);
+    v.close().unwrap();
+}
