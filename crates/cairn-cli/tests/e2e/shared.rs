@@ -169,6 +169,28 @@ fn a_close_on_one_mount_is_seen_by_an_open_on_another() {
     a.umount();
 }
 
+/// Files the tests of change visibility change: a read-write mount A
+/// and a read-only mount B of a new volume, and `N` files
+/// `{prefix}{k}` (up to 32 KiB, bytes `gen(seed + k)`) written on A; the
+/// rng the sizes came from goes on for the changes.
+const N: u64 = 40;
+
+fn writer_and_reader(name: &str, prefix: &str, rng_seed: u64, seed: u64) -> (Shared, Mount, Mount, Rng, Vec<u64>) {
+    let s = Shared::new(name);
+    let a = s.mount("a", &s.env.mnt, &[]);
+    fs::create_dir(a.join(prefix.split('/').next().unwrap())).unwrap();
+    let mnt_b = s.mountpoint("mnt-b");
+    let b = s.mount("b", &mnt_b, &["--read-only"]);
+    let mut rng = Rng::new(rng_seed);
+    let mut lens = Vec::new();
+    for k in 0..N {
+        let len = rng.below(32 * KIB) + 1;
+        fs::write(a.join(&format!("{prefix}{k}")), gen(seed + k, len as usize)).unwrap();
+        lens.push(len);
+    }
+    (s, a, b, rng, lens)
+}
+
 /// A file the read-only mount B has stat'ed and read before, then changed
 /// (appended to, or replaced by a longer or shorter file) and closed on the
 /// read-write mount A: B's `stat` shows the new size within the kernel's
@@ -180,21 +202,8 @@ fn a_close_on_one_mount_is_seen_by_an_open_on_another() {
 #[test]
 fn a_change_closed_on_one_mount_is_seen_by_a_stat_on_another_within_the_ttl() {
     let _serial = serial();
-    let s = Shared::new("shared-grow");
-    let a = s.mount("a", &s.env.mnt, &[]);
-    fs::create_dir(a.join("grow")).unwrap();
-    let mnt_b = s.mountpoint("mnt-b");
-    let b = s.mount("b", &mnt_b, &["--read-only"]);
-    let mut rng = Rng::new(2027);
-
     // Files B has stat'ed (and read) before A changes their size.
-    const N: u64 = 40;
-    let mut lens = Vec::new();
-    for k in 0..N {
-        let len = rng.below(32 * KIB) + 1;
-        fs::write(a.join(&format!("grow/g{k}")), gen(20_000 + k, len as usize)).unwrap();
-        lens.push(len);
-    }
+    let (_s, a, b, mut rng, lens) = writer_and_reader("shared-grow", "grow/g", 2027, 20_000);
     for k in 0..N {
         let p = b.join(&format!("grow/g{k}"));
         assert_eq!(fs::metadata(&p).unwrap().len(), lens[k as usize], "g{k} on B");
@@ -280,20 +289,7 @@ fn until_attrs(path: &Path, want: (u64, i64, i64), limit: Duration) -> Result<Du
 #[test]
 fn a_rewrite_on_one_mount_reaches_another_mounts_open_files_promptly() {
     let _serial = serial();
-    let s = Shared::new("shared-inval");
-    let a = s.mount("a", &s.env.mnt, &[]);
-    fs::create_dir(a.join("inval")).unwrap();
-    let mnt_b = s.mountpoint("mnt-b");
-    let b = s.mount("b", &mnt_b, &["--read-only"]);
-    let mut rng = Rng::new(2028);
-
-    const N: u64 = 40;
-    let mut lens = Vec::new();
-    for k in 0..N {
-        let len = rng.below(32 * KIB) + 1;
-        fs::write(a.join(&format!("inval/f{k}")), gen(60_000 + k, len as usize)).unwrap();
-        lens.push(len);
-    }
+    let (_s, a, b, mut rng, lens) = writer_and_reader("shared-inval", "inval/f", 2028, 60_000);
     let mut held = Vec::new();
     for k in 0..N {
         let p = b.join(&format!("inval/f{k}"));

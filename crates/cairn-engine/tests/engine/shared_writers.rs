@@ -24,6 +24,18 @@ fn machines(what: &str, n: usize, opts: impl Fn() -> OpenOptions) -> (tempfile::
     (tmp, url, cfg, vols)
 }
 
+/// Unmounts every machine, then fsck (reading every byte) from `machine`'s
+/// directory.
+fn unmount_all_then_fsck(tmp: &tempfile::TempDir, vols: Vec<Arc<Volume>>, machine: &str) {
+    for v in &vols {
+        v.close().unwrap();
+    }
+    drop(vols);
+    let v = Volume::load(&tmp.path().join(machine), pg_opts()).unwrap();
+    fsck_clean(&v);
+    v.close().unwrap();
+}
+
 fn names(v: &Volume, dir: Ino) -> BTreeSet<String> {
     v.readdir(dir).unwrap().into_iter().map(|e| String::from_utf8(e.name).unwrap()).filter(|n| n != "." && n != "..").collect()
 }
@@ -35,7 +47,7 @@ fn names(v: &Volume, dir: Ino) -> BTreeSet<String> {
 /// others read them byte for byte.
 #[test]
 fn three_machines_create_in_one_directory_at_once() {
-    let (_tmp, _url, _cfg, vols) = machines("three", 3, pg_opts);
+    let (tmp, _url, _cfg, vols) = machines("three", 3, pg_opts);
     let dir = vols[0].mkdir(ROOT_INO, b"common", 0o755, root()).unwrap().ino;
     let start = Arc::new(Barrier::new(vols.len()));
     let won: Vec<(Vec<String>, Vec<(String, Ino)>)> = std::thread::scope(|s| {
@@ -97,13 +109,7 @@ fn three_machines_create_in_one_directory_at_once() {
             assert!(&read_all(v, ino) == data, "machine {m} reads {name} wrong");
         }
     }
-    for v in &vols {
-        v.close().unwrap();
-    }
-    drop(vols);
-    let v = Volume::load(&_tmp.path().join("m1"), pg_opts()).unwrap();
-    fsck_clean(&v);
-    v.close().unwrap();
+    unmount_all_then_fsck(&tmp, vols, "m1");
 }
 
 /// Two machines write the same 6 MiB into files of their own at the same
@@ -149,13 +155,7 @@ fn two_machines_storing_the_same_data_at_once_store_it_once() {
     let st = maintenance::stats(&vols[0]).unwrap();
     assert_eq!(st.data_bytes, 6 * (6 << 20), "{st:?}");
     assert_eq!(st.unique_bytes, 6 << 20, "six copies of the data, written on two machines at once, are one in the volume: {st:?}");
-    for v in &vols {
-        v.close().unwrap();
-    }
-    drop(vols);
-    let v = Volume::load(&tmp.path().join("m0"), pg_opts()).unwrap();
-    fsck_clean(&v);
-    v.close().unwrap();
+    unmount_all_then_fsck(&tmp, vols, "m0");
 }
 
 /// A mount whose session another machine removed (as the cleanup of an
@@ -259,11 +259,5 @@ fn a_rename_storm_from_three_machines_leaves_one_tree() {
         }
         assert_eq!(seen, dirs.iter().copied().collect::<BTreeSet<_>>(), "machine {m}: not every directory hangs from the root");
     }
-    for v in &vols {
-        v.close().unwrap();
-    }
-    drop(vols);
-    let v = Volume::load(&tmp.path().join("m2"), pg_opts()).unwrap();
-    fsck_clean(&v);
-    v.close().unwrap();
+    unmount_all_then_fsck(&tmp, vols, "m2");
 }
