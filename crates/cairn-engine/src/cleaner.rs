@@ -257,6 +257,9 @@ pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration) -> crate
                 return true;
             }
         };
+        if let Err(e) = crate::maintenance::clean_up_sessions(&vol) {
+            tracing::warn!("removing expired sessions failed (will retry): {e}");
+        }
         let now = crate::types::Timestamp::now().0;
         if let Err(e) = clean_due(&vol, now, &cloud.opts.gc_prices, 2 * vol.cfg.pack_target) {
             tracing::warn!("cleaning round failed (will retry): {e}");

@@ -359,6 +359,26 @@ pub(crate) fn maintenance_lock(vol: &Volume, wait: std::time::Duration) -> Resul
     }
 }
 
+/// On a volume many machines write: removes the sessions past their expiry
+/// (machines that crashed or lost the database for longer than the
+/// session's lifetime), logging whose they were. Runs under the
+/// maintenance lock. A removed session is never renewed again: if its
+/// mount still runs, its next heartbeat finds it gone and it stops writing.
+/// Returns how many went.
+pub fn clean_up_sessions(vol: &Volume) -> Result<usize> {
+    if !vol.is_shared() {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for s in vol.meta.store().expired_sessions()? {
+        if vol.meta.store().remove_session(s.id)? {
+            tracing::info!(session = s.id, host = %s.host, pid = s.pid, mount = %s.mount, "removed an expired session (its heartbeats stopped)");
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// The maintenance "lock" of a volume one process writes.
 struct NoLock;
 
@@ -379,6 +399,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
             "another machine is running gc or the cleaner on this volume (it holds the maintenance lock); try again when it is done",
         ));
     };
+    clean_up_sessions(vol)?;
     vol.sync()?;
     let mut rep = GcReport::default();
     let packs = vol.meta.read(|tx| Ok(tx.all_packs()?))?;

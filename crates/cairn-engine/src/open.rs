@@ -114,7 +114,7 @@ fn start_background(vol: &Arc<Volume>) -> Result<()> {
             mount: vol.layout.dir.display().to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
-        let id = vol.meta.store().open_session(&who, SESSION_TTL)?;
+        let id = vol.meta.store().open_session(&who, c.opts.session_ttl)?;
         tracing::info!(session = id, "opened a session in the metadata store");
         let _ = c.session.set(id);
     }
@@ -128,8 +128,6 @@ fn start_background(vol: &Arc<Volume>) -> Result<()> {
 /// How long a session lives without a heartbeat: past it, another
 /// machine may clean up after this one (JuiceFS: 60 s).
 pub const SESSION_TTL: Duration = Duration::from_secs(60);
-/// How often a session is renewed: five heartbeats fit in its lifetime.
-pub const SESSION_RENEW: Duration = Duration::from_secs(12);
 
 /// Starts shipping every `vol`'s metadata interval and renewing its lease
 /// (or its session in PostgreSQL).
@@ -138,9 +136,10 @@ fn start_shipper(vol: &Arc<Volume>) -> Background {
     let interval = vol.cloud.as_ref().map(|c| c.opts.meta_interval).unwrap_or(Duration::from_secs(5));
     let renew = vol.cloud.as_ref().map_or(lease::RENEW, |c| c.opts.lease_renew.min(lease::MAX_RENEW));
     let mut next_renew = Instant::now() + renew;
-    // The heartbeat comes at its rate (or the lease's, if a test set that
-    // shorter) whatever the shipping interval.
-    let beat = renew.min(SESSION_RENEW);
+    // Five heartbeats in a session's lifetime (or the lease's rate, if a
+    // test set that shorter), whatever the shipping interval.
+    let ttl = vol.cloud.as_ref().map_or(SESSION_TTL, |c| c.opts.session_ttl);
+    let beat = renew.min(ttl / 5);
     let mut next_heartbeat = Instant::now() + beat;
     let interval = if vol.cloud.as_ref().is_some_and(|c| c.session.get().is_some()) { interval.min(beat / 2) } else { interval };
     Background::start("cairn-meta-ship", interval, move || {
@@ -150,7 +149,7 @@ fn start_shipper(vol: &Arc<Volume>) -> Background {
         if let Some(&id) = cloud.session.get() {
             if Instant::now() >= next_heartbeat && !cloud.is_lost() {
                 next_heartbeat = Instant::now() + beat;
-                match vol.meta.store().renew_session(id, SESSION_TTL) {
+                match vol.meta.store().renew_session(id, ttl) {
                     Ok(()) => vol.problems.lease.ok(),
                     Err(e) if e.kind() == ErrorKind::SessionLost => {
                         // Another machine may have cleaned up after it

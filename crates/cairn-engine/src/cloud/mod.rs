@@ -55,6 +55,10 @@ pub struct CloudOptions {
     /// [`lease::MAX_RENEW`], so that one failed renewal leaves the lease
     /// time to be renewed before it expires.
     pub lease_renew: Duration,
+    /// How long a session in PostgreSQL lives without a heartbeat (a
+    /// read-write mount of a volume whose metadata is there); heartbeats
+    /// come five times in it.
+    pub session_ttl: Duration,
     /// How often the cost-optimal cleaner looks for packs due for cleaning
     /// (docs/frugal.md §5); None: never inside the mount.
     pub gc_interval: Option<Duration>,
@@ -67,7 +71,7 @@ pub struct CloudOptions {
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::open::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
     }
 }
 

@@ -261,3 +261,56 @@ fn a_rename_storm_from_three_machines_leaves_one_tree() {
     }
     unmount_all_then_fsck(&tmp, vols, "m2");
 }
+
+/// One machine crashes (as kill -9: no unmount, no last heartbeat) while
+/// another writes on. The other keeps working; once the crashed session is
+/// past its lifetime, the other's cleaner (holding the maintenance lock)
+/// removes it; when the crashed machine's directory mounts again, its
+/// fsync'd file and its acknowledged but unflushed write are there (its
+/// journal replayed) under a new session.
+#[test]
+fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
+    let fast = || {
+        let o = pg_opts();
+        OpenOptions {
+            cloud: CloudOptions { session_ttl: Duration::from_secs(1), lease_renew: Duration::from_millis(100), gc_interval: Some(Duration::from_millis(200)), ..o.cloud.clone() },
+            ..o
+        }
+    };
+    let (tmp, _url, cfg, mut vols) = machines("crash", 2, fast);
+    let a = vols.remove(0);
+    let b = &vols[0];
+    let ida = *a.cloud().unwrap().session.get().unwrap();
+    let synced = random_bytes(91, 300_000);
+    let f = mkfile(&a, ROOT_INO, "synced", &synced);
+    a.fsync(f, false).unwrap();
+    let late = random_bytes(92, 70_000);
+    let l = a.create(ROOT_INO, b"late", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    a.open(l).unwrap();
+    a.write(l, 0, &late).unwrap();
+    a.simulate_crash();
+
+    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id).unwrap();
+    let t = Instant::now();
+    let mut i = 0;
+    while store.store().sessions().unwrap().iter().any(|s| s.id == ida) {
+        assert!(t.elapsed() < Duration::from_secs(15), "the crashed session was never cleaned up");
+        // B goes on writing meanwhile.
+        mkfile(b, ROOT_INO, &format!("b{i}"), &random_bytes(100 + i, 5_000));
+        i += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(t.elapsed() >= Duration::from_millis(900), "a live session was removed before its lifetime ({:?})", t.elapsed());
+    assert_eq!(b.status().health, "ok", "{:?}", b.status());
+    assert_eq!(read_all(b, b.resolve(b"synced").unwrap()), synced, "the crashed machine's fsync'd file, read on the other");
+    drop(vols);
+
+    let a = Volume::load(&tmp.path().join("m0"), fast()).unwrap();
+    let again = *a.cloud().unwrap().session.get().unwrap();
+    assert_ne!(again, ida, "a new session, not the crashed one brought back");
+    assert_eq!(read_all(&a, a.resolve(b"synced").unwrap()), synced);
+    assert_eq!(read_all(&a, a.resolve(b"late").unwrap()), late, "the acknowledged write replayed from the crashed machine's journal");
+    a.close().unwrap();
+    drop(a);
+    unmount_all_then_fsck(&tmp, Vec::new(), "m1");
+}
