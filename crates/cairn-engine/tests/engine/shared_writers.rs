@@ -265,7 +265,7 @@ fn a_rename_storm_from_three_machines_leaves_one_tree() {
 /// One machine crashes (as kill -9: no unmount, no last heartbeat) while
 /// another writes on. The other keeps working; once the crashed session is
 /// past its lifetime, the other's cleaner (holding the maintenance lock)
-/// removes it; when the crashed machine's directory mounts again, its
+/// removes it and only it; when the crashed machine's directory mounts again, its
 /// fsync'd file and its acknowledged but unflushed write are there (its
 /// journal replayed) under a new session.
 #[test]
@@ -300,7 +300,10 @@ fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
         i += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(t.elapsed() >= Duration::from_millis(900), "a live session was removed before its lifetime ({:?})", t.elapsed());
+    // Only the expired session went: the live one renewed by its heartbeat
+    // stays, however often the cleaner ran meanwhile.
+    let idb = *b.cloud().unwrap().session.get().unwrap();
+    assert!(store.store().sessions().unwrap().iter().any(|s| s.id == idb), "the live session was removed too");
     assert_eq!(b.status().health, "ok", "{:?}", b.status());
     assert_eq!(read_all(b, b.resolve(b"synced").unwrap()), synced, "the crashed machine's fsync'd file, read on the other");
     drop(vols);
