@@ -362,15 +362,7 @@ pub(crate) fn write_settings(layout: &Layout, settings: &LocalSettings) -> Resul
     // cut before this point leaves no half-made volume behind. Everything
     // above is durable first (the database is checkpointed and fsync'd by
     // Meta::create, the config by the backend's put).
-    let write_settings = || -> std::io::Result<()> {
-        let tmp = dir.join("volume.json.tmp");
-        let mut f = crate::fsutil::create_private_file(&tmp)?;
-        std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&settings).expect("settings serialise"))?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, layout.settings())
-    };
-    write_settings().map_err(|e| Error::os(format_args!("writing {}", layout.settings().display()), &e))?;
-    crate::fsutil::fsync_dir(dir)
+    crate::fsutil::replace_private_file(dir, "volume.json", &serde_json::to_vec_pretty(&settings).expect("settings serialise"))
 }
 
 /// Takes the volume lock: exclusive for read-write opens, shared for

@@ -80,3 +80,19 @@ pub fn create_private_file(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(PRIVATE_FILE).open(path)
 }
+
+/// Replaces `dir/name` with `bytes` so that a crash leaves the old file or
+/// the new one, never a part: a private temporary file, fsync'd, renamed
+/// over it, then the directory fsync'd.
+pub(crate) fn replace_private_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let path = dir.join(name);
+    let write = || -> std::io::Result<()> {
+        let tmp = dir.join(format!("{name}.tmp"));
+        let mut f = create_private_file(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| crate::error::Error::os(format_args!("writing {}", path.display()), &e))?;
+    fsync_dir(dir)
+}

@@ -243,16 +243,7 @@ pub fn new_journal_id() -> u64 {
 
 /// Keeps `id` as the id of the journal in `dir`, durably (0600).
 pub fn save_journal_id(dir: &Path, id: u64) -> Result<()> {
-    let path = dir.join(ID_FILE);
-    let tmp = dir.join(format!("{ID_FILE}.tmp"));
-    let write = || -> std::io::Result<()> {
-        let mut f = crate::fsutil::create_private_file(&tmp)?;
-        std::io::Write::write_all(&mut f, format!("{id:016x}\n").as_bytes())?;
-        f.sync_all()?;
-        fs::rename(&tmp, &path)
-    };
-    write().map_err(|e| Error::os(format_args!("writing {}", path.display()), &e))?;
-    crate::fsutil::fsync_dir(dir)
+    crate::fsutil::replace_private_file(dir, ID_FILE, format!("{id:016x}\n").as_bytes())
 }
 
 impl Journal {

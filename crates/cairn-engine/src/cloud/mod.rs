@@ -476,6 +476,16 @@ impl Cloud {
         });
     }
 
+    /// What guards this mount's writes, for messages and `cairn status`:
+    /// `session` (a session in PostgreSQL) or `lease` (the bucket's lease).
+    pub(crate) fn guard(&self) -> &'static str {
+        if self.session.get().is_some() {
+            "session"
+        } else {
+            "lease"
+        }
+    }
+
     /// Whether the lease was lost.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(std::sync::atomic::Ordering::SeqCst)

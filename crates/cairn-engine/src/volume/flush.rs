@@ -359,7 +359,7 @@ impl Volume {
                 // first, or collected one it found by hash: nothing was
                 // committed, so the round is prepared again and then finds
                 // the winner's chunk (or stores the collected one anew).
-                // The packs it uploaded are orphans gc removes.
+                // The failed round deleted the packs it uploaded.
                 Err(e) if e.kind() == ErrorKind::Raced && raced < MAX_RACED_ROUNDS => {
                     raced += 1;
                     tracing::debug!("flush round raced another writer ({e}); preparing it again");

@@ -395,9 +395,9 @@ impl Volume {
             return Err(Error::new(ErrorKind::ReadOnly, "volume is open read-only"));
         }
         if let Some(c) = self.cloud.as_ref().filter(|c| c.lost.load(Ordering::SeqCst)) {
-            return Err(Error::new(ErrorKind::ReadOnly, match c.session.get() {
-                Some(_) => "this mount's session in the metadata store expired",
-                None => "this mount lost the volume's lease to another machine",
+            return Err(Error::new(ErrorKind::ReadOnly, match c.guard() {
+                "session" => "this mount's session in the metadata store expired",
+                _ => "this mount lost the volume's lease to another machine",
             }));
         }
         Ok(())
@@ -466,12 +466,11 @@ impl Volume {
         problems.sort_by_key(|p| p.since);
         let lost = self.cloud.as_ref().is_some_and(|c| c.lost.load(Ordering::SeqCst));
         if let Some(c) = self.cloud.as_ref().filter(|_| lost) {
-            let what = if c.session.get().is_some() { "session" } else { "lease" };
-            problems.push(crate::health::Problem { what: what.into(), error: c.lost_error().message().to_string(), since: 0, failures: 1 });
+            problems.push(crate::health::Problem { what: c.guard().into(), error: c.lost_error().message().to_string(), since: 0, failures: 1 });
         }
         let journal_bytes = self.journal.bytes();
         let mut health = crate::health::MountStatus::judge(&problems, lost);
-        if lost && self.cloud.as_ref().is_some_and(|c| c.session.get().is_some()) {
+        if lost && self.cloud.as_ref().is_some_and(|c| c.guard() == "session") {
             health = "session_lost";
         }
         crate::health::MountStatus {
