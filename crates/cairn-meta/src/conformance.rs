@@ -48,6 +48,10 @@ pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
     expired_sessions_stay_lost(&*make(true));
     maintenance_lock(&*make(true));
     change_log(&*make(true));
+    if !open_files(&*make(true)) {
+        eprintln!("conformance: skipped \"open files\": this store keeps no open-file registry (one process opens it)");
+        skipped.push("open files");
+    }
     if !journal_marks(make) {
         eprintln!("conformance: skipped \"two journals\": this store keeps one journal per volume (set_journal answered false)");
         skipped.push("two journals");
@@ -554,4 +558,63 @@ fn change_log(s: &dyn MetaStore) {
     assert_eq!(s.changes_trimmed_through().unwrap(), second_last, "the highest seq trimmed");
     assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), 0);
     assert_eq!(s.changes_trimmed_through().unwrap(), second_last, "an empty trim moved the mark");
+}
+
+/// The open-file registry of a store many machines share
+/// (`docs/metadata-store.md` "Open files"): a nameless inode some session
+/// has open is no orphan, and is open elsewhere for every other session; a
+/// close under an older generation leaves a newer open; a removed or closed
+/// session's rows go with it, and so do a deleted inode's. A store without
+/// a registry only says whether the inode exists; returns false then.
+fn open_files(s: &dyn MetaStore) -> bool {
+    let f = mk(s, ROOT_INO, b"f", FileKind::File);
+    if !s.keeps_open_files() {
+        assert!(s.write_with(|tx| tx.mark_open(1, f, 1)).unwrap());
+        assert!(!s.write_with(|tx| tx.mark_open(1, 999_999, 1)).unwrap(), "a missing inode was marked open");
+        return false;
+    }
+    let a = s.open_session(&who("/mnt/a"), Duration::from_secs(30)).unwrap();
+    let b = s.open_session(&who("/mnt/b"), Duration::from_secs(30)).unwrap();
+    let g = mk(s, ROOT_INO, b"g", FileKind::File);
+    assert!(s.write_with(|tx| tx.mark_open(a, f, 1)).unwrap());
+    assert!(s.write_with(|tx| tx.mark_open(b, g, 1)).unwrap());
+    let unlink = |name: &[u8], ino: Ino| {
+        s.write_with(|tx| {
+            assert!(tx.delete_dentry(ROOT_INO, name, ino)?);
+            tx.set_nlink(ino, 0, Timestamp(9))
+        })
+        .unwrap()
+    };
+    unlink(b"f", f);
+    unlink(b"g", g);
+    let orphans = || s.read_with(|r| r.orphan_inodes()).unwrap();
+    assert!(orphans().is_empty(), "nameless inodes open in a session listed as orphans: {:?}", orphans());
+    let elsewhere = |ino: Ino, me: u64| s.read_with(|r| r.open_elsewhere(ino, me)).unwrap();
+    assert!(elsewhere(f, b) && !elsewhere(f, a), "f is open in session {a} only");
+    // A close under an older generation leaves the newer open.
+    assert!(s.write_with(|tx| tx.mark_open(a, f, 2)).unwrap());
+    s.write_with(|tx| tx.mark_closed(a, &[(f, 1)])).unwrap();
+    assert!(orphans().is_empty() && elsewhere(f, b), "a stale close removed a newer open");
+    s.write_with(|tx| tx.mark_closed(a, &[(f, 2)])).unwrap();
+    assert_eq!(orphans(), vec![f], "a closed file stayed open");
+    // A removed session's rows go with it.
+    assert!(s.remove_session(b).unwrap());
+    assert_eq!(orphans(), vec![f, g], "a removed session kept its open files");
+    // A deleted inode cannot be opened, and takes its rows along.
+    s.write_with(|tx| tx.delete_inode(f)).unwrap();
+    assert!(!s.write_with(|tx| tx.mark_open(a, f, 3)).unwrap(), "a freed inode was marked open");
+    assert!(s.write_with(|tx| tx.mark_open(a, g, 4)).unwrap());
+    s.write_with(|tx| tx.delete_inode(g)).unwrap();
+    let h = mk(s, ROOT_INO, b"h", FileKind::File);
+    assert!(s.write_with(|tx| tx.mark_open(a, h, 5)).unwrap());
+    assert!(!elsewhere(g, 0), "a deleted inode kept its open rows");
+    // So does a closed session's.
+    assert!(elsewhere(h, 0));
+    s.close_session(a).unwrap();
+    assert!(!elsewhere(h, 0), "a closed session kept its open files");
+    // A session that is gone cannot open files: its row would never go.
+    let e = s.write_with(|tx| tx.mark_open(a, h, 6)).expect_err("a closed session registered an open file");
+    assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
+    assert!(!elsewhere(h, 0));
+    true
 }

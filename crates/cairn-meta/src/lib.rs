@@ -287,8 +287,13 @@ pub trait MetaRead {
     fn bill_rows(&self, since: Option<i64>) -> Result<Vec<BillRow>>;
     /// Every inode, by number.
     fn all_inodes(&self) -> Result<Vec<InodeRow>>;
-    /// Inodes with no names left.
+    /// Inodes with no names left that no session has open (in a store that
+    /// keeps open files, see [`MetaStore::keeps_open_files`]): the ones
+    /// nobody can reach any more, safe to free.
     fn orphan_inodes(&self) -> Result<Vec<Ino>>;
+    /// Whether a session other than `except` has `ino` open (a row of the
+    /// open-file registry). Always false in a store that keeps none.
+    fn open_elsewhere(&self, ino: Ino, except: u64) -> Result<bool>;
     /// Every dentry: (parent, name, ino, kind code).
     fn all_dentries(&self) -> Result<Vec<(Ino, Vec<u8>, Ino, i64)>>;
     /// Every stored page: (id, refs, data), by id.
@@ -378,6 +383,17 @@ pub trait MetaTx: MetaRead {
     /// others when the closure returns). Only for repairs and tests: page
     /// operations count their references themselves.
     fn add_chunk_refs(&self, deltas: &HashMap<u64, i64>) -> Result<()>;
+    /// Records that `session` has `ino` open, under generation `gen`
+    /// (replacing the generation of a row it had): while the row lives, no
+    /// other session frees the inode. False, recording nothing, if the
+    /// inode is gone (its last name went and it was freed first);
+    /// SessionLost if the session is. A store that keeps no open files
+    /// only answers whether the inode exists.
+    fn mark_open(&self, session: u64, ino: Ino, gen: u64) -> Result<bool>;
+    /// Deletes `session`'s rows of these `(ino, gen)` pairs; a row marked
+    /// again under another generation since stays (a close that lost a
+    /// race with a new open of the same file). `gen` 0: any generation.
+    fn mark_closed(&self, session: u64, rows: &[(Ino, u64)]) -> Result<()>;
 }
 
 /// SQLite-only: committed changes as session patchsets and whole-database
@@ -462,15 +478,23 @@ pub trait MetaStore: Send + Sync {
     /// Sets the session's expiry to now + `ttl` (store clock). SessionLost
     /// if it is gone or already expired: it is never brought back.
     fn renew_session(&self, id: u64, ttl: std::time::Duration) -> Result<()>;
-    /// Ends a session of this process (no error if it is gone already).
+    /// Ends a session of this process (no error if it is gone already),
+    /// with its open-file rows.
     fn close_session(&self, id: u64) -> Result<()>;
     /// Every session, by id (`cairn status`).
     fn sessions(&self) -> Result<Vec<SessionRow>>;
     /// The sessions past their expiry, by id (for the cleaner).
     fn expired_sessions(&self) -> Result<Vec<SessionRow>>;
-    /// Removes a session row (the cleaner, after cleaning up after it);
-    /// true if it was there.
+    /// Removes a session row and its open-file rows in one transaction
+    /// (the cleaner, after a session expired); true if it was there.
     fn remove_session(&self, id: u64) -> Result<bool>;
+    /// Whether this store keeps the open-file registry
+    /// ([`MetaTx::mark_open`]): one that many machines share does; one
+    /// process's own store (SQLite) does not need to, since that process
+    /// knows its open files.
+    fn keeps_open_files(&self) -> bool {
+        false
+    }
     /// The volume's maintenance lock, if nobody (no process, no machine)
     /// holds it: at most one guard per volume lives at a time.
     fn try_maintenance(&self) -> Result<Option<Box<dyn MaintenanceGuard>>>;

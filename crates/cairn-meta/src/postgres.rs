@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema version of a volume's PostgreSQL schema (`info.schema`).
-pub const PG_SCHEMA_VERSION: i64 = 3;
+pub const PG_SCHEMA_VERSION: i64 = 4;
 
 /// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
 pub const ID_BLOCK: u64 = 1024;
@@ -87,6 +87,7 @@ CREATE SEQUENCE ino_seq INCREMENT {ID_BLOCK} START 2;
 CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
 {V2_DDL}
 {V3_DDL}
+{V4_DDL}
 INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});"
     )
 }
@@ -110,6 +111,19 @@ CREATE TABLE IF NOT EXISTS changes(seq BIGSERIAL PRIMARY KEY, kind SMALLINT NOT 
 const V3_DDL: &str = "CREATE TABLE IF NOT EXISTS journal_marks(journal BIGINT NOT NULL, ino BIGINT NOT NULL, seq BIGINT NOT NULL,
   PRIMARY KEY(journal, ino));
 CREATE INDEX IF NOT EXISTS journal_marks_ino ON journal_marks(ino);";
+
+/// What schema version 4 added: the open-file registry, one row per
+/// (inode, session) that has the inode open (`docs/shared-volume.md` §7):
+/// an inode whose last name went is freed only when no row names it. `gen`
+/// tells a close from a newer open of the same file by the same session.
+const V4_DDL: &str = "CREATE TABLE IF NOT EXISTS open_files(ino BIGINT NOT NULL, session BIGINT NOT NULL, gen BIGINT NOT NULL,
+  PRIMARY KEY(ino, session));
+CREATE INDEX IF NOT EXISTS open_files_session ON open_files(session);";
+
+/// Deletes a session and its open-file rows in one statement (the
+/// data-modifying `WITH` runs whether or not it is referenced); counts the
+/// session rows.
+const SESSION_DELETE: &str = "WITH o AS (DELETE FROM open_files WHERE session = $1) DELETE FROM sessions WHERE id = $1";
 
 /// `info` key: the highest change seq a trim removed.
 const TRIMMED_KEY: &str = "changes_trimmed";
@@ -298,13 +312,15 @@ impl PgMeta {
             .map_err(|e| Error::config(format!("PostgreSQL schema {schema} in database {db} is not a Cairn metadata schema: {}", describe(&e))))?;
         match v.map(|r| r.get::<_, i64>(0)) {
             Some(PG_SCHEMA_VERSION) => {}
-            // Adds sessions and the change log (from 1) and journal marks
-            // (from 1 or 2); the table lock makes a second machine
-            // upgrading at once wait, then find them.
-            Some(1 | 2) => c
+            // Adds sessions and the change log (from 1), journal marks
+            // (from 1 or 2) and the open-file registry (from 1 to 3); the
+            // table lock makes a second machine upgrading at once wait,
+            // then find them.
+            Some(1..=3) => c
                 .batch_execute(&format!(
                     "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
                      {V3_DDL}
+                     {V4_DDL}
                      UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;"
                 ))
                 .map_err(|e| pg_err(&format!("upgrading schema {schema} to version {PG_SCHEMA_VERSION}"), &e))?,
@@ -1045,7 +1061,24 @@ impl MetaRead for PgTx<'_> {
         self.query(&format!("SELECT {INODE_COLS} FROM {from} ORDER BY i.ino"), &[&self.journal()])?.iter().map(row_to_inode).collect()
     }
     fn orphan_inodes(&self) -> Result<Vec<Ino>> {
-        self.query("SELECT ino FROM inodes WHERE nlink = 0 ORDER BY ino", &[])?.iter().map(|r| Ok(col::<i64>(r, 0)? as u64)).collect()
+        // A row of a session that is gone counts for nothing (rows go with
+        // their session; this is the second guard).
+        self.query(
+            "SELECT ino FROM inodes i WHERE nlink = 0
+             AND NOT EXISTS (SELECT 1 FROM open_files o JOIN sessions s ON s.id = o.session WHERE o.ino = i.ino) ORDER BY ino",
+            &[],
+        )?
+            .iter()
+            .map(|r| Ok(col::<i64>(r, 0)? as u64))
+            .collect()
+    }
+    fn open_elsewhere(&self, ino: Ino, except: u64) -> Result<bool> {
+        Ok(self
+            .opt(
+                "SELECT 1 FROM open_files o JOIN sessions s ON s.id = o.session WHERE o.ino = $1 AND o.session <> $2 LIMIT 1",
+                &[&(ino as i64), &(except as i64)],
+            )?
+            .is_some())
     }
     fn all_dentries(&self) -> Result<Vec<(Ino, Vec<u8>, Ino, i64)>> {
         self.query("SELECT parent, name, ino, kind FROM dentries ORDER BY parent, name", &[])?
@@ -1217,10 +1250,41 @@ impl MetaTx for PgTx<'_> {
     }
     fn delete_inode(&self, ino: Ino) -> Result<()> {
         let i = ino as i64;
-        self.exec("WITH m AS (DELETE FROM journal_marks WHERE ino = $1) DELETE FROM inodes WHERE ino = $1", &[&i])?;
+        self.exec(
+            "WITH m AS (DELETE FROM journal_marks WHERE ino = $1), o AS (DELETE FROM open_files WHERE ino = $1) DELETE FROM inodes WHERE ino = $1",
+            &[&i],
+        )?;
         self.exec("DELETE FROM xattrs WHERE ino = $1", &[&i])?;
         self.exec("DELETE FROM file_pages WHERE ino = $1", &[&i])?;
         self.inode_changed(ino);
+        Ok(())
+    }
+    /// Reads the inode and writes the row in one serializable
+    /// transaction: an unlink elsewhere that read no row and freed the
+    /// inode conflicts with it, and one of the two is retried.
+    fn mark_open(&self, session: u64, ino: Ino, gen: u64) -> Result<bool> {
+        // A row of a session that is gone would keep the file forever.
+        if self.opt("SELECT 1 FROM sessions WHERE id = $1", &[&(session as i64)])?.is_none() {
+            return Err(Error::new(ErrorKind::SessionLost, format!("metadata session {session} is gone (expired and cleaned up): this mount cannot register open files any more; remount")));
+        }
+        let n = self.exec(
+            "INSERT INTO open_files(ino, session, gen) SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM inodes WHERE ino = $1)
+             ON CONFLICT (ino, session) DO UPDATE SET gen = excluded.gen",
+            &[&(ino as i64), &(session as i64), &(gen as i64)],
+        )?;
+        Ok(n > 0)
+    }
+    fn mark_closed(&self, session: u64, rows: &[(Ino, u64)]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let inos: Vec<i64> = rows.iter().map(|r| r.0 as i64).collect();
+        let gens: Vec<i64> = rows.iter().map(|r| r.1 as i64).collect();
+        self.exec(
+            "DELETE FROM open_files o USING unnest($2::bigint[], $3::bigint[]) AS x(ino, gen)
+             WHERE o.session = $1 AND o.ino = x.ino AND (x.gen = 0 OR o.gen = x.gen)",
+            &[&(session as i64), &inos, &gens],
+        )?;
         Ok(())
     }
     fn set_xattr(&self, ino: Ino, name: &[u8], value: &[u8]) -> Result<()> {
@@ -1536,7 +1600,7 @@ impl MetaStore for PgMeta {
         Ok(())
     }
     fn close_session(&self, id: u64) -> Result<()> {
-        self.stmt("closing the session", |c| c.execute("DELETE FROM sessions WHERE id = $1", &[&(id as i64)]))?;
+        self.stmt("closing the session", |c| c.execute(SESSION_DELETE, &[&(id as i64)]))?;
         let _ = self.session.compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
         Ok(())
     }
@@ -1547,7 +1611,10 @@ impl MetaStore for PgMeta {
         self.session_rows(true)
     }
     fn remove_session(&self, id: u64) -> Result<bool> {
-        Ok(self.stmt("removing a session", |c| c.execute("DELETE FROM sessions WHERE id = $1", &[&(id as i64)]))? > 0)
+        Ok(self.stmt("removing a session", |c| c.execute(SESSION_DELETE, &[&(id as i64)]))? > 0)
+    }
+    fn keeps_open_files(&self) -> bool {
+        true
     }
     /// `pg_try_advisory_lock` on a connection of its own, keyed on the
     /// volume's schema: one holder across every machine. The lock lives as

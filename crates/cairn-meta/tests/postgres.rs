@@ -515,7 +515,7 @@ fn a_version_2_schema_gets_journal_marks(pg: &PgServer) {
     let f = mkfile(&open(&url, "old2"), ROOT_INO, b"kept");
     pg.psql(
         "cairn",
-        &format!("DROP TABLE cairn_old2.journal_marks; UPDATE cairn_old2.inodes SET jseq = 42 WHERE ino = {f}; UPDATE cairn_old2.info SET value = 2 WHERE key = 'schema'"),
+        &format!("DROP TABLE cairn_old2.journal_marks; DROP TABLE cairn_old2.open_files; UPDATE cairn_old2.inodes SET jseq = 42 WHERE ino = {f}; UPDATE cairn_old2.info SET value = 2 WHERE key = 'schema'"),
     )
     .unwrap();
     let old = open(&url, "old2");
