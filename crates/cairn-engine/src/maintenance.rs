@@ -372,9 +372,15 @@ pub fn clean_up_sessions(vol: &Volume) -> Result<usize> {
     let mut n = 0;
     for s in vol.meta.store().expired_sessions()? {
         if vol.meta.store().remove_session(s.id)? {
-            tracing::info!(session = s.id, host = %s.host, pid = s.pid, mount = %s.mount, "removed an expired session (its heartbeats stopped)");
+            tracing::info!(session = s.id, host = %s.host, pid = s.pid, mount = %s.mount, "removed an expired session (its heartbeats stopped) and its open files");
             n += 1;
         }
+    }
+    // Files whose last name went while a dead session had them open, and
+    // any another machine unlinked while it had them open: nobody can
+    // reach them now.
+    if !vol.is_read_only() {
+        vol.remove_orphans()?;
     }
     Ok(n)
 }

@@ -99,6 +99,9 @@ pub(crate) struct FileInner {
     pub evicted: bool,
     /// Its last name went while it was open: free it at the last release.
     pub unlinked: bool,
+    /// The generation of this mount's open-file row while it has the file
+    /// open, on a volume many machines share (0: none; open_files.rs).
+    pub open_gen: u64,
     /// Part of a snapshot: every change fails with EROFS.
     pub read_only: bool,
     /// Where the last read ended: reads near it are sequential and fetch
@@ -203,6 +206,7 @@ impl FileState {
                 data_bytes,
                 evicted: false,
                 unlinked,
+                open_gen: 0,
                 read_only,
                 last_read_end: 0,
                 read_ahead_to: 0,
@@ -284,6 +288,9 @@ impl Volume {
     /// Registers an open handle on a regular file.
     pub fn open(&self, ino: Ino) -> Result<()> {
         self.with_file(ino, |_, g| {
+            if g.open == 0 {
+                self.register_open(ino, g)?;
+            }
             g.open += 1;
             Ok(())
         })
@@ -295,6 +302,7 @@ impl Volume {
             g.open = g.open.saturating_sub(1);
             if g.open == 0 {
                 g.due = true;
+                self.register_close(ino, g);
             }
             Ok(g.open == 0)
         })?;

@@ -498,6 +498,7 @@ impl Volume {
         // same data goes (rule 1, see order.rs).
         self.retire_journal(min_live)?;
         self.trim_marks(false);
+        self.drain_closed();
         for ino in evict {
             self.files.remove_if(&ino, |_, st| {
                 let mut g = st.inner.lock();

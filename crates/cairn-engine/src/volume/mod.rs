@@ -15,6 +15,7 @@ mod recall;
 mod inspect;
 mod tree;
 mod ship;
+mod open_files;
 mod bill;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
@@ -159,6 +160,8 @@ pub struct Volume {
     /// When this mount last deleted its journal's marks, and the flush
     /// count then (None: not yet); see `Volume::trim_marks`.
     pub(crate) marks_trimmed: Mutex<Option<(std::time::Instant, u64)>>,
+    /// This mount's rows in the store's open-file registry (open_files.rs).
+    pub(crate) open_files: open_files::OpenFiles,
     /// The file a sequential store's drive was last fed (0: none): fed
     /// again first, its runs follow one another on the tape.
     pub(crate) last_fed: std::sync::atomic::AtomicU64,
@@ -306,6 +309,7 @@ impl Volume {
             prefetching: DashMap::new(),
             flush_mutex: Mutex::new(()),
             marks_trimmed: Mutex::new(None),
+            open_files: Default::default(),
             last_fed: std::sync::atomic::AtomicU64::new(0),
             chunk_guard: guard::ChunkGuard::default(),
             signal,
@@ -325,13 +329,9 @@ impl Volume {
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
         if !vol.opts.read_only {
             let replayed = vol.replay(records)?;
-            // On a volume other machines write, a nameless inode may be a
-            // file another live mount still has open: only when no other
-            // session lives are they all left by crashes.
-            let alone = !vol.is_shared() || vol.meta.store().sessions()?.iter().all(|s| s.expired);
-            if alone {
-                vol.remove_orphans()?;
-            }
+            // On a volume other machines write, the store lists only the
+            // nameless inodes no session has open (open_files.rs).
+            vol.remove_orphans()?;
             if replayed > 0 {
                 tracing::info!(records = replayed, "replayed the write-back journal");
                 vol.sync()?;

@@ -209,7 +209,12 @@ impl Volume {
                 a.size = 4096;
                 a.blocks = 8;
             }
-            Ok(a)
+            let row = if kind == FileKind::File { self.register_created(tx, a.ino)? } else { None };
+            Ok((a, row))
+        })
+        .map(|(a, row)| {
+            self.created_registered(row);
+            a
         })
     }
 
@@ -294,9 +299,10 @@ impl Volume {
             meta::remove_entry(tx, parent, name, ino)?;
             let n = a.nlink.saturating_sub(1);
             tx.touch_dir(parent, now, 0)?;
-            // The common case, a file nobody has open or dirty: free it in
-            // this same transaction.
-            if n == 0 && !self.files.contains_key(&ino) {
+            // The common case, a file nobody has open or dirty (here or,
+            // on a shared volume, on another machine): free it in this
+            // same transaction.
+            if n == 0 && self.free_in_tx(tx, ino)? {
                 tx.release_pages(ino)?;
                 tx.delete_inode(ino)?;
                 return Ok((ino, n, true));
@@ -522,20 +528,23 @@ impl Volume {
         }
         let freed = self.meta.write(|tx| {
             let Some(row) = tx.get_inode(ino)? else { return Ok(false) };
-            if row.attr.nlink > 0 {
+            if row.attr.nlink > 0 || self.open_elsewhere_on_free(tx, ino)? {
                 return Ok(false);
             }
             tx.release_pages(ino)?;
             tx.delete_inode(ino)?;
             Ok(true)
         })?;
+        self.forget_closing(ino);
         if let (Some(t), true) = (&self.trace, freed) {
             t.record(crate::trace::Event::Remove { ino });
         }
         Ok(())
     }
 
-    /// Frees inodes left without names by a crash while they were open.
+    /// Frees the inodes without names that nobody has open: left by a
+    /// crash while they were open, or, on a shared volume, by a machine
+    /// whose expired session the cleaner removed with its open files.
     pub(crate) fn remove_orphans(&self) -> Result<()> {
         for ino in self.meta.read(|tx| Ok(tx.orphan_inodes()?))? {
             self.free_inode(ino)?;

@@ -277,7 +277,7 @@ pub(super) fn remove_tree(vol: &Volume, tx: &dyn MetaTx, parent: Ino, name: &[u8
         let n = row.attr.nlink.saturating_sub(1);
         if n > 0 {
             tx.set_nlink(ino, n, now)?;
-        } else if vol.files.contains_key(&ino) {
+        } else if !vol.free_in_tx(tx, ino)? {
             tx.set_nlink(ino, 0, now)?;
             open.push(ino);
         } else {

@@ -265,7 +265,8 @@ fn a_rename_storm_from_three_machines_leaves_one_tree() {
 /// One machine crashes (as kill -9: no unmount, no last heartbeat) while
 /// another writes on. The other keeps working; once the crashed session is
 /// past its lifetime, the other's cleaner (holding the maintenance lock)
-/// removes it and only it; when the crashed machine's directory mounts again, its
+/// removes it and only it, and frees the file it held open whose name the
+/// other removed; when the crashed machine's directory mounts again, its
 /// fsync'd file and its acknowledged but unflushed write are there (its
 /// journal replayed) under a new session.
 #[test]
@@ -288,6 +289,12 @@ fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
     let l = a.create(ROOT_INO, b"late", FileKind::File, 0o644, 0, root()).unwrap().ino;
     a.open(l).unwrap();
     a.write(l, 0, &late).unwrap();
+    // A file A holds open when B removes its name: it outlives the name
+    // while A lives, and goes with A's session.
+    let held = mkfile(&a, ROOT_INO, "held", &random_bytes(93, 200_000));
+    a.open(held).unwrap();
+    b.unlink(ROOT_INO, b"held").unwrap();
+    assert_eq!(b.getattr(held).unwrap().nlink, 0, "a file open on another machine was freed by an unlink");
     a.simulate_crash();
 
     let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id).unwrap();
@@ -306,6 +313,8 @@ fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
     assert!(store.store().sessions().unwrap().iter().any(|s| s.id == idb), "the live session was removed too");
     assert_eq!(b.status().health, "ok", "{:?}", b.status());
     assert_eq!(read_all(b, b.resolve(b"synced").unwrap()), synced, "the crashed machine's fsync'd file, read on the other");
+    // The cleanup freed the nameless file the dead session held open.
+    assert_eq!(b.getattr(held).expect_err("the crashed machine's unlinked open file outlived its session").kind(), ErrorKind::NotFound);
     drop(vols);
 
     let a = Volume::load(&tmp.path().join("m0"), fast()).unwrap();
@@ -316,4 +325,39 @@ fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
     a.close().unwrap();
     drop(a);
     unmount_all_then_fsck(&tmp, Vec::new(), "m1");
+}
+
+/// POSIX across machines: a file open on B keeps its bytes when A removes
+/// its last name, even after gc and the trash prune ran; B's last close
+/// frees it. A file nobody has open is freed by the unlink itself.
+#[test]
+fn a_file_open_on_one_machine_outlives_its_unlink_on_another() {
+    let (tmp, _url, _cfg, vols) = machines("open-unlinked", 2, pg_opts);
+    let (a, b) = (&vols[0], &vols[1]);
+    let data = random_bytes(94, 3 << 20);
+    let f = mkfile(a, ROOT_INO, "f", &data);
+    let other = mkfile(a, ROOT_INO, "other", &random_bytes(95, 100_000));
+    a.sync().unwrap();
+    assert_eq!(b.resolve(b"f").unwrap(), f);
+    // B opens it and has read nothing yet: its cache directory has none
+    // of the packs, every byte it reads later comes from the bucket.
+    b.open(f).unwrap();
+
+    a.unlink(ROOT_INO, b"f").unwrap();
+    assert_eq!(a.getattr(f).unwrap().nlink, 0, "freed while open on another machine");
+    // Nothing collects its bytes meanwhile: gc, then the trash pruned at
+    // once.
+    maintenance::gc(a, 0.0, &maintenance::NoProgress).unwrap();
+    a.prune_trash_older_than(Duration::ZERO);
+    assert!(read_all(b, f) == data, "a file open on B lost bytes when A unlinked it");
+    // Another machine's cleaner does not take it either.
+    maintenance::clean_up_sessions(a).unwrap();
+    assert_eq!(a.getattr(f).unwrap().nlink, 0);
+
+    b.release(f).unwrap();
+    assert_eq!(a.getattr(f).expect_err("the last close did not free the unlinked file").kind(), ErrorKind::NotFound);
+    // The common case: nobody has it open, the unlink frees it.
+    a.unlink(ROOT_INO, b"other").unwrap();
+    assert_eq!(b.getattr(other).expect_err("an unlinked file nobody had open stayed").kind(), ErrorKind::NotFound);
+    unmount_all_then_fsck(&tmp, vols, "m1");
 }
