@@ -301,7 +301,7 @@ def overwrite(path, fraction, seed, data_seed, verify=None):
 # --- report ---------------------------------------------------------------
 
 SECTIONS = ["ingest", "seq", "meta", "dedup", "clone", "nine", "insert", "cow", "archive", "memory", "mount", "datapath",
-            "cloud", "frugal", "tape"]
+            "cloud", "frugal", "tape", "shared"]
 
 
 def med(xs):
@@ -378,6 +378,7 @@ SECTION_TITLES = {
     "cloud": "13. Volumes in a bucket: Cairn vs JuiceFS on S3 (moto)",
     "frugal": "14. Frugality in a bucket (seed 004)",
     "tape": "15. Volumes on tape (seed 002)",
+    "shared": "16. One volume, many mounts: Cairn vs JuiceFS on PostgreSQL and S3",
 }
 
 
@@ -947,6 +948,11 @@ def report(a):
     import tape
     tape.render(rows, b, summary, {"med": med, "human": human, "met": met, "code": code_block, "cmds_for": cmds_for})
 
+    # --- 16. one volume, many mounts (bench/shared.py)
+    import shared
+    shared.render(rows, b, summary, {"med": med, "human": human, "met": met, "code": code_block, "cmds_for": cmds_for,
+                                     "fmt_s": fmt_s})
+
     if summary:
         w("## Summary")
         w("")
@@ -973,7 +979,8 @@ def report(a):
         if r.get("kind") in ("seq", "rss", "meta", "dedup", "clone_setup", "clone", "nine", "edit", "edit_fail", "cow",
                                 "arc", "mem", "mount_setup", "mount", "mount_startup", "dp_setup", "dp",
                                 "cloud_setup", "cloud", "cloud_req", "cloud_mount_setup", "cloud_mount",
-                                "tape_raw", "tape_write", "tape_read", "tape_tar", "tape_cdp", "tape_pm_write", "tape_pm_read"):
+                                "tape_raw", "tape_write", "tape_read", "tape_tar", "tape_cdp", "tape_pm_write", "tape_pm_read",
+                                "sh_setup", "sh_meta", "sh_seq", "sh_vis", "sh_dedup", "sh_fail"):
             w(json.dumps(r))
     w("```")
     w("")

@@ -4,7 +4,7 @@
 # and writes BENCHMARKS.md at the repo root.
 set -euo pipefail
 
-ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud,frugal,tape
+ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud,frugal,tape,shared
 
 usage() {
     cat <<'EOF'
@@ -118,6 +118,21 @@ Cairn run by run:
                tables VI/VII, PostMark-like whole-file reads in batches of
                1-64 vs FIFO; GNU tar to the raw drive and one member back.
                About 20 minutes
+ 16. shared    one volume, many mounts (issue 26; bench/shared.sh): Cairn
+               with its metadata in PostgreSQL vs JuiceFS with its metadata
+               in the same PostgreSQL (Debian's package, a throwaway cluster
+               the section starts on a loopback port and stops by PID), both
+               on the same moto S3 server; 4 mounts of each volume, each with
+               its own cache directory: creates, stats and unlinks per second
+               with 1, 2 and 4 mounts at once (2,000 files per mount; own
+               directories, then one shared directory); sequential write and
+               cold read per mount (256 MiB each, 1 and 4 mounts); time until
+               a change on one mount is visible on another (100 trials each
+               of create, write, rename: median, p99); bucket bytes after 4
+               mounts wrote the same 1 GiB. (Targets: ahead of JuiceFS on
+               every figure; visibility p99 < 100 ms.) Needs postgresql,
+               moto_server and juicefs (stops at the start if one is
+               missing). About 20 minutes
 
 Results are kept per section. Every row a section records carries the
 section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
@@ -132,7 +147,8 @@ the sections it finished; `--report-only` renders the report again.
 Options:
   --only LIST           comma-separated sections to run (default: all):
                         ingest,seq,meta,dedup,clone,nine,insert,cow,
-                        archive,memory,mount,datapath,cloud,frugal,tape
+                        archive,memory,mount,datapath,cloud,frugal,tape,
+                        shared
   --quick               smoke run: small sizes, one or two runs each (about
                         5 minutes for sections 1-11, 4 more for datapath).
                         Results and report go to /var/tmp/cairn-bench-quick/
@@ -210,6 +226,7 @@ if [[ $QUICK == 1 ]]; then
     CL_RUNS=1 CL_FILE_RUNS=1 CL_FILE_BUDGET_S=0 CL_SEQ_MIB=128 CL_SMALL_FILES=1000 CL_TREE_EVERY=100 CL_MOUNT_FILES="1000 10000"
     FR_RUNS=1 FR_WORKLOADS="kernel fileserver webserver varmail" FR_TREE_EVERY=64 FR_FILEBENCH="fileserver:400:100 webserver:400:30 varmail:400:60"
     TP_RUNS=1 TP_RAW_MIB=256 TP_FILE_MIB=64 TP_MAX_WRITERS=2 TP_PM_FILES=40 TP_PM_MIN=256 TP_PM_MAX=4096 TP_PM_READS=10 TP_PM_BATCHES="1 10"
+    SH_FILES=200 SH_MOUNTS="1 2 4" SH_VIS_TRIALS=20 SH_SEQ_MOUNTS="1 4" SH_SEQ_MIB=32 SH_DEDUP_MIB=64
     FR_CACHE_PCT=10 FR_BLOCK=64K FR_ALT_BLOCKS="256K 1M" FR_MEM=16M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
     FR_GC="4:4:1048576:0.5:262144:1" FR_GC_FACTOR=10000 FR_GC_INTERVAL=5 FR_GC_TAIL=10
 else
@@ -266,6 +283,10 @@ else
     # (1,000 files of 256 KiB-30 MiB, 100 reads) scaled to the time a run
     # has: 200 files of 256 KiB-8 MiB, 40 reads.
     TP_RUNS=1 TP_RAW_MIB=1024 TP_FILE_MIB=500 TP_MAX_WRITERS=4 TP_PM_FILES=200 TP_PM_MIN=256 TP_PM_MAX=8192 TP_PM_READS=40 TP_PM_BATCHES="1 4 16 40"
+    # Section 16 (bench/shared.sh): files per mount in the metadata phases,
+    # visibility trials of each change, MiB per mount written and read, MiB
+    # each of the 4 mounts writes in the dedup phase.
+    SH_FILES=2000 SH_MOUNTS="1 2 4" SH_VIS_TRIALS=100 SH_SEQ_MOUNTS="1 4" SH_SEQ_MIB=256 SH_DEDUP_MIB=1024
 fi
 
 # The interpreter itself, not a version manager's shim (pyenv's costs 0.2 s a
@@ -278,6 +299,7 @@ source "$BENCH_DIR/datapath.sh"
 source "$BENCH_DIR/cloud.sh"
 source "$BENCH_DIR/frugal.sh"
 source "$BENCH_DIR/tape.sh"
+source "$BENCH_DIR/shared.sh"
 FSB=("${PY[@]}" "$BENCH_DIR/fsbench.py")
 
 render_report() {
@@ -298,6 +320,7 @@ if selected datapath; then datapath_check_tools; fi
 if selected cloud; then cloud_check_tools; fi
 if selected frugal; then frugal_check_tools; fi
 if selected tape; then tape_check_tools; fi
+if selected shared; then shared_check_tools; fi
 
 SECONDS=0
 
