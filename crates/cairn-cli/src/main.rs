@@ -156,6 +156,14 @@ enum Cmd {
         /// (`--meta-interval`).
         #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=60))]
         lease_renew: u64,
+        /// Volume in a bucket with its metadata in PostgreSQL: seconds this
+        /// mount's session lives without a heartbeat (heartbeats come every
+        /// fifth of it; 3 to 3600). If this machine dies, the others clean
+        /// up after it (free the unlinked files it had open) this long after
+        /// its last heartbeat; if it is cut off from PostgreSQL this long,
+        /// it stops writing until remounted.
+        #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(3..=3600))]
+        session_ttl: u64,
         /// Volume in a bucket: seconds between the cleaner's looks for packs
         /// whose dead bytes have cost what cleaning them costs (0: never
         /// clean inside the mount).
@@ -824,7 +832,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -902,6 +910,7 @@ fn run(cli: Cli) -> Result<i32> {
                 meta_interval: std::time::Duration::from_secs(meta_interval.max(1)),
                 force,
                 lease_renew: std::time::Duration::from_secs(lease_renew),
+                session_ttl: std::time::Duration::from_secs(session_ttl),
                 gc_interval: (gc_interval > 0).then(|| std::time::Duration::from_secs(gc_interval)),
                 gc_prices: cairn_engine::cost::Prices::load(&gc_prices)?,
                 ..Default::default()
@@ -1008,6 +1017,9 @@ fn run(cli: Cli) -> Result<i32> {
                 }
                 for e in &rep.errors {
                     println!("error: {e}");
+                }
+                if rep.packs_in_trash > 0 {
+                    println!("{} packs no metadata names wait in the trash for their grace period (gc put them there)", rep.packs_in_trash);
                 }
                 println!(
                     "checked {} inodes, {} chunks, {} packs{}: {} errors, {} warnings",
@@ -1206,7 +1218,7 @@ fn run(cli: Cli) -> Result<i32> {
                         size::human(rep.bytes_after),
                         size::human(rep.bytes_before)
                     );
-                    println!("(trashed packs are deleted from the bucket once no kept metadata version names them: after a few more metadata bases)");
+                    println!("(trashed packs are deleted from the bucket once no kept metadata version names them, after a few more metadata bases; with the metadata in PostgreSQL, by a mount an hour after gc trashed them)");
                     return Ok(0);
                 }
                 println!(

@@ -126,6 +126,9 @@ pub struct FsckReport {
     pub chunks: u64,
     pub packs: u64,
     pub blobs_read: u64,
+    /// Packs in the bucket that no metadata names and that gc put in the
+    /// trash: deleted after the grace period, not a leak.
+    pub packs_in_trash: u64,
 }
 
 /// Checks the volume: namespace, extents against reference counts, chunks
@@ -305,8 +308,14 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
         }
     }
     let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).collect();
+    let trashed = if listed.keys().any(|n| !known.contains(n.as_str())) { vol.trashed_packs(&mut rep.warnings) } else { HashSet::new() };
     for name in listed.keys() {
-        if !known.contains(name.as_str()) {
+        if known.contains(name.as_str()) {
+            continue;
+        }
+        if trashed.contains(name) {
+            rep.packs_in_trash += 1;
+        } else {
             rep.warnings.push(format!("pack {name} is in the backend but not in the metadata (left by an interrupted flush; gc removes it)"));
         }
     }

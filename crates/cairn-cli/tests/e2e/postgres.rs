@@ -219,3 +219,10 @@ fn gc_with_postgres_metadata_frees_deleted_data() {
     }
     m.umount();
 }
+
+/// `psql -d DB -c SQL` on the process's server (started by [`database`]).
+pub(crate) fn psql(db: &str, sql: &str) -> String {
+    let s = SERVER.lock().unwrap();
+    let pg = s.as_ref().expect("no PostgreSQL server yet: call database() first");
+    pg.psql(db, sql).unwrap_or_else(|e| panic!("psql {sql}: {e}"))
+}

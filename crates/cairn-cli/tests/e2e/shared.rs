@@ -461,3 +461,102 @@ fn four_mounts_writing_the_same_data_store_it_once() {
     let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
     assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
 }
+
+/// `SELECT ...` in the volume's schema (the only `cairn_*` schema of the
+/// test's database `db`).
+fn volume_sql(db: &str, sql: &str) -> String {
+    let schema = crate::postgres::psql(db, "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'cairn\\_%'");
+    assert!(!schema.is_empty() && !schema.contains('\n'), "one volume schema in {db}: {schema:?}");
+    crate::postgres::psql(db, &format!("SET search_path TO {schema}; {sql}"))
+}
+
+/// `kill -9` of one of two mounts while it writes (issue 26): the other
+/// keeps creating and reading; the dead mount's session is removed by the
+/// other's cleaner once past its lifetime (`--session-ttl 3`), and the
+/// file it held open whose name the other removed is freed with it; its
+/// fsync'd file and the bytes its writer had written (acknowledged, in its
+/// journal) are there when its directory mounts again; fsck is clean
+/// after gc put its uncommitted packs in the trash.
+#[test]
+fn a_mount_killed_while_writing_leaves_the_others_working_and_is_cleaned_up() {
+    let _serial = serial();
+    let s = Shared::new("shared-kill9");
+    let db = "shared_kill9";
+    let fast = ["--session-ttl", "3", "--gc-interval", "1"];
+    let mut ma = s.mount("a", &s.mountpoint("m-a"), &fast);
+    let mb = s.mount("b", &s.mountpoint("m-b"), &fast);
+    let sessions = || volume_sql(db, "SELECT id FROM sessions ORDER BY id");
+    let before: Vec<String> = sessions().lines().map(str::to_string).collect();
+    assert_eq!(before.len(), 2, "two mounts, two sessions: {before:?}");
+
+    // An fsync'd file, and a file A holds open while B removes its name.
+    let synced = s.env.path("synced.src");
+    write_random_file(&synced, 71, 3 * MIB);
+    let out = run(Command::new("dd").arg(format!("if={}", synced.display())).arg(format!("of={}", ma.join("synced").display())).args(["bs=1M", "conv=fsync"]));
+    assert!(out.ok(), "dd: {out}");
+    fs::write(ma.join("held"), vec![7u8; 300_000]).unwrap();
+    let mut holder = Command::new("python3")
+        .args(["-c", "import sys, time\nf = open(sys.argv[1], 'rb')\nprint('open', flush=True)\ntime.sleep(600)", &ma.join("held").display().to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "open");
+    fs::remove_file(mb.join("held")).unwrap();
+    assert_eq!(volume_sql(db, "SELECT count(*) FROM inodes WHERE nlink = 0"), "1", "the file A has open was freed by B's unlink");
+
+    // A writer on A, killed with its daemon mid-way.
+    let big = s.env.path("big.src");
+    write_random_file(&big, 72, 256 * MIB);
+    let mut writer = Command::new("dd").arg(format!("if={}", big.display())).arg(format!("of={}", ma.join("big").display())).arg("bs=256k").stderr(std::process::Stdio::null()).spawn().unwrap();
+    let t = Instant::now();
+    while fs::metadata(ma.join("big")).map_or(0, |m| m.len()) < 16 * MIB {
+        assert!(t.elapsed() < Duration::from_secs(60), "the writer on A wrote less than 16 MiB in 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ma.kill9();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = writer.kill();
+    let _ = writer.wait();
+    ma.detach();
+
+    // B works on while A's session runs out and B's cleaner removes it.
+    let t = Instant::now();
+    let mut i = 0;
+    loop {
+        let p = mb.join(&format!("b{i}"));
+        let data = format!("written by B while A was dead, {i}").repeat(100);
+        fs::write(&p, &data).unwrap_or_else(|e| panic!("B writing {}: {e}", p.display()));
+        assert_eq!(fs::read_to_string(&p).unwrap(), data);
+        i += 1;
+        let now: Vec<String> = sessions().lines().map(str::to_string).collect();
+        if now.len() == 1 && volume_sql(db, "SELECT count(*) FROM inodes WHERE nlink = 0") == "0" {
+            assert!(before.contains(&now[0]), "B's session went, or a new one came: {before:?} -> {now:?}");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "A's session and its open file were not cleaned up within 30 s (sessions {now:?})");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("kill -9: cleaned up {:?} after the kill, B wrote {i} files meanwhile", t.elapsed());
+
+    // A's directory mounts again: the fsync'd file whole, the killed
+    // writer's acknowledged bytes a prefix of what it wrote.
+    let ma = s.mount("a", &s.mountpoint("m-a2"), &[]);
+    assert_eq!(fs::read(ma.join("synced")).unwrap(), fs::read(&synced).unwrap(), "the fsync'd file after kill -9");
+    let got = fs::read(ma.join("big")).unwrap();
+    let want = fs::read(&big).unwrap();
+    assert!(got.len() >= 16 * MIB as usize && want.starts_with(&got), "the killed writer's file: {} bytes, not a prefix of what it wrote", got.len());
+    assert_eq!(fs::read(mb.join("synced")).unwrap(), fs::read(&synced).unwrap(), "B reads A's fsync'd file");
+    ma.umount();
+    mb.umount();
+    // Packs A uploaded but never committed are orphans: gc trashes them,
+    // and fsck counts them as waiting in the trash, not as leaks.
+    let out = cairn_ok(s.with_args("gc", "c", &["--json"]));
+    let gc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    eprintln!("gc after kill -9: {gc}");
+    let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
+    let rep = assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
+    assert_eq!(rep["packs_in_trash"], gc["orphans_deleted"], "fsck {rep}");
+}

@@ -168,6 +168,28 @@ impl Volume {
         self.delete_trash(|at| at as i64 <= before);
     }
 
+    /// The packs the trash objects list (waiting for their grace period);
+    /// a trash object that cannot be read or parsed is a warning. Empty
+    /// outside a bucket.
+    pub(crate) fn trashed_packs(&self, warnings: &mut Vec<String>) -> std::collections::HashSet<String> {
+        let mut out = std::collections::HashSet::new();
+        let Some(cloud) = self.cloud.as_ref() else { return out };
+        let trash = match cloud.remote.list(TRASH_PREFIX) {
+            Ok(t) => t,
+            Err(e) => {
+                warnings.push(format!("listing the trash: {e}"));
+                return out;
+            }
+        };
+        for t in trash {
+            match cloud.remote.get(&t.name).map_err(Error::from).and_then(|b| serde_json::from_slice::<Vec<String>>(&b).map_err(|e| Error::corrupt(format!("{e}")))) {
+                Ok(names) => out.extend(names.into_iter().filter(|n| n.starts_with("packs/"))),
+                Err(e) => warnings.push(format!("trash object {}: {e}", t.name)),
+            }
+        }
+        out
+    }
+
     /// Deletes the packs of every trash object whose number (a version, or
     /// on a volume without versions the time it was written) `due` accepts,
     /// never one the metadata names now, then the trash object.
