@@ -164,6 +164,12 @@ enum Cmd {
         /// it stops writing until remounted.
         #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(3..=3600))]
         session_ttl: u64,
+        /// Metadata in PostgreSQL: seconds one operation waits for the
+        /// database (reconnecting and retrying) before it fails with EIO
+        /// (1 to 3600). While PostgreSQL is unreachable, file operations
+        /// block this long; data already cached stays readable.
+        #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+        meta_timeout: u64,
         /// Volume in a bucket: seconds between the cleaner's looks for packs
         /// whose dead bytes have cost what cleaning them costs (0: never
         /// clean inside the mount).
@@ -832,7 +838,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -915,7 +921,7 @@ fn run(cli: Cli) -> Result<i32> {
                 gc_prices: cairn_engine::cost::Prices::load(&gc_prices)?,
                 ..Default::default()
             };
-            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, ..Default::default() };
+            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, meta_timeout: Some(std::time::Duration::from_secs(meta_timeout)), ..Default::default() };
             // The control socket answers what POSIX cannot ask (stats, sync).
             let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
                 Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)

@@ -58,10 +58,15 @@ impl Meta {
         Ok(cairn_meta::postgres::PgMeta::create(url, id, root)?)
     }
 
-    /// Opens the PostgreSQL schema of volume `id`. Such a store ships no
+    /// Opens the PostgreSQL schema of volume `id`, whose operations give up
+    /// after `timeout` (None: the store's default). Such a store ships no
     /// metadata versions: PostgreSQL is the metadata's home.
-    pub fn open_pg(url: &str, id: &str) -> Result<Self> {
-        let s = cairn_meta::postgres::PgMeta::open(url, id, Arc::new(ExtentCodec))?;
+    pub fn open_pg(url: &str, id: &str, timeout: Option<std::time::Duration>) -> Result<Self> {
+        let mut opts = cairn_meta::postgres::PgOptions::default();
+        if let Some(t) = timeout {
+            opts.timeout = t;
+        }
+        let s = cairn_meta::postgres::PgMeta::open_with(url, id, Arc::new(ExtentCodec), opts)?;
         Ok(Meta::from_store(Arc::new(s)))
     }
 

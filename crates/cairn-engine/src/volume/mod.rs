@@ -85,6 +85,9 @@ pub struct OpenOptions {
     /// lives there (`postgres://USER@HOST:PORT/DB`); must be absent for a
     /// volume with SQLite metadata.
     pub meta_url: Option<String>,
+    /// How long one metadata operation may wait for PostgreSQL (retries
+    /// included) before it fails with EIO (its store's default: 30 s).
+    pub meta_timeout: Option<Duration>,
 }
 
 impl Default for OpenOptions {
@@ -103,6 +106,7 @@ impl Default for OpenOptions {
             mirror: Default::default(),
             salvage_journal: false,
             meta_url: None,
+            meta_timeout: None,
         }
     }
 }
@@ -215,7 +219,7 @@ pub const CLOSE_ERROR: &str = "close-error";
 fn open_meta(layout: &Layout, cfg: &VolumeConfig, opts: &OpenOptions) -> Result<Meta> {
     check_meta_url(layout, cfg, opts.meta_url.as_deref())?;
     match (cfg.meta, opts.meta_url.as_deref()) {
-        (crate::config::MetaKind::Postgres, Some(url)) => Meta::open_pg(url, &cfg.volume_id),
+        (crate::config::MetaKind::Postgres, Some(url)) => Meta::open_pg(url, &cfg.volume_id, opts.meta_timeout),
         _ => Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit),
     }
 }
