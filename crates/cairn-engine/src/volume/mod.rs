@@ -16,6 +16,7 @@ mod inspect;
 mod tree;
 mod ship;
 mod bill;
+mod locks;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
@@ -25,6 +26,7 @@ pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 pub(crate) use file::FileState;
 pub use flush::FlushReport;
 pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
+pub use locks::{LockKind, LockOutcome, LockOwner, LockRow, LockStyle, LOCK_EOF};
 
 use crate::cache::ChunkCache;
 use crate::config::{Layout, VolumeConfig};
