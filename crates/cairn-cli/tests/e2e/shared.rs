@@ -462,10 +462,34 @@ fn four_mounts_writing_the_same_data_store_it_once() {
     assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
 }
 
+/// A child process killed when dropped (a failed assertion must not
+/// leave a lock holder keeping the mount busy).
+struct Killed(std::process::Child);
+
+impl std::ops::Deref for Killed {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Killed {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A python3 process holding a lock on `path` until killed: prints "held"
 /// once it has it. `how`: `flock` (exclusive flock) or `lockf START LEN`
 /// (an exclusive POSIX range).
-fn lock_holder(path: &Path, how: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+fn lock_holder(path: &Path, how: &str) -> (Killed, std::io::BufReader<std::process::ChildStdout>) {
     let script = "import fcntl, sys, time
 f = open(sys.argv[1], 'r+b')
 if sys.argv[2] == 'flock':
@@ -486,7 +510,7 @@ time.sleep(600)";
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     assert_eq!(line.trim(), "held", "the lock holder did not get its lock");
-    (c, out)
+    (Killed(c), out)
 }
 
 /// A python3 `lockf` of `len` bytes at `start` on `path`: exit 0 if
@@ -564,7 +588,7 @@ fn locks_held_on_one_mount_block_the_other_mounts() {
     assert_eq!(out.code, Some(75), "flock -n on mount B got a lock mount A holds: {out}");
     // A blocking flock on B waits, B keeps answering, and it is granted
     // once the holder dies.
-    let mut waiter = Command::new("flock").arg(&fb).arg("true").spawn().unwrap();
+    let mut waiter = Killed(Command::new("flock").arg(&fb).arg("true").spawn().unwrap());
     assert!(wait_exit(&mut waiter, Duration::from_secs(1)).is_none(), "a blocking flock on B did not wait for A's lock");
     b_answers(b.path(), "during-flock");
     holder.kill().unwrap();
@@ -578,7 +602,7 @@ fn locks_held_on_one_mount_block_the_other_mounts() {
     assert_eq!(run(&mut lockf(&fb, 10, 10, true)).code, Some(0), "a disjoint range on B was refused");
     assert_eq!(getlk(&fb, 0, 1), (libc::F_WRLCK as i32, holder.id()), "F_GETLK on B names A's holder");
     assert_eq!(getlk(&fb, 10, 10).0, libc::F_UNLCK as i32);
-    let mut waiter = lockf(&fb, 5, 5, false).spawn().unwrap();
+    let mut waiter = Killed(lockf(&fb, 5, 5, false).spawn().unwrap());
     assert!(wait_exit(&mut waiter, Duration::from_secs(1)).is_none(), "a blocking lockf on B did not wait for A's range");
     b_answers(b.path(), "during-lockf");
     holder.kill().unwrap();
