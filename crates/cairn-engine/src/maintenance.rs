@@ -373,7 +373,8 @@ pub(crate) fn maintenance_lock(vol: &Volume, wait: std::time::Duration) -> Resul
 /// session's lifetime), logging whose they were. Runs under the
 /// maintenance lock. A removed session is never renewed again: if its
 /// mount still runs, its next heartbeat finds it gone and it stops writing.
-/// Returns how many went.
+/// Its file locks go with it (the store deletes them with the session
+/// row), freeing them for the other machines. Returns how many went.
 pub fn clean_up_sessions(vol: &Volume) -> Result<usize> {
     if !vol.is_shared() {
         return Ok(0);

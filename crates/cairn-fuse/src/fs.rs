@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use cairn_engine::metrics::{Op, Timer};
-use cairn_engine::{Attr, Caller, DirEntry, ErrorKind, Ino, SetAttr, Timestamp, Volume};
+use cairn_engine::{Attr, Caller, DirEntry, ErrorKind, Ino, LockKind, LockOutcome, LockStyle, SetAttr, Timestamp, Volume};
 use dashmap::DashMap;
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
 use tracing::{debug, error, info, warn};
@@ -143,6 +143,11 @@ pub struct CairnFs {
     /// On a shared volume: the follower of other machines' changes, which
     /// `open` brings up to date first (`mount::ChangeNotifier` runs it).
     follower: Option<Arc<cairn_engine::ChangeFollower>>,
+    /// On a shared volume mounted read-write, once `init` got the kernel
+    /// to send lock requests: the parked blocking ones (locks are then
+    /// the metadata store's, shared by every machine). None: the kernel
+    /// keeps locks itself, as on any other volume.
+    locks: Option<Arc<crate::locks::LockWaiters>>,
 }
 
 impl CairnFs {
@@ -168,6 +173,7 @@ impl CairnFs {
             sources: DashMap::new(),
             source_of: DashMap::new(),
             follower: None,
+            locks: None,
         }
     }
 
@@ -347,6 +353,16 @@ fn caller(req: &Request) -> Caller {
     }
 }
 
+/// The lock kind of a `struct flock` type.
+fn lock_kind(typ: i32) -> Option<LockKind> {
+    match typ {
+        libc::F_RDLCK => Some(LockKind::Read),
+        libc::F_WRLCK => Some(LockKind::Write),
+        libc::F_UNLCK => Some(LockKind::Unlock),
+        _ => None,
+    }
+}
+
 /// Whether open flags allow writing.
 fn writable(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY
@@ -360,13 +376,14 @@ fn bytes(name: &OsStr) -> &[u8] {
     name.as_bytes()
 }
 
-/// Locking: no getlk/setlk/flock handlers, and (the part that matters)
-/// neither `FUSE_POSIX_LOCKS` nor `FUSE_FLOCK_LOCKS` is requested at init.
-/// The kernel then sets `fc->no_lock` / `fc->no_flock` and serves fcntl and
-/// flock locks locally (`posix_lock_file`, `locks_lock_file_wait` in
-/// fs/fuse/file.c): correct for a single mount. Had the flags been requested,
-/// an ENOSYS from setlk would reach the application as an error instead.
-/// Locks are therefore not shared between several mounts of one volume.
+/// Locking: on a volume only this mount writes, neither `FUSE_POSIX_LOCKS`
+/// nor `FUSE_FLOCK_LOCKS` is requested at init. The kernel then sets
+/// `fc->no_lock` / `fc->no_flock` and serves fcntl and flock locks locally
+/// (`posix_lock_file`, `locks_lock_file_wait` in fs/fuse/file.c): correct
+/// for a single mount, and no round trip. On a shared volume mounted
+/// read-write both are requested and `getlk`/`setlk` keep the locks in the
+/// metadata store, where every machine's mount sees them
+/// (docs/shared-volume.md §8).
 impl Filesystem for CairnFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         if let Err(nearest) = config.set_max_write(MAX_WRITE) {
@@ -392,6 +409,15 @@ impl Filesystem for CairnFs {
         let _ = config.add_capabilities(wanted & offered);
         // From here on: whether the kernel really caches writes.
         self.writeback_cache = (wanted & offered).contains(InitFlags::FUSE_WRITEBACK_CACHE);
+        if self.vol.lock_session().is_some() {
+            let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
+            if offered.contains(locks) {
+                let _ = config.add_capabilities(locks);
+                self.locks = Some(crate::locks::LockWaiters::new(&self.vol));
+            } else {
+                warn!("the kernel does not offer FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS: file locks on this mount are not seen by other machines");
+            }
+        }
         self.initialized = true;
         info!(abi = %config.kernel_abi(), writeback_cache = self.writeback_cache, "FUSE session initialised");
         Ok(())
@@ -399,6 +425,9 @@ impl Filesystem for CairnFs {
 
     fn destroy(&mut self) {
         self.dirs.clear();
+        if let Some(l) = self.locks.take() {
+            l.stop();
+        }
         if !self.initialized {
             return;
         }
@@ -694,7 +723,7 @@ impl Filesystem for CairnFs {
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // On a volume other machines open too, a close commits the file
@@ -709,7 +738,15 @@ impl Filesystem for CairnFs {
             return;
         }
         let mut t = self.vol.metrics().start(Op::Flush);
-        match self.vol.close_commit(ino.0) {
+        let committed = self.vol.close_commit(ino.0);
+        // A close drops the POSIX locks its process held on the file
+        // (after the commit: whoever takes the lock next reads the bytes).
+        if self.locks.is_some() {
+            if let Err(e) = self.vol.release_locks(ino.0, lock_owner.0, LockStyle::Posix) {
+                let _ = errno("close(unlock)", ino.0, &e);
+            }
+        }
+        match committed {
             Ok(()) => reply.ok(),
             Err(e) => failed(&mut t, reply).error(errno("close", ino.0, &e)),
         }
@@ -721,11 +758,18 @@ impl Filesystem for CairnFs {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         flush: bool,
         reply: ReplyEmpty,
     ) {
         let mut t = self.vol.metrics().start(Op::Release);
+        // The last close of an open file that was flock'ed
+        // (FUSE_RELEASE_FLOCK_UNLOCK): its flock goes.
+        if let (Some(owner), Some(_)) = (lock_owner, &self.locks) {
+            if let Err(e) = self.vol.release_locks(ino.0, owner.0, LockStyle::Posix) {
+                let _ = errno("release(unlock)", ino.0, &e);
+            }
+        }
         if let Some((_, token)) = self.source_of.remove(&fh.0) {
             self.sources.remove(&token);
         }
@@ -738,6 +782,66 @@ impl Filesystem for CairnFs {
         match self.vol.release(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => failed(&mut t, reply).error(errno("release", ino.0, &e)),
+        }
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        if self.locks.is_none() {
+            return reply.error(Errno::ENOSYS);
+        }
+        let Some(kind) = lock_kind(typ) else { return reply.error(Errno::EINVAL) };
+        match self.vol.test_lock(ino.0, lock_owner.0, LockStyle::Posix, kind, start, end, pid) {
+            Ok(Some(h)) => reply.locked(h.start, h.end, if h.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK }, h.pid),
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(errno("getlk", ino.0, &e)),
+        }
+    }
+
+    /// POSIX locks, and `flock` (which the kernel sends here too): fuser
+    /// 0.18 drops the request's FUSE_LK_FLOCK flag, so an flock is kept as
+    /// a whole-file POSIX lock owned by its open file (as the Linux NFS
+    /// client keeps it): released at the file's last close, and it
+    /// conflicts with a POSIX lock of another process on the file.
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(waiters) = &self.locks else { return reply.error(Errno::ENOSYS) };
+        let Some(kind) = lock_kind(typ) else { return reply.error(Errno::EINVAL) };
+        if kind == LockKind::Unlock {
+            // Whoever takes the range next on another machine reads what
+            // this one wrote under it (as a close does).
+            if let Err(e) = self.vol.close_commit(ino.0) {
+                return reply.error(errno("unlock(commit)", ino.0, &e));
+            }
+        }
+        match self.vol.set_lock(ino.0, lock_owner.0, LockStyle::Posix, kind, start, end, pid) {
+            Ok(LockOutcome::Granted) => reply.ok(),
+            Ok(LockOutcome::Conflict(_)) if sleep => {
+                waiters.park(crate::locks::Waiter { ino: ino.0, owner: lock_owner.0, kind, start, end, pid, tid: req.pid(), reply })
+            }
+            Ok(LockOutcome::Conflict(_)) => reply.error(Errno::EAGAIN),
+            Err(e) => reply.error(errno("setlk", ino.0, &e)),
         }
     }
 

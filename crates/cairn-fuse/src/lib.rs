@@ -42,6 +42,7 @@
 
 mod convert;
 mod fs;
+mod locks;
 mod mount;
 pub mod mounttable;
 

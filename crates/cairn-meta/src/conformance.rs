@@ -52,6 +52,7 @@ pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
         eprintln!("conformance: skipped \"open files\": this store keeps no open-file registry (one process opens it)");
         skipped.push("open files");
     }
+    file_locks(&*make(true));
     if !journal_marks(make) {
         eprintln!("conformance: skipped \"two journals\": this store keeps one journal per volume (set_journal answered false)");
         skipped.push("two journals");
@@ -617,4 +618,65 @@ fn open_files(s: &dyn MetaStore) -> bool {
     assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
     assert!(!elsewhere(h, 0));
     true
+/// File locks (`docs/metadata-store.md` "Locks"): POSIX ranges of one
+/// owner split and merge, a read conflicts only with another owner's
+/// write, a write with any other owner's lock; flock locks are separate;
+/// a close drops an owner's locks, a removed session all of its own.
+fn file_locks(s: &dyn MetaStore) {
+    use LockKind::*;
+    let f = mk(s, ROOT_INO, b"locked", FileKind::File);
+    let sa = s.open_session(&who("/mnt/a"), Duration::from_secs(60)).unwrap();
+    let sb = s.open_session(&who("/mnt/b"), Duration::from_secs(60)).unwrap();
+    let a = LockOwner { session: sa, owner: 0xdead_beef_0000_0001 };
+    let b = LockOwner { session: sb, owner: 0xdead_beef_0000_0001 };
+    let rq = |o: LockOwner, style: LockStyle, kind: LockKind, start: u64, end: u64| LockRequest { ino: f, owner: o, style, kind, start, end, pid: if o == a { 100 } else { 200 } };
+    let px = |o, kind, start, end| rq(o, LockStyle::Posix, kind, start, end);
+    let set = |r: LockRequest| s.set_lock(&r).unwrap();
+    let mine = |o: LockOwner, style: LockStyle| -> Vec<(LockKind, u64, u64)> {
+        s.locks_on(f).unwrap().into_iter().filter(|l| l.owner == o && l.style == style).map(|l| (l.kind, l.start, l.end)).collect()
+    };
+    assert_eq!(set(px(a, Write, 0, 99)), LockOutcome::Granted);
+    assert_eq!(set(px(a, Write, 0, 99)), LockOutcome::Granted, "the same request again");
+    match set(px(b, Read, 50, 60)) {
+        LockOutcome::Conflict(h) => assert_eq!((h.owner, h.kind, h.start, h.end, h.pid), (a, Write, 0, 99, 100), "the holder named"),
+        g => panic!("a read over another owner's write was {g:?}"),
+    }
+    assert_eq!(s.test_lock(&px(b, Read, 99, 99)).unwrap().map(|h| h.owner), Some(a), "F_GETLK missed the holder");
+    assert_eq!(s.test_lock(&px(b, Write, 100, LOCK_EOF)).unwrap(), None);
+    assert_eq!(s.test_lock(&px(a, Write, 0, 10)).unwrap(), None, "an owner conflicts with itself");
+    assert_eq!(set(px(b, Read, 100, LOCK_EOF)), LockOutcome::Granted, "a disjoint range");
+    // Two readers share; a write over a read of another owner conflicts.
+    assert_eq!(set(px(a, Read, 200, 299)), LockOutcome::Granted, "two read locks conflicted");
+    assert!(matches!(set(px(a, Write, 250, 250)), LockOutcome::Conflict(h) if h.owner == b), "a write over another's read was granted");
+    // Unlocking the middle of a range splits it; a downgrade too.
+    assert_eq!(set(px(a, Unlock, 40, 59)), LockOutcome::Granted);
+    assert_eq!(mine(a, LockStyle::Posix), vec![(Write, 0, 39), (Write, 60, 99), (Read, 200, 299)]);
+    assert_eq!(set(px(b, Read, 45, 55)), LockOutcome::Granted, "a range the holder unlocked stayed locked");
+    assert_eq!(set(px(a, Read, 10, 19)), LockOutcome::Granted);
+    assert_eq!(mine(a, LockStyle::Posix), vec![(Write, 0, 9), (Read, 10, 19), (Write, 20, 39), (Write, 60, 99), (Read, 200, 299)]);
+    // Touching ranges of one kind merge.
+    assert_eq!(set(px(a, Write, 10, 44)), LockOutcome::Granted);
+    assert_eq!(mine(a, LockStyle::Posix), vec![(Write, 0, 44), (Write, 60, 99), (Read, 200, 299)]);
+    // flock is whole-file and apart from POSIX locks.
+    assert_eq!(set(rq(b, LockStyle::Flock, Write, 7, 7)), LockOutcome::Granted, "flock conflicted with POSIX locks");
+    assert_eq!(mine(b, LockStyle::Flock), vec![(Write, 0, LOCK_EOF)]);
+    assert!(matches!(set(rq(a, LockStyle::Flock, Read, 0, 0)), LockOutcome::Conflict(h) if h.owner == b && h.style == LockStyle::Flock));
+    assert_eq!(set(rq(b, LockStyle::Flock, Read, 0, 0)), LockOutcome::Granted, "a downgrade");
+    assert_eq!(set(rq(a, LockStyle::Flock, Read, 0, 0)), LockOutcome::Granted, "two shared flocks");
+    // A close drops the owner's POSIX locks, not its flock nor others'.
+    assert_eq!(s.release_locks(f, a, LockStyle::Posix).unwrap(), 3);
+    assert!(mine(a, LockStyle::Posix).is_empty());
+    assert_eq!(mine(a, LockStyle::Flock).len(), 1);
+    assert_eq!(set(px(b, Write, 0, 44)), LockOutcome::Granted, "a closed owner's range stayed locked");
+    assert_eq!(s.release_locks(f, a, LockStyle::Flock).unwrap(), 1);
+    // The same owner number on another session is another owner.
+    assert!(matches!(set(px(a, Write, 0, 0)), LockOutcome::Conflict(h) if h.owner == b));
+    // A removed (expired, cleaned) session leaves no lock behind.
+    assert!(s.remove_session(sb).unwrap());
+    assert!(s.locks_on(f).unwrap().is_empty(), "a removed session's locks stayed: {:?}", s.locks_on(f).unwrap());
+    assert_eq!(set(px(a, Write, 0, LOCK_EOF)), LockOutcome::Granted);
+    assert_eq!(s.release_session_locks(sa).unwrap(), 1);
+    assert_eq!(set(px(a, Write, 0, 0)), LockOutcome::Granted);
+    s.close_session(sa).unwrap();
+    assert!(s.locks_on(f).unwrap().is_empty(), "a closed session's locks stayed");
 }

@@ -9,11 +9,13 @@
 
 pub mod conformance;
 mod error;
+pub mod locks;
 pub mod postgres;
 pub mod sqlite;
 pub mod types;
 
 pub use error::{Error, ErrorKind, Result};
+pub use locks::{LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 pub use types::{Attr, FileKind, Ino, Timestamp, ROOT_INO};
 
 use std::collections::HashMap;
@@ -513,6 +515,27 @@ pub trait MetaStore: Send + Sync {
     /// A feed of commit notices, or None where nobody else commits
     /// (SQLite).
     fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>>;
+
+    /// Takes, changes or drops (`LockKind::Unlock`) a lock of `req.owner`
+    /// on `req.ino` as [`locks::plan`] computes it, atomically against
+    /// every other machine: two conflicting requests are never both
+    /// granted. A conflict changes nothing and names one holder. Never
+    /// waits for a holder (the caller retries). Idempotent: the same
+    /// request again is granted and changes nothing.
+    fn set_lock(&self, req: &LockRequest) -> Result<LockOutcome>;
+    /// `F_GETLK`: a lock of another owner that would conflict with `req`,
+    /// if any; changes nothing.
+    fn test_lock(&self, req: &LockRequest) -> Result<Option<LockRow>>;
+    /// Drops every lock of `style` that `owner` holds on `ino` (a close
+    /// drops the POSIX locks of its lock owner, the last close of an open
+    /// file its flock); returns how many ranges went.
+    fn release_locks(&self, ino: Ino, owner: LockOwner, style: LockStyle) -> Result<u64>;
+    /// Drops every lock of a session; returns how many ranges went.
+    /// `close_session` and `remove_session` do it too, in the same
+    /// transaction as the session row.
+    fn release_session_locks(&self, session: u64) -> Result<u64>;
+    /// Every lock on `ino`, by owner and start (tests, `cairn status`).
+    fn locks_on(&self, ino: Ino) -> Result<Vec<LockRow>>;
 }
 
 /// The convenient forms of [`MetaStore::read`] and [`MetaStore::write`]:

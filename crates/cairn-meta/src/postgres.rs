@@ -114,16 +114,25 @@ CREATE INDEX IF NOT EXISTS journal_marks_ino ON journal_marks(ino);";
 
 /// What schema version 4 added: the open-file registry, one row per
 /// (inode, session) that has the inode open (`docs/shared-volume.md` §7):
-/// an inode whose last name went is freed only when no row names it. `gen`
+/// an inode whose last name went is freed only when no row names it; `gen`
 /// tells a close from a newer open of the same file by the same session.
+/// And file locks (`flock` and POSIX ranges, §8), one row per held range
+/// `lo..=hi`; `owner` is the kernel's lock owner (64 bits stored as
+/// BIGINT), `flock` tells the two styles apart, `kind` is 1 read or 2
+/// write. Run as is on an older schema at open.
 const V4_DDL: &str = "CREATE TABLE IF NOT EXISTS open_files(ino BIGINT NOT NULL, session BIGINT NOT NULL, gen BIGINT NOT NULL,
   PRIMARY KEY(ino, session));
-CREATE INDEX IF NOT EXISTS open_files_session ON open_files(session);";
+CREATE INDEX IF NOT EXISTS open_files_session ON open_files(session);
+CREATE TABLE IF NOT EXISTS locks(ino BIGINT NOT NULL, session BIGINT NOT NULL, owner BIGINT NOT NULL,
+  flock BOOLEAN NOT NULL, kind SMALLINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL, pid BIGINT NOT NULL);
+CREATE INDEX IF NOT EXISTS locks_ino ON locks(ino);
+CREATE INDEX IF NOT EXISTS locks_session ON locks(session);";
 
-/// Deletes a session and its open-file rows in one statement (the
-/// data-modifying `WITH` runs whether or not it is referenced); counts the
-/// session rows.
-const SESSION_DELETE: &str = "WITH o AS (DELETE FROM open_files WHERE session = $1) DELETE FROM sessions WHERE id = $1";
+/// Deletes a session with its open-file rows and its locks in one
+/// statement (a data-modifying `WITH` runs whether or not it is
+/// referenced); counts the session rows.
+const SESSION_DELETE: &str =
+    "WITH o AS (DELETE FROM open_files WHERE session = $1), l AS (DELETE FROM locks WHERE session = $1) DELETE FROM sessions WHERE id = $1";
 
 /// `info` key: the highest change seq a trim removed.
 const TRIMMED_KEY: &str = "changes_trimmed";
@@ -313,9 +322,9 @@ impl PgMeta {
         match v.map(|r| r.get::<_, i64>(0)) {
             Some(PG_SCHEMA_VERSION) => {}
             // Adds sessions and the change log (from 1), journal marks
-            // (from 1 or 2) and the open-file registry (from 1 to 3); the
-            // table lock makes a second machine upgrading at once wait,
-            // then find them.
+            // (from 1 or 2), the open-file registry and locks (from 1 to
+            // 3); the table lock makes a second machine upgrading at once
+            // wait, then find them.
             Some(1..=3) => c
                 .batch_execute(&format!(
                     "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
@@ -1599,6 +1608,7 @@ impl MetaStore for PgMeta {
         }
         Ok(())
     }
+    /// Its open files and locks go in the same statement.
     fn close_session(&self, id: u64) -> Result<()> {
         self.stmt("closing the session", |c| c.execute(SESSION_DELETE, &[&(id as i64)]))?;
         let _ = self.session.compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
@@ -1610,6 +1620,7 @@ impl MetaStore for PgMeta {
     fn expired_sessions(&self) -> Result<Vec<SessionRow>> {
         self.session_rows(true)
     }
+    /// Its open files and locks go in the same statement.
     fn remove_session(&self, id: u64) -> Result<bool> {
         Ok(self.stmt("removing a session", |c| c.execute(SESSION_DELETE, &[&(id as i64)]))? > 0)
     }
@@ -1707,6 +1718,83 @@ impl MetaStore for PgMeta {
         f.listen()?;
         Ok(Some(Box::new(f)))
     }
+    /// One READ COMMITTED transaction: the inode's row is locked FOR
+    /// UPDATE first (every lock change on an inode queues there, so two
+    /// machines never both see no conflict), then its locks are read, the
+    /// new set planned ([`locks::plan`]) and the owner's rows of that
+    /// style replaced. An inode with no row (deleted) locks nothing: its
+    /// locks are moot, the request is refused as NotFound.
+    fn set_lock(&self, req: &LockRequest) -> Result<LockOutcome> {
+        self.run("changing a file lock", |c| {
+            let r = (|| -> std::result::Result<std::result::Result<LockOutcome, Error>, pg::Error> {
+                let mut t = c.client.transaction()?;
+                if t.query_opt("SELECT 1 FROM inodes WHERE ino = $1 FOR UPDATE", &[&(req.ino as i64)])?.is_none() {
+                    return Ok(Err(Error::new(ErrorKind::NotFound, format!("inode {} is gone: no lock to take", req.ino))));
+                }
+                let held = match lock_rows(t.query(LOCKS_ON, &[&(req.ino as i64)])?) {
+                    Ok(h) => h,
+                    Err(e) => return Ok(Err(e)),
+                };
+                match locks::plan(&held, req) {
+                    Err(holder) => return Ok(Ok(LockOutcome::Conflict(holder))),
+                    Ok(mine) => {
+                        let flock = req.style == LockStyle::Flock;
+                        let (sess, owner) = (req.owner.session as i64, req.owner.owner as i64);
+                        t.execute("DELETE FROM locks WHERE ino = $1 AND session = $2 AND owner = $3 AND flock = $4", &[&(req.ino as i64), &sess, &owner, &flock])?;
+                        for r in mine {
+                            t.execute(
+                                "INSERT INTO locks(ino, session, owner, flock, kind, lo, hi, pid) VALUES($1, $2, $3, $4, $5, $6, $7, $8)",
+                                &[&(req.ino as i64), &sess, &owner, &flock, &r.kind.code(), &(r.start as i64), &(r.end as i64), &(r.pid as i64)],
+                            )?;
+                        }
+                    }
+                }
+                t.commit()?;
+                Ok(Ok(LockOutcome::Granted))
+            })();
+            match r {
+                Ok(v) => Step::Done(v),
+                Err(e) => Step::Failed(e),
+            }
+        })
+    }
+    fn test_lock(&self, req: &LockRequest) -> Result<Option<LockRow>> {
+        let held = self.locks_on(req.ino)?;
+        Ok(locks::conflict(&held, req))
+    }
+    fn release_locks(&self, ino: Ino, owner: LockOwner, style: LockStyle) -> Result<u64> {
+        self.stmt("releasing file locks", |c| {
+            c.execute(
+                "DELETE FROM locks WHERE ino = $1 AND session = $2 AND owner = $3 AND flock = $4",
+                &[&(ino as i64), &(owner.session as i64), &(owner.owner as i64), &(style == LockStyle::Flock)],
+            )
+        })
+    }
+    fn release_session_locks(&self, session: u64) -> Result<u64> {
+        self.stmt("releasing a session's file locks", |c| c.execute("DELETE FROM locks WHERE session = $1", &[&(session as i64)]))
+    }
+    fn locks_on(&self, ino: Ino) -> Result<Vec<LockRow>> {
+        let rows = self.stmt("reading file locks", |c| c.query(LOCKS_ON, &[&(ino as i64)]))?;
+        lock_rows(rows)
+    }
+}
+
+/// Every lock on an inode, by owner and start.
+const LOCKS_ON: &str = "SELECT session, owner, flock, kind, lo, hi, pid FROM locks WHERE ino = $1 ORDER BY session, owner, lo";
+
+fn lock_rows(rows: Vec<Row>) -> Result<Vec<LockRow>> {
+    rows.iter()
+        .map(|r| {
+            Ok(LockRow {
+                owner: LockOwner { session: col::<i64>(r, 0)? as u64, owner: col::<i64>(r, 1)? as u64 },
+                style: if col::<bool>(r, 2)? { LockStyle::Flock } else { LockStyle::Posix },
+                kind: LockKind::from_code(col(r, 3)?)?,
+                start: col::<i64>(r, 4)? as u64,
+                end: col::<i64>(r, 5)? as u64,
+                pid: col::<i64>(r, 6)? as u32,
+            })
+        })
+        .collect()
 }
 
 impl PgMeta {

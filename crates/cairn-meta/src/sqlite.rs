@@ -160,6 +160,10 @@ pub struct SqliteMeta {
     /// Whether a maintenance guard lives (the volume lock already keeps
     /// other processes out).
     maintenance: Arc<std::sync::atomic::AtomicBool>,
+    /// File locks (in memory: one process mounts an SQLite volume, and
+    /// its mount leaves locks to the kernel; the conformance suite uses
+    /// these).
+    locks: Mutex<Vec<(Ino, LockRow)>>,
 }
 
 /// A session of an SQLite store: expiry on the monotonic clock.
@@ -376,6 +380,7 @@ impl SqliteMeta {
             next_chunk: AtomicU64::new(1),
             sessions: Mutex::new(Default::default()),
             maintenance: Default::default(),
+            locks: Mutex::new(Vec::new()),
         }
     }
 
@@ -1356,6 +1361,7 @@ impl MetaStore for SqliteMeta {
     }
     fn close_session(&self, id: u64) -> Result<()> {
         self.sessions.lock().remove(&id);
+        self.release_session_locks(id)?;
         Ok(())
     }
     fn sessions(&self) -> Result<Vec<SessionRow>> {
@@ -1365,7 +1371,9 @@ impl MetaStore for SqliteMeta {
         Ok(self.sessions()?.into_iter().filter(|s| s.expired).collect())
     }
     fn remove_session(&self, id: u64) -> Result<bool> {
-        Ok(self.sessions.lock().remove(&id).is_some())
+        let was = self.sessions.lock().remove(&id).is_some();
+        self.release_session_locks(id)?;
+        Ok(was)
     }
     /// An in-process flag: the volume lock keeps other processes out.
     fn try_maintenance(&self) -> Result<Option<Box<dyn MaintenanceGuard>>> {
@@ -1389,6 +1397,40 @@ impl MetaStore for SqliteMeta {
     }
     fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>> {
         Ok(None)
+    }
+    /// Under one mutex: the table is this process's alone.
+    fn set_lock(&self, req: &LockRequest) -> Result<LockOutcome> {
+        let mut all = self.locks.lock();
+        let held: Vec<LockRow> = all.iter().filter(|(i, _)| *i == req.ino).map(|(_, r)| *r).collect();
+        match locks::plan(&held, req) {
+            Err(c) => Ok(LockOutcome::Conflict(c)),
+            Ok(mine) => {
+                all.retain(|(i, r)| !(*i == req.ino && r.owner == req.owner && r.style == req.style));
+                all.extend(mine.into_iter().map(|r| (req.ino, r)));
+                Ok(LockOutcome::Granted)
+            }
+        }
+    }
+    fn test_lock(&self, req: &LockRequest) -> Result<Option<LockRow>> {
+        let held: Vec<LockRow> = self.locks.lock().iter().filter(|(i, _)| *i == req.ino).map(|(_, r)| *r).collect();
+        Ok(locks::conflict(&held, req))
+    }
+    fn release_locks(&self, ino: Ino, owner: LockOwner, style: LockStyle) -> Result<u64> {
+        let mut all = self.locks.lock();
+        let n = all.len();
+        all.retain(|(i, r)| !(*i == ino && r.owner == owner && r.style == style));
+        Ok((n - all.len()) as u64)
+    }
+    fn release_session_locks(&self, session: u64) -> Result<u64> {
+        let mut all = self.locks.lock();
+        let n = all.len();
+        all.retain(|(_, r)| r.owner.session != session);
+        Ok((n - all.len()) as u64)
+    }
+    fn locks_on(&self, ino: Ino) -> Result<Vec<LockRow>> {
+        let mut v: Vec<LockRow> = self.locks.lock().iter().filter(|(i, _)| *i == ino).map(|(_, r)| *r).collect();
+        v.sort_by_key(|r| (r.owner, r.start));
+        Ok(v)
     }
 }
 

@@ -559,4 +559,153 @@ fn a_mount_killed_while_writing_leaves_the_others_working_and_is_cleaned_up() {
     let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
     let rep = assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
     assert_eq!(rep["packs_in_trash"], gc["orphans_deleted"], "fsck {rep}");
+/// A child process killed when dropped (a failed assertion must not
+/// leave a lock holder keeping the mount busy).
+struct Killed(std::process::Child);
+
+impl std::ops::Deref for Killed {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Killed {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A python3 process holding a lock on `path` until killed: prints "held"
+/// once it has it. `how`: `flock` (exclusive flock) or `lockf START LEN`
+/// (an exclusive POSIX range).
+fn lock_holder(path: &Path, how: &str) -> (Killed, std::io::BufReader<std::process::ChildStdout>) {
+    let script = "import fcntl, sys, time
+f = open(sys.argv[1], 'r+b')
+if sys.argv[2] == 'flock':
+    fcntl.flock(f, fcntl.LOCK_EX)
+else:
+    fcntl.lockf(f, fcntl.LOCK_EX, int(sys.argv[4]), int(sys.argv[3]))
+print('held', flush=True)
+time.sleep(600)";
+    let mut c = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(path)
+        .args(how.split(' '))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "held", "the lock holder did not get its lock");
+    (Killed(c), out)
+}
+
+/// A python3 `lockf` of `len` bytes at `start` on `path`: exit 0 if
+/// granted, 11 if refused (`nb`: without waiting).
+fn lockf(path: &Path, start: u64, len: u64, nb: bool) -> Command {
+    let script = "import fcntl, sys
+f = open(sys.argv[1], 'r+b')
+flags = fcntl.LOCK_EX | (fcntl.LOCK_NB if sys.argv[4] == '1' else 0)
+try:
+    fcntl.lockf(f, flags, int(sys.argv[3]), int(sys.argv[2]))
+except (BlockingIOError, PermissionError):
+    sys.exit(11)";
+    let mut c = Command::new("python3");
+    c.arg("-c").arg(script).arg(path).arg(start.to_string()).arg(len.to_string()).arg(if nb { "1" } else { "0" });
+    c
+}
+
+/// `F_GETLK` of a write lock on `start..start+len` of `path`: (type, pid)
+/// of the conflicting lock, or F_UNLCK.
+fn getlk(path: &Path, start: u64, len: u64) -> (i32, u32) {
+    let script = "import fcntl, struct, sys
+f = open(sys.argv[1], 'r+b')
+fl = struct.pack('hhqqixxxx', fcntl.F_WRLCK, 0, int(sys.argv[2]), int(sys.argv[3]), 0)
+t, _, _, _, pid = struct.unpack('hhqqixxxx', fcntl.fcntl(f, fcntl.F_GETLK, fl))
+print(t, pid)";
+    let out = run(Command::new("python3").arg("-c").arg(script).arg(path).arg(start.to_string()).arg(len.to_string()));
+    assert!(out.ok(), "F_GETLK: {out}");
+    let v: Vec<i64> = out.stdout.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[0] as i32, v[1] as u32)
+}
+
+/// Waits up to `limit` for `c` to exit; its status, or None if it still
+/// runs.
+fn wait_exit(c: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            return Some(st);
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// While a lock request waits on mount B, B still answers (stat, list,
+/// create): the wait holds no FUSE worker.
+fn b_answers(b: &Path, name: &str) {
+    let t = Instant::now();
+    fs::metadata(b.join("f")).unwrap();
+    fs::read_dir(b).unwrap().count();
+    fs::write(b.join(name), b"x").unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "mount B answered slowly ({:?}) while a lock request waited", t.elapsed());
+}
+
+/// flock and POSIX byte-range locks held on one mount are seen by another
+/// mount of the volume (docs/shared-volume.md §8): a non-blocking request
+/// there is refused, a blocking one waits (without starving the mount)
+/// and is granted once the holder is killed; a disjoint range is free;
+/// F_GETLK names the holder.
+#[test]
+fn locks_held_on_one_mount_block_the_other_mounts() {
+    let _serial = serial();
+    let s = Shared::new("shared-locks");
+    let a = s.mount("a", &s.mountpoint("m-a"), &[]);
+    let b = s.mount("b", &s.mountpoint("m-b"), &[]);
+    fs::write(a.join("f"), b"0123456789abcdefghij").unwrap();
+    let (fa, fb) = (a.join("f"), b.join("f"));
+    assert_eq!(fs::read(&fb).unwrap(), b"0123456789abcdefghij");
+
+    // flock: held on A, refused on B without waiting.
+    let (mut holder, _o) = lock_holder(&fa, "flock");
+    let out = run(Command::new("flock").args(["-n", "-E", "75"]).arg(&fb).arg("true"));
+    assert_eq!(out.code, Some(75), "flock -n on mount B got a lock mount A holds: {out}");
+    // A blocking flock on B waits, B keeps answering, and it is granted
+    // once the holder dies.
+    let mut waiter = Killed(Command::new("flock").arg(&fb).arg("true").spawn().unwrap());
+    assert!(wait_exit(&mut waiter, Duration::from_secs(1)).is_none(), "a blocking flock on B did not wait for A's lock");
+    b_answers(b.path(), "during-flock");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let st = wait_exit(&mut waiter, Duration::from_secs(10)).expect("B's flock still waits 10 s after A's holder was killed");
+    assert!(st.success(), "B's flock: {st}");
+
+    // POSIX ranges: bytes 0..10 held on A.
+    let (mut holder, _o) = lock_holder(&fa, "lockf 0 10");
+    assert_eq!(run(&mut lockf(&fb, 5, 5, true)).code, Some(11), "an overlapping range on B was granted");
+    assert_eq!(run(&mut lockf(&fb, 10, 10, true)).code, Some(0), "a disjoint range on B was refused");
+    assert_eq!(getlk(&fb, 0, 1), (libc::F_WRLCK as i32, holder.id()), "F_GETLK on B names A's holder");
+    assert_eq!(getlk(&fb, 10, 10).0, libc::F_UNLCK as i32);
+    let mut waiter = Killed(lockf(&fb, 5, 5, false).spawn().unwrap());
+    assert!(wait_exit(&mut waiter, Duration::from_secs(1)).is_none(), "a blocking lockf on B did not wait for A's range");
+    b_answers(b.path(), "during-lockf");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let st = wait_exit(&mut waiter, Duration::from_secs(10)).expect("B's lockf still waits 10 s after A's holder was killed");
+    assert_eq!(st.code(), Some(0), "B's lockf: {st}");
+    a.umount();
+    b.umount();
 }

@@ -17,6 +17,7 @@ mod tree;
 mod ship;
 mod open_files;
 mod bill;
+mod locks;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
@@ -26,6 +27,7 @@ pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 pub(crate) use file::FileState;
 pub use flush::FlushReport;
 pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
+pub use locks::{LockKind, LockOutcome, LockOwner, LockRow, LockStyle, LOCK_EOF};
 
 use crate::cache::ChunkCache;
 use crate::config::{Layout, VolumeConfig};

@@ -1,0 +1,50 @@
+//! File locks shared by every machine that mounts a volume read-write
+//! (`docs/shared-volume.md` §8): the store keeps them, keyed by this
+//! mount's session and the kernel's lock owner. A volume nobody else
+//! mounts leaves locks to the kernel (none of this is called).
+
+use super::Volume;
+use crate::error::{Error, Result};
+use crate::types::Ino;
+pub use cairn_meta::{LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
+
+impl Volume {
+    /// The session this mount's locks are kept under: Some only on a
+    /// shared volume mounted read-write (a read-only mount has no session,
+    /// its locks stay the kernel's, on this machine).
+    pub fn lock_session(&self) -> Option<u64> {
+        if !self.is_shared() || self.opts.read_only {
+            return None;
+        }
+        self.cloud.as_ref().and_then(|c| c.session.get().copied())
+    }
+
+    fn lock_owner(&self, owner: u64) -> Result<LockOwner> {
+        match self.lock_session() {
+            Some(session) => Ok(LockOwner { session, owner }),
+            None => Err(Error::new(crate::ErrorKind::NotSupported, "file locks are kept in the metadata store only on a shared volume mounted read-write")),
+        }
+    }
+
+    /// Takes, changes or drops a lock of kernel lock owner `owner` on
+    /// `ino`; never waits (a conflict names its holder; the caller
+    /// retries).
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_lock(&self, ino: Ino, owner: u64, style: LockStyle, kind: LockKind, start: u64, end: u64, pid: u32) -> Result<LockOutcome> {
+        let owner = self.lock_owner(owner)?;
+        Ok(self.meta.store().set_lock(&LockRequest { ino, owner, style, kind, start, end, pid })?)
+    }
+
+    /// `F_GETLK`: another owner's lock that conflicts with the request.
+    #[allow(clippy::too_many_arguments)]
+    pub fn test_lock(&self, ino: Ino, owner: u64, style: LockStyle, kind: LockKind, start: u64, end: u64, pid: u32) -> Result<Option<LockRow>> {
+        let owner = self.lock_owner(owner)?;
+        Ok(self.meta.store().test_lock(&LockRequest { ino, owner, style, kind, start, end, pid })?)
+    }
+
+    /// Drops every lock of `style` that `owner` holds on `ino` (a close).
+    pub fn release_locks(&self, ino: Ino, owner: u64, style: LockStyle) -> Result<u64> {
+        let owner = self.lock_owner(owner)?;
+        Ok(self.meta.store().release_locks(ino, owner, style)?)
+    }
+}
