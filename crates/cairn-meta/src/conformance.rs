@@ -618,6 +618,8 @@ fn open_files(s: &dyn MetaStore) -> bool {
     assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
     assert!(!elsewhere(h, 0));
     true
+}
+
 /// File locks (`docs/metadata-store.md` "Locks"): POSIX ranges of one
 /// owner split and merge, a read conflicts only with another owner's
 /// write, a write with any other owner's lock; flock locks are separate;
