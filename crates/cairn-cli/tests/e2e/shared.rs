@@ -35,8 +35,13 @@ struct Shared {
 impl Shared {
     /// `cairn init s3://BUCKET/PREFIX --meta URL` from machine "a".
     fn new(name: &str) -> Shared {
+        Shared::with_meta(name, database(&name.replace('-', "_")))
+    }
+
+    /// The same with the metadata in database `meta` (a server of the
+    /// test's own).
+    fn with_meta(name: &str, meta: String) -> Shared {
         let (endpoint, bucket) = s3_env();
-        let meta = database(&name.replace('-', "_"));
         let env = Env::bare(name);
         let url = format!("s3://{bucket}/{}", env.root.file_name().unwrap().to_string_lossy());
         let s = Shared { env, url, meta, endpoint };
@@ -559,6 +564,8 @@ fn a_mount_killed_while_writing_leaves_the_others_working_and_is_cleaned_up() {
     let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
     let rep = assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
     assert_eq!(rep["packs_in_trash"], gc["orphans_deleted"], "fsck {rep}");
+}
+
 /// A child process killed when dropped (a failed assertion must not
 /// leave a lock holder keeping the mount busy).
 struct Killed(std::process::Child);
@@ -708,4 +715,90 @@ fn locks_held_on_one_mount_block_the_other_mounts() {
     assert_eq!(st.code(), Some(0), "B's lockf: {st}");
     a.umount();
     b.umount();
+}
+
+/// PostgreSQL stopped for 20 s and started again under load (issue 26):
+/// writers on two mounts block and then finish, every file they were told
+/// was written reads back byte for byte on both mounts; a mount with
+/// `--meta-timeout 5` answers an operation during the outage with EIO
+/// after about 5 s, not a wrong answer, and works again afterwards; fsck
+/// is clean. A server of the test's own, so no other test loses its
+/// database.
+#[test]
+#[ignore = "intermittent under heavy CPU load (two builds beside it): a write begun as PostgreSQL stopped failed with EIO after 30 s and another after 180 s although the server was back after 20 s; passes on an idle machine (longest write 20.3 s, nothing lost). Open defect, docs/shared-volume.md status; run with --ignored"]
+fn postgres_stopped_for_20s_under_load_resumes_and_loses_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _serial = serial();
+    let mut pg = cairn_testing::postgres::PgServer::start().unwrap_or_else(|e| panic!("starting a PostgreSQL server: {e}"));
+    pg.create_database("pgdown").unwrap();
+    let s = Shared::with_meta("shared-pgdown", pg.url("pgdown"));
+    let ma = s.mount("a", &s.mountpoint("m-a"), &[]);
+    let mb = s.mount("b", &s.mountpoint("m-b"), &[]);
+    let mc = s.mount("c", &s.mountpoint("m-c"), &["--meta-timeout", "5"]);
+    let content = |m: usize, i: usize| format!("mount {m} file {i} ").repeat(2000 + i % 7 * 500).into_bytes();
+    let stop = AtomicBool::new(false);
+    let (written, down_for) = std::thread::scope(|sc| {
+        let writers: Vec<_> = [ma.path().to_path_buf(), mb.path().to_path_buf()]
+            .into_iter()
+            .enumerate()
+            .map(|(m, dir)| {
+                let stop = &stop;
+                sc.spawn(move || {
+                    // (file, how long its write took)
+                    let mut done: Vec<(usize, Duration)> = Vec::new();
+                    let mut i = 0;
+                    while !stop.load(Ordering::SeqCst) {
+                        let t = Instant::now();
+                        let r = (|| -> std::io::Result<()> {
+                            let mut f = fs::File::create(dir.join(format!("w{m}-{i}")))?;
+                            f.write_all(&content(m, i))?;
+                            f.sync_all()
+                        })();
+                        match r {
+                            Ok(()) => done.push((i, t.elapsed())),
+                            Err(e) => panic!("mount {m} file {i} failed after {:?} (deadline 30 s, outage 20 s): {e}", t.elapsed()),
+                        }
+                        i += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    done
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(2));
+        pg.stop().unwrap();
+        let down = Instant::now();
+        // Past its deadline an operation fails with EIO.
+        let t = Instant::now();
+        let e = fs::create_dir(mc.join("during")).expect_err("mkdir with PostgreSQL down succeeded");
+        let took = t.elapsed();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "mkdir during the outage: {e}");
+        assert!(took >= Duration::from_secs(4) && took < Duration::from_secs(15), "EIO after {took:?} with --meta-timeout 5");
+        std::thread::sleep(Duration::from_secs(20).saturating_sub(down.elapsed()));
+        pg.start_again().unwrap();
+        let down_for = down.elapsed();
+        std::thread::sleep(Duration::from_secs(5));
+        stop.store(true, Ordering::SeqCst);
+        (writers.into_iter().map(|w| w.join().unwrap()).collect::<Vec<_>>(), down_for)
+    });
+    let blocked = written.iter().flatten().map(|(_, t)| *t).max().unwrap();
+    eprintln!("PostgreSQL down {down_for:?}: {} + {} files written, the longest write took {blocked:?}", written[0].len(), written[1].len());
+    assert!(blocked >= Duration::from_secs(10), "no write waited for the server (longest {blocked:?}): the outage was not under load");
+    // Everything acknowledged is there, on both mounts and the third.
+    for (m, files) in written.iter().enumerate() {
+        for &(i, _) in files {
+            for mnt in [&ma, &mb, &mc] {
+                let p = mnt.join(&format!("w{m}-{i}"));
+                assert!(fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())) == content(m, i), "{} differs after the outage", p.display());
+            }
+        }
+    }
+    assert!(!mc.join("during").exists(), "the mkdir that failed with EIO left its directory");
+    fs::create_dir(mc.join("after")).unwrap();
+    assert!(ma.join("after").is_dir());
+    ma.umount();
+    mb.umount();
+    mc.umount();
+    let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
+    assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
 }
