@@ -725,7 +725,7 @@ fn locks_held_on_one_mount_block_the_other_mounts() {
 /// is clean. A server of the test's own, so no other test loses its
 /// database.
 #[test]
-#[ignore = "intermittent under heavy CPU load (two builds beside it): a write begun as PostgreSQL stopped failed with EIO after 30 s and another after 180 s although the server was back after 20 s; passes on an idle machine (longest write 20.3 s, nothing lost). Open defect, docs/shared-volume.md status; run with --ignored"]
+#[ignore = "needs an idle machine: under heavy CPU load the test server's fast shutdown took ~3 min, so the outage was 3 min, not 20 s (writes then fail with EIO after their deadline, as they should); run with --ignored"]
 fn postgres_stopped_for_20s_under_load_resumes_and_loses_nothing() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let _serial = serial();
@@ -766,8 +766,9 @@ fn postgres_stopped_for_20s_under_load_resumes_and_loses_nothing() {
             })
             .collect();
         std::thread::sleep(Duration::from_secs(2));
-        pg.stop().unwrap();
         let down = Instant::now();
+        pg.stop().unwrap();
+        assert!(down.elapsed() < Duration::from_secs(10), "PostgreSQL took {:?} to stop (fast shutdown): the machine is too loaded for a 20 s outage", down.elapsed());
         // Past its deadline an operation fails with EIO.
         let t = Instant::now();
         let e = fs::create_dir(mc.join("during")).expect_err("mkdir with PostgreSQL down succeeded");
