@@ -218,7 +218,9 @@ pub enum Changed {
 /// One row of the change log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Change {
-    /// Ascending in commit order (gaps allowed: rolled-back transactions).
+    /// Taken when the row is inserted, so not in commit order: a smaller
+    /// seq may commit after a larger one (gaps too: rolled-back or retried
+    /// transactions). [`ChangeCursor`] copes with both.
     pub seq: u64,
     pub what: Changed,
     /// The session of the store that committed it (None: no session open).
@@ -546,8 +548,8 @@ pub trait MetaStore: Send + Sync {
     /// The change rows after `cursor` and those of its holes that
     /// committed since, at most `limit`, each once: holes first, then
     /// ascending; advances `cursor` past them (noting the new holes) and
-    /// forgets holes older than its bound. A row that commits at any time
-    /// within that bound of the commit of a larger seq already read is
+    /// forgets holes older than its bound: a row whose transaction commits
+    /// within `hole_bound` of this reader first finding its seq missing is
     /// delivered by a later call.
     fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>> {
         let rows = self.changes_since(cursor.after, limit)?;

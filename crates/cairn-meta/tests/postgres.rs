@@ -476,7 +476,6 @@ fn a_change_committing_late_is_not_missed(pg: &PgServer) {
     let first = b.read_changes(&mut cur, 100).unwrap();
     assert_eq!(first.iter().map(|c| c.what.clone()).collect::<Vec<_>>(), vec![Changed::Inode(d2)], "only T2 committed");
     assert!(first[0].seq > start + 1, "T1's seq {} is below T2's {}", start + 1, first[0].seq);
-    assert_eq!(cur.hole_seqs(), vec![start + 1], "T1's seq is a hole");
     release.send(()).unwrap();
     t1.join().unwrap().unwrap();
     let late = b.read_changes(&mut cur, 100).unwrap();
