@@ -513,6 +513,16 @@ fn a_change_committing_late_is_not_missed(pg: &PgServer) {
     assert_eq!(b.read_changes(&mut cur, 100).unwrap().iter().map(|c| c.what.clone()).collect::<Vec<_>>(), vec![Changed::Inode(d2)]);
     assert_eq!(cur.holes.len(), 1, "a hole is asked until its bound: {:?}", cur.holes);
     assert!(cur.hole_bound >= Duration::from_secs(60), "the hole bound derives from the 30 s deadline: {:?}", cur.hole_bound);
+    // With a 1 s deadline the bound is 12 s: the rolled-back seq is
+    // forgotten after a read past it, and never delivered.
+    let quick = PgMeta::open_with(&url, "late", codec(), PgOptions { timeout: Duration::from_secs(1) }).unwrap();
+    assert_eq!(quick.hole_bound(), Duration::from_secs(12));
+    cur.hole_bound = Duration::ZERO;
+    quick.read_changes(&mut cur, 100).unwrap();
+    assert_eq!((cur.holes.len(), cur.hole_bound), (1, Duration::from_secs(12)));
+    std::thread::sleep(Duration::from_secs(13));
+    assert!(quick.read_changes(&mut cur, 100).unwrap().is_empty());
+    assert!(cur.holes.is_empty(), "a hole outlived its bound: {:?}", cur.holes);
 }
 
 /// A closure that hits a serialization failure runs again; the log holds
