@@ -220,11 +220,46 @@ pub enum Changed {
 /// One row of the change log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Change {
-    /// Ascending in commit order (gaps allowed: rolled-back transactions).
+    /// Taken when the row is inserted, so not in commit order: a smaller
+    /// seq may commit after a larger one (gaps too: rolled-back or retried
+    /// transactions). [`ChangeCursor`] copes with both.
     pub seq: u64,
     pub what: Changed,
     /// The session of the store that committed it (None: no session open).
     pub session: Option<u64>,
+}
+
+/// A reader's position in the change log ([`MetaRead::read_changes`]):
+/// the highest seq read, and the *holes* below it, seqs not seen yet.
+///
+/// A `seq` is taken when a transaction inserts its rows, not when it
+/// commits, and writers do not serialize their commits: a row can become
+/// visible after a larger seq was already read (its transaction was still
+/// committing). Each hole is a seq of such a transaction, or of one that
+/// rolled back or was retried (then a gap for good). Every read asks for
+/// the holes again and delivers the rows that appeared; a hole is
+/// forgotten once it has been open longer than [`ChangeCursor::hole_bound`]
+/// (the store's bound on a transaction's life after it took its seq).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangeCursor {
+    /// The highest seq read (or the start).
+    pub after: u64,
+    /// seq -> when this reader first found it missing.
+    pub holes: std::collections::BTreeMap<u64, std::time::Instant>,
+    /// How long a hole is asked for (0: the store has no holes).
+    pub hole_bound: std::time::Duration,
+}
+
+impl ChangeCursor {
+    /// A cursor after `seq`, with no holes.
+    pub fn at(seq: u64) -> Self {
+        ChangeCursor { after: seq, ..Default::default() }
+    }
+
+    /// The holes, ascending.
+    pub fn hole_seqs(&self) -> Vec<u64> {
+        self.holes.keys().copied().collect()
+    }
 }
 
 /// Held while this process runs the volume's maintenance (cleanup of dead
@@ -500,9 +535,31 @@ pub trait MetaStore: Send + Sync {
     /// The volume's maintenance lock, if nobody (no process, no machine)
     /// holds it: at most one guard per volume lives at a time.
     fn try_maintenance(&self) -> Result<Option<Box<dyn MaintenanceGuard>>>;
-    /// Change rows with `seq > after`, ascending, at most `limit`. Empty
-    /// for a store nobody else shares (SQLite).
+    /// Change rows with `seq > after` committed now, ascending, at most
+    /// `limit`. Empty for a store nobody else shares (SQLite). A row with a
+    /// smaller seq may still commit later (PostgreSQL: its transaction was
+    /// committing): a reader that must miss nothing uses
+    /// [`MetaRead::read_changes`].
     fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<Change>>;
+    /// Where a reader that must see every change committed from now on
+    /// starts: after the newest change, with holes for the seqs below it
+    /// that may still commit.
+    fn change_cursor(&self) -> Result<ChangeCursor> {
+        Ok(ChangeCursor::at(self.last_change_seq()?))
+    }
+    /// The change rows after `cursor` and those of its holes that
+    /// committed since, at most `limit`, each once: holes first, then
+    /// ascending; advances `cursor` past them (noting the new holes) and
+    /// forgets holes older than its bound: a row whose transaction commits
+    /// within `hole_bound` of this reader first finding its seq missing is
+    /// delivered by a later call.
+    fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>> {
+        let rows = self.changes_since(cursor.after, limit)?;
+        if let Some(last) = rows.last() {
+            cursor.after = last.seq;
+        }
+        Ok(rows)
+    }
     /// The highest change seq committed (0 if none).
     fn last_change_seq(&self) -> Result<u64>;
     /// Deletes change rows older than `older_than` (store clock); returns

@@ -195,6 +195,8 @@ pub struct PgMeta {
     retries: std::sync::atomic::AtomicU64,
     /// Test hook: see [`PgMeta::lose_next_commit_reply`].
     lose_commit_reply: AtomicBool,
+    /// Test hook: see [`PgMeta::hold_next_commit`].
+    before_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     /// The session change rows carry (0: none open).
     session: AtomicU64,
     /// The journal whose marks `jseq` means (`set_journal`; 0: none).
@@ -202,7 +204,6 @@ pub struct PgMeta {
     /// Advisory lock keys: the maintenance lock, and the lock that orders
     /// change-log appends.
     maintenance_key: i64,
-    changes_key: i64,
 }
 
 /// What one try of an operation came to.
@@ -346,11 +347,11 @@ impl PgMeta {
         // database, so they name the schema): 64 bits of an MD5.
         let r = c
             .query_one(
-                "SELECT ('x' || substr(md5($1 || ':maintenance'), 1, 16))::bit(64)::bigint, ('x' || substr(md5($1 || ':changes'), 1, 16))::bit(64)::bigint",
+                "SELECT ('x' || substr(md5($1 || ':maintenance'), 1, 16))::bit(64)::bigint",
                 &[&schema],
             )
             .map_err(|e| pg_err("computing the volume's lock keys", &e))?;
-        let (maintenance_key, changes_key) = (r.get::<_, i64>(0), r.get::<_, i64>(1));
+        let maintenance_key = r.get::<_, i64>(0);
         Ok(PgMeta {
             cfg,
             schema,
@@ -364,10 +365,10 @@ impl PgMeta {
             abandoned: AtomicBool::new(false),
             retries: Default::default(),
             lose_commit_reply: AtomicBool::new(false),
+            before_commit: Mutex::new(None),
             session: AtomicU64::new(0),
             journal: AtomicU64::new(0),
             maintenance_key,
-            changes_key,
         })
     }
 
@@ -693,11 +694,11 @@ impl<'a> PgTx<'a> {
         self.changed(Changed::Inode(parent));
     }
 
-    /// Appends the transaction's change rows in one statement, after
-    /// taking the volume's change lock (held to the end of the
-    /// transaction, so `seq` order is commit order: a reader that saw seq
-    /// n committed never meets a smaller seq committing later), and sends
-    /// `pg_notify(<schema>, <highest seq>)`, delivered at commit.
+    /// Appends the transaction's change rows in one statement, the last
+    /// one before COMMIT, and sends `pg_notify(<schema>, <highest seq>)`,
+    /// delivered at commit. No lock: writers of every machine commit side
+    /// by side (group commit), so a smaller seq may commit after a larger
+    /// one was read; readers track such holes (`read_changes`).
     fn append_changes(&self) -> Result<()> {
         let set = std::mem::take(&mut *self.changed.borrow_mut());
         if set.is_empty() {
@@ -725,12 +726,11 @@ impl<'a> PgTx<'a> {
             s => Some(s as i64),
         };
         self.exec(
-            "WITH l AS (SELECT pg_advisory_xact_lock($1)),
-             ins AS (INSERT INTO changes(kind, ino, parent, name, session)
-                     SELECT t.k, t.i, t.p, t.n, $6::bigint FROM l, unnest($2::smallint[], $3::bigint[], $4::bigint[], $5::bytea[]) AS t(k, i, p, n)
+            "WITH ins AS (INSERT INTO changes(kind, ino, parent, name, session)
+                     SELECT t.k, t.i, t.p, t.n, $5::bigint FROM unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::bytea[]) AS t(k, i, p, n)
                      RETURNING seq)
-             SELECT pg_notify($7, MAX(seq)::text) FROM ins",
-            &[&self.store.changes_key, &kinds, &inos, &parents, &names, &session, &self.store.schema],
+             SELECT pg_notify($6, MAX(seq)::text) FROM ins",
+            &[&kinds, &inos, &parents, &names, &session, &self.store.schema],
         )?;
         Ok(())
     }
@@ -1486,6 +1486,12 @@ impl PgMeta {
                 Step::Done(Err(e))
             }
             (Ok(()), None) => {
+                if write {
+                    let hold = self.before_commit.lock().take();
+                    if let Some(f) = hold {
+                        f();
+                    }
+                }
                 let lost = match c.client.batch_execute("COMMIT") {
                     Ok(()) if self.lose_commit_reply.swap(false, Ordering::SeqCst) => None,
                     Ok(()) => return Step::Done(Ok(())),
@@ -1533,6 +1539,14 @@ impl PgMeta {
     #[doc(hidden)]
     pub fn lose_next_commit_reply(&self) {
         self.lose_commit_reply.store(true, Ordering::SeqCst);
+    }
+
+    /// Tests: the next write transaction that gets to COMMIT runs `f`
+    /// first, its change rows inserted (their seqs taken) but not
+    /// committed.
+    #[doc(hidden)]
+    pub fn hold_next_commit(&self, f: impl FnOnce() + Send + 'static) {
+        *self.before_commit.lock() = Some(Box::new(f));
     }
 }
 
@@ -1640,23 +1654,28 @@ impl MetaStore for PgMeta {
         Ok(got.then(|| Box::new(PgMaintenance { client, key: self.maintenance_key }) as Box<dyn MaintenanceGuard>))
     }
     fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<Change>> {
-        let rows = self.stmt("reading the change log", |c| {
-            c.query(
-                "SELECT seq, kind, ino, parent, name, session FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2",
-                &[&(after.min(i64::MAX as u64) as i64), &(limit.min(i64::MAX as usize) as i64)],
+        let mut c = ChangeCursor::at(after);
+        self.read_changes_from(&mut c, limit, false)
+    }
+    /// Holes: the seqs missing in the `CURSOR_WINDOW` below the newest
+    /// (above the highest trimmed), asked in the same statement.
+    fn change_cursor(&self) -> Result<ChangeCursor> {
+        let (top, holes) = self.stmt("reading the change log", |c| {
+            c.query_one(
+                "WITH m AS (SELECT COALESCE((SELECT MAX(seq) FROM changes), 0) AS top),
+                      r AS (SELECT top, GREATEST(top - $1, COALESCE((SELECT value FROM info WHERE key = $2), 0), 0) AS lo FROM m)
+                 SELECT top, ARRAY(SELECT s FROM r, generate_series(r.lo + 1, r.top - 1) AS s
+                                   WHERE NOT EXISTS (SELECT 1 FROM changes WHERE seq = s) ORDER BY s)
+                 FROM r",
+                &[&(CURSOR_WINDOW as i64), &TRIMMED_KEY],
             )
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<i64>>(1)))
         })?;
-        rows.iter()
-            .map(|r| {
-                let kind: i16 = col(r, 1)?;
-                let what = match kind {
-                    CHANGE_INODE => Changed::Inode(col::<Option<i64>>(r, 2)?.unwrap_or(0) as u64),
-                    CHANGE_ENTRY => Changed::Entry { parent: col::<Option<i64>>(r, 3)?.unwrap_or(0) as u64, name: col::<Option<Vec<u8>>>(r, 4)?.unwrap_or_default() },
-                    k => return Err(Error::corrupt(format!("change log: unknown kind {k}"))),
-                };
-                Ok(Change { seq: col::<i64>(r, 0)? as u64, what, session: col::<Option<i64>>(r, 5)?.map(|s| s as u64) })
-            })
-            .collect()
+        let now = Instant::now();
+        Ok(ChangeCursor { after: top, holes: holes.into_iter().map(|s| (s as u64, now)).collect(), hole_bound: self.hole_bound() })
+    }
+    fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>> {
+        self.read_changes_from(cursor, limit, true)
     }
     fn last_change_seq(&self) -> Result<u64> {
         self.stmt("reading the change log", |c| c.query_one("SELECT COALESCE(MAX(seq), 0) FROM changes", &[]).map(|r| r.get::<_, i64>(0) as u64))
@@ -1797,7 +1816,81 @@ fn lock_rows(rows: Vec<Row>) -> Result<Vec<LockRow>> {
         .collect()
 }
 
+/// How far below the newest change a new cursor looks for seqs still
+/// committing ([`MetaRead::change_cursor`]).
+const CURSOR_WINDOW: u64 = 65_536;
+
+/// At most this many holes per cursor (the lowest go first, with a
+/// warning): a sequence moved by hand (`setval`) must not make every read
+/// carry millions of seqs.
+const MAX_HOLES: usize = 65_536;
+
 impl PgMeta {
+    /// How long a reader asks for a missing seq: twice the operation
+    /// deadline plus 10 s (70 s by default). A transaction takes its seqs
+    /// in its last statement before COMMIT, so it is done (committed or
+    /// rolled back) well within this unless the server stalls its commit
+    /// that long.
+    pub fn hole_bound(&self) -> Duration {
+        self.opts.timeout.saturating_mul(2) + Duration::from_secs(10)
+    }
+
+    /// `changes_since` (`holes` false: rows after `cursor.after` only) or
+    /// `read_changes`.
+    fn read_changes_from(&self, cur: &mut ChangeCursor, limit: usize, holes: bool) -> Result<Vec<Change>> {
+        let started = Instant::now();
+        let asked: Vec<i64> = if holes { cur.holes.keys().map(|&s| s as i64).collect() } else { Vec::new() };
+        let rows = self.stmt("reading the change log", |c| {
+            c.query(
+                "SELECT seq, kind, ino, parent, name, session FROM changes WHERE seq > $1 OR seq = ANY($3::bigint[]) ORDER BY seq LIMIT $2",
+                &[&(cur.after.min(i64::MAX as u64) as i64), &(limit.min(i64::MAX as usize) as i64), &asked],
+            )
+        })?;
+        let rows = rows
+            .iter()
+            .map(|r| {
+                let kind: i16 = col(r, 1)?;
+                let what = match kind {
+                    CHANGE_INODE => Changed::Inode(col::<Option<i64>>(r, 2)?.unwrap_or(0) as u64),
+                    CHANGE_ENTRY => Changed::Entry { parent: col::<Option<i64>>(r, 3)?.unwrap_or(0) as u64, name: col::<Option<Vec<u8>>>(r, 4)?.unwrap_or_default() },
+                    k => return Err(Error::corrupt(format!("change log: unknown kind {k}"))),
+                };
+                Ok(Change { seq: col::<i64>(r, 0)? as u64, what, session: col::<Option<i64>>(r, 5)?.map(|s| s as u64) })
+            })
+            .collect::<Result<Vec<Change>>>()?;
+        if !holes {
+            if let Some(last) = rows.last() {
+                cur.after = last.seq;
+            }
+            return Ok(rows);
+        }
+        // A seq missing now was taken before the larger one read was
+        // committed, so before now: its transaction ends within the bound
+        // from now.
+        let seen = Instant::now();
+        let bound = self.hole_bound();
+        cur.hole_bound = bound;
+        for ch in &rows {
+            if ch.seq > cur.after {
+                for h in (cur.after + 1).max(ch.seq.saturating_sub(MAX_HOLES as u64))..ch.seq {
+                    cur.holes.insert(h, seen);
+                }
+                cur.after = ch.seq;
+            } else {
+                cur.holes.remove(&ch.seq);
+            }
+        }
+        // Forgotten only after a read that began past the bound.
+        cur.holes.retain(|_, t| started.saturating_duration_since(*t) < bound);
+        if cur.holes.len() > MAX_HOLES {
+            let drop = cur.holes.len() - MAX_HOLES;
+            tracing::warn!(dropped = drop, "PostgreSQL metadata store: more than {MAX_HOLES} change seqs missing below seq {}; no longer waiting for the lowest", cur.after);
+            let keep = cur.holes.split_off(&cur.holes.keys().nth(drop).copied().unwrap_or(u64::MAX));
+            cur.holes = keep;
+        }
+        Ok(rows)
+    }
+
     /// One statement in its own (autocommit) transaction, with the store's
     /// retries.
     fn stmt<T>(&self, what: &str, mut f: impl FnMut(&mut Client) -> std::result::Result<T, pg::Error>) -> Result<T> {

@@ -98,6 +98,7 @@ fn postgres_store() {
     changes_seen_by_another_machine(&pg);
     a_retried_closure_logs_its_last_run_only(&pg);
     feed_wakes_on_another_machines_commit(&pg);
+    a_change_committing_late_is_not_missed(&pg);
     eprintln!("+feed: {:?}", t0.elapsed());
     a_version_1_schema_is_upgraded(&pg);
     a_version_2_schema_gets_journal_marks(&pg);
@@ -312,6 +313,32 @@ fn postgres_create_rate() {
     }
 }
 
+/// Four machines (a store each, one schema) creating 500 files each at
+/// once: the figure writers that do not serialize on the change log
+/// improve. `cargo test --release -p cairn-meta --test postgres
+/// concurrent_create_rate -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn postgres_concurrent_create_rate() {
+    let pg = server();
+    let url = fresh(&pg, "crate");
+    for machines in [1usize, 2, 4] {
+        let stores: Vec<Arc<PgMeta>> = (0..machines).map(|_| open(&url, "crate")).collect();
+        let t = Instant::now();
+        std::thread::scope(|sc| {
+            for (m, s) in stores.iter().enumerate() {
+                let s = s.clone();
+                sc.spawn(move || {
+                    for i in 0..500 {
+                        create(&s, ROOT_INO, format!("m{machines}-{m}-{i}").as_bytes()).unwrap();
+                    }
+                });
+            }
+        });
+        eprintln!("{machines} machines: {:.0} creates/s", (500 * machines) as f64 / t.elapsed().as_secs_f64());
+    }
+}
+
 /// Terminates the backends whose `application_name` is `app`; returns how
 /// many.
 fn kill_backends(pg: &PgServer, app: &str) -> usize {
@@ -407,6 +434,97 @@ fn changes_seen_by_another_machine(pg: &PgServer) {
     a.close_session(sa).unwrap();
     mkfile(&a, ROOT_INO, b"no-session");
     assert!(b.changes_since(last, 100).unwrap().iter().all(|c| c.session.is_none()), "rows after close_session carry the closed session");
+}
+
+/// Writers do not wait for each other's commits, so a transaction that
+/// took seq n can commit after seq n+1 was read: B's reader must still
+/// deliver n (once), at its next read; a seq that never commits (rolled
+/// back) is a hole that does not block later rows.
+fn a_change_committing_late_is_not_missed(pg: &PgServer) {
+    use std::sync::mpsc;
+    let url = fresh(pg, "late");
+    let (a1, a2, b) = (open(&url, "late"), open(&url, "late"), open(&url, "late"));
+    let d1 = s_mkdir(&a1, b"d1");
+    let d2 = s_mkdir(&a1, b"d2");
+    let mut cur = b.change_cursor().unwrap();
+    let start = cur.after;
+    // T1 (machine a1) inserts its rows and stops before COMMIT.
+    let (at_commit, held) = mpsc::channel();
+    let (release, go) = mpsc::channel::<()>();
+    a1.hold_next_commit(move || {
+        at_commit.send(()).unwrap();
+        go.recv().unwrap();
+    });
+    let t1 = {
+        let a1 = a1.clone();
+        std::thread::spawn(move || a1.write_with(|tx| tx.touch_dir(d1, Timestamp(70), 0)))
+    };
+    held.recv().unwrap();
+    // T2 (machine a2) commits meanwhile, with a larger seq.
+    let t2 = {
+        let a2 = a2.clone();
+        std::thread::spawn(move || a2.write_with(|tx| tx.touch_dir(d2, Timestamp(71), 0)))
+    };
+    let t0 = Instant::now();
+    while !t2.is_finished() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t2_done = t2.is_finished();
+    if !t2_done {
+        release.send(()).unwrap();
+    }
+    assert!(t2_done, "a write waited for another machine's uncommitted write");
+    t2.join().unwrap().unwrap();
+    let first = b.read_changes(&mut cur, 100).unwrap();
+    assert_eq!(first.iter().map(|c| c.what.clone()).collect::<Vec<_>>(), vec![Changed::Inode(d2)], "only T2 committed");
+    assert!(first[0].seq > start + 1, "T1's seq {} is below T2's {}", start + 1, first[0].seq);
+    release.send(()).unwrap();
+    t1.join().unwrap().unwrap();
+    let late = b.read_changes(&mut cur, 100).unwrap();
+    assert_eq!(late.iter().map(|c| (c.seq, c.what.clone())).collect::<Vec<_>>(), vec![(start + 1, Changed::Inode(d1))], "T1's late commit was missed");
+    assert!(cur.holes.is_empty());
+    assert!(b.read_changes(&mut cur, 100).unwrap().is_empty(), "a row was delivered twice");
+    // A new cursor taken while a transaction is committing has its seq as
+    // a hole.
+    let (at_commit, held) = mpsc::channel();
+    let (release, go) = mpsc::channel::<()>();
+    a1.hold_next_commit(move || {
+        at_commit.send(()).unwrap();
+        go.recv().unwrap();
+    });
+    let t1 = {
+        let a1 = a1.clone();
+        std::thread::spawn(move || a1.write_with(|tx| tx.touch_dir(d1, Timestamp(72), 0)))
+    };
+    held.recv().unwrap();
+    a2.write_with(|tx| tx.touch_dir(d2, Timestamp(73), 0)).unwrap();
+    let mut fresh_cur = b.change_cursor().unwrap();
+    assert_eq!(fresh_cur.hole_seqs(), vec![cur.after + 1], "a new cursor does not wait for T1");
+    assert_eq!(b.read_changes(&mut cur, 100).unwrap().len(), 1);
+    release.send(()).unwrap();
+    t1.join().unwrap().unwrap();
+    assert_eq!(b.read_changes(&mut fresh_cur, 100).unwrap().iter().map(|c| c.what.clone()).collect::<Vec<_>>(), vec![Changed::Inode(d1)]);
+    assert_eq!(b.read_changes(&mut cur, 100).unwrap().iter().map(|c| c.what.clone()).collect::<Vec<_>>(), vec![Changed::Inode(d1)]);
+    // A transaction that took a seq and rolled back: a hole for good,
+    // which does not hold back later rows.
+    pg.psql("cairn", "BEGIN; INSERT INTO cairn_late.changes(kind, ino) VALUES (0, 1); ROLLBACK;").unwrap();
+    a2.write_with(|tx| tx.touch_dir(d2, Timestamp(75), 0)).unwrap();
+    assert_eq!(b.read_changes(&mut cur, 100).unwrap().iter().map(|c| c.what.clone()).collect::<Vec<_>>(), vec![Changed::Inode(d2)]);
+    assert_eq!(cur.holes.len(), 1, "the rolled-back seq is a hole: {:?}", cur.holes);
+    a2.write_with(|tx| tx.touch_dir(d2, Timestamp(76), 0)).unwrap();
+    assert_eq!(b.read_changes(&mut cur, 100).unwrap().iter().map(|c| c.what.clone()).collect::<Vec<_>>(), vec![Changed::Inode(d2)]);
+    assert_eq!(cur.holes.len(), 1, "a hole is asked until its bound: {:?}", cur.holes);
+    assert!(cur.hole_bound >= Duration::from_secs(60), "the hole bound derives from the 30 s deadline: {:?}", cur.hole_bound);
+    // With a 1 s deadline the bound is 12 s: the rolled-back seq is
+    // forgotten after a read past it, and never delivered.
+    let quick = PgMeta::open_with(&url, "late", codec(), PgOptions { timeout: Duration::from_secs(1) }).unwrap();
+    assert_eq!(quick.hole_bound(), Duration::from_secs(12));
+    cur.hole_bound = Duration::ZERO;
+    quick.read_changes(&mut cur, 100).unwrap();
+    assert_eq!((cur.holes.len(), cur.hole_bound), (1, Duration::from_secs(12)));
+    std::thread::sleep(Duration::from_secs(13));
+    assert!(quick.read_changes(&mut cur, 100).unwrap().is_empty());
+    assert!(cur.holes.is_empty(), "a hole outlived its bound: {:?}", cur.holes);
 }
 
 /// A closure that hits a serialization failure runs again; the log holds

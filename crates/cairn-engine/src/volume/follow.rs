@@ -8,7 +8,7 @@ use super::Volume;
 use crate::error::Result;
 use crate::meta;
 use crate::types::{FileKind, Ino};
-use cairn_meta::{ChangeFeed, Changed};
+use cairn_meta::{ChangeCursor, ChangeFeed, Changed};
 use std::collections::BTreeSet;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -56,8 +56,9 @@ pub struct ChangeFollower {
 }
 
 struct FollowState {
-    /// The last change seq handled.
-    cursor: u64,
+    /// The position in the change log: the last seq handled and the seqs
+    /// below it that may still commit (the store asks them again).
+    cursor: ChangeCursor,
     /// When the log was last read.
     read_at: Instant,
     /// A notice (or a reconnect) since the last read.
@@ -88,7 +89,7 @@ impl Volume {
                 None
             }
         };
-        let cursor = store.last_change_seq()?;
+        let cursor = store.change_cursor()?;
         Ok(Some(ChangeFollower {
             vol: self.clone(),
             feed: Mutex::new(feed),
@@ -177,7 +178,7 @@ impl ChangeBatch {
 impl ChangeFollower {
     /// The last change seq handled.
     pub fn cursor(&self) -> u64 {
-        self.state.lock().cursor
+        self.state.lock().cursor.after
     }
 
     /// Waits up to `max_wait` for a notice of another machine's commit,
@@ -252,13 +253,16 @@ impl ChangeFollower {
         let store = self.vol.meta.store().clone();
         let own = self.vol.own_change_session();
         let mut batch = ChangeBatch::default();
-        let start = s.cursor;
-        let mut cursor = s.cursor;
+        let start = s.cursor.after;
+        // Advanced on a copy: an error leaves the cursor as it was.
+        let mut cursor = s.cursor.clone();
         loop {
-            let rows = store.changes_since(cursor, FOLLOW_BATCH)?;
-            let Some(last) = rows.last() else { break };
+            // Each row once: a hole that filled is delivered and forgotten.
+            let rows = store.read_changes(&mut cursor, FOLLOW_BATCH)?;
+            if rows.is_empty() {
+                break;
+            }
             let full = rows.len() == FOLLOW_BATCH;
-            cursor = last.seq;
             for ch in rows {
                 if own.is_some() && ch.session == own {
                     continue;
@@ -278,7 +282,7 @@ impl ChangeFollower {
         }
         // A trim keeps the newest row, so a cursor it overtook always finds
         // rows; asked after reading them, so a trim meanwhile is seen too.
-        if cursor > start && store.changes_trimmed_through()? > start {
+        if cursor.after > start && store.changes_trimmed_through()? > start {
             batch.all = true;
             batch.inodes.insert(crate::types::ROOT_INO);
             let all: Vec<Ino> = self.vol.files.iter().map(|e| *e.key()).collect();
