@@ -436,12 +436,24 @@ fn changes_seen_by_another_machine(pg: &PgServer) {
     assert!(b.changes_since(last, 100).unwrap().iter().all(|c| c.session.is_none()), "rows after close_session carry the closed session");
 }
 
+/// Makes `s`'s next write stop after inserting its change rows, before
+/// its COMMIT: `held` hears when it got there, a send on `release` lets it
+/// commit.
+fn hold_commit(s: &PgMeta) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+    let (at_commit, held) = std::sync::mpsc::channel();
+    let (release, go) = std::sync::mpsc::channel::<()>();
+    s.hold_next_commit(move || {
+        at_commit.send(()).unwrap();
+        go.recv().unwrap();
+    });
+    (held, release)
+}
+
 /// Writers do not wait for each other's commits, so a transaction that
 /// took seq n can commit after seq n+1 was read: B's reader must still
 /// deliver n (once), at its next read; a seq that never commits (rolled
 /// back) is a hole that does not block later rows.
 fn a_change_committing_late_is_not_missed(pg: &PgServer) {
-    use std::sync::mpsc;
     let url = fresh(pg, "late");
     let (a1, a2, b) = (open(&url, "late"), open(&url, "late"), open(&url, "late"));
     let d1 = s_mkdir(&a1, b"d1");
@@ -449,12 +461,7 @@ fn a_change_committing_late_is_not_missed(pg: &PgServer) {
     let mut cur = b.change_cursor().unwrap();
     let start = cur.after;
     // T1 (machine a1) inserts its rows and stops before COMMIT.
-    let (at_commit, held) = mpsc::channel();
-    let (release, go) = mpsc::channel::<()>();
-    a1.hold_next_commit(move || {
-        at_commit.send(()).unwrap();
-        go.recv().unwrap();
-    });
+    let (held, release) = hold_commit(&a1);
     let t1 = {
         let a1 = a1.clone();
         std::thread::spawn(move || a1.write_with(|tx| tx.touch_dir(d1, Timestamp(70), 0)))
@@ -486,12 +493,7 @@ fn a_change_committing_late_is_not_missed(pg: &PgServer) {
     assert!(b.read_changes(&mut cur, 100).unwrap().is_empty(), "a row was delivered twice");
     // A new cursor taken while a transaction is committing has its seq as
     // a hole.
-    let (at_commit, held) = mpsc::channel();
-    let (release, go) = mpsc::channel::<()>();
-    a1.hold_next_commit(move || {
-        at_commit.send(()).unwrap();
-        go.recv().unwrap();
-    });
+    let (held, release) = hold_commit(&a1);
     let t1 = {
         let a1 = a1.clone();
         std::thread::spawn(move || a1.write_with(|tx| tx.touch_dir(d1, Timestamp(72), 0)))
