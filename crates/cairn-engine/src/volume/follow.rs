@@ -97,15 +97,6 @@ impl Volume {
         }))
     }
 
-    /// The session whose change rows are this mount's own, which the
-    /// follower skips (its own caches are current). None: this mount has no
-    /// session yet, and its own rows are handled like anyone's (harmless:
-    /// a clean state is reloaded from the store, the kernel re-asks).
-    fn own_change_session(&self) -> Option<u64> {
-        // A read-write mount's commits carry its session (crate::open);
-        // its own kernel saw those changes as they were made.
-        self.cloud.as_ref().and_then(|c| c.session.get().copied())
-    }
 
     /// Drops this machine's cached state of a file another machine changed:
     /// a clean state nobody has open is forgotten (the next open or stat
@@ -251,7 +242,10 @@ impl ChangeFollower {
     /// states of what changed.
     fn read(&self, s: &mut FollowState) -> Result<ChangeBatch> {
         let store = self.vol.meta.store().clone();
-        let own = self.vol.own_change_session();
+        // This mount's own rows carry its session and are skipped (its
+        // caches are current). No session yet: they are handled like
+        // anyone's (harmless: a clean state is reloaded, the kernel re-asks).
+        let own = self.vol.session_id();
         let mut batch = ChangeBatch::default();
         let start = s.cursor.after;
         // Advanced on a copy: an error leaves the cursor as it was.

@@ -13,10 +13,7 @@ impl Volume {
     /// shared volume mounted read-write (a read-only mount has no session,
     /// its locks stay the kernel's, on this machine).
     pub fn lock_session(&self) -> Option<u64> {
-        if !self.is_shared() || self.opts.read_only {
-            return None;
-        }
-        self.cloud.as_ref().and_then(|c| c.session.get().copied())
+        self.session_id()
     }
 
     fn lock_owner(&self, owner: u64) -> Result<LockOwner> {

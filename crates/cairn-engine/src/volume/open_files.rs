@@ -40,7 +40,8 @@ impl OpenFiles {
 
 impl Volume {
     /// This mount's session in a store many machines share (None for a
-    /// volume only this process opens, and for a read-only mount).
+    /// volume only this process opens, and for a read-only mount: only a
+    /// read-write mount of a shared volume opens one, crate::open).
     pub(crate) fn session_id(&self) -> Option<u64> {
         self.cloud.as_ref().and_then(|c| c.session.get().copied())
     }
@@ -95,8 +96,8 @@ impl Volume {
             return Ok(false);
         }
         match self.session_id() {
-            Some(s) if self.is_shared() => Ok(!tx.open_elsewhere(ino, s)?),
-            _ => Ok(true),
+            Some(s) => Ok(!tx.open_elsewhere(ino, s)?),
+            None => Ok(true),
         }
     }
 
