@@ -170,6 +170,15 @@ enum Cmd {
         /// block this long; data already cached stays readable.
         #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
         meta_timeout: u64,
+        /// Metadata in PostgreSQL: make every metadata change wait for
+        /// PostgreSQL's disk flush before it returns (as JuiceFS does).
+        /// Without it a change is seen by every mount at once and is
+        /// durable at the next fsync, fsyncdir or syncfs on any file, or
+        /// within PostgreSQL's WAL writer delay (0.6 s by default): a crash
+        /// of the database server loses at most that window of changes no
+        /// fsync covered, as a local file system's crash does.
+        #[arg(long)]
+        meta_sync_commit: bool,
         /// Volume in a bucket: seconds between the cleaner's looks for packs
         /// whose dead bytes have cost what cleaning them costs (0: never
         /// clean inside the mount).
@@ -838,7 +847,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -921,7 +930,7 @@ fn run(cli: Cli) -> Result<i32> {
                 gc_prices: cairn_engine::cost::Prices::load(&gc_prices)?,
                 ..Default::default()
             };
-            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, meta_timeout: Some(std::time::Duration::from_secs(meta_timeout)), ..Default::default() };
+            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, meta_timeout: Some(std::time::Duration::from_secs(meta_timeout)), meta_sync_commit, ..Default::default() };
             // The control socket answers what POSIX cannot ask (stats, sync).
             let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
                 Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)

@@ -59,10 +59,12 @@ impl Meta {
     }
 
     /// Opens the PostgreSQL schema of volume `id`, whose operations give up
-    /// after `timeout` (None: the store's default). Such a store ships no
-    /// metadata versions: PostgreSQL is the metadata's home.
-    pub fn open_pg(url: &str, id: &str, timeout: Option<std::time::Duration>) -> Result<Self> {
-        let mut opts = cairn_meta::postgres::PgOptions::default();
+    /// after `timeout` (None: the store's default) and, with `sync_commit`,
+    /// wait for PostgreSQL's WAL flush at every commit (else at `sync`).
+    /// Such a store ships no metadata versions: PostgreSQL is the
+    /// metadata's home.
+    pub fn open_pg(url: &str, id: &str, timeout: Option<std::time::Duration>, sync_commit: bool) -> Result<Self> {
+        let mut opts = cairn_meta::postgres::PgOptions { sync_commit, ..Default::default() };
         if let Some(t) = timeout {
             opts.timeout = t;
         }
@@ -84,6 +86,13 @@ impl Meta {
     /// `write` returned. `f` may run more than once (see the contract).
     pub fn read<T>(&self, f: impl FnMut(&dyn MetaRead) -> Result<T>) -> Result<T> {
         self.store.read_with(f)
+    }
+
+    /// [`Meta::read`] for a closure that runs exactly one query (see
+    /// `MetaStore::read_one`): the hot `getattr` and `lookup` of a shared
+    /// volume in one round trip.
+    pub fn read_one<T>(&self, f: impl FnMut(&dyn MetaRead) -> Result<T>) -> Result<T> {
+        self.store.read_one_with(f)
     }
 
     /// [`Meta::read`] for many queries (one read transaction).

@@ -171,6 +171,38 @@ fn namespace(s: &dyn MetaStore) {
     assert_eq!((dir.attr.mtime, dir.attr.nlink, dir.parent), (Timestamp(77), 2, Some(ROOT_INO)));
     s.write_with(|tx| tx.delete_inode(g)).unwrap();
     assert!(s.read_with(|r| r.get_inode(g)).unwrap().is_none());
+    // A path step in one query (read_one) answers what the three queries
+    // answer: an entry whose inode went, a missing name, a file as the
+    // parent, a missing parent.
+    let one = |p: Ino, n: &[u8]| s.read_one_with(|r| r.lookup_inode(p, n)).unwrap();
+    let three = |p: Ino, n: &[u8]| {
+        s.read_with(|r| -> Result<(Option<InodeRow>, Option<InodeRow>)> {
+            let Some(pr) = r.get_inode(p)? else { return Ok((None, None)) };
+            let c = match r.lookup(p, n)? {
+                Some((i, _)) => r.get_inode(i)?,
+                None => None,
+            };
+            Ok((Some(pr), c))
+        })
+        .unwrap()
+    };
+    for (p, n) in [(d, &b"b"[..]), (d, b"a"), (d, b"zz"), (f, b"x"), (ROOT_INO, b"dir"), (9_999_999, b"b")] {
+        assert_eq!(one(p, n), three(p, n), "lookup_inode({p}, {:?})", String::from_utf8_lossy(n));
+    }
+    let (pr, c) = one(d, b"b");
+    assert_eq!((pr.map(|r| r.attr.ino), c.map(|r| r.attr.ino)), (Some(d), Some(f)));
+    assert_eq!(one(ROOT_INO, b"dir").1.unwrap().attr.size, 4096, "a directory's size as get_inode shows it");
+    assert!(one(d, b"a").1.is_none(), "an entry whose inode is gone names nothing");
+    assert!(one(9_999_999, b"b").0.is_none());
+    // read_one refuses a second query rather than answer from two
+    // snapshots (a store without its own single-query path runs both).
+    let two = s.read_one_with(|r| -> Result<Option<InodeRow>> {
+        r.get_inode(d)?;
+        r.get_inode(f)
+    });
+    if let Err(e) = two {
+        assert!(e.to_string().contains("second query"), "{e}");
+    }
 }
 
 fn entry_removal_checks_the_inode(s: &dyn MetaStore) {

@@ -52,7 +52,7 @@ pub struct PackRow {
 }
 
 /// A full inode row.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InodeRow {
     pub attr: Attr,
     pub data_bytes: u64,
@@ -248,6 +248,10 @@ pub struct ChangeCursor {
     pub holes: std::collections::BTreeMap<u64, std::time::Instant>,
     /// How long a hole is asked for (0: the store has no holes).
     pub hole_bound: std::time::Duration,
+    /// [`MetaStore::changes_trimmed_through`] as the last `read_changes`
+    /// that returned rows saw it (PostgreSQL: in the same statement, so
+    /// the same snapshot as the rows; a reader needs no second query).
+    pub trimmed: u64,
 }
 
 impl ChangeCursor {
@@ -287,6 +291,17 @@ pub trait MetaRead {
     fn get_inode(&self, ino: Ino) -> Result<Option<InodeRow>>;
     /// The entry `name` in `parent`: (ino, kind).
     fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>>;
+    /// A path step as one query: `parent`'s row (None: no such inode) and,
+    /// if `parent` has an entry `name` whose inode exists, that inode's
+    /// row. PostgreSQL answers in one statement; the default asks three.
+    fn lookup_inode(&self, parent: Ino, name: &[u8]) -> Result<(Option<InodeRow>, Option<InodeRow>)> {
+        let Some(p) = self.get_inode(parent)? else { return Ok((None, None)) };
+        let child = match self.lookup(parent, name)? {
+            Some((ino, _)) => self.get_inode(ino)?,
+            None => None,
+        };
+        Ok((Some(p), child))
+    }
     /// Entries of a directory, sorted by name.
     fn list_dir(&self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, FileKind)>>;
     fn dir_is_empty(&self, dir: Ino) -> Result<bool>;
@@ -452,6 +467,12 @@ pub trait MetaStore: Send + Sync {
     /// Runs `f` on one consistent state including every change whose
     /// `write` returned. May run `f` again on a retryable failure.
     fn read(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()>;
+    /// [`MetaStore::read`] for a closure that runs one query: the store may
+    /// run it without a transaction of its own (PostgreSQL: one round trip
+    /// instead of three). A second query in `f` fails (internal error).
+    fn read_one(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()> {
+        self.read(f)
+    }
     /// [`MetaStore::read`] for many queries (a hint: the store may take one
     /// read transaction for them).
     fn read_many(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()> {
@@ -557,6 +578,7 @@ pub trait MetaStore: Send + Sync {
         let rows = self.changes_since(cursor.after, limit)?;
         if let Some(last) = rows.last() {
             cursor.after = last.seq;
+            cursor.trimmed = self.changes_trimmed_through()?;
         }
         Ok(rows)
     }
@@ -606,6 +628,18 @@ pub trait MetaStoreExt: MetaStore {
     {
         let mut out = None;
         self.read(&mut |tx| {
+            out = Some(f(tx)?);
+            Ok(())
+        })?;
+        Ok(out.expect("a read that succeeded ran its closure"))
+    }
+    fn read_one_with<T, E>(&self, mut f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<Error>,
+        Error: From<E>,
+    {
+        let mut out = None;
+        self.read_one(&mut |tx| {
             out = Some(f(tx)?);
             Ok(())
         })?;

@@ -48,11 +48,19 @@ pub struct PgOptions {
     /// How long one operation (its retries included) may take before it
     /// fails with an I/O error.
     pub timeout: Duration,
+    /// Every write waits for PostgreSQL's WAL flush before it returns.
+    /// Off (the default), a write commits with `synchronous_commit = off`:
+    /// seen by every machine at once, durable at the next
+    /// [`MetaStore::sync`] (which the engine calls before anything
+    /// depends on it: an fsync, a deleted object, a retired journal
+    /// segment) or within PostgreSQL's WAL writer delay (3 x 200 ms at
+    /// most by default). docs/metadata-store.md "Durability".
+    pub sync_commit: bool,
 }
 
 impl Default for PgOptions {
     fn default() -> Self {
-        PgOptions { timeout: DEFAULT_TIMEOUT }
+        PgOptions { timeout: DEFAULT_TIMEOUT, sync_commit: false }
     }
 }
 
@@ -156,6 +164,37 @@ struct Conn {
     stmts: HashMap<String, Statement>,
 }
 
+impl Conn {
+    /// `sql` prepared on this connection once, then reused: a statement
+    /// sent as text is parsed in a round trip of its own every time.
+    fn prepared(&mut self, sql: &str) -> std::result::Result<Statement, pg::Error> {
+        if let Some(s) = self.stmts.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql)?;
+        self.stmts.insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+}
+
+/// A connection whose statements are prepared once (`PgMeta::stmt`).
+struct Cached<'a>(&'a mut Conn);
+
+impl Cached<'_> {
+    fn query(&mut self, sql: &str, p: &[P]) -> std::result::Result<Vec<Row>, pg::Error> {
+        let st = self.0.prepared(sql)?;
+        self.0.client.query(&st, p)
+    }
+    fn query_one(&mut self, sql: &str, p: &[P]) -> std::result::Result<Row, pg::Error> {
+        let st = self.0.prepared(sql)?;
+        self.0.client.query_one(&st, p)
+    }
+    fn execute(&mut self, sql: &str, p: &[P]) -> std::result::Result<u64, pg::Error> {
+        let st = self.0.prepared(sql)?;
+        self.0.client.execute(&st, p)
+    }
+}
+
 /// A block of numbers from a sequence: `next..end` are free.
 #[derive(Default)]
 struct Block {
@@ -197,8 +236,12 @@ pub struct PgMeta {
     lose_commit_reply: AtomicBool,
     /// Test hook: see [`PgMeta::hold_next_commit`].
     before_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-    /// The session change rows carry (0: none open).
-    session: AtomicU64,
+    /// A write committed without waiting for the WAL flush since the last
+    /// `sync` barrier.
+    unsynced: AtomicBool,
+    /// The session change rows carry (0: none open); shared with this
+    /// store's change feeds, which skip its own notices.
+    session: Arc<AtomicU64>,
     /// The journal whose marks `jseq` means (`set_journal`; 0: none).
     journal: AtomicU64,
     /// Advisory lock keys: the maintenance lock, and the lock that orders
@@ -366,7 +409,8 @@ impl PgMeta {
             retries: Default::default(),
             lose_commit_reply: AtomicBool::new(false),
             before_commit: Mutex::new(None),
-            session: AtomicU64::new(0),
+            unsynced: AtomicBool::new(false),
+            session: Arc::new(AtomicU64::new(0)),
             journal: AtomicU64::new(0),
             maintenance_key,
         })
@@ -608,6 +652,17 @@ struct PgFeed {
     client: Option<Client>,
     /// When the connection was last known alive.
     checked: Instant,
+    /// This store's session: its own commits' notices wake nobody (its
+    /// caches are current; the follower reads those rows on its poll).
+    own: Arc<AtomicU64>,
+}
+
+/// Whether a notice's payload (`SEQ SESSION`, format.md "Change
+/// notices"; a bare `SEQ` from an older writer) names a session other
+/// than `own` (0: none), which is the only kind that wakes a follower.
+fn foreign_notice(payload: &str, own: u64) -> bool {
+    let session = payload.split_once(' ').and_then(|(_, s)| s.parse::<u64>().ok());
+    own == 0 || session != Some(own)
 }
 
 impl PgFeed {
@@ -624,7 +679,20 @@ impl ChangeFeed for PgFeed {
     fn wait(&mut self, timeout: Duration) -> Result<bool> {
         if let Some(c) = &mut self.client {
             let start = Instant::now();
-            let r = c.notifications().timeout_iter(timeout).next();
+            let own = self.own.load(Ordering::SeqCst);
+            let mut r = c.notifications().timeout_iter(timeout).next();
+            // This mount's own notices: keep waiting out the timeout.
+            while let Ok(Some(n)) = &r {
+                if foreign_notice(n.payload(), own) {
+                    break;
+                }
+                self.checked = Instant::now();
+                r = c.notifications().timeout_iter(timeout.saturating_sub(start.elapsed())).next();
+                if matches!(r, Ok(None)) && start.elapsed() < timeout {
+                    // timeout_iter ended early only if the connection did.
+                    break;
+                }
+            }
             let alive = match r {
                 Ok(Some(_)) => {
                     // Take every notice already here: one wake-up for them.
@@ -666,6 +734,9 @@ struct PgTx<'a> {
     /// `PgTx` per try: a re-run closure starts from nothing).
     changed: RefCell<std::collections::BTreeSet<Changed>>,
     failed: RefCell<Option<pg::Error>>,
+    /// `read_one`: no transaction of its own, so one query at most (two
+    /// would see two snapshots); the number run so far.
+    single: Option<std::cell::Cell<u32>>,
 }
 
 type P<'a> = &'a (dyn ToSql + Sync);
@@ -676,7 +747,7 @@ fn col<'r, T: pg::types::FromSql<'r>>(r: &'r Row, i: usize) -> Result<T> {
 
 impl<'a> PgTx<'a> {
     fn new(c: &'a mut Conn, store: &'a PgMeta, write: bool) -> Self {
-        PgTx { c: RefCell::new(c), store, write, deltas: RefCell::new(HashMap::new()), changed: Default::default(), failed: RefCell::new(None) }
+        PgTx { c: RefCell::new(c), store, write, deltas: RefCell::new(HashMap::new()), changed: Default::default(), failed: RefCell::new(None), single: None }
     }
 
     /// Notes a change for the log (once per transaction).
@@ -729,7 +800,7 @@ impl<'a> PgTx<'a> {
             "WITH ins AS (INSERT INTO changes(kind, ino, parent, name, session)
                      SELECT t.k, t.i, t.p, t.n, $5::bigint FROM unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::bytea[]) AS t(k, i, p, n)
                      RETURNING seq)
-             SELECT pg_notify($6, MAX(seq)::text) FROM ins",
+             SELECT pg_notify($6, MAX(seq)::text || ' ' || COALESCE(($5::bigint)::text, '')) FROM ins",
             &[&kinds, &inos, &parents, &names, &session, &self.store.schema],
         )?;
         Ok(())
@@ -745,16 +816,14 @@ impl<'a> PgTx<'a> {
     }
 
     fn with<T>(&self, sql: &str, run: impl FnOnce(&mut Client, &Statement) -> std::result::Result<T, pg::Error>) -> Result<T> {
+        if let Some(n) = &self.single {
+            if n.replace(n.get() + 1) > 0 {
+                return Err(Error::invalid("internal: a second query in a read_one closure (it would see another snapshot)"));
+            }
+        }
         let mut g = self.c.borrow_mut();
         let conn = &mut **g;
-        let st = match conn.stmts.get(sql) {
-            Some(s) => s.clone(),
-            None => {
-                let s = conn.client.prepare(sql).map_err(|e| self.note(e))?;
-                conn.stmts.insert(sql.to_string(), s.clone());
-                s
-            }
-        };
+        let st = conn.prepared(sql).map_err(|e| self.note(e))?;
         run(&mut conn.client, &st).map_err(|e| self.note(e))
     }
 
@@ -884,30 +953,40 @@ const INODE_FROM: &str = "inodes i LEFT JOIN journal_marks m ON m.journal = $J A
 const CHUNK_COLS: &str = "id, hash, pack, \"offset\", stored_len, raw_len, flags, refs";
 
 fn row_to_inode(r: &Row) -> Result<InodeRow> {
-    let data_bytes: i64 = col(r, 8)?;
+    row_to_inode_at(r, 0)
+}
+
+/// The inode in `INODE_COLS` order from column `b` on.
+fn row_to_inode_at(r: &Row, b: usize) -> Result<InodeRow> {
+    let data_bytes: i64 = col(r, b + 8)?;
     let attr = Attr {
-        ino: col::<i64>(r, 0)? as u64,
-        kind: FileKind::from_code(col(r, 1)?)?,
-        perm: col::<i64>(r, 2)? as u32,
-        nlink: col::<i64>(r, 3)? as u32,
-        uid: col::<i64>(r, 4)? as u32,
-        gid: col::<i64>(r, 5)? as u32,
-        rdev: col::<i64>(r, 6)? as u32,
-        size: col::<i64>(r, 7)? as u64,
+        ino: col::<i64>(r, b)? as u64,
+        kind: FileKind::from_code(col(r, b + 1)?)?,
+        perm: col::<i64>(r, b + 2)? as u32,
+        nlink: col::<i64>(r, b + 3)? as u32,
+        uid: col::<i64>(r, b + 4)? as u32,
+        gid: col::<i64>(r, b + 5)? as u32,
+        rdev: col::<i64>(r, b + 6)? as u32,
+        size: col::<i64>(r, b + 7)? as u64,
         blocks: (data_bytes as u64).div_ceil(512),
-        atime: Timestamp(col(r, 9)?),
-        mtime: Timestamp(col(r, 10)?),
-        ctime: Timestamp(col(r, 11)?),
-        btime: Timestamp(col(r, 12)?),
+        atime: Timestamp(col(r, b + 9)?),
+        mtime: Timestamp(col(r, b + 10)?),
+        ctime: Timestamp(col(r, b + 11)?),
+        btime: Timestamp(col(r, b + 12)?),
     };
-    Ok(InodeRow {
+    let mut row = InodeRow {
         attr,
         data_bytes: data_bytes as u64,
-        parent: col::<Option<i64>>(r, 13)?.map(|p| p as u64),
-        target: col(r, 14)?,
-        jseq: col::<i64>(r, 15)? as u64,
-        flags: col(r, 16)?,
-    })
+        parent: col::<Option<i64>>(r, b + 13)?.map(|p| p as u64),
+        target: col(r, b + 14)?,
+        jseq: col::<i64>(r, b + 15)? as u64,
+        flags: col(r, b + 16)?,
+    };
+    if row.attr.kind == FileKind::Dir {
+        row.attr.size = 4096;
+        row.attr.blocks = 8;
+    }
+    Ok(row)
 }
 
 fn row_to_chunk(r: &Row) -> Result<ChunkRow> {
@@ -942,12 +1021,26 @@ impl MetaRead for PgTx<'_> {
     fn get_inode(&self, ino: Ino) -> Result<Option<InodeRow>> {
         let from = INODE_FROM.replace("$J", "$2");
         let Some(r) = self.opt(&format!("SELECT {INODE_COLS} FROM {from} WHERE i.ino = $1"), &[&(ino as i64), &self.journal()])? else { return Ok(None) };
-        let mut row = row_to_inode(&r)?;
-        if row.attr.kind == FileKind::Dir {
-            row.attr.size = 4096;
-            row.attr.blocks = 8;
-        }
-        Ok(Some(row))
+        Ok(Some(row_to_inode(&r)?))
+    }
+    /// One statement: the directory's row joined to the entry and its
+    /// inode's row (all NULL when the name is not there).
+    fn lookup_inode(&self, parent: Ino, name: &[u8]) -> Result<(Option<InodeRow>, Option<InodeRow>)> {
+        let parent_cols = INODE_COLS.replace("i.", "p.").replace("m.seq", "pm.seq");
+        let sql = format!(
+            "SELECT {parent_cols}, {INODE_COLS}
+             FROM inodes p LEFT JOIN journal_marks pm ON pm.journal = $2 AND pm.ino = p.ino
+             LEFT JOIN dentries d ON d.parent = p.ino AND d.name = $3
+             LEFT JOIN inodes i ON i.ino = d.ino
+             LEFT JOIN journal_marks m ON m.journal = $2 AND m.ino = i.ino
+             WHERE p.ino = $1"
+        );
+        let Some(r) = self.opt(&sql, &[&(parent as i64), &self.journal(), &name])? else { return Ok((None, None)) };
+        let child = match col::<Option<i64>>(&r, 17)? {
+            Some(_) => Some(row_to_inode_at(&r, 17)?),
+            None => None,
+        };
+        Ok((Some(row_to_inode(&r)?), child))
     }
     fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
         match self.opt("SELECT ino, kind FROM dentries WHERE parent = $1 AND name = $2", &[&(parent as i64), &name])? {
@@ -1272,16 +1365,21 @@ impl MetaTx for PgTx<'_> {
     /// transaction: an unlink elsewhere that read no row and freed the
     /// inode conflicts with it, and one of the two is retried.
     fn mark_open(&self, session: u64, ino: Ino, gen: u64) -> Result<bool> {
-        // A row of a session that is gone would keep the file forever.
-        if self.opt("SELECT 1 FROM sessions WHERE id = $1", &[&(session as i64)])?.is_none() {
-            return Err(Error::new(ErrorKind::SessionLost, format!("metadata session {session} is gone (expired and cleaned up): this mount cannot register open files any more; remount")));
-        }
-        let n = self.exec(
-            "INSERT INTO open_files(ino, session, gen) SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM inodes WHERE ino = $1)
-             ON CONFLICT (ino, session) DO UPDATE SET gen = excluded.gen",
+        // A row of a session that is gone would keep the file forever. One
+        // statement (a create runs this inside its transaction: a round
+        // trip saved per create).
+        let r = self.one(
+            "WITH s AS (SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $2) AS live),
+                  ins AS (INSERT INTO open_files(ino, session, gen) SELECT $1, $2, $3
+                          WHERE (SELECT live FROM s) AND EXISTS (SELECT 1 FROM inodes WHERE ino = $1)
+                          ON CONFLICT (ino, session) DO UPDATE SET gen = excluded.gen RETURNING 1)
+             SELECT (SELECT live FROM s), EXISTS (SELECT 1 FROM ins)",
             &[&(ino as i64), &(session as i64), &(gen as i64)],
         )?;
-        Ok(n > 0)
+        if !col::<bool>(&r, 0)? {
+            return Err(Error::new(ErrorKind::SessionLost, format!("metadata session {session} is gone (expired and cleaned up): this mount cannot register open files any more; remount")));
+        }
+        col(&r, 1)
     }
     fn mark_closed(&self, session: u64, rows: &[(Ino, u64)]) -> Result<()> {
         if rows.is_empty() {
@@ -1456,7 +1554,17 @@ impl PgMeta {
     fn attempt(&self, c: &mut Conn, write: bool, f: &mut dyn FnMut(&PgTx) -> Result<()>) -> Step<()> {
         // A write learns its transaction id in the same round trip, to
         // find out whether it committed if the reply to COMMIT is lost.
-        let begin = if write { "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT txid_current()" } else { "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" };
+        let lazy = write && !self.opts.sync_commit;
+        let begin = match (write, lazy) {
+            (true, true) => "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL synchronous_commit = off; SELECT txid_current()",
+            (true, false) => "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL synchronous_commit = on; SELECT txid_current()",
+            (false, _) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        };
+        if lazy {
+            // Set before the COMMIT is sent: a sync that starts once this
+            // write returned must see it (an extra barrier is harmless).
+            self.unsynced.store(true, Ordering::SeqCst);
+        }
         let xid = match c.client.simple_query(begin) {
             Ok(msgs) => msgs.iter().find_map(|m| match m {
                 pg::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
@@ -1554,6 +1662,20 @@ impl MetaStore for PgMeta {
     fn read(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()> {
         self.run("reading metadata", |c| self.attempt(c, false, &mut |tx| f(tx)))
     }
+    /// No BEGIN and no COMMIT: the one query is its own transaction (one
+    /// round trip instead of three).
+    fn read_one(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()> {
+        self.run("reading metadata", |c| {
+            let mut tx = PgTx::new(c, self, false);
+            tx.single = Some(std::cell::Cell::new(0));
+            let r = f(&tx);
+            match tx.failed.take() {
+                Some(e) if classify(&e) != Class::Fatal => Step::Failed(e),
+                Some(e) => Step::Done(Err(r.err().unwrap_or_else(|| pg_err("a statement failed", &e)))),
+                None => Step::Done(r),
+            }
+        })
+    }
     fn write(&self, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
         self.run("changing metadata", |c| self.attempt(c, true, &mut |tx| f(tx)))
     }
@@ -1573,12 +1695,42 @@ impl MetaStore for PgMeta {
     fn commit(&self) -> Result<()> {
         self.check_alive()
     }
-    /// A PostgreSQL commit is durable when it returns.
+    /// A barrier: one small write committed with `synchronous_commit =
+    /// on` waits for the WAL flush up to its commit record, and every
+    /// commit that returned before (this machine's or another's: the WAL
+    /// is one sequence) is in the WAL before it.
     fn sync(&self) -> Result<()> {
-        self.check_alive()
+        self.check_alive()?;
+        if !self.unsynced.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let session = self.session.load(Ordering::SeqCst) as i64;
+        let r = self.run("making metadata changes durable", |c| {
+            let r = (|| -> std::result::Result<(), pg::Error> {
+                let mut t = c.client.transaction()?;
+                // Whatever the server's default is.
+                t.batch_execute("SET LOCAL synchronous_commit = on")?;
+                // The session's own row (no machine contends for it); the
+                // transaction must write something, or its commit is not
+                // flushed.
+                let n = t.execute("UPDATE sessions SET heartbeat = clock_timestamp() WHERE id = $1", &[&session])?;
+                if n == 0 {
+                    t.execute("INSERT INTO info(key, value) VALUES ('sync_barrier', 1) ON CONFLICT (key) DO UPDATE SET value = info.value + 1", &[])?;
+                }
+                t.commit()
+            })();
+            match r {
+                Ok(()) => Step::Done(Ok(())),
+                Err(e) => Step::Failed(e),
+            }
+        });
+        if r.is_err() {
+            self.unsynced.store(true, Ordering::SeqCst);
+        }
+        r
     }
     fn is_durable(&self) -> bool {
-        true
+        !self.unsynced.load(Ordering::SeqCst)
     }
     /// Drops every connection (an open transaction dies with it, as with a
     /// `kill -9`) and refuses every later call.
@@ -1672,7 +1824,7 @@ impl MetaStore for PgMeta {
             .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<i64>>(1)))
         })?;
         let now = Instant::now();
-        Ok(ChangeCursor { after: top, holes: holes.into_iter().map(|s| (s as u64, now)).collect(), hole_bound: self.hole_bound() })
+        Ok(ChangeCursor { after: top, holes: holes.into_iter().map(|s| (s as u64, now)).collect(), hole_bound: self.hole_bound(), trimmed: 0 })
     }
     fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>> {
         self.read_changes_from(cursor, limit, true)
@@ -1733,7 +1885,14 @@ impl MetaStore for PgMeta {
     }
     fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>> {
         self.check_alive()?;
-        let mut f = PgFeed { cfg: self.cfg.clone(), channel: self.schema.clone(), timeout: self.opts.timeout, client: None, checked: Instant::now() };
+        let mut f = PgFeed {
+            cfg: self.cfg.clone(),
+            channel: self.schema.clone(),
+            timeout: self.opts.timeout,
+            client: None,
+            checked: Instant::now(),
+            own: self.session.clone(),
+        };
         f.listen()?;
         Ok(Some(Box::new(f)))
     }
@@ -1840,14 +1999,25 @@ impl PgMeta {
     fn read_changes_from(&self, cur: &mut ChangeCursor, limit: usize, holes: bool) -> Result<Vec<Change>> {
         let started = Instant::now();
         let asked: Vec<i64> = if holes { cur.holes.keys().map(|&s| s as i64).collect() } else { Vec::new() };
+        // The trim mark rides along (one row with a NULL seq when there
+        // are no changes), in the rows' snapshot.
         let rows = self.stmt("reading the change log", |c| {
             c.query(
-                "SELECT seq, kind, ino, parent, name, session FROM changes WHERE seq > $1 OR seq = ANY($3::bigint[]) ORDER BY seq LIMIT $2",
-                &[&(cur.after.min(i64::MAX as u64) as i64), &(limit.min(i64::MAX as usize) as i64), &asked],
+                "SELECT c.seq, c.kind, c.ino, c.parent, c.name, c.session, t.trimmed
+                 FROM (SELECT COALESCE((SELECT value FROM info WHERE key = $4), 0) AS trimmed) t
+                 LEFT JOIN LATERAL (SELECT seq, kind, ino, parent, name, session FROM changes
+                                    WHERE seq > $1 OR seq = ANY($3::bigint[]) ORDER BY seq LIMIT $2) c ON true
+                 ORDER BY c.seq",
+                &[&(cur.after.min(i64::MAX as u64) as i64), &(limit.min(i64::MAX as usize) as i64), &asked, &TRIMMED_KEY],
             )
         })?;
+        let trimmed = match rows.first() {
+            Some(r) => col::<i64>(r, 6)? as u64,
+            None => 0,
+        };
         let rows = rows
             .iter()
+            .filter(|r| matches!(r.try_get::<_, Option<i64>>(0), Ok(Some(_))))
             .map(|r| {
                 let kind: i16 = col(r, 1)?;
                 let what = match kind {
@@ -1858,6 +2028,9 @@ impl PgMeta {
                 Ok(Change { seq: col::<i64>(r, 0)? as u64, what, session: col::<Option<i64>>(r, 5)?.map(|s| s as u64) })
             })
             .collect::<Result<Vec<Change>>>()?;
+        if !rows.is_empty() {
+            cur.trimmed = trimmed;
+        }
         if !holes {
             if let Some(last) = rows.last() {
                 cur.after = last.seq;
@@ -1893,8 +2066,8 @@ impl PgMeta {
 
     /// One statement in its own (autocommit) transaction, with the store's
     /// retries.
-    fn stmt<T>(&self, what: &str, mut f: impl FnMut(&mut Client) -> std::result::Result<T, pg::Error>) -> Result<T> {
-        self.run(what, |c| match f(&mut c.client) {
+    fn stmt<T>(&self, what: &str, mut f: impl FnMut(&mut Cached) -> std::result::Result<T, pg::Error>) -> Result<T> {
+        self.run(what, |c| match f(&mut Cached(c)) {
             Ok(v) => Step::Done(Ok(v)),
             Err(e) => Step::Failed(e),
         })

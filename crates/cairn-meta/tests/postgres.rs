@@ -222,7 +222,7 @@ fn postgres_outage() {
     let mut pg = server();
     let url = fresh(&pg, "outage");
     let s = open(&url, "outage");
-    let short = Arc::new(PgMeta::open_with(&url, "outage", codec(), PgOptions { timeout: Duration::from_secs(1) }).unwrap());
+    let short = Arc::new(PgMeta::open_with(&url, "outage", codec(), PgOptions { timeout: Duration::from_secs(1), ..Default::default() }).unwrap());
     create(&s, ROOT_INO, b"before").unwrap();
     create(&short, ROOT_INO, b"before-short").unwrap();
     pg.stop().unwrap();
@@ -248,6 +248,39 @@ fn postgres_outage() {
     assert_eq!(short.read_with(|r| r.lookup(ROOT_INO, b"during-short")).unwrap(), None, "the failed write left its entry");
     // Reads reconnect too.
     assert!(short.read_with(|r| r.lookup(ROOT_INO, b"before")).unwrap().is_some());
+}
+
+/// Commits wait for no WAL flush by default (`PgOptions::sync_commit`
+/// off): a change is durable once `sync` returned, which a crash of the
+/// server (SIGKILL: what was not flushed is lost) proves; with
+/// `sync_commit` every write is durable when it returns.
+#[test]
+fn a_synced_change_survives_a_server_crash() {
+    let mut pg = server();
+    let url = fresh(&pg, "crash");
+    let lazy = open(&url, "crash");
+    let session = lazy.open_session(&conformance::who("/lazy"), Duration::from_secs(60)).unwrap();
+    assert!(lazy.is_durable(), "a store that wrote nothing has nothing to flush");
+    let a = create(&lazy, ROOT_INO, b"synced").unwrap();
+    assert!(!lazy.is_durable(), "a commit without the WAL flush was taken as durable");
+    lazy.sync().unwrap();
+    assert!(lazy.is_durable());
+    // The barrier wrote the session's heartbeat, not some shared row.
+    assert!(lazy.sessions().unwrap().iter().any(|r| r.id == session));
+    drop(lazy);
+    pg.kill();
+    pg.start_again().unwrap();
+    let s = open(&url, "crash");
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"synced")).unwrap().map(|x| x.0), Some(a), "a change made durable by sync was lost in the crash");
+    drop(s);
+    let strict = Arc::new(PgMeta::open_with(&url, "crash", codec(), PgOptions { sync_commit: true, ..Default::default() }).unwrap());
+    let b = create(&strict, ROOT_INO, b"strict").unwrap();
+    assert!(strict.is_durable(), "a sync_commit store has a write not yet durable");
+    drop(strict);
+    pg.kill();
+    pg.start_again().unwrap();
+    let s = open(&url, "crash");
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"strict")).unwrap().map(|x| x.0), Some(b), "a sync_commit write was lost in the crash");
 }
 
 /// A COMMIT whose reply is lost with its connection is not run again when
@@ -519,7 +552,7 @@ fn a_change_committing_late_is_not_missed(pg: &PgServer) {
     assert!(cur.hole_bound >= Duration::from_secs(60), "the hole bound derives from the 30 s deadline: {:?}", cur.hole_bound);
     // With a 1 s deadline the bound is 12 s: the rolled-back seq is
     // forgotten after a read past it, and never delivered.
-    let quick = PgMeta::open_with(&url, "late", codec(), PgOptions { timeout: Duration::from_secs(1) }).unwrap();
+    let quick = PgMeta::open_with(&url, "late", codec(), PgOptions { timeout: Duration::from_secs(1), ..Default::default() }).unwrap();
     assert_eq!(quick.hole_bound(), Duration::from_secs(12));
     cur.hole_bound = Duration::ZERO;
     quick.read_changes(&mut cur, 100).unwrap();
@@ -588,6 +621,16 @@ fn feed_wakes_on_another_machines_commit(pg: &PgServer) {
     // A read or a change of no inode sends nothing.
     a.write_with(|tx| tx.set_info("x", 1)).unwrap();
     assert!(!feed.wait(Duration::from_millis(200)).unwrap(), "a transaction that changed no inode woke the feed");
+    // The feed's own store's commits wake nobody once it has a session
+    // (its caches are current); another machine's still do.
+    b.open_session(&conformance::who("/b"), Duration::from_secs(60)).unwrap();
+    mkfile(&b, ROOT_INO, b"own");
+    assert!(!feed.wait(Duration::from_millis(300)).unwrap(), "this store's own commit woke its feed");
+    mkfile(&b, ROOT_INO, b"own2");
+    let t = Instant::now();
+    mkfile(&a, ROOT_INO, b"theirs");
+    assert!(feed.wait(Duration::from_secs(1)).unwrap(), "another machine's commit after this one's own did not wake the feed");
+    assert!(t.elapsed() < Duration::from_secs(1));
     for i in 0..3 {
         let t = Instant::now();
         mkfile(&a, ROOT_INO, format!("n{i}").as_bytes());

@@ -275,8 +275,9 @@ impl ChangeFollower {
             }
         }
         // A trim keeps the newest row, so a cursor it overtook always finds
-        // rows; asked after reading them, so a trim meanwhile is seen too.
-        if cursor.after > start && store.changes_trimmed_through()? > start {
+        // rows, and the mark read with them (`cursor.trimmed`) is the one
+        // of their snapshot.
+        if cursor.after > start && cursor.trimmed > start {
             batch.all = true;
             batch.inodes.insert(crate::types::ROOT_INO);
             let all: Vec<Ino> = self.vol.files.iter().map(|e| *e.key()).collect();

@@ -90,6 +90,11 @@ pub struct OpenOptions {
     /// How long one metadata operation may wait for PostgreSQL (retries
     /// included) before it fails with EIO (its store's default: 30 s).
     pub meta_timeout: Option<Duration>,
+    /// Every PostgreSQL commit waits for the WAL flush (JuiceFS's way);
+    /// else a change is durable at the next fsync, fsyncdir or syncfs
+    /// (the engine's `sync`), or within PostgreSQL's WAL writer delay, as
+    /// a local volume's changes are at the end of their group window.
+    pub meta_sync_commit: bool,
 }
 
 impl Default for OpenOptions {
@@ -109,6 +114,7 @@ impl Default for OpenOptions {
             salvage_journal: false,
             meta_url: None,
             meta_timeout: None,
+            meta_sync_commit: false,
         }
     }
 }
@@ -168,6 +174,10 @@ pub struct Volume {
     pub(crate) marks_trimmed: Mutex<Option<(std::time::Instant, u64)>>,
     /// This mount's rows in the store's open-file registry (open_files.rs).
     pub(crate) open_files: open_files::OpenFiles,
+    /// Inodes on which this mount took a lock in the store and may still
+    /// hold one, with a count of lock requests (locks.rs): a close of any
+    /// other file releases nothing, so it asks the store nothing.
+    pub(crate) locked: DashMap<Ino, u64>,
     /// The file a sequential store's drive was last fed (0: none): fed
     /// again first, its runs follow one another on the tape.
     pub(crate) last_fed: std::sync::atomic::AtomicU64,
@@ -221,7 +231,7 @@ pub const CLOSE_ERROR: &str = "close-error";
 fn open_meta(layout: &Layout, cfg: &VolumeConfig, opts: &OpenOptions) -> Result<Meta> {
     check_meta_url(layout, cfg, opts.meta_url.as_deref())?;
     match (cfg.meta, opts.meta_url.as_deref()) {
-        (crate::config::MetaKind::Postgres, Some(url)) => Meta::open_pg(url, &cfg.volume_id, opts.meta_timeout),
+        (crate::config::MetaKind::Postgres, Some(url)) => Meta::open_pg(url, &cfg.volume_id, opts.meta_timeout, opts.meta_sync_commit),
         _ => Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit),
     }
 }
@@ -316,6 +326,7 @@ impl Volume {
             flush_mutex: Mutex::new(()),
             marks_trimmed: Mutex::new(None),
             open_files: Default::default(),
+            locked: DashMap::new(),
             last_fed: std::sync::atomic::AtomicU64::new(0),
             chunk_guard: guard::ChunkGuard::default(),
             signal,

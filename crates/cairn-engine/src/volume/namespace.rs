@@ -25,7 +25,12 @@ fn inode(c: &dyn MetaRead, ino: Ino) -> Result<InodeRow> {
 }
 
 fn dir(c: &dyn MetaRead, ino: Ino) -> Result<InodeRow> {
-    let r = inode(c, ino)?;
+    check_dir(ino, c.get_inode(ino)?)
+}
+
+/// `row` (inode `ino`'s, if it exists) as a directory that still exists.
+fn check_dir(ino: Ino, row: Option<InodeRow>) -> Result<InodeRow> {
+    let r = row.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))?;
     if r.attr.kind != FileKind::Dir {
         return Err(Error::new(ErrorKind::NotDir, format!("inode {ino} is not a directory")));
     }
@@ -94,10 +99,10 @@ impl Volume {
         if name.len() > NAME_MAX {
             return Err(Error::new(ErrorKind::NameTooLong, "file name longer than 255 bytes"));
         }
-        let mut a = self.meta.read(|c| {
-            dir(c, parent)?;
-            let (ino, _) = c.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
-            Ok(inode(c, ino)?.attr)
+        let mut a = self.meta.read_one(|c| {
+            let (dir_row, child) = c.lookup_inode(parent, name)?;
+            check_dir(parent, dir_row)?;
+            Ok(child.ok_or_else(|| Error::not_found("no such entry"))?.attr)
         })?;
         self.overlay_attr(&mut a);
         Ok(a)
@@ -105,7 +110,7 @@ impl Volume {
 
     /// The attributes of `ino`.
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
-        let mut a = self.meta.read(|c| Ok(inode(c, ino)?.attr))?;
+        let mut a = self.meta.read_one(|c| Ok(inode(c, ino)?.attr))?;
         self.overlay_attr(&mut a);
         Ok(a)
     }

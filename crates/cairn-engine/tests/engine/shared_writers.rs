@@ -170,7 +170,7 @@ fn a_mount_whose_session_is_gone_refuses_changes() {
     let ida = *a.cloud().unwrap().session.get().expect("a read-write mount holds a session");
     let idb = *b.cloud().unwrap().session.get().unwrap();
     assert_ne!(ida, idb);
-    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None).unwrap();
+    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap();
     let live: Vec<u64> = store.store().sessions().unwrap().iter().map(|s| s.id).collect();
     assert!(live.contains(&ida) && live.contains(&idb), "{live:?}");
     assert!(store.store().remove_session(ida).unwrap());
@@ -297,7 +297,7 @@ fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
     assert_eq!(b.getattr(held).unwrap().nlink, 0, "a file open on another machine was freed by an unlink");
     a.simulate_crash();
 
-    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None).unwrap();
+    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap();
     let t = Instant::now();
     let mut i = 0;
     while store.store().sessions().unwrap().iter().any(|s| s.id == ida) {
