@@ -44,6 +44,8 @@ pub struct Row {
     pub read_only: Option<bool>,
     /// Where its Prometheus metrics are served (`--metrics`).
     pub metrics: Option<String>,
+    /// A shared volume's PostgreSQL URL and this mount's session.
+    pub metadata: Option<String>,
 }
 
 fn problem(what: &str, error: String) -> Problem {
@@ -77,6 +79,7 @@ pub fn rows() -> Result<Vec<Row>> {
             dirty_files: None,
             read_only: None,
             metrics: known.as_ref().and_then(|e| e.metrics.clone()),
+            metadata: None,
         };
         if let Some(e) = known.as_ref().filter(|_| live.is_none()) {
             row.health = "dead".into();
@@ -102,6 +105,7 @@ pub fn rows() -> Result<Vec<Row>> {
                     row.upload_queue_objects = Some(s.upload_queue_objects);
                     row.dirty_files = Some(s.dirty_files);
                     row.read_only = Some(s.read_only);
+                    row.metadata = s.metadata;
                 }
                 Err(e) => {
                     row.health = "unknown".into();
@@ -155,6 +159,9 @@ pub fn run(json: bool) -> Result<i32> {
         );
         if let Some(b) = &r.backend {
             println!("    backend {b}");
+        }
+        if let Some(m) = &r.metadata {
+            println!("    metadata {m}");
         }
         if let Some(m) = &r.metrics {
             println!("    metrics http://{m}/metrics");

@@ -101,6 +101,11 @@ pub struct MountStatus {
     /// What this machine holds that the backend does not have yet
     /// (`journal_bytes + upload_queue_bytes`).
     pub dirty_bytes: u64,
+    /// Where the metadata lives when not in the volume's own SQLite file:
+    /// the PostgreSQL URL (never a password: one in a URL is refused) and
+    /// this mount's session (absent from older daemons' answers).
+    #[serde(default)]
+    pub metadata: Option<String>,
 }
 
 impl MountStatus {

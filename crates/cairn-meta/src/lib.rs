@@ -617,45 +617,45 @@ pub trait MetaStore: Send + Sync {
     fn locks_on(&self, ino: Ino) -> Result<Vec<LockRow>>;
 }
 
+/// Runs `f` through one of the store's read entries (`read`, `read_one`,
+/// `read_many`) and returns its value.
+fn read_by<T, E>(run: impl FnOnce(&mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()>, mut f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
+where
+    E: From<Error>,
+    Error: From<E>,
+{
+    let mut out = None;
+    run(&mut |tx| {
+        out = Some(f(tx)?);
+        Ok(())
+    })?;
+    Ok(out.expect("a read that succeeded ran its closure"))
+}
+
 /// The convenient forms of [`MetaStore::read`] and [`MetaStore::write`]:
 /// closures returning a value and any error that converts to and from the
 /// store's.
 pub trait MetaStoreExt: MetaStore {
-    fn read_with<T, E>(&self, mut f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
+    fn read_with<T, E>(&self, f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
     where
         E: From<Error>,
         Error: From<E>,
     {
-        let mut out = None;
-        self.read(&mut |tx| {
-            out = Some(f(tx)?);
-            Ok(())
-        })?;
-        Ok(out.expect("a read that succeeded ran its closure"))
+        read_by(|g| self.read(g), f)
     }
-    fn read_one_with<T, E>(&self, mut f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
+    fn read_one_with<T, E>(&self, f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
     where
         E: From<Error>,
         Error: From<E>,
     {
-        let mut out = None;
-        self.read_one(&mut |tx| {
-            out = Some(f(tx)?);
-            Ok(())
-        })?;
-        Ok(out.expect("a read that succeeded ran its closure"))
+        read_by(|g| self.read_one(g), f)
     }
-    fn read_many_with<T, E>(&self, mut f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
+    fn read_many_with<T, E>(&self, f: impl FnMut(&dyn MetaRead) -> Result<T, E>) -> Result<T, E>
     where
         E: From<Error>,
         Error: From<E>,
     {
-        let mut out = None;
-        self.read_many(&mut |tx| {
-            out = Some(f(tx)?);
-            Ok(())
-        })?;
-        Ok(out.expect("a read that succeeded ran its closure"))
+        read_by(|g| self.read_many(g), f)
     }
     fn write_with<T, E>(&self, mut f: impl FnMut(&dyn MetaTx) -> Result<T, E>) -> Result<T, E>
     where

@@ -101,6 +101,14 @@ fn a_bucket_volume_with_postgres_metadata_mounts_through_fuse() {
     let m = s.mount("a", &s.env.mnt, &[]);
     let out = run(Command::new("cp").arg("-a").arg(format!("{}/.", src.display())).arg(m.path()));
     assert!(out.ok(), "cp -a: {out}");
+    // `cairn status` says where the metadata lives and under which session.
+    let out = cairn(["status", "--json"]);
+    assert!(out.ok(), "{out}");
+    let all: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let mnt = fs::canonicalize(m.path()).unwrap();
+    let row = all.iter().find(|r| r["mountpoint"].as_str() == mnt.to_str()).unwrap_or_else(|| panic!("{} not in `cairn status`: {out}", mnt.display()));
+    let meta = row["metadata"].as_str().unwrap_or_else(|| panic!("no metadata in `cairn status`: {row}"));
+    assert!(meta.starts_with("postgres://") && meta.contains("(session "), "{meta}");
     m.umount();
 
     assert!(!s.dir("b").exists());

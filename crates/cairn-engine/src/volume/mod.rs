@@ -501,6 +501,10 @@ impl Volume {
             upload_queue_bytes: queue_bytes,
             upload_queue_objects: queue_objects,
             dirty_bytes: journal_bytes + queue_bytes,
+            metadata: self.opts.meta_url.as_ref().filter(|_| self.is_shared()).map(|url| match self.session_id() {
+                Some(id) => format!("{url} (session {id})"),
+                None => format!("{url} (no session: read-only)"),
+            }),
         }
     }
 
