@@ -821,3 +821,66 @@ fn postgres_stopped_for_20s_under_load_resumes_and_loses_nothing() {
     let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
     assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
 }
+
+/// One system call waits for about one metadata deadline, not one per
+/// metadata operation it makes (issue 26 defect: an fsync and a close each
+/// chain several, and an application waited 180 s with `--meta-timeout
+/// 30`). PostgreSQL stopped, `--meta-timeout 5`: a write and fsync of a
+/// file with unflushed bytes answer EIO within twice the deadline, an
+/// fsync again answers EIO too (the bytes it could not commit are never
+/// reported durable), and so does the close. The server back, the same
+/// mount works without a remount: the file's bytes are still there, an
+/// fsync commits them and another mount reads them; fsck is clean.
+#[test]
+fn a_syscall_during_a_postgres_outage_fails_within_about_one_deadline() {
+    use std::os::fd::IntoRawFd;
+    let _serial = serial();
+    let mut pg = cairn_testing::postgres::PgServer::start().unwrap_or_else(|e| panic!("starting a PostgreSQL server: {e}"));
+    pg.create_database("pgsyscall").unwrap();
+    let s = Shared::with_meta("shared-pgsyscall", pg.url("pgsyscall"));
+    let deadline = Duration::from_secs(5);
+    let ma = s.mount("a", &s.mountpoint("m-a"), &["--meta-timeout", "5"]);
+    let mb = s.mount("b", &s.mountpoint("m-b"), &[]);
+    let first = b"committed before the outage\n".repeat(1000);
+    let second = b"written during the outage\n".repeat(3000);
+    let mut f = fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(ma.join("dirty")).unwrap();
+    f.write_all(&first).unwrap();
+    f.sync_all().unwrap();
+    pg.stop().unwrap();
+
+    let t = Instant::now();
+    f.write_all(&second).unwrap();
+    let e = f.sync_all().expect_err("fsync with PostgreSQL down succeeded");
+    let fsync_took = t.elapsed();
+    eprintln!("write + fsync: {e} after {fsync_took:?}");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "fsync during the outage: {e}");
+    let t = Instant::now();
+    let e = f.sync_all().expect_err("a second fsync with PostgreSQL down succeeded: bytes it could not commit were reported durable");
+    let again_took = t.elapsed();
+    eprintln!("fsync again: {e} after {again_took:?}");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "second fsync during the outage: {e}");
+    let t = Instant::now();
+    // SAFETY: the descriptor is ours (into_raw_fd) and closed once.
+    let rc = unsafe { libc::close(f.into_raw_fd()) };
+    let err = std::io::Error::last_os_error();
+    let close_took = t.elapsed();
+    eprintln!("close: {rc} ({err}) after {close_took:?}");
+    assert_eq!((rc, err.raw_os_error()), (-1, Some(libc::EIO)), "close of the dirty file during the outage");
+    for (what, took) in [("write + fsync", fsync_took), ("the second fsync", again_took), ("close", close_took)] {
+        assert!(took < 2 * deadline, "{what} answered after {took:?} with --meta-timeout 5 (more than twice the deadline)");
+    }
+
+    pg.start_again().unwrap();
+    let want = [first.clone(), second.clone()].concat();
+    assert!(fs::read(ma.join("dirty")).unwrap() == want, "the file's bytes on the same mount after the outage");
+    let f = fs::OpenOptions::new().write(true).open(ma.join("dirty")).unwrap();
+    f.sync_all().unwrap_or_else(|e| panic!("fsync after the server came back (no remount): {e}"));
+    drop(f);
+    assert!(fs::read(mb.join("dirty")).unwrap() == want, "another mount reads the bytes once the fsync after the outage committed them");
+    fs::create_dir(ma.join("after")).unwrap();
+    assert!(mb.join("after").is_dir());
+    ma.umount();
+    mb.umount();
+    let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
+    assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
+}
