@@ -167,7 +167,10 @@ enum Cmd {
         /// Metadata in PostgreSQL: seconds one operation waits for the
         /// database (reconnecting and retrying) before it fails with EIO
         /// (1 to 3600). While PostgreSQL is unreachable, file operations
-        /// block this long; data already cached stays readable.
+        /// block until it has been unreachable this long, then fail at
+        /// once until it answers again (a call such as fsync or close
+        /// waits about this long in all); data already cached stays
+        /// readable.
         #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
         meta_timeout: u64,
         /// Metadata in PostgreSQL: make every metadata change wait for

@@ -230,6 +230,14 @@ pub struct PgMeta {
     ino_floor: u64,
     chunk_floor: u64,
     abandoned: AtomicBool,
+    /// Since when the server has been unreachable, as far as this store
+    /// knows: set by the first try that found it so, cleared by the first
+    /// new connection (or answer) after. Operations fail once it is
+    /// `timeout` ago, so one system call that makes several of them waits
+    /// for about one deadline, not one per operation (see [`PgMeta::run`]).
+    outage: Mutex<Option<Outage>>,
+    /// Whether `outage` is set (read without the lock on every operation).
+    in_outage: AtomicBool,
     /// Tries that failed and were run again.
     retries: std::sync::atomic::AtomicU64,
     /// Test hook: see [`PgMeta::lose_next_commit_reply`].
@@ -247,6 +255,13 @@ pub struct PgMeta {
     /// Advisory lock keys: the maintenance lock, and the lock that orders
     /// change-log appends.
     maintenance_key: i64,
+}
+
+/// The server unreachable (`PgMeta::outage`).
+struct Outage {
+    since: Instant,
+    /// Whether an operation gave up in it yet (logged as an error once).
+    reported: bool,
 }
 
 /// What one try of an operation came to.
@@ -406,6 +421,8 @@ impl PgMeta {
             ino_floor,
             chunk_floor,
             abandoned: AtomicBool::new(false),
+            outage: Mutex::new(None),
+            in_outage: AtomicBool::new(false),
             retries: Default::default(),
             lose_commit_reply: AtomicBool::new(false),
             before_commit: Mutex::new(None),
@@ -442,7 +459,31 @@ impl PgMeta {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
         let mut client = connect(&self.cfg, left)?;
         client.batch_execute(&format!("SET search_path TO {}", self.schema))?;
+        self.reachable();
         Ok(Conn { client, stmts: HashMap::new() })
+    }
+
+    /// A try found the server unreachable at `at`: the outage starts then
+    /// unless it had already. Returns since when it has been unreachable.
+    fn unreachable(&self, at: Instant) -> Instant {
+        let mut o = self.outage.lock();
+        let since = o.get_or_insert(Outage { since: at, reported: false }).since;
+        self.in_outage.store(true, Ordering::SeqCst);
+        since
+    }
+
+    /// The server answered: an outage is over.
+    fn reachable(&self) {
+        if !self.in_outage.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut o = self.outage.lock();
+        if let Some(out) = o.take() {
+            if out.reported {
+                tracing::warn!("PostgreSQL metadata store: the server answers again, after {:.1} s unreachable", out.since.elapsed().as_secs_f64());
+            }
+        }
+        self.in_outage.store(false, Ordering::SeqCst);
     }
 
     fn put_conn(&self, c: Conn) {
@@ -454,27 +495,51 @@ impl PgMeta {
     /// Runs `body` on a connection until it is done, retrying serialization
     /// failures, deadlocks and lost connections with exponential backoff
     /// (from 2 ms, full jitter, at most 200 ms) until the deadline.
+    ///
+    /// The deadline is `timeout` after the operation started or after the
+    /// server was first found unreachable (`outage`), whichever is sooner:
+    /// past it an operation fails after one try. So a system call that
+    /// makes several operations during an outage (an fsync: the chunk
+    /// lookups, the commit; a close after it) waits for about one deadline
+    /// in all, not one per operation, and any operation resumes as soon as
+    /// a connection succeeds again (docs/metadata-store.md, "Retries").
     fn run<T>(&self, what: &str, mut body: impl FnMut(&mut Conn) -> Step<T>) -> Result<T> {
         self.check_alive()?;
         let start = Instant::now();
-        let deadline = start + self.opts.timeout;
+        let mut deadline = start + self.opts.timeout;
+        if self.in_outage.load(Ordering::SeqCst) {
+            if let Some(o) = &*self.outage.lock() {
+                deadline = deadline.min(o.since + self.opts.timeout);
+            }
+        }
         let mut tries: u32 = 0;
         loop {
             let last = match self.take_conn(deadline) {
                 Ok(mut c) => match body(&mut c) {
                     Step::Done(r) => {
+                        if r.is_ok() {
+                            self.reachable();
+                        }
                         self.put_conn(c);
                         return r;
                     }
                     Step::Failed(e) => {
                         match classify(&e) {
-                            Class::Retry => self.put_conn(c),
+                            Class::Retry => {
+                                self.reachable();
+                                self.put_conn(c)
+                            }
                             Class::Reconnect => {
                                 // The others were most likely cut too.
                                 drop(c);
                                 self.pool.lock().clear();
+                                let since = self.unreachable(Instant::now());
+                                deadline = deadline.min(since + self.opts.timeout);
                             }
                             Class::Fatal => {
+                                if e.as_db_error().is_some() {
+                                    self.reachable();
+                                }
                                 self.put_conn(c);
                                 return Err(pg_err(what, &e));
                             }
@@ -486,6 +551,8 @@ impl PgMeta {
                     if classify(&e) == Class::Fatal {
                         return Err(pg_err(&format!("{what}: connecting"), &e));
                     }
+                    let since = self.unreachable(Instant::now());
+                    deadline = deadline.min(since + self.opts.timeout);
                     e
                 }
             };
@@ -494,13 +561,29 @@ impl PgMeta {
             self.retries.fetch_add(1, Ordering::Relaxed);
             let now = Instant::now();
             if now >= deadline {
+                let mut o = self.outage.lock();
+                let (down, first) = match o.as_mut() {
+                    Some(out) => (Some(now - out.since), !std::mem::replace(&mut out.reported, true)),
+                    None => (None, true),
+                };
+                drop(o);
+                let down = match down {
+                    Some(d) => format!("; the server has been unreachable for {:.1} s, so operations fail after one try until a connection succeeds again", d.as_secs_f64()),
+                    None => String::new(),
+                };
                 let msg = format!(
-                    "PostgreSQL metadata store: {what} failed after {tries} tries in {:.1} s (deadline {:?}); last error: {}",
+                    "PostgreSQL metadata store: {what} failed after {tries} tries in {:.1} s (deadline {:?}){down}; last error: {}",
                     (now - start).as_secs_f64(),
                     self.opts.timeout,
                     describe(&last)
                 );
-                tracing::error!("{msg}");
+                // Once per outage: every operation fails after it, and the
+                // flusher tries twice a second.
+                if first {
+                    tracing::error!("{msg}");
+                } else {
+                    tracing::debug!("{msg}");
+                }
                 return Err(Error::io(msg));
             }
             tracing::debug!("PostgreSQL metadata store: {what}: try {tries} failed ({}); retrying", describe(&last));

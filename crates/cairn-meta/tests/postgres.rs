@@ -216,7 +216,8 @@ fn reference_counts_from_two_machines(pg: &PgServer) {
 
 /// The server goes away for ~3 s: a write issued meanwhile succeeds once
 /// it is back (within the deadline); with a 1 s deadline, a write during an
-/// outage fails with the I/O kind, naming the PostgreSQL error.
+/// outage fails with the I/O kind, naming the PostgreSQL error, and the
+/// operations after it fail at once until the server answers again.
 #[test]
 fn postgres_outage() {
     let mut pg = server();
@@ -239,8 +240,24 @@ fn postgres_outage() {
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert!(e.to_string().contains("PostgreSQL") && e.to_string().contains("last error: error connecting"), "the error names the last PostgreSQL error: {e}");
     assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "gave up after {took:?} with a 1 s deadline");
+    // The server has been unreachable for the deadline: later operations
+    // (the next ones of the same system call, say) fail after one try, not
+    // after a deadline each, and say why.
+    let t = Instant::now();
+    let e = create(&short, ROOT_INO, b"during-short-2").expect_err("a second write with the server down succeeded");
+    assert!(t.elapsed() < Duration::from_millis(500), "a second write during the outage waited {:?}", t.elapsed());
+    assert!(e.to_string().contains("unreachable for"), "{e}");
+    let t = Instant::now();
+    short.read_with(|r| r.lookup(ROOT_INO, b"before")).expect_err("a read with the server down succeeded");
+    assert!(t.elapsed() < Duration::from_millis(500), "a read during the outage waited {:?}", t.elapsed());
+    let took = took + t.elapsed();
     std::thread::sleep(Duration::from_secs(3).saturating_sub(took));
     pg.start_again().unwrap();
+    // Back: the first operation connects and works, no waiting for the
+    // outage to be forgotten.
+    let t = Instant::now();
+    create(&short, ROOT_INO, b"after-short").unwrap_or_else(|e| panic!("the first write after the server came back: {e}"));
+    assert!(t.elapsed() < Duration::from_secs(1), "the first write after the outage took {:?}", t.elapsed());
     let (r, took) = w.join().unwrap();
     let ino = r.unwrap_or_else(|e| panic!("a write during a 3 s outage failed: {e}"));
     assert!(took >= Duration::from_secs(2), "the write returned before the server was back ({took:?})");

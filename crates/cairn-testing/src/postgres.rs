@@ -5,18 +5,81 @@
 //!
 //! `initdb` refuses to run as root, so as root every server command runs as
 //! the `postgres` user (`runuser -u postgres --`), which owns the cluster.
+//!
+//! The postmaster is started by a helper shell of the server's own (the
+//! *spawner*, made with the cluster), never by the test process itself. A
+//! process the test starts while one of its threads has a file open on a
+//! FUSE mount inherits that descriptor, and `execve` closes it
+//! (close-on-exec), which sends the mount a FLUSH; on a shared Cairn volume
+//! a FLUSH commits the file to PostgreSQL. Restarting the server from the
+//! test process during an outage therefore waited, inside `execve`, for
+//! the very server it was starting, until the mount's metadata deadline
+//! gave up (minutes under load, which looked like a slow shutdown). The
+//! spawner was forked before the test opened anything there, and so was
+//! every process it starts.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+
+/// What the spawner runs: `start` starts the server command (its
+/// arguments) in the background and answers its PID; `wait` answers the
+/// server's exit status once it has exited (the shell reaps it); `probe`
+/// answers psql's exit status for `SELECT 1`. It ends at the end of its
+/// input.
+const SPAWNER: &str = r#"pid=
+while read -r cmd; do
+  case "$cmd" in
+    start) "$@" </dev/null >>server.log 2>&1 & pid=$!; echo "$pid" ;;
+    wait) if [ -n "$pid" ]; then wait "$pid"; echo "$?"; pid=; else echo none; fi ;;
+    probe) "$PSQL" -X -q -At -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -c 'SELECT 1' </dev/null >/dev/null 2>&1; echo "$?" ;;
+    *) echo "unknown command" ;;
+  esac
+done
+"#;
+
+/// The helper shell that starts the postmaster (see the module comment).
+struct Spawner {
+    child: Child,
+    /// `None` once closed (the shell then exits).
+    input: Option<ChildStdin>,
+    output: BufReader<ChildStdout>,
+}
+
+impl Spawner {
+    /// Sends one command and reads its one-line answer.
+    fn ask(&mut self, cmd: &str) -> Result<String, String> {
+        let input = self.input.as_mut().ok_or("the PostgreSQL spawner shell was closed")?;
+        writeln!(input, "{cmd}").map_err(|e| format!("the PostgreSQL spawner shell is gone ({cmd}): {e}"))?;
+        let mut line = String::new();
+        match self.output.read_line(&mut line) {
+            Ok(0) => Err(format!("the PostgreSQL spawner shell ended without answering {cmd}")),
+            Ok(_) => Ok(line.trim_end().to_string()),
+            Err(e) => Err(format!("reading the PostgreSQL spawner's answer to {cmd}: {e}")),
+        }
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        // The end of its input ends the shell.
+        drop(self.input.take());
+        let _ = self.child.wait();
+    }
+}
 
 /// A running (or stopped) throwaway cluster.
 pub struct PgServer {
     root: PathBuf,
     bin: PathBuf,
     port: u16,
-    /// The postmaster, started by us.
-    child: Option<std::process::Child>,
+    /// Starts and reaps the postmaster (made by `start_again` when first
+    /// needed).
+    spawner: Option<Spawner>,
+    /// The postmaster's PID while it runs: the spawner's child, reaped
+    /// only when `end` asks, so the PID cannot be reused before.
+    postmaster: Option<i32>,
 }
 
 /// What a missing server installation says, for the test to fail with.
@@ -64,7 +127,7 @@ impl PgServer {
                 return Err(format!("chown postgres {} failed (is there a postgres user? apt-get install -y postgresql)", root.display()));
             }
         }
-        let mut s = PgServer { root, bin, port: free_port(), child: None };
+        let mut s = PgServer { root, bin, port: free_port(), spawner: None, postmaster: None };
         // --no-sync: a test cluster need not survive a power cut of the
         // machine, and initdb's fsyncs cost seconds.
         s.run_server_cmd("initdb", &["-D", &s.data().to_string_lossy(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"])?;
@@ -95,45 +158,65 @@ impl PgServer {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The spawner shell (see the module comment), started on first use:
+    /// with the cluster, before the test has a mount.
+    fn spawner(&mut self) -> Result<&mut Spawner, String> {
+        if self.spawner.is_none() {
+            let exe = self.bin.join("postgres");
+            let mut c = Command::new("sh");
+            c.arg("-c").arg(SPAWNER).arg("cairn-pg-spawner");
+            if am_root() {
+                // setpriv execs in place (runuser would fork and stand
+                // between), so the spawner's child is the postmaster.
+                c.args(["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]);
+            }
+            c.arg(&exe).arg("-D").arg(self.data()).args(["-c", "listen_addresses=127.0.0.1", "-p", &self.port.to_string()]);
+            c.arg("-c").arg(format!("unix_socket_directories={}", self.root.join("sock").display()));
+            // A test cluster need not survive a power cut of the machine.
+            c.args(["-c", "fsync=off", "-c", "max_connections=200"]);
+            let psql = if self.bin.join("psql").exists() { self.bin.join("psql") } else { PathBuf::from("psql") };
+            c.env("PSQL", psql).env("PGPORT", self.port.to_string());
+            // The scratch directory is the working directory (server.log).
+            let mut child = c
+                .current_dir(&self.root)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| format!("starting the PostgreSQL spawner shell (sh): {e}"))?;
+            let input = child.stdin.take();
+            let output = BufReader::new(child.stdout.take().expect("piped stdout"));
+            self.spawner = Some(Spawner { child, input, output });
+        }
+        Ok(self.spawner.as_mut().expect("just made"))
+    }
+
     /// Starts the server again on the same port (after [`stop`](Self::stop)
     /// or [`kill`](Self::kill)), waiting until it accepts connections.
     ///
-    /// The postmaster is this process's child (not forked off by pg_ctl),
-    /// so its exit is reaped here: an unreaped postmaster would still hold
-    /// its pid, and the next start would refuse the data directory.
+    /// The postmaster is the spawner's child (not forked off by pg_ctl),
+    /// and the spawner reaps it when `stop` or `kill` asks: an unreaped
+    /// postmaster would still hold its pid, and the next start would
+    /// refuse the data directory.
     pub fn start_again(&mut self) -> Result<(), String> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.root.join("server.log"))
-            .map_err(|e| format!("opening the server log: {e}"))?;
-        let exe = self.bin.join("postgres");
-        let mut c = if am_root() {
-            // setpriv execs in place (runuser would fork and stand between).
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        c.arg("-D").arg(self.data()).args(["-c", "listen_addresses=127.0.0.1", "-p", &self.port.to_string()]);
-        c.arg("-c").arg(format!("unix_socket_directories={}", self.root.join("sock").display()));
-        // A test cluster need not survive a power cut of the machine.
-        c.args(["-c", "fsync=off", "-c", "max_connections=200"]);
-        let log2 = log.try_clone().map_err(|e| format!("{e}"))?;
-        let child = c.current_dir(&self.root).stdin(std::process::Stdio::null()).stdout(log).stderr(log2).spawn().map_err(|e| format!("starting {}: {e}", exe.display()))?;
-        self.child = Some(child);
+        let answer = self.spawner()?.ask("start")?;
+        let pid: i32 = answer.parse().map_err(|_| format!("the PostgreSQL spawner answered {answer:?} to start"))?;
+        self.postmaster = Some(pid);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
-            if self.psql("postgres", "SELECT 1").is_ok() {
+            if self.spawner()?.ask("probe")? == "0" {
                 return Ok(());
             }
-            let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
-            if exited.is_some() || std::time::Instant::now() > deadline {
-                self.child = None;
+            let exited = PgServer::exited(pid);
+            if exited || std::time::Instant::now() > deadline {
+                if exited {
+                    let _ = self.end(0);
+                } else {
+                    let _ = self.end(libc::SIGKILL);
+                }
                 let tail = std::fs::read_to_string(self.root.join("server.log")).unwrap_or_default();
                 let tail: Vec<&str> = tail.lines().rev().take(20).collect();
-                let why = if exited.is_some() { "exited" } else { "did not accept connections within 60 s" };
+                let why = if exited { "exited" } else { "did not accept connections within 60 s" };
                 return Err(format!("postgres {why}; server log:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
@@ -142,7 +225,7 @@ impl PgServer {
 
     /// The postmaster's PID, while it runs.
     pub fn pid(&self) -> Option<i32> {
-        self.child.as_ref().map(|c| c.id() as i32)
+        self.postmaster
     }
 
     /// Stops the server cleanly (SIGINT: PostgreSQL's fast shutdown, which
@@ -158,14 +241,17 @@ impl PgServer {
         let _ = self.end(libc::SIGKILL);
     }
 
+    /// Sends `sig` (none if 0) to the postmaster and waits for its exit.
     fn end(&mut self, sig: i32) -> Result<(), String> {
-        let Some(mut child) = self.child.take() else { return Ok(()) };
-        // SAFETY: kill has no memory preconditions; the pid is our child's,
-        // not yet reaped, so it cannot have been reused.
-        unsafe { libc::kill(child.id() as i32, sig) };
-        let st = child.wait().map_err(|e| format!("waiting for postgres: {e}"))?;
-        if sig == libc::SIGINT && !st.success() {
-            return Err(format!("postgres ended with {st} after a fast shutdown"));
+        let Some(pid) = self.postmaster.take() else { return Ok(()) };
+        if sig != 0 {
+            // SAFETY: kill has no memory preconditions; the pid is the
+            // spawner's child, not yet reaped, so it cannot have been reused.
+            unsafe { libc::kill(pid, sig) };
+        }
+        let status = self.spawner()?.ask("wait")?;
+        if sig == libc::SIGINT && status != "0" {
+            return Err(format!("postgres ended with exit status {status} after a fast shutdown"));
         }
         Ok(())
     }
@@ -212,6 +298,12 @@ impl PgServer {
 impl Drop for PgServer {
     fn drop(&mut self) {
         let _ = self.stop();
-        let _ = std::fs::remove_dir_all(&self.root);
+        drop(self.spawner.take());
+        if std::thread::panicking() {
+            // A failed test's server log tells what the server saw.
+            eprintln!("PostgreSQL test cluster kept for inspection: {} (server.log)", self.root.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
     }
 }
