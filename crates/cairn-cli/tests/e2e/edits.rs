@@ -274,7 +274,20 @@ fn insert_from_stdin_killed_leaves_no_scratch_file() {
             .collect()
     };
     for sig in [libc::SIGTERM, libc::SIGINT] {
-        let mut child = Command::new(CAIRN)
+        let mut cmd = Command::new(CAIRN);
+        // The child starts with the signal's default action, as from a
+        // terminal: a runner started in the background by a non-interactive
+        // shell ignores SIGINT, the child would inherit that, and cairn
+        // rightly leaves an ignored signal ignored (the test then hung).
+        // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                libc::signal(sig, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .args([OsStr::new("insert"), f.as_os_str(), OsStr::new("5"), OsStr::new("--from"), OsStr::new("-")])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
