@@ -68,6 +68,7 @@ fn postgres_store() {
         let url = if new { fresh(&pg, &id) } else { pg.url("cairn") };
         Box::new(PgMeta::open(&url, &id, codec()).unwrap())
     };
+    read_one_refuses_a_second_query(&pg);
     let skipped = conformance::run_all(&make);
     assert!(skipped.is_empty(), "PostgreSQL skipped conformance checks: {skipped:?}");
     eprintln!("conformance: {:?}", t0.elapsed());
@@ -271,6 +272,21 @@ fn postgres_outage() {
 /// off): a change is durable once `sync` returned, which a crash of the
 /// server (SIGKILL: what was not flushed is lost) proves; with
 /// `sync_commit` every write is durable when it returns.
+/// `read_one` runs without a transaction, so a closure that asks twice
+/// would see two snapshots: PostgreSQL refuses the second query (the
+/// conformance suite accepts stores that simply run both).
+fn read_one_refuses_a_second_query(pg: &PgServer) {
+    let url = fresh(pg, "readone");
+    let s = open(&url, "readone");
+    let e = s.read_one_with(|r| -> Result<Option<InodeRow>> {
+        r.get_inode(ROOT_INO)?;
+        r.get_inode(ROOT_INO)
+    });
+    let e = e.expect_err("a second query in read_one was answered");
+    assert!(e.to_string().contains("second query"), "{e}");
+    assert!(s.read_one_with(|r| r.get_inode(ROOT_INO)).unwrap().is_some());
+}
+
 #[test]
 fn a_synced_change_survives_a_server_crash() {
     let mut pg = server();
