@@ -421,6 +421,11 @@ impl Volume {
                 let guard = st.flush_lock.lock_arc();
                 match self.prepare(&st, &mut batch, !all) {
                     Ok(Plan { map, size, seq, committed_seq }) => prepared.push(Prepared { st, _guard: guard, map, size, seq, committed_seq }),
+                    // A round for one file (its fsync or close) that could
+                    // not prepare it fails: committing the rest (nothing)
+                    // and answering Ok would report bytes durable that
+                    // are only in the journal.
+                    Err(e) if only.is_some() => return Err(e.context(format!("flushing inode {} (kept in the journal)", st.ino))),
                     Err(e) => tracing::error!("flushing inode {}: {e} (kept in the journal, will retry)", st.ino),
                 }
             }
