@@ -10,7 +10,8 @@ need=()
 command -v fusermount3 >/dev/null || need+=(fuse3)
 # SQLite's session extension (metadata deltas of cloud volumes) is built
 # with bindgen, which loads libclang.
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# libclang.so itself: libclang-cpp.so (another package) does not count.
+compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"; else sudo apt-get install -y "${need[@]}"; fi
 fi

@@ -23,7 +23,8 @@ command -v man >/dev/null || need+=(man-db)   # generated man pages render with 
 command -v systemd-analyze >/dev/null || need+=(systemd)   # the shipped mount unit is verified (installing it starts nothing)
 # SQLite's session extension (metadata deltas of cloud volumes) is built
 # with bindgen, which loads libclang.
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# libclang.so itself: libclang-cpp.so (another package) does not count.
+compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || need+=(libclang-dev)
 # PostgreSQL's server binaries: tests start throwaway clusters on loopback
 # (cairn-testing's PgServer) and stop them by PID; the package's own
 # cluster is not used.
