@@ -265,6 +265,30 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// Moves into `rest` every patch that lies where a re-chunk of a `rest`
+/// range will read, `[a - max, b + 2·max)`, until none does: the re-chunk
+/// would read the patch's chunk, which is only in this round's batch (not
+/// yet in the chunk index), and would fold it away at once anyway.
+fn demote_patches_near_rechunks(patches: &mut Vec<(u64, u64)>, rest: &mut Vec<(u64, u64)>, max: u64) {
+    loop {
+        rest.sort_unstable();
+        let mut demoted = Vec::new();
+        patches.retain(|&(a, b)| {
+            // Ranges are disjoint: rest[i - 1] ends at or before `a`.
+            let i = rest.partition_point(|r| r.0 < b);
+            let near = rest.get(i).is_some_and(|r| r.0 < b + max) || (i > 0 && rest[i - 1].1 + 2 * max > a);
+            if near {
+                demoted.push((a, b));
+            }
+            !near
+        });
+        if demoted.is_empty() {
+            return;
+        }
+        rest.extend(demoted);
+    }
+}
+
 fn join_upload(h: std::thread::JoinHandle<Result<()>>) -> Result<()> {
     h.join().map_err(|_| Error::io("a pack upload thread panicked"))?
 }
@@ -554,7 +578,11 @@ impl Volume {
         let mut clusters: Vec<(u64, u64)> = Vec::new();
         for (a, b) in dirty {
             if let Some(last) = clusters.last_mut() {
-                if a - last.1 < 2 * max && !map.range(last.1, a).iter().any(|(_, e)| e.src == Source::Hole) {
+                // 3·max: a re-chunk reads from max before its range to
+                // 2·max after it (`rechunk`), so two clusters apart never
+                // read each other's new chunks, which are only in this
+                // round's batch, not yet in the chunk index.
+                if a - last.1 < 3 * max && !map.range(last.1, a).iter().any(|(_, e)| e.src == Source::Hole) {
                     last.1 = b;
                     continue;
                 }
@@ -607,6 +635,7 @@ impl Volume {
                 rest.push((a, b));
             }
         }
+        demote_patches_near_rechunks(&mut patches, &mut rest, max);
         if patches.is_empty() {
             return Ok(rest);
         }

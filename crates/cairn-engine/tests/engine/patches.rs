@@ -82,3 +82,40 @@ fn a_patch_survives_a_crash_after_fsync() {
     let v = open(d.path());
     assert!(read_all(&v, ino) == model, "patched content after a crash");
 }
+
+/// A small overwrite next to a large one, in one round: the large one's
+/// re-chunk reads up to two chunk-maxima around it, so the small one
+/// cannot be a patch (its chunk would be only in the round's batch, not in
+/// the chunk index, when the re-chunk reads it). Likewise two re-chunked
+/// ranges between two and three maxima apart. Each distance is one round.
+#[test]
+fn small_and_large_overwrites_near_each_other_flush_in_one_round() {
+    const MAX: usize = 4 * MIB; // the default chunker's largest chunk
+    let d = tempfile::tempdir().unwrap();
+    init(d.path(), &InitOptions::default()).unwrap();
+    let v = open(d.path());
+    let mut model = random_bytes(3, 40 * MIB);
+    let ino = mkfile(&v, ROOT_INO, "f", &model);
+    v.sync().unwrap();
+    let mut seed = 10;
+    let (small, large) = (4096, 2 * MIB);
+    let rounds = [
+        [(8 * MIB, small), (8 * MIB + MAX / 2, large)],
+        [(20 * MIB, small), (20 * MIB - 3 * MAX / 2, large)],
+        [(6 * MIB, large), (6 * MIB + large + 2 * MAX + 65536, large)],
+    ];
+    for writes in rounds {
+        v.open(ino).unwrap();
+        for (at, len) in writes {
+            seed += 1;
+            let data = random_bytes(seed, len);
+            v.write(ino, at as u64, &data).unwrap();
+            model[at..at + len].copy_from_slice(&data);
+        }
+        v.flush_file_now(ino).unwrap_or_else(|e| panic!("writes {writes:?}: {e}"));
+        v.release(ino).unwrap();
+        assert!(read_all(&v, ino) == model, "content after writes {writes:?}");
+    }
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
