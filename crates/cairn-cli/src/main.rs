@@ -1224,6 +1224,9 @@ fn run(cli: Cli) -> Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {
+                if rep.packs_kept > 0 {
+                    println!("{} packs kept: another writer referenced their dead chunks again while gc ran (the next gc takes them)", rep.packs_kept);
+                }
                 if target::is_url(&volume_arg) {
                     // In a bucket a dropped pack goes to the trash first: an
                     // older metadata version may still name it.

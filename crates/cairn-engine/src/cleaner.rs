@@ -17,7 +17,6 @@ use crate::pack;
 use crate::volume::Volume;
 use cairn_backend::meter::{RequestKind, Subsystem};
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
 use std::time::Duration;
 
 /// How long a round waits for a moment with no write batch under way
@@ -152,9 +151,11 @@ pub struct CleanReport {
     pub chunks_dropped: u64,
     /// Dead bytes no longer stored.
     pub dead_bytes_freed: u64,
-    /// The round gave up: a writer revived a chunk of a pack being cleaned,
-    /// or no moment without a write batch came. Nothing changed; the next
-    /// round tries again.
+    /// Packs kept whole: a writer revived a chunk of theirs (found it by
+    /// hash) while they were being cleaned. The next round plans them again.
+    pub packs_kept: u64,
+    /// The round gave up: no moment without a write batch came. Nothing
+    /// changed; the next round tries again.
     pub gave_up: Option<String>,
 }
 
@@ -182,57 +183,33 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
         mover.copy_live(&p.name, chunks)?;
     }
     mover.finish()?;
-    let give_up = |why: String, mut rep: CleanReport| -> Result<CleanReport> {
-        mover.discard();
-        tracing::info!("cleaning round given up: {why}");
-        rep.gave_up = Some(why);
-        Ok(rep)
-    };
     // Commit while no write batch holds a chunk id it found by hash.
     let Some(guard) = vol.chunk_guard.exclusive(GUARD_PATIENCE) else {
-        return give_up("writers kept the chunk guard".into(), rep);
+        mover.discard();
+        let why = "writers kept the chunk guard".to_string();
+        tracing::info!("cleaning round given up: {why}");
+        rep.gave_up = Some(why);
+        return Ok(rep);
     };
-    let moved_ids: HashSet<u64> = mover.moved.iter().map(|m| m.0).collect();
-    let committed = vol.meta.write(|tx| {
-        let mut freed = 0;
-        for (p, _) in &due {
-            for c in tx.chunks_in_pack(p.id)? {
-                if moved_ids.contains(&c.id) {
-                    continue;
-                }
-                if c.refs > 0 {
-                    return Ok(Err(format!("chunk #{} of pack {} came back to life while the pack was being cleaned", c.id, p.name)));
-                }
-                freed += c.stored_len as u64;
-            }
-        }
-        let dropped = mover.commit(tx, due.iter().map(|(p, _)| p.id))?;
-        Ok(Ok((dropped, freed)))
-    })?;
-    let (dropped, freed) = match committed {
-        Ok(x) => x,
-        Err(why) => {
-            drop(guard);
-            return give_up(why, rep);
-        }
-    };
+    let done = vol.meta.write(|tx| mover.commit(tx, due.iter().map(|(p, _)| p.id)))?;
     // Readers that resolved a location before the commit still find the old
     // pack (it goes to the trash below, not away); new lookups must see the
     // new one. Under the guard, no batch can insert a pack meanwhile.
-    for &(id, _, _) in &mover.moved {
-        vol.chunk_locs.remove(&id);
+    for m in &mover.moved {
+        vol.chunk_locs.remove(&m.id);
     }
     for (p, _) in &due {
         vol.pack_names.remove(&p.id);
     }
     drop(guard);
-    rep.packs_cleaned = due.len() as u64;
+    rep.packs_cleaned = (due.len() - done.kept.len()) as u64;
+    rep.packs_kept = done.kept.len() as u64;
     rep.packs_written = mover.sealed.len() as u64;
     rep.chunks_moved = mover.moved.len() as u64;
     rep.bytes_moved = mover.bytes;
-    rep.chunks_dropped = dropped;
-    rep.dead_bytes_freed = freed;
-    vol.delete_objects(due.iter().map(|(p, _)| p.name.as_str()))?;
+    rep.chunks_dropped = done.chunks_dropped;
+    rep.dead_bytes_freed = done.dead_bytes_freed;
+    vol.delete_objects(due.iter().filter(|(p, _)| !done.kept.contains(&p.id)).map(|(p, _)| p.name.as_str()))?;
     tracing::info!(packs = rep.packs_cleaned, moved = rep.bytes_moved, freed = rep.dead_bytes_freed, "cleaned packs whose dead bytes had cost what cleaning them costs");
     Ok(rep)
 }

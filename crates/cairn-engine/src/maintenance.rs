@@ -341,6 +341,10 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
 pub struct GcReport {
     pub packs_deleted: u64,
     pub packs_repacked: u64,
+    /// Packs planned but kept: a chunk of theirs dead when planned was
+    /// referenced again before the commit (found by hash). The next gc
+    /// takes them.
+    pub packs_kept: u64,
     pub orphans_deleted: u64,
     pub chunks_deleted: u64,
     pub bytes_before: u64,
@@ -429,6 +433,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     rep.orphans_deleted = vol.delete_objects(listed.iter().map(|o| o.name.as_str()).filter(|n| !known.contains(n)))?;
     let mut mover = Mover::new(vol);
     let mut emptied: Vec<meta::PackRow> = Vec::new();
+    let mut repacked: HashSet<u64> = HashSet::new();
     for p in packs {
         progress.inc(1);
         if p.dead_bytes == 0 {
@@ -441,17 +446,20 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
         }
         mover.copy_live(&p.name, &chunks)?;
         if live_bytes > 0 {
-            rep.packs_repacked += 1;
+            repacked.insert(p.id);
         }
         emptied.push(p);
     }
     mover.finish()?;
     // Point chunks at their new packs and drop the old rows in one
     // transaction; only then delete the old objects.
-    rep.chunks_deleted = vol.meta.write(|tx| mover.commit(tx, emptied.iter().map(|p| p.id)))?;
+    let done = vol.meta.write(|tx| mover.commit(tx, emptied.iter().map(|p| p.id)))?;
+    rep.chunks_deleted = done.chunks_dropped;
+    rep.packs_kept = done.kept.len() as u64;
+    rep.packs_repacked = repacked.difference(&done.kept).count() as u64;
     // The old objects go only once that transaction is durable (rule 3):
     // before, a power cut would bring back rows pointing into them.
-    rep.packs_deleted = vol.delete_objects(emptied.iter().map(|p| p.name.as_str()))?;
+    rep.packs_deleted = vol.delete_objects(emptied.iter().filter(|p| !done.kept.contains(&p.id)).map(|p| p.name.as_str()))?;
     rep.bytes_after = vol.backend.list("packs/")?.iter().map(|o| o.size).sum();
     Ok(rep)
 }
@@ -510,11 +518,33 @@ pub(crate) fn run_span(chunks: &[meta::ChunkRow], (a, b): (usize, usize)) -> (u6
 /// checked before it is copied (corruption is never propagated), new packs
 /// uploaded as they fill. Blobs are position-independent, so they are
 /// copied as stored.
+/// A chunk a [`Mover`] copied.
+pub(crate) struct Moved {
+    pub(crate) id: u64,
+    /// The pack it was copied from.
+    pub(crate) from: u64,
+    /// Index into `Mover::sealed` of the pack it was copied into.
+    pub(crate) to: usize,
+    /// Its offset there.
+    pub(crate) offset: u64,
+    pub(crate) stored_len: u32,
+}
+
+/// What [`Mover::commit`] did.
+#[derive(Default)]
+pub(crate) struct Committed {
+    /// Dead chunk rows deleted with the packs.
+    pub(crate) chunks_dropped: u64,
+    /// Stored bytes of those chunks.
+    pub(crate) dead_bytes_freed: u64,
+    /// Packs kept whole because a chunk of theirs came back to life.
+    pub(crate) kept: HashSet<u64>,
+}
+
 pub(crate) struct Mover<'a> {
     vol: &'a Volume,
     builder: Option<PackBuilder>,
-    /// (chunk id, index into `sealed`, offset in that pack).
-    pub(crate) moved: Vec<(u64, usize, u64)>,
+    pub(crate) moved: Vec<Moved>,
     /// Uploaded packs: (name, size, blobs).
     pub(crate) sealed: Vec<(String, u64, u64)>,
     /// Stored bytes copied.
@@ -540,7 +570,7 @@ impl<'a> Mover<'a> {
                 pack::decode_blob(&vol.keys, &e, blob.to_vec()).map_err(|err| Error::corrupt(format!("pack {name}: chunk #{} is corrupt, not moving it: {err}", c.id)))?;
                 let b = self.builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
                 let ne = b.add(c.hash, blob, c.raw_len, c.flags);
-                self.moved.push((c.id, self.sealed.len(), ne.offset));
+                self.moved.push(Moved { id: c.id, from: c.pack, to: self.sealed.len(), offset: ne.offset, stored_len: c.stored_len });
                 self.bytes += c.stored_len as u64;
                 if b.len() as u64 >= vol.cfg.pack_target {
                     self.sealed.push(upload(vol, self.builder.take().expect("builder"))?);
@@ -561,26 +591,53 @@ impl<'a> Mover<'a> {
     /// In transaction `tx`: the new packs' rows (a moved chunk that died
     /// meanwhile is dead in its new pack), the moved chunks pointed at
     /// them, and the `emptied` packs' rows dropped with their dead chunks.
-    /// Returns the dead chunk rows dropped.
-    pub(crate) fn commit(&self, tx: &dyn meta::MetaTx, emptied: impl IntoIterator<Item = u64>) -> Result<u64> {
+    ///
+    /// A pack one of whose chunks was dead when it was planned but is
+    /// referenced now (a writer found it by hash meanwhile, on this machine
+    /// or another) is kept whole: its chunks stay where they are, their
+    /// copies are dead bytes of the new packs, and the next round plans it
+    /// again. The rest of the round still commits.
+    pub(crate) fn commit(&self, tx: &dyn meta::MetaTx, emptied: impl IntoIterator<Item = u64>) -> Result<Committed> {
+        let moved_ids: HashSet<u64> = self.moved.iter().map(|m| m.id).collect();
+        let mut out = Committed::default();
+        let mut gone = Vec::new();
+        for p in emptied {
+            let mut freed = 0;
+            let mut revived = false;
+            for c in tx.chunks_in_pack(p)? {
+                if moved_ids.contains(&c.id) {
+                    continue;
+                }
+                if c.refs > 0 {
+                    revived = true;
+                    break;
+                }
+                freed += c.stored_len as u64;
+            }
+            if revived {
+                out.kept.insert(p);
+            } else {
+                out.dead_bytes_freed += freed;
+                gone.push(p);
+            }
+        }
         let mut dead_in: HashMap<usize, u64> = HashMap::new();
-        for &(id, pidx, _) in &self.moved {
-            if let Some(c) = tx.chunk_by_id(id)?.filter(|c| c.refs == 0) {
-                *dead_in.entry(pidx).or_default() += c.stored_len as u64;
+        for m in &self.moved {
+            if out.kept.contains(&m.from) || tx.chunk_by_id(m.id)?.is_some_and(|c| c.refs == 0) {
+                *dead_in.entry(m.to).or_default() += m.stored_len as u64;
             }
         }
         let mut ids = Vec::with_capacity(self.sealed.len());
         for (i, (name, size, blobs)) in self.sealed.iter().enumerate() {
             ids.push(tx.insert_pack(name, *size, *blobs, dead_in.get(&i).copied().unwrap_or(0))?);
         }
-        for &(id, pidx, off) in &self.moved {
-            tx.relocate_chunk(id, ids[pidx], off)?;
+        for m in self.moved.iter().filter(|m| !out.kept.contains(&m.from)) {
+            tx.relocate_chunk(m.id, ids[m.to], m.offset)?;
         }
-        let mut n = 0;
-        for p in emptied {
-            n += tx.delete_pack(p)?;
+        for p in gone {
+            out.chunks_dropped += tx.delete_pack(p)?;
         }
-        Ok(n)
+        Ok(out)
     }
 
     /// Deletes the uploaded packs, which no metadata names (a round given

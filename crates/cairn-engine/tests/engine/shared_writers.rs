@@ -361,3 +361,56 @@ fn a_file_open_on_one_machine_outlives_its_unlink_on_another() {
     assert_eq!(b.getattr(other).expect_err("an unlinked file nobody had open stayed").kind(), ErrorKind::NotFound);
     unmount_all_then_fsck(&tmp, vols, "m1");
 }
+
+/// One machine replaces and deletes files made of a few blobs, so their
+/// chunks die and come back by deduplication, while another runs gc
+/// (repacking half-dead packs) as fast as it can. A pack gc planned as
+/// dead whose chunk the writer referenced again before gc's commit is kept
+/// (not an error that throws the round away); every file reads back and
+/// fsck reads every byte.
+#[test]
+fn gc_on_one_machine_while_another_revives_its_chunks() {
+    let (tmp, _url, _cfg, vols) = machines("gcrace", 2, pg_opts);
+    let (w, g) = (&vols[0], &vols[1]);
+    let blobs: Vec<Vec<u8>> = (0..3).map(|i| random_bytes(300 + i, 150_000)).collect();
+    let mut model: std::collections::HashMap<usize, Vec<u8>> = Default::default();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (passes, kept) = std::thread::scope(|s| {
+        let collector = s.spawn(|| {
+            let (mut passes, mut kept) = (0, 0);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let r = maintenance::gc(g, 0.5, &maintenance::NoProgress).unwrap_or_else(|e| panic!("gc pass {passes} beside a writer: {e}"));
+                kept += r.packs_kept;
+                passes += 1;
+            }
+            (passes, kept)
+        });
+        for i in 0..60usize {
+            let slot = i % 4;
+            let name = format!("f{slot}");
+            if model.remove(&slot).is_some() {
+                w.unlink(ROOT_INO, name.as_bytes()).unwrap();
+                w.sync().unwrap();
+            }
+            let mut data = random_bytes(1000 + i as u64, 40);
+            data.extend_from_slice(&blobs[(i * 7 / 3) % blobs.len()]);
+            let a = w.create(ROOT_INO, name.as_bytes(), FileKind::File, 0o644, 0, root()).unwrap();
+            w.open(a.ino).unwrap();
+            w.write(a.ino, 0, &data).unwrap();
+            w.close_commit(a.ino).unwrap_or_else(|e| panic!("write {i}: {e}"));
+            w.release(a.ino).unwrap();
+            model.insert(slot, data);
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        collector.join().unwrap()
+    });
+    assert!(passes > 1, "gc ran only {passes} times beside the writer");
+    for v in &vols {
+        for (slot, data) in &model {
+            let ino = v.lookup(ROOT_INO, format!("f{slot}").as_bytes()).unwrap().ino;
+            assert!(&read_all(v, ino) == data, "f{slot} differs after {passes} gc passes ({kept} packs kept)");
+        }
+    }
+    eprintln!("{passes} gc passes, {kept} packs kept");
+    unmount_all_then_fsck(&tmp, vols, "m1");
+}
