@@ -42,6 +42,7 @@ pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
     a_hash_is_claimed_once(&*make(true));
     bad_reference_counts_fail_whole(&*make(true));
     rollback_leaves_nothing(&*make(true));
+    locking_writes(&*make(true));
     read_your_writes_and_sync(&*make(true));
     ids_never_repeat(make);
     sessions(&*make(true));
@@ -359,6 +360,32 @@ fn rollback_leaves_nothing(s: &dyn MetaStore) {
     });
     assert!(r.is_err());
     assert_eq!(s.read_with(|r| r.get_info("half")).unwrap(), None, "half a transaction stayed");
+}
+
+/// `write_locking` is a write like any other to its caller: it commits
+/// all or nothing, locks rows that exist or not, sees what it changed, and
+/// a failed statement inside it (a taken name) rolls everything back.
+fn locking_writes(s: &dyn MetaStore) {
+    let dir = mk(s, ROOT_INO, b"d", FileKind::Dir);
+    let f = s
+        .write_locking_with(&[dir, ROOT_INO, dir], true, |tx| -> Result<Ino> {
+            tx.lock_inodes(&[dir, 999_999])?;
+            let ino = tx.alloc_ino()?;
+            tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
+            tx.insert_dentry(dir, b"f", ino, FileKind::File)?;
+            tx.touch_dir(dir, Timestamp(5), 0)?;
+            assert_eq!(tx.lookup(dir, b"f")?, Some((ino, FileKind::File)), "a locking write does not see its own entry");
+            Ok(ino)
+        })
+        .unwrap();
+    assert_eq!(s.read_with(|r| r.lookup(dir, b"f")).unwrap(), Some((f, FileKind::File)));
+    assert_eq!(s.read_with(|r| r.get_inode(dir)).unwrap().unwrap().attr.mtime, Timestamp(5));
+    let r = s.write_locking_with(&[dir], false, |tx| {
+        tx.set_info("half-locked", 1)?;
+        tx.insert_dentry(dir, b"f", 1, FileKind::Dir)
+    });
+    assert_eq!(r.expect_err("a taken name was inserted").kind(), ErrorKind::Exists);
+    assert_eq!(s.read_with(|r| r.get_info("half-locked")).unwrap(), None, "half a locking transaction stayed");
 }
 
 fn read_your_writes_and_sync(s: &dyn MetaStore) {

@@ -363,6 +363,14 @@ pub trait MetaRead {
 
 /// The changes of a metadata store, inside one transaction (`write`).
 pub trait MetaTx: MetaRead {
+    /// Locks the rows of `inos` (those that exist) until the transaction
+    /// ends, before it reads them (see [`MetaStore::write_locking`]); in
+    /// ascending order. A store whose write transactions exclude each
+    /// other whole needs nothing.
+    fn lock_inodes(&self, inos: &[Ino]) -> Result<()> {
+        let _ = inos;
+        Ok(())
+    }
     /// Hands out a new inode number, never handed out before (also across
     /// rolled-back transactions and reopens).
     fn alloc_ino(&self) -> Result<Ino>;
@@ -482,6 +490,20 @@ pub trait MetaStore: Send + Sync {
     /// returned as it was after the rollback. May run `f` again on a
     /// retryable failure, so `f` must have no effect but its return.
     fn write(&self, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()>;
+    /// [`MetaStore::write`] for a namespace operation that names up front
+    /// the inodes whose rows (and directory entries) it changes: `inos`
+    /// (the directories it adds names to or removes names from), and with
+    /// `rename_lock` the volume-wide lock of renames between directories.
+    /// It locks any more rows it comes to change with
+    /// [`MetaTx::lock_inodes`] before reading them. A store of many
+    /// writers may then run it without serializable isolation: the locks
+    /// serialize it against every other writer of those rows, so two
+    /// creates in one directory queue instead of one failing and running
+    /// again (docs/shared-volume.md §4). Elsewhere the same as `write`.
+    fn write_locking(&self, inos: &[Ino], rename_lock: bool, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
+        let _ = (inos, rename_lock);
+        self.write(f)
+    }
     /// Hands out a chunk id for a chunk about to be packed, outside any
     /// transaction (its row is inserted later, by the transaction that
     /// commits its pack). Never one a committed chunk row has, nor one
@@ -657,18 +679,36 @@ pub trait MetaStoreExt: MetaStore {
     {
         read_by(|g| self.read_many(g), f)
     }
-    fn write_with<T, E>(&self, mut f: impl FnMut(&dyn MetaTx) -> Result<T, E>) -> Result<T, E>
+    fn write_with<T, E>(&self, f: impl FnMut(&dyn MetaTx) -> Result<T, E>) -> Result<T, E>
     where
         E: From<Error>,
         Error: From<E>,
     {
-        let mut out = None;
-        self.write(&mut |tx| {
-            out = Some(f(tx)?);
-            Ok(())
-        })?;
-        Ok(out.expect("a write that succeeded ran its closure"))
+        write_by(|g| self.write(g), f)
+    }
+    /// [`MetaStore::write_locking`] with a typed result.
+    fn write_locking_with<T, E>(&self, inos: &[Ino], rename_lock: bool, f: impl FnMut(&dyn MetaTx) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<Error>,
+        Error: From<E>,
+    {
+        write_by(|g| self.write_locking(inos, rename_lock, g), f)
     }
 }
 
 impl<S: MetaStore + ?Sized> MetaStoreExt for S {}
+
+/// Runs `f` through `write` (one of the store's write entries) and hands
+/// back its typed result.
+fn write_by<T, E>(write: impl FnOnce(&mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()>, mut f: impl FnMut(&dyn MetaTx) -> Result<T, E>) -> Result<T, E>
+where
+    E: From<Error>,
+    Error: From<E>,
+{
+    let mut out = None;
+    write(&mut |tx| {
+        out = Some(f(tx)?);
+        Ok(())
+    })?;
+    Ok(out.expect("a write that succeeded ran its closure"))
+}

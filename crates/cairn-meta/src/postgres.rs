@@ -3,8 +3,10 @@
 //!
 //! Every `write` is one SERIALIZABLE transaction, so a closure's
 //! lookup-then-insert is safe against other machines without explicit row
-//! locks; reference-count changes are applied when the closure returns,
-//! after locking the chunk rows in ascending id order. Serialization
+//! locks; a `write_locking` (namespace operations) is one READ COMMITTED
+//! transaction that locks the rows it changes first. Reference-count
+//! changes are applied when the closure returns, after locking the chunk
+//! rows in ascending id order. Serialization
 //! failures (40001), deadlocks (40P01) and lost connections are retried
 //! inside the store (the closure runs again) with exponential backoff and
 //! full jitter until a deadline ([`PgOptions::timeout`]); past it the
@@ -255,6 +257,9 @@ pub struct PgMeta {
     /// Advisory lock keys: the maintenance lock, and the lock that orders
     /// change-log appends.
     maintenance_key: i64,
+    /// The key of the volume's rename lock (a transaction-level advisory
+    /// lock: renames between directories, one at a time).
+    rename_key: i64,
 }
 
 /// The server unreachable (`PgMeta::outage`).
@@ -410,6 +415,10 @@ impl PgMeta {
             )
             .map_err(|e| pg_err("computing the volume's lock keys", &e))?;
         let maintenance_key = r.get::<_, i64>(0);
+        let rename_key = c
+            .query_one("SELECT ('x' || substr(md5($1 || ':rename'), 1, 16))::bit(64)::bigint", &[&schema])
+            .map_err(|e| pg_err("computing the volume's lock keys", &e))?
+            .get::<_, i64>(0);
         Ok(PgMeta {
             cfg,
             schema,
@@ -430,6 +439,7 @@ impl PgMeta {
             session: Arc::new(AtomicU64::new(0)),
             journal: AtomicU64::new(0),
             maintenance_key,
+            rename_key,
         })
     }
 
@@ -1318,6 +1328,13 @@ impl MetaRead for PgTx<'_> {
 }
 
 impl MetaTx for PgTx<'_> {
+    fn lock_inodes(&self, inos: &[Ino]) -> Result<()> {
+        let mut ids: Vec<i64> = inos.iter().map(|&i| i as i64).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        self.query("SELECT ino FROM inodes WHERE ino = ANY($1) ORDER BY ino FOR UPDATE", &[&ids])?;
+        Ok(())
+    }
     /// From this store's block of `ino_seq` (a new block is reserved by a
     /// `nextval` on this transaction's connection: sequences are not
     /// transactional, so a rolled-back transaction skips its numbers).
@@ -1450,11 +1467,14 @@ impl MetaTx for PgTx<'_> {
     fn mark_open(&self, session: u64, ino: Ino, gen: u64) -> Result<bool> {
         // A row of a session that is gone would keep the file forever. One
         // statement (a create runs this inside its transaction: a round
-        // trip saved per create).
+        // trip saved per create). FOR SHARE: an unlink at READ COMMITTED
+        // locks the inode FOR UPDATE before it asks whether anyone has it
+        // open, so the two queue and the unlink sees this row (or this
+        // finds the inode gone), never both missing each other.
         let r = self.one(
             "WITH s AS (SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $2) AS live),
                   ins AS (INSERT INTO open_files(ino, session, gen) SELECT $1, $2, $3
-                          WHERE (SELECT live FROM s) AND EXISTS (SELECT 1 FROM inodes WHERE ino = $1)
+                          WHERE (SELECT live FROM s) AND EXISTS (SELECT 1 FROM inodes WHERE ino = $1 FOR SHARE)
                           ON CONFLICT (ino, session) DO UPDATE SET gen = excluded.gen RETURNING 1)
              SELECT (SELECT live FROM s), EXISTS (SELECT 1 FROM ins)",
             &[&(ino as i64), &(session as i64), &(gen as i64)],
@@ -1625,6 +1645,18 @@ impl MetaTx for PgTx<'_> {
     }
 }
 
+/// How a try of a transaction begins.
+#[derive(Clone, Copy)]
+enum Mode<'a> {
+    /// One snapshot, read only.
+    Read,
+    /// A write at SERIALIZABLE: conflicts fail it (40001) and it runs again.
+    Serializable,
+    /// A write at READ COMMITTED that locks the rows of `inos` (sorted)
+    /// first, after the volume's rename lock when asked.
+    Locking { inos: &'a [Ino], rename_lock: bool },
+}
+
 /// Ends the transaction open on `c` without keeping anything; a
 /// connection that cannot even do that is closed for good.
 fn rollback(c: &mut Conn) {
@@ -1634,21 +1666,30 @@ fn rollback(c: &mut Conn) {
 impl PgMeta {
     /// One try of a transaction: `begin`, the closure (`tx` gives it the
     /// operations), for writes the reference counts, then COMMIT.
-    fn attempt(&self, c: &mut Conn, write: bool, f: &mut dyn FnMut(&PgTx) -> Result<()>) -> Step<()> {
+    fn attempt(&self, c: &mut Conn, mode: Mode, f: &mut dyn FnMut(&PgTx) -> Result<()>) -> Step<()> {
         // A write learns its transaction id in the same round trip, to
-        // find out whether it committed if the reply to COMMIT is lost.
+        // find out whether it committed if the reply to COMMIT is lost;
+        // a locking write takes its first locks in it too.
+        let write = !matches!(mode, Mode::Read);
         let lazy = write && !self.opts.sync_commit;
-        let begin = match (write, lazy) {
-            (true, true) => "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL synchronous_commit = off; SELECT txid_current()",
-            (true, false) => "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL synchronous_commit = on; SELECT txid_current()",
-            (false, _) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        let sync = if lazy { "off" } else { "on" };
+        let begin = match mode {
+            Mode::Read => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_string(),
+            Mode::Serializable => format!("BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL synchronous_commit = {sync}; SELECT txid_current()"),
+            Mode::Locking { inos, rename_lock } => {
+                // Integers only: nothing to quote.
+                let list = inos.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+                let rename = if rename_lock { format!("SELECT pg_advisory_xact_lock({}); ", self.rename_key) } else { String::new() };
+                let rows = if inos.is_empty() { String::new() } else { format!("; SELECT ino FROM inodes WHERE ino IN ({list}) ORDER BY ino FOR UPDATE") };
+                format!("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = {sync}; {rename}SELECT txid_current(){rows}")
+            }
         };
         if lazy {
             // Set before the COMMIT is sent: a sync that starts once this
             // write returned must see it (an extra barrier is harmless).
             self.unsynced.store(true, Ordering::SeqCst);
         }
-        let xid = match c.client.simple_query(begin) {
+        let xid = match c.client.simple_query(&begin) {
             Ok(msgs) => msgs.iter().find_map(|m| match m {
                 pg::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
                 _ => None,
@@ -1743,7 +1784,7 @@ impl PgMeta {
 
 impl MetaStore for PgMeta {
     fn read(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()> {
-        self.run("reading metadata", |c| self.attempt(c, false, &mut |tx| f(tx)))
+        self.run("reading metadata", |c| self.attempt(c, Mode::Read, &mut |tx| f(tx)))
     }
     /// No BEGIN and no COMMIT: the one query is its own transaction (one
     /// round trip instead of three).
@@ -1760,7 +1801,16 @@ impl MetaStore for PgMeta {
         })
     }
     fn write(&self, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
-        self.run("changing metadata", |c| self.attempt(c, true, &mut |tx| f(tx)))
+        self.run("changing metadata", |c| self.attempt(c, Mode::Serializable, &mut |tx| f(tx)))
+    }
+    /// READ COMMITTED with the rows locked first (docs/shared-volume.md
+    /// §4): every statement sees what committed before it, and the locks
+    /// order this transaction against every other writer of those rows.
+    fn write_locking(&self, inos: &[Ino], rename_lock: bool, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
+        let mut inos = inos.to_vec();
+        inos.sort_unstable();
+        inos.dedup();
+        self.run("changing metadata", |c| self.attempt(c, Mode::Locking { inos: &inos, rename_lock }, &mut |tx| f(tx)))
     }
     fn alloc_chunk_id(&self) -> Result<u64> {
         let mut b = self.chunk_ids.lock();

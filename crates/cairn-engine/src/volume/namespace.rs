@@ -176,7 +176,7 @@ impl Volume {
         self.check_writable()?;
         check_name(name)?;
         let now = Timestamp::now();
-        self.meta.write(|tx| {
+        self.meta.write_locking(&[parent], false, |tx| {
             let p = wdir(tx, parent)?;
             if tx.lookup(parent, name)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, "name exists"));
@@ -264,7 +264,7 @@ impl Volume {
         self.check_writable()?;
         check_name(newname)?;
         let now = Timestamp::now();
-        self.meta.write(|tx| {
+        self.meta.write_locking(&[ino, newparent], false, |tx| {
             let mut a = winode(tx, ino)?.attr;
             if a.kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::Permission, "hard links to directories are not allowed"));
@@ -294,12 +294,15 @@ impl Volume {
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.check_writable()?;
         let now = Timestamp::now();
-        let (ino, nlink, freed) = self.meta.write(|tx| {
+        let (ino, nlink, freed) = self.meta.write_locking(&[parent], false, |tx| {
             wdir(tx, parent)?;
             let (ino, kind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             if kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::IsDir, "is a directory (use rmdir)"));
             }
+            // Before its nlink is read, and before anyone's open of it is
+            // asked about (an open locks it FOR SHARE).
+            tx.lock_inodes(&[ino])?;
             let a = inode(tx, ino)?.attr;
             meta::remove_entry(tx, parent, name, ino)?;
             let n = a.nlink.saturating_sub(1);
@@ -327,12 +330,14 @@ impl Volume {
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.check_writable()?;
         let now = Timestamp::now();
-        self.meta.write(|tx| {
+        self.meta.write_locking(&[parent], false, |tx| {
             wdir(tx, parent)?;
             let (ino, kind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
             if kind != FileKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, "not a directory"));
             }
+            // A create in it locks it: the emptiness below stays true.
+            tx.lock_inodes(&[ino])?;
             winode(tx, ino)?;
             if !tx.dir_is_empty(ino)? {
                 return Err(Error::new(ErrorKind::NotEmpty, "directory not empty"));
@@ -351,12 +356,16 @@ impl Volume {
             return Err(Error::invalid("RENAME_EXCHANGE and RENAME_NOREPLACE exclude each other"));
         }
         let now = Timestamp::now();
-        let freed = self.meta.write(|tx| {
+        // Between directories, renames take the volume's rename lock
+        // first: the ancestor check below then sees every other move of a
+        // directory committed (two crossing moves cannot both pass).
+        let freed = self.meta.write_locking(&[parent, newparent], parent != newparent, |tx| {
             wdir(tx, parent)?;
             wdir(tx, newparent)?;
             let (sino, skind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
-            winode(tx, sino)?;
             let dst = tx.lookup(newparent, newname)?;
+            tx.lock_inodes(&[Some(sino), dst.map(|d| d.0)].into_iter().flatten().collect::<Vec<_>>())?;
+            winode(tx, sino)?;
             if let Some((dino, _)) = dst {
                 winode(tx, dino)?;
             }

@@ -414,3 +414,50 @@ fn gc_on_one_machine_while_another_revives_its_chunks() {
     eprintln!("{passes} gc passes, {kept} packs kept");
     unmount_all_then_fsck(&tmp, vols, "m1");
 }
+
+/// An open on one machine racing the unlink of the same files on another:
+/// each open either finds the file gone (NotFound) or keeps every byte
+/// through the unlink, never an open that succeeded on an inode the
+/// unlink freed (the unlink asks whether anyone has the file open, the
+/// open checks that the inode still exists: without a lock between the
+/// two each can miss the other).
+#[test]
+fn opens_racing_unlinks_on_another_machine_keep_what_they_opened() {
+    let (tmp, _url, _cfg, vols) = machines("open-race", 2, pg_opts);
+    let (a, b) = (&vols[0], &vols[1]);
+    let files: Vec<(Ino, Vec<u8>)> = (0..40u64).map(|i| {
+        let data = random_bytes(500 + i, 20_000 + i as usize);
+        (mkfile(a, ROOT_INO, &format!("f{i}"), &data), data)
+    }).collect();
+    a.sync().unwrap();
+    let start = Barrier::new(2);
+    let opened: Vec<usize> = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..files.len() {
+                start.wait();
+                // Staggered, so the race falls either way.
+                std::thread::sleep(Duration::from_micros(40 * (i as u64 % 8)));
+                a.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+            }
+        });
+        let mut opened = Vec::new();
+        for (i, (ino, _)) in files.iter().enumerate() {
+            start.wait();
+            match b.open(*ino) {
+                Ok(()) => opened.push(i),
+                Err(e) => assert_eq!(e.kind(), ErrorKind::NotFound, "open of f{i}: {e}"),
+            }
+        }
+        opened
+    });
+    for &i in &opened {
+        let (ino, data) = &files[i];
+        assert!(&read_all(b, *ino) == data, "f{i}, opened on B while A unlinked it, lost bytes ({} of {} opened)", opened.len(), files.len());
+        b.release(*ino).unwrap();
+    }
+    for (ino, _) in &files {
+        assert_eq!(a.getattr(*ino).expect_err("an unlinked file outlived its last close").kind(), ErrorKind::NotFound);
+    }
+    eprintln!("{} of {} opened before their unlink", opened.len(), files.len());
+    unmount_all_then_fsck(&tmp, vols, "m1");
+}
