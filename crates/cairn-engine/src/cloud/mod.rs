@@ -29,6 +29,25 @@ use std::time::Duration;
 /// Where packs wait for deletion (format.md "Trash").
 pub const TRASH_PREFIX: &str = "trash/";
 
+/// Largest trash object read. A hostile bucket's bigger one is refused
+/// by its listed size and never read whole: at most this much is fetched
+/// (format.md "Trash").
+pub const MAX_TRASH_OBJECT: u64 = 16 << 20;
+
+/// Pack names per trash object written (about 80 bytes each: about 5 MiB,
+/// well under [`MAX_TRASH_OBJECT`]).
+pub const TRASH_NAMES_PER_OBJECT: usize = 65_536;
+
+/// The pack names of trash object `t` (as listed), fetching at most its
+/// listed size and refusing one above [`MAX_TRASH_OBJECT`].
+pub(crate) fn read_trash(remote: &dyn Backend, t: &cairn_backend::ObjectInfo) -> Result<Vec<String>> {
+    if t.size == 0 || t.size > MAX_TRASH_OBJECT {
+        return Err(Error::corrupt(format!("trash object {} is {} bytes; one is 1 byte to {MAX_TRASH_OBJECT} (not read)", t.name, t.size)));
+    }
+    let bytes = remote.get_range(&t.name, 0, t.size)?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(format!("trash object {}: {e}", t.name)))
+}
+
 /// The version a trash object was written at.
 pub fn trash_version(name: &str) -> Option<u64> {
     let rest = name.strip_prefix(TRASH_PREFIX)?;
@@ -621,7 +640,7 @@ pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Re
             // Packs trashed since that version are live again: take them off.
             let wanted: std::collections::HashSet<&String> = names.iter().collect();
             for t in remote.list(TRASH_PREFIX)? {
-                let listed: Vec<String> = serde_json::from_slice(&remote.get(&t.name)?).map_err(|e| Error::corrupt(format!("{}: {e}", t.name)))?;
+                let listed = read_trash(remote, &t)?;
                 let keep: Vec<&String> = listed.iter().filter(|n| !wanted.contains(n)).collect();
                 if keep.len() == listed.len() {
                     continue;

@@ -6,7 +6,7 @@
 
 use super::Volume;
 use crate::cloud::versions::{self, Header, Kind};
-use crate::cloud::{lease, trash_version, TRASH_PREFIX};
+use crate::cloud::{lease, read_trash, trash_version, TRASH_NAMES_PER_OBJECT, TRASH_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -182,9 +182,9 @@ impl Volume {
             }
         };
         for t in trash {
-            match cloud.remote.get(&t.name).map_err(Error::from).and_then(|b| serde_json::from_slice::<Vec<String>>(&b).map_err(|e| Error::corrupt(format!("{e}")))) {
+            match read_trash(cloud.remote.as_ref(), &t) {
                 Ok(names) => out.extend(names.into_iter().filter(|n| n.starts_with("packs/"))),
-                Err(e) => warnings.push(format!("trash object {}: {e}", t.name)),
+                Err(e) => warnings.push(e.to_string()),
             }
         }
         out
@@ -205,7 +205,7 @@ impl Volume {
                 continue;
             }
             let r = (|| -> Result<usize> {
-                let names: Vec<String> = serde_json::from_slice(&cloud.remote.get(&t.name)?).map_err(|e| Error::corrupt(format!("{}: {e}", t.name)))?;
+                let names = read_trash(cloud.remote.as_ref(), &t)?;
                 if let Some(bad) = names.iter().find(|n| !n.starts_with("packs/")) {
                     return Err(Error::corrupt(format!("{} lists {bad:?}, which is not a pack; deleting nothing", t.name)));
                 }
@@ -261,16 +261,19 @@ impl Volume {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         // The newest version must be one without them.
         self.ship_metadata(false)?;
-        let name = if cloud.ships_metadata {
-            let at = cloud.state.lock().shipped;
-            format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 4]>()))
-        } else {
-            // No versions: the time, for the grace period (format.md
-            // "Trash"). Random enough that two machines never collide.
-            let at = crate::cost::now_secs().max(0) as u64;
-            format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 8]>()))
-        };
-        cloud.remote.put(&name, &serde_json::to_vec(names).expect("names serialise"))?;
+        // Bounded objects: a reader refuses one above MAX_TRASH_OBJECT.
+        for part in names.chunks(TRASH_NAMES_PER_OBJECT) {
+            let name = if cloud.ships_metadata {
+                let at = cloud.state.lock().shipped;
+                format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 4]>()))
+            } else {
+                // No versions: the time, for the grace period (format.md
+                // "Trash"). Random enough that two machines never collide.
+                let at = crate::cost::now_secs().max(0) as u64;
+                format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 8]>()))
+            };
+            cloud.remote.put(&name, &serde_json::to_vec(part).expect("names serialise"))?;
+        }
         Ok(names.len() as u64)
     }
 }

@@ -327,6 +327,37 @@ fn a_small_change_ships_a_small_delta() {
     v.close().unwrap();
 }
 
+/// A tampered bucket's trash object bigger than `MAX_TRASH_OBJECT` is
+/// refused by its listed size, not read into memory: fsck (which reads the
+/// trash to tell trashed packs from orphans) warns and goes on, and a
+/// restore refuses to run on it.
+#[test]
+fn an_oversized_trash_object_is_refused_unread() {
+    let a = tempfile::tempdir().unwrap();
+    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    init_in(a.path(), &bucket, None);
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Local)).unwrap();
+    mkfile(&v, ROOT_INO, "a", &random_bytes(42, 100_000));
+    v.close().unwrap();
+    drop(v);
+    let version = versions::list(bucket.as_ref()).unwrap().last().unwrap().version;
+    let huge = format!("{}0000000000000001-deadbeef", cloud::TRASH_PREFIX);
+    let mut body = b"[\"packs/x\"".to_vec();
+    body.resize(cloud::MAX_TRASH_OBJECT as usize + 1, b' ');
+    body.push(b']');
+    bucket.put(&huge, &body).unwrap();
+    // A pack no metadata names: fsck looks in the trash for it.
+    bucket.put("packs/ff/stray", b"not a pack").unwrap();
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Local)).unwrap();
+    let rep = maintenance::fsck(&v, false, &maintenance::NoProgress).unwrap();
+    assert!(rep.warnings.iter().any(|w| w.contains(&huge) && w.contains("not read")), "{:?}", rep.warnings);
+    v.close().unwrap();
+    drop(v);
+    let keys = VolumeConfig::parse(&bucket.get("config").unwrap()).unwrap().keys(None).unwrap();
+    let e = cloud::restore(bucket.as_ref(), &keys, URL, version).expect_err("a restore read an oversized trash object");
+    assert!(e.to_string().contains("not read"), "{e}");
+}
+
 /// gc in a bucket (rule 3): a pack that no longer holds live data is
 /// trashed, not deleted, while an older kept version names it, so that
 /// version can still be restored; once enough newer bases pruned every
