@@ -52,6 +52,6 @@ pub use crypto::KdfParams;
 pub use error::{Error, ErrorKind, Result};
 pub use types::*;
 pub use volume::CLOSE_ERROR;
-pub use volume::{LockKind, LockOutcome, LockOwner, LockRow, LockStyle, LOCK_EOF};
+pub use volume::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 pub use open::{init, init_cloud, read_config};
 pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, ChangeBatch, ChangeFollower, CloneOptions, FOLLOW_POLL, EditReport, FlushReport, KernelCache, NewBytes, OpenOptions, RecallReport, SnapshotInfo, Volume, ChunkInfo, FileInfo, Place, TreeStats, SNAPSHOT_DIR};

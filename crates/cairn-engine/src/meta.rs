@@ -12,8 +12,8 @@ use crate::extent::{decode_page, encode_page, ExtentMap, PageChanges, Source};
 use crate::types::Ino;
 pub use cairn_meta::sqlite::{GROUP_WINDOW, INO_HIGH_KEY, SCHEMA_VERSION};
 pub use cairn_meta::{
-    BillRow, Caller0, ChunkRow, ChunkTotals, DeadPack, InodeRow, InodeTotals, MaintenanceGuard, MetaRead, MetaStore, MetaTx, PackRow, PageEdits, PageLink, PageUpsert, ShipChanges,
-    StoredPage, BILL_STORAGE_AT_KEY, FLAG_READ_ONLY,
+    BillRow, Caller0, ChunkRow, ChunkTotals, DeadPack, InodeRow, InodeTotals, MaintenanceGuard, MetaRead, MetaStore, MetaTx, NewNode, PackRow, PageEdits, PageLink, PageUpsert,
+    ShipChanges, StoredPage, BILL_STORAGE_AT_KEY, FLAG_READ_ONLY,
 };
 use cairn_meta::{MetaStoreExt, PageCodec};
 use std::path::Path;

@@ -724,6 +724,17 @@ fn file_locks(s: &dyn MetaStore) {
     assert!(matches!(set(rq(a, LockStyle::Flock, Read, 0, 0)), LockOutcome::Conflict(h) if h.owner == b && h.style == LockStyle::Flock));
     assert_eq!(set(rq(b, LockStyle::Flock, Read, 0, 0)), LockOutcome::Granted, "a downgrade");
     assert_eq!(set(rq(a, LockStyle::Flock, Read, 0, 0)), LockOutcome::Granted, "two shared flocks");
+    // Many inodes in one question: the same rows, each with its inode.
+    let g = mk(s, ROOT_INO, b"locked2", FileKind::File);
+    assert_eq!(set(LockRequest { ino: g, ..px(b, Write, 5, 9) }), LockOutcome::Granted);
+    let mut want: Vec<(Ino, LockRow)> = s.locks_on(f).unwrap().into_iter().map(|l| (f, l)).collect();
+    want.extend(s.locks_on(g).unwrap().into_iter().map(|l| (g, l)));
+    let mut got = s.locks_on_many(&[g, f, 999_999]).unwrap();
+    let key = |x: &(Ino, LockRow)| (x.0, x.1.owner, x.1.style == LockStyle::Flock, x.1.start);
+    got.sort_by_key(key);
+    want.sort_by_key(key);
+    assert_eq!(got, want, "locks_on_many differs from locks_on");
+    assert_eq!(s.release_locks(g, b, LockStyle::Posix).unwrap(), 1);
     // A close drops the owner's POSIX locks, not its flock nor others'.
     assert_eq!(s.release_locks(f, a, LockStyle::Posix).unwrap(), 3);
     assert!(mine(a, LockStyle::Posix).is_empty());

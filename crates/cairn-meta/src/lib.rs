@@ -362,6 +362,23 @@ pub trait MetaRead {
 }
 
 /// The changes of a metadata store, inside one transaction (`write`).
+/// What [`MetaTx::create_node`] makes.
+#[derive(Clone, Copy, Debug)]
+pub struct NewNode<'a> {
+    /// The inode (its number from `alloc_ino`).
+    pub attr: &'a Attr,
+    pub parent: Ino,
+    pub name: &'a [u8],
+    /// A symlink's target.
+    pub target: Option<&'a [u8]>,
+    /// The journal position at its creation (see `insert_inode`).
+    pub jseq: u64,
+    /// The parent's new mtime and ctime.
+    pub now: Timestamp,
+    /// (session, generation): register the new file as open.
+    pub open: Option<(u64, u64)>,
+}
+
 pub trait MetaTx: MetaRead {
     /// Locks the rows of `inos` (those that exist) until the transaction
     /// ends, before it reads them (see [`MetaStore::write_locking`]); in
@@ -380,6 +397,24 @@ pub trait MetaTx: MetaRead {
     /// record of it from before).
     fn insert_inode(&self, a: &Attr, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64) -> Result<()> {
         self.insert_inode_full(a, 0, parent, target, jseq, 0)
+    }
+    /// A new inode and its first name, as a create, mknod, mkdir or
+    /// symlink makes them: `insert_inode`, `insert_dentry` (Exists if the
+    /// name is taken), `touch_dir` of the parent (a directory adds a link
+    /// to it), and with `open` = (session, generation) the new file's
+    /// `mark_open` (SessionLost if the session is gone). A store may do it
+    /// all in one statement.
+    fn create_node(&self, n: &NewNode) -> Result<()> {
+        let dir = n.attr.kind == FileKind::Dir;
+        self.insert_inode(n.attr, dir.then_some(n.parent), n.target, n.jseq)?;
+        self.insert_dentry(n.parent, n.name, n.attr.ino, n.attr.kind)?;
+        self.touch_dir(n.parent, n.now, dir as i64)?;
+        if let Some((session, gen)) = n.open {
+            if !self.mark_open(session, n.attr.ino, gen)? {
+                return Err(Error::corrupt(format!("inode {} vanished in the transaction that made it", n.attr.ino)));
+            }
+        }
+        Ok(())
     }
     /// A new inode with its allocation and flags given (clones, snapshots).
     fn insert_inode_full(&self, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64, flags: i64) -> Result<()>;
@@ -637,6 +672,16 @@ pub trait MetaStore: Send + Sync {
     fn release_session_locks(&self, session: u64) -> Result<u64>;
     /// Every lock on `ino`, by owner and start (tests, `cairn status`).
     fn locks_on(&self, ino: Ino) -> Result<Vec<LockRow>>;
+    /// Every lock on each of `inos`, with its inode: what a mount's parked
+    /// lock requests ask each round, in one query however many wait (a
+    /// store of many machines answers in one round trip).
+    fn locks_on_many(&self, inos: &[Ino]) -> Result<Vec<(Ino, LockRow)>> {
+        let mut out = Vec::new();
+        for &ino in inos {
+            out.extend(self.locks_on(ino)?.into_iter().map(|l| (ino, l)));
+        }
+        Ok(out)
+    }
 }
 
 /// Runs `f` through one of the store's read entries (`read`, `read_one`,

@@ -858,45 +858,50 @@ impl<'a> PgTx<'a> {
         self.changed(Changed::Inode(parent));
     }
 
-    /// Appends the transaction's change rows in one statement, the last
-    /// one before COMMIT, and sends `pg_notify(<schema>, <highest seq>)`,
-    /// delivered at commit. No lock: writers of every machine commit side
-    /// by side (group commit), so a smaller seq may commit after a larger
-    /// one was read; readers track such holes (`read_changes`).
-    fn append_changes(&self) -> Result<()> {
+    /// The statement that appends the transaction's change rows and sends
+    /// `pg_notify(<schema>, "<highest seq> <session>")`, delivered at
+    /// commit; sent in the COMMIT's own round trip (`attempt`), so it is
+    /// SQL text with the values written in: integers, and names as hex
+    /// (`decode('…', 'hex')`), nothing to quote. None if nothing changed.
+    /// No lock: writers of every machine commit side by side (group
+    /// commit), so a smaller seq may commit after a larger one was read;
+    /// readers track such holes (`read_changes`).
+    fn changes_sql(&self) -> Option<String> {
+        use std::fmt::Write;
         let set = std::mem::take(&mut *self.changed.borrow_mut());
         if set.is_empty() {
-            return Ok(());
-        }
-        let (mut kinds, mut inos, mut parents, mut names) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for c in set {
-            match c {
-                Changed::Inode(ino) => {
-                    kinds.push(CHANGE_INODE);
-                    inos.push(Some(ino as i64));
-                    parents.push(None);
-                    names.push(None);
-                }
-                Changed::Entry { parent, name } => {
-                    kinds.push(CHANGE_ENTRY);
-                    inos.push(None::<i64>);
-                    parents.push(Some(parent as i64));
-                    names.push(Some(name));
-                }
-            }
+            return None;
         }
         let session = match self.store.session.load(Ordering::SeqCst) {
             0 => None,
             s => Some(s as i64),
         };
-        self.exec(
-            "WITH ins AS (INSERT INTO changes(kind, ino, parent, name, session)
-                     SELECT t.k, t.i, t.p, t.n, $5::bigint FROM unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::bytea[]) AS t(k, i, p, n)
-                     RETURNING seq)
-             SELECT pg_notify($6, MAX(seq)::text || ' ' || COALESCE(($5::bigint)::text, '')) FROM ins",
-            &[&kinds, &inos, &parents, &names, &session, &self.store.schema],
-        )?;
-        Ok(())
+        let sess = session.map_or("NULL".to_string(), |s| s.to_string());
+        let mut values = String::new();
+        for c in set {
+            if !values.is_empty() {
+                values.push(',');
+            }
+            match c {
+                Changed::Inode(ino) => {
+                    let _ = write!(values, "({CHANGE_INODE},{},NULL,NULL,{sess})", ino as i64);
+                }
+                Changed::Entry { parent, name } => {
+                    let _ = write!(values, "({CHANGE_ENTRY},NULL,{},decode('", parent as i64);
+                    for b in &name {
+                        let _ = write!(values, "{b:02x}");
+                    }
+                    let _ = write!(values, "','hex'),{sess})");
+                }
+            }
+        }
+        // The schema name is [a-z0-9_] (checked when the store opened).
+        Some(format!(
+            "WITH ins AS (INSERT INTO changes(kind, ino, parent, name, session) VALUES {values} RETURNING seq)
+             SELECT pg_notify('{}', MAX(seq)::text || ' ' || '{}') FROM ins; ",
+            self.store.schema,
+            session.map_or(String::new(), |s| s.to_string())
+        ))
     }
 
     fn note(&self, e: pg::Error) -> Error {
@@ -953,9 +958,11 @@ impl<'a> PgTx<'a> {
     /// locked in ascending id order (so two transactions sharing chunks
     /// queue instead of deadlocking), checked, then incremented; each
     /// pack's dead bytes follow (as the SQLite store's `apply_ref_deltas`).
-    fn finish(&self) -> Result<()> {
+    /// The reference counts; returns the change rows' statement, for the
+    /// COMMIT's round trip.
+    fn finish(&self) -> Result<Option<String>> {
         self.apply_refs()?;
-        self.append_changes()
+        Ok(self.changes_sql())
     }
 
     fn apply_refs(&self) -> Result<()> {
@@ -1349,6 +1356,58 @@ impl MetaTx for PgTx<'_> {
             *b = PgMeta::next_block(&mut g.client, "ino_seq").map_err(|e| self.note(e))?;
         }
     }
+    /// One statement: the entry (ON CONFLICT DO NOTHING decides), then,
+    /// only if it went in, the inode, the parent's times and links, and
+    /// the open-file row.
+    fn create_node(&self, n: &NewNode) -> Result<()> {
+        let a = n.attr;
+        let dir = a.kind == FileKind::Dir;
+        let (session, gen) = n.open.unwrap_or((0, 0));
+        let r = self.one(
+            "WITH d AS (INSERT INTO dentries(parent, name, ino, kind) VALUES($14, $15, $1, $2) ON CONFLICT (parent, name) DO NOTHING RETURNING 1),
+                  i AS (INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags)
+                        SELECT $1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint, 0, $9::bigint, $10::bigint,
+                               $11::bigint, $12::bigint, $13::bigint, $16::bytea, 0, 0
+                        WHERE EXISTS (SELECT 1 FROM d) RETURNING ino),
+                  t AS (UPDATE inodes SET mtime = $17::bigint, ctime = $17::bigint, nlink = nlink + $18::bigint
+                        WHERE ino = $14 AND EXISTS (SELECT 1 FROM d) RETURNING 1),
+                  s AS (SELECT $19::bigint = 0 OR EXISTS (SELECT 1 FROM sessions WHERE id = $19::bigint) AS live),
+                  o AS (INSERT INTO open_files(ino, session, gen) SELECT $1::bigint, $19::bigint, $20::bigint
+                        WHERE $19::bigint <> 0 AND (SELECT live FROM s) AND EXISTS (SELECT 1 FROM i)
+                        ON CONFLICT (ino, session) DO UPDATE SET gen = excluded.gen RETURNING 1)
+             SELECT EXISTS (SELECT 1 FROM d), (SELECT live FROM s), (SELECT count(*) FROM t) + (SELECT count(*) FROM o)",
+            &[
+                &(a.ino as i64),
+                &a.kind.code(),
+                &(a.perm as i64),
+                &(a.uid as i64),
+                &(a.gid as i64),
+                &(a.rdev as i64),
+                &(a.nlink as i64),
+                &(a.size as i64),
+                &a.atime.0,
+                &a.mtime.0,
+                &a.ctime.0,
+                &a.btime.0,
+                &(dir.then_some(n.parent as i64)),
+                &(n.parent as i64),
+                &n.name,
+                &n.target,
+                &n.now.0,
+                &(dir as i64),
+                &(session as i64),
+                &(gen as i64),
+            ],
+        )?;
+        if !col::<bool>(&r, 0)? {
+            return Err(Error::new(ErrorKind::Exists, format!("{} already exists in directory {}", String::from_utf8_lossy(n.name), n.parent)));
+        }
+        if !col::<bool>(&r, 1)? {
+            return Err(Error::new(ErrorKind::SessionLost, format!("metadata session {session} is gone (expired and cleaned up): this mount cannot register open files any more; remount")));
+        }
+        self.entry_changed(n.parent, n.name);
+        Ok(())
+    }
     fn insert_inode_full(&self, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, _jseq: u64, flags: i64) -> Result<()> {
         self.exec(
             "INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags)
@@ -1697,7 +1756,13 @@ impl PgMeta {
             Err(e) => return Step::Failed(e),
         };
         let tx = PgTx::new(c, self, write);
-        let r = f(&tx).and_then(|()| if write { tx.finish() } else { Ok(()) });
+        let mut changes = None;
+        let r = f(&tx).and_then(|()| {
+            if write {
+                changes = tx.finish()?;
+            }
+            Ok(())
+        });
         let failed = tx.failed.take();
         drop(tx);
         match (r, failed) {
@@ -1721,14 +1786,32 @@ impl PgMeta {
                 if write {
                     let hold = self.before_commit.lock().take();
                     if let Some(f) = hold {
+                        // Tests: hold between the change rows (their seqs
+                        // taken) and the COMMIT, as a slow commit does.
+                        if let Some(sql) = changes.take() {
+                            if let Err(e) = c.client.batch_execute(&sql) {
+                                rollback(c);
+                                return Step::Failed(e);
+                            }
+                        }
                         f();
                     }
                 }
-                let lost = match c.client.batch_execute("COMMIT") {
+                // The change rows ride in the COMMIT's round trip.
+                let commit = match changes {
+                    Some(sql) => sql + "COMMIT",
+                    None => "COMMIT".to_string(),
+                };
+                let lost = match c.client.batch_execute(&commit) {
                     Ok(()) if self.lose_commit_reply.swap(false, Ordering::SeqCst) => None,
                     Ok(()) => return Step::Done(Ok(())),
                     Err(e) if classify(&e) == Class::Reconnect && xid.is_some() => Some(e),
-                    Err(e) => return Step::Failed(e),
+                    Err(e) => {
+                        // The change rows' statement failed before COMMIT
+                        // ran: the transaction is still open, aborted.
+                        rollback(c);
+                        return Step::Failed(e);
+                    }
                 };
                 // The connection went away with COMMIT sent: it may have
                 // committed. Running the closure again would then answer
@@ -2087,6 +2170,14 @@ impl MetaStore for PgMeta {
     fn locks_on(&self, ino: Ino) -> Result<Vec<LockRow>> {
         let rows = self.stmt("reading file locks", |c| c.query(LOCKS_ON, &[&(ino as i64)]))?;
         lock_rows(rows)
+    }
+    fn locks_on_many(&self, inos: &[Ino]) -> Result<Vec<(Ino, LockRow)>> {
+        let ids: Vec<i64> = inos.iter().map(|&i| i as i64).collect();
+        let rows = self.stmt("reading file locks", |c| {
+            c.query("SELECT session, owner, flock, kind, lo, hi, pid, ino FROM locks WHERE ino = ANY($1) ORDER BY ino, session, owner, lo", &[&ids])
+        })?;
+        let inos = rows.iter().map(|r| col::<i64>(r, 7).map(|i| i as Ino)).collect::<Result<Vec<_>>>()?;
+        Ok(inos.into_iter().zip(lock_rows(rows)?).collect())
     }
 }
 

@@ -6,6 +6,7 @@
 use super::Volume;
 use crate::error::{Error, Result};
 use crate::types::Ino;
+pub use cairn_meta::locks::conflict as lock_conflict;
 pub use cairn_meta::{LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 
 impl Volume {
@@ -35,6 +36,12 @@ impl Volume {
             *self.locked.entry(ino).or_insert(0) += 1;
         }
         Ok(self.meta.store().set_lock(&LockRequest { ino, owner, style, kind, start, end, pid })?)
+    }
+
+    /// Every lock on each of `inos` (any session), with its inode: one
+    /// question for all of a mount's parked requests.
+    pub fn locks_on(&self, inos: &[Ino]) -> Result<Vec<(Ino, LockRow)>> {
+        Ok(self.meta.store().locks_on_many(inos)?)
     }
 
     /// `F_GETLK`: another owner's lock that conflicts with the request.

@@ -27,7 +27,7 @@ pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 pub(crate) use file::FileState;
 pub use flush::FlushReport;
 pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
-pub use locks::{LockKind, LockOutcome, LockOwner, LockRow, LockStyle, LOCK_EOF};
+pub use locks::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 
 use crate::cache::ChunkCache;
 use crate::config::{Layout, VolumeConfig};

@@ -177,8 +177,11 @@ impl Volume {
         check_name(name)?;
         let now = Timestamp::now();
         self.meta.write_locking(&[parent], false, |tx| {
-            let p = wdir(tx, parent)?;
-            if tx.lookup(parent, name)?.is_some() {
+            // The directory and the name in one query.
+            let (p, existing) = tx.lookup_inode(parent, name)?;
+            let p = check_dir(parent, p)?;
+            check_not_snapshot(&p)?;
+            if existing.is_some() {
                 return Err(Error::new(ErrorKind::Exists, "name exists"));
             }
             let mut perm = perm & 0o7777;
@@ -205,16 +208,15 @@ impl Volume {
                 ctime: now,
                 btime: now,
             };
-            let dparent = (kind == FileKind::Dir).then_some(parent);
             a.ino = self.alloc_ino(tx)?;
-            tx.insert_inode(&a, dparent, target, self.journal.last_seq())?;
-            tx.insert_dentry(parent, name, a.ino, kind)?;
-            tx.touch_dir(parent, now, if kind == FileKind::Dir { 1 } else { 0 })?;
+            // A new file is open on this mount (the create opens it).
+            let open = if kind == FileKind::File { self.created_open() } else { None };
+            tx.create_node(&meta::NewNode { attr: &a, parent, name, target, jseq: self.journal.last_seq(), now, open })?;
             if kind == FileKind::Dir {
                 a.size = 4096;
                 a.blocks = 8;
             }
-            let row = if kind == FileKind::File { self.register_created(tx, a.ino)? } else { None };
+            let row = open.map(|(_, gen)| (a.ino, gen));
             Ok((a, row))
         })
         .map(|(a, row)| {

@@ -46,14 +46,15 @@ impl Volume {
         self.cloud.as_ref().and_then(|c| c.session.get().copied())
     }
 
-    /// Inside the transaction that created regular file `ino`: its row,
-    /// queued for deletion (the create's open takes it back at no cost; a
-    /// `mknod` nobody opens loses it in the next round).
-    pub(crate) fn register_created(&self, tx: &dyn MetaTx, ino: Ino) -> Result<Option<(u64, u64)>> {
-        let Some(session) = self.session_id() else { return Ok(None) };
-        let gen = self.open_files.next_gen();
-        tx.mark_open(session, ino, gen)?;
-        Ok(Some((ino, gen)))
+    /// The open-file row of a regular file this mount is creating, for the
+    /// create's transaction (`MetaTx::create_node`): (session,
+    /// generation), None where nothing registers open files. Once
+    /// committed it is queued for deletion (`created_registered`): the
+    /// create's open takes it back at no cost; a `mknod` nobody opens
+    /// loses it in the next round.
+    pub(crate) fn created_open(&self) -> Option<(u64, u64)> {
+        let session = self.session_id()?;
+        Some((session, self.open_files.next_gen()))
     }
 
     /// After the create's transaction committed.
