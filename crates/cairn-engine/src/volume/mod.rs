@@ -748,13 +748,20 @@ impl Volume {
         self.metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
         // The bill: a read miss, unless gc or prefetch asked.
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
-        let (name, entry) = self.chunk_location(id)?;
+        let (mut name, mut entry) = self.chunk_location(id)?;
+        let mut got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
+        if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) && self.is_shared() {
+            // Another machine's gc or cleaner moved the chunk and its old
+            // pack went after the grace period: the location this mount
+            // remembered is stale. Ask the metadata again, once.
+            self.chunk_locs.remove(&id);
+            (name, entry) = self.chunk_location(id)?;
+            got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
+        }
         if let Some(t) = &self.trace {
             t.chunk_at(id, crate::trace::pack_id(&name), entry.offset, entry.stored_len as u64);
         }
-        let data = self
-            .backend
-            .get_range(&name, entry.offset, entry.stored_len as u64)
+        let data = got
             .map_err(Error::from)
             .and_then(|stored| pack::decode_blob(&self.keys, &entry, stored))
             .map_err(|e| {

@@ -461,3 +461,41 @@ fn opens_racing_unlinks_on_another_machine_keep_what_they_opened() {
     eprintln!("{} of {} opened before their unlink", opened.len(), files.len());
     unmount_all_then_fsck(&tmp, vols, "m1");
 }
+
+/// A mount remembers where each chunk it read lies. Another machine's gc
+/// moves them (repacking packs half dead) and deletes the old packs once
+/// the trash's grace is over; a read that then misses the first mount's
+/// small caches finds the old pack gone, asks the metadata again, and reads
+/// every byte.
+#[test]
+fn a_read_after_another_machine_moved_the_chunks_finds_them() {
+    let small = || {
+        let mut o = pg_opts();
+        o.cache_bytes = 4096;
+        o.cloud.cache_bytes = 1 << 20;
+        o.cloud.cache_block = 64 << 10;
+        o
+    };
+    let (tmp, _url, _cfg, vols) = machines("moved", 2, small);
+    let (a, b) = (&vols[0], &vols[1]);
+    let mut data = random_bytes(61, 3 << 20);
+    let f = mkfile(a, ROOT_INO, "f", &data);
+    a.sync().unwrap();
+    assert!(read_all(b, f) == data, "B's first read");
+    // Every other 256 KiB rewritten: every pack of f is half dead.
+    a.open(f).unwrap();
+    for (i, at) in (0..data.len()).step_by(512 << 10).enumerate() {
+        let piece = random_bytes(70 + i as u64, 256 << 10);
+        a.write(f, at as u64, &piece).unwrap();
+        data[at..at + piece.len()].copy_from_slice(&piece);
+    }
+    a.close_commit(f).unwrap();
+    a.release(f).unwrap();
+    let rep = maintenance::gc(a, 1.0, &maintenance::NoProgress).unwrap();
+    assert!(rep.packs_repacked > 0, "{rep:?}");
+    a.prune_trash_older_than(Duration::ZERO);
+    b.open(f).unwrap();
+    assert!(read_all(b, f) == data, "B's read after A's gc moved the chunks and deleted the old packs");
+    b.release(f).unwrap();
+    unmount_all_then_fsck(&tmp, vols, "m1");
+}
