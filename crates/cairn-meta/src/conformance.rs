@@ -386,6 +386,19 @@ fn locking_writes(s: &dyn MetaStore) {
     });
     assert_eq!(r.expect_err("a taken name was inserted").kind(), ErrorKind::Exists);
     assert_eq!(s.read_with(|r| r.get_info("half-locked")).unwrap(), None, "half a locking transaction stayed");
+    // lock_inode answers the row; unlink_entry removes a name only while it
+    // names the inode given, and touches the directory.
+    s.write_locking_with(&[dir], false, |tx| -> Result<()> {
+        assert_eq!(tx.lock_inode(f)?.map(|r| r.attr.ino), Some(f));
+        assert_eq!(tx.lock_inode(999_999)?, None);
+        assert!(!tx.unlink_entry(dir, b"f", f + 1, Timestamp(7), 0)?, "a name was removed for another inode");
+        assert!(tx.unlink_entry(dir, b"f", f, Timestamp(8), -1)?);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(s.read_with(|r| r.lookup(dir, b"f")).unwrap(), None);
+    let d = s.read_with(|r| r.get_inode(dir)).unwrap().unwrap().attr;
+    assert_eq!((d.mtime, d.ctime), (Timestamp(8), Timestamp(8)));
 }
 
 fn read_your_writes_and_sync(s: &dyn MetaStore) {

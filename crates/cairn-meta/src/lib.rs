@@ -388,6 +388,23 @@ pub trait MetaTx: MetaRead {
         let _ = inos;
         Ok(())
     }
+    /// [`MetaTx::lock_inodes`] of one inode, then its row as it is once
+    /// locked (one query where the store can).
+    fn lock_inode(&self, ino: Ino) -> Result<Option<InodeRow>> {
+        self.lock_inodes(&[ino])?;
+        self.get_inode(ino)
+    }
+    /// Removes `name` from `parent` if it still names `ino`, and then
+    /// touches `parent` (`touch_dir` with `nlink_delta`); false, changing
+    /// nothing, if the name no longer names `ino`. One statement where the
+    /// store can.
+    fn unlink_entry(&self, parent: Ino, name: &[u8], ino: Ino, now: Timestamp, nlink_delta: i64) -> Result<bool> {
+        if !self.delete_dentry(parent, name, ino)? {
+            return Ok(false);
+        }
+        self.touch_dir(parent, now, nlink_delta)?;
+        Ok(true)
+    }
     /// Hands out a new inode number, never handed out before (also across
     /// rolled-back transactions and reopens).
     fn alloc_ino(&self) -> Result<Ino>;

@@ -1335,6 +1335,26 @@ impl MetaRead for PgTx<'_> {
 }
 
 impl MetaTx for PgTx<'_> {
+    fn lock_inode(&self, ino: Ino) -> Result<Option<InodeRow>> {
+        let from = INODE_FROM.replace("$J", "$2");
+        let Some(r) = self.opt(&format!("SELECT {INODE_COLS} FROM {from} WHERE i.ino = $1 FOR UPDATE OF i"), &[&(ino as i64), &self.journal()])? else {
+            return Ok(None);
+        };
+        Ok(Some(row_to_inode(&r)?))
+    }
+    fn unlink_entry(&self, parent: Ino, name: &[u8], ino: Ino, now: Timestamp, nlink_delta: i64) -> Result<bool> {
+        let r = self.one(
+            "WITH d AS (DELETE FROM dentries WHERE parent = $1 AND name = $2 AND ino = $3 RETURNING 1),
+                  t AS (UPDATE inodes SET mtime = $4, ctime = $4, nlink = nlink + $5 WHERE ino = $1 AND EXISTS (SELECT 1 FROM d) RETURNING 1)
+             SELECT EXISTS (SELECT 1 FROM d), (SELECT count(*) FROM t)",
+            &[&(parent as i64), &name, &(ino as i64), &now.0, &nlink_delta],
+        )?;
+        let gone: bool = col(&r, 0)?;
+        if gone {
+            self.entry_changed(parent, name);
+        }
+        Ok(gone)
+    }
     fn lock_inodes(&self, inos: &[Ino]) -> Result<()> {
         let mut ids: Vec<i64> = inos.iter().map(|&i| i as i64).collect();
         ids.sort_unstable();

@@ -48,6 +48,24 @@ pub(crate) fn check_not_snapshot(r: &InodeRow) -> Result<()> {
     Ok(())
 }
 
+/// `parent` as a directory whose entries may change, and its entry `name`
+/// (ino, kind), in one query.
+fn wdir_entry(c: &dyn MetaRead, parent: Ino, name: &[u8]) -> Result<(Ino, FileKind)> {
+    let (p, child) = c.lookup_inode(parent, name)?;
+    check_not_snapshot(&check_dir(parent, p)?)?;
+    let child = child.ok_or_else(|| Error::not_found("no such entry"))?;
+    Ok((child.attr.ino, child.attr.kind))
+}
+
+/// Removes `name` (still naming `ino`) from `parent` and touches `parent`.
+fn unlink_entry(tx: &dyn meta::MetaTx, parent: Ino, name: &[u8], ino: Ino, now: Timestamp, nlink_delta: i64) -> Result<()> {
+    if tx.unlink_entry(parent, name, ino, now, nlink_delta)? {
+        Ok(())
+    } else {
+        Err(Error::not_found(format!("{} no longer names inode {ino}", String::from_utf8_lossy(name))))
+    }
+}
+
 /// A directory whose entries may change.
 fn wdir(c: &dyn MetaRead, ino: Ino) -> Result<InodeRow> {
     let r = dir(c, ino)?;
@@ -297,18 +315,15 @@ impl Volume {
         self.check_writable()?;
         let now = Timestamp::now();
         let (ino, nlink, freed) = self.meta.write_locking(&[parent], false, |tx| {
-            wdir(tx, parent)?;
-            let (ino, kind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            let (ino, kind) = wdir_entry(tx, parent, name)?;
             if kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::IsDir, "is a directory (use rmdir)"));
             }
-            // Before its nlink is read, and before anyone's open of it is
-            // asked about (an open locks it FOR SHARE).
-            tx.lock_inodes(&[ino])?;
-            let a = inode(tx, ino)?.attr;
-            meta::remove_entry(tx, parent, name, ino)?;
+            // Locked before its nlink is read, and before anyone's open of
+            // it is asked about (an open locks it FOR SHARE).
+            let a = tx.lock_inode(ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))?.attr;
+            unlink_entry(tx, parent, name, ino, now, 0)?;
             let n = a.nlink.saturating_sub(1);
-            tx.touch_dir(parent, now, 0)?;
             // The common case, a file nobody has open or dirty (here or,
             // on a shared volume, on another machine): free it in this
             // same transaction.
@@ -333,20 +348,18 @@ impl Volume {
         self.check_writable()?;
         let now = Timestamp::now();
         self.meta.write_locking(&[parent], false, |tx| {
-            wdir(tx, parent)?;
-            let (ino, kind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
+            let (ino, kind) = wdir_entry(tx, parent, name)?;
             if kind != FileKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, "not a directory"));
             }
             // A create in it locks it: the emptiness below stays true.
-            tx.lock_inodes(&[ino])?;
-            winode(tx, ino)?;
+            let r = tx.lock_inode(ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))?;
+            check_not_snapshot(&r)?;
             if !tx.dir_is_empty(ino)? {
                 return Err(Error::new(ErrorKind::NotEmpty, "directory not empty"));
             }
-            meta::remove_entry(tx, parent, name, ino)?;
-            tx.delete_inode(ino)?;
-            Ok(tx.touch_dir(parent, now, -1)?)
+            unlink_entry(tx, parent, name, ino, now, -1)?;
+            Ok(tx.delete_inode(ino)?)
         })
     }
 
