@@ -1532,11 +1532,11 @@ impl MetaTx for PgTx<'_> {
     fn delete_inode(&self, ino: Ino) -> Result<()> {
         let i = ino as i64;
         self.exec(
-            "WITH m AS (DELETE FROM journal_marks WHERE ino = $1), o AS (DELETE FROM open_files WHERE ino = $1) DELETE FROM inodes WHERE ino = $1",
+            "WITH m AS (DELETE FROM journal_marks WHERE ino = $1), o AS (DELETE FROM open_files WHERE ino = $1),
+                  x AS (DELETE FROM xattrs WHERE ino = $1), f AS (DELETE FROM file_pages WHERE ino = $1)
+             DELETE FROM inodes WHERE ino = $1",
             &[&i],
         )?;
-        self.exec("DELETE FROM xattrs WHERE ino = $1", &[&i])?;
-        self.exec("DELETE FROM file_pages WHERE ino = $1", &[&i])?;
         self.inode_changed(ino);
         Ok(())
     }
@@ -1629,14 +1629,43 @@ impl MetaTx for PgTx<'_> {
         self.inode_changed(ino);
         Ok(ids)
     }
+    /// One statement drops the links and counts the pages down (answering
+    /// the data of those left unreferenced); one more deletes those pages.
     fn release_pages(&self, ino: Ino) -> Result<()> {
-        let i = ino as i64;
-        let ids: Vec<i64> = self.query("SELECT page FROM file_pages WHERE ino = $1", &[&i])?.iter().map(|r| col(r, 0)).collect::<Result<_>>()?;
-        for id in ids {
-            self.unlink_page(id as u64, None)?;
-        }
-        self.exec("DELETE FROM file_pages WHERE ino = $1", &[&i])?;
+        let rows = self.query(
+            "WITH f AS (DELETE FROM file_pages WHERE ino = $1 RETURNING page),
+                  c AS (SELECT page, count(*) AS n FROM f GROUP BY page),
+                  u AS (UPDATE pages p SET refs = p.refs - c.n FROM c WHERE p.id = c.page RETURNING p.id, p.refs, p.data)
+             SELECT id, refs, CASE WHEN refs = 0 THEN data END, (SELECT count(*) FROM c) FROM u",
+            &[&(ino as i64)],
+        )?;
         self.inode_changed(ino);
+        let Some(first) = rows.first() else { return Ok(()) };
+        let linked: i64 = col(first, 3)?;
+        if linked as usize != rows.len() {
+            return Err(Error::corrupt(format!("inode {ino} links {} pages that do not exist", linked as usize - rows.len())));
+        }
+        let mut gone = Vec::new();
+        let mut ids = Vec::new();
+        for r in &rows {
+            let (id, refs): (i64, i64) = (col(r, 0)?, col(r, 1)?);
+            if refs < 0 {
+                return Err(Error::corrupt(format!("page #{id}: link count went negative")));
+            }
+            if refs == 0 {
+                let data: Vec<u8> = col(r, 2)?;
+                self.store.codec.chunk_ids(&data, &mut ids).map_err(|e| e.context(format!("page #{id}")))?;
+                gone.push(id);
+            }
+        }
+        let mut deltas = self.deltas.borrow_mut();
+        for c in ids {
+            *deltas.entry(c).or_default() -= 1;
+        }
+        drop(deltas);
+        if !gone.is_empty() {
+            self.exec("DELETE FROM pages WHERE id = ANY($1)", &[&gone])?;
+        }
         Ok(())
     }
     fn share_pages(&self, src: Ino, dst: Ino) -> Result<()> {
