@@ -1420,10 +1420,10 @@ impl MetaTx for PgTx<'_> {
             ],
         )?;
         if !col::<bool>(&r, 0)? {
-            return Err(Error::new(ErrorKind::Exists, format!("{} already exists in directory {}", String::from_utf8_lossy(n.name), n.parent)));
+            return Err(name_taken(n.parent, n.name));
         }
         if !col::<bool>(&r, 1)? {
-            return Err(Error::new(ErrorKind::SessionLost, format!("metadata session {session} is gone (expired and cleaned up): this mount cannot register open files any more; remount")));
+            return Err(session_gone(session));
         }
         self.entry_changed(n.parent, n.name);
         Ok(())
@@ -1517,7 +1517,7 @@ impl MetaTx for PgTx<'_> {
             &[&(parent as i64), &name, &(ino as i64), &kind.code()],
         )?;
         if n == 0 {
-            return Err(Error::new(ErrorKind::Exists, format!("{} already exists in directory {parent}", String::from_utf8_lossy(name))));
+            return Err(name_taken(parent, name));
         }
         self.entry_changed(parent, name);
         Ok(())
@@ -1559,7 +1559,7 @@ impl MetaTx for PgTx<'_> {
             &[&(ino as i64), &(session as i64), &(gen as i64)],
         )?;
         if !col::<bool>(&r, 0)? {
-            return Err(Error::new(ErrorKind::SessionLost, format!("metadata session {session} is gone (expired and cleaned up): this mount cannot register open files any more; remount")));
+            return Err(session_gone(session));
         }
         col(&r, 1)
     }
@@ -1751,6 +1751,16 @@ impl MetaTx for PgTx<'_> {
         }
         Ok(())
     }
+}
+
+/// A create found its name taken.
+fn name_taken(parent: Ino, name: &[u8]) -> Error {
+    Error::new(ErrorKind::Exists, format!("{} already exists in directory {parent}", String::from_utf8_lossy(name)))
+}
+
+/// An open-file row asked for by a session that was cleaned up.
+fn session_gone(session: u64) -> Error {
+    Error::new(ErrorKind::SessionLost, format!("metadata session {session} is gone (expired and cleaned up): this mount cannot register open files any more; remount"))
 }
 
 /// How a try of a transaction begins.
