@@ -43,6 +43,7 @@ pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
     bad_reference_counts_fail_whole(&*make(true));
     rollback_leaves_nothing(&*make(true));
     locking_writes(&*make(true));
+    shared_clock(&*make(true));
     read_your_writes_and_sync(&*make(true));
     ids_never_repeat(make);
     sessions(&*make(true));
@@ -399,6 +400,15 @@ fn locking_writes(s: &dyn MetaStore) {
     assert_eq!(s.read_with(|r| r.lookup(dir, b"f")).unwrap(), None);
     let d = s.read_with(|r| r.get_inode(dir)).unwrap().unwrap().attr;
     assert_eq!((d.mtime, d.ctime), (Timestamp(8), Timestamp(8)));
+}
+
+/// The store's clock is a real clock in seconds since the epoch (after
+/// 2025) that does not run backwards between two calls.
+fn shared_clock(s: &dyn MetaStore) {
+    let a = s.clock_secs().unwrap();
+    let b = s.clock_secs().unwrap();
+    assert!(a > 1_735_689_600, "clock_secs {a} is before 2025");
+    assert!(b >= a && b - a < 5, "clock_secs went from {a} to {b}");
 }
 
 fn read_your_writes_and_sync(s: &dyn MetaStore) {

@@ -658,6 +658,13 @@ pub trait MetaStore: Send + Sync {
     }
     /// The highest change seq committed (0 if none).
     fn last_change_seq(&self) -> Result<u64>;
+    /// Now, in seconds since the epoch, on the clock every writer of the
+    /// store shares: grace periods that one machine starts and another
+    /// ends (the trash's) are measured on it, whatever the machines'
+    /// clocks say. A store of one machine answers that machine's clock.
+    fn clock_secs(&self) -> Result<i64> {
+        Ok(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64))
+    }
     /// Deletes change rows older than `older_than` (store clock); returns
     /// how many.
     fn trim_changes(&self, older_than: std::time::Duration) -> Result<u64>;

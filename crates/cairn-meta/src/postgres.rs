@@ -2104,6 +2104,10 @@ impl MetaStore for PgMeta {
     fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>> {
         self.read_changes_from(cursor, limit, true)
     }
+    /// The database server's clock.
+    fn clock_secs(&self) -> Result<i64> {
+        self.stmt("reading the server's clock", |c| c.query_one("SELECT floor(extract(epoch FROM clock_timestamp()))::bigint", &[]).map(|r| r.get::<_, i64>(0)))
+    }
     fn last_change_seq(&self) -> Result<u64> {
         self.stmt("reading the change log", |c| c.query_one("SELECT COALESCE(MAX(seq), 0) FROM changes", &[]).map(|r| r.get::<_, i64>(0) as u64))
     }

@@ -164,7 +164,13 @@ impl Volume {
     pub fn prune_trash_older_than(&self, age: Duration) {
         let Some(cloud) = self.cloud.as_ref().filter(|c| !c.ships_metadata) else { return };
         *cloud.trash_pruned.lock() = std::time::Instant::now();
-        let before = crate::cost::now_secs().saturating_sub(age.as_secs() as i64);
+        // The database's clock: the trash object may come from a machine
+        // whose clock is ahead or behind this one's.
+        let now = match self.meta.store().clock_secs() {
+            Ok(t) => t,
+            Err(e) => return tracing::warn!("pruning the trash: reading the metadata store's clock: {e}"),
+        };
+        let before = now.saturating_sub(age.as_secs() as i64);
         self.delete_trash(|at| at as i64 <= before);
     }
 
@@ -267,9 +273,10 @@ impl Volume {
                 let at = cloud.state.lock().shipped;
                 format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 4]>()))
             } else {
-                // No versions: the time, for the grace period (format.md
-                // "Trash"). Random enough that two machines never collide.
-                let at = crate::cost::now_secs().max(0) as u64;
+                // No versions: the time on the metadata store's clock, for
+                // the grace period (format.md "Trash"). Random enough that
+                // two machines never collide.
+                let at = self.meta.store().clock_secs()?.max(0) as u64;
                 format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 8]>()))
             };
             cloud.remote.put(&name, &serde_json::to_vec(part).expect("names serialise"))?;
