@@ -379,7 +379,7 @@ impl PgMeta {
         if !exists {
             return Err(Error::config(format!("PostgreSQL database {db} has no schema {schema}: no volume with id {id} was created there (wrong --meta database?)")));
         }
-        c.batch_execute(&format!("SET search_path TO {schema}")).map_err(|e| pg_err("setting the search path", &e))?;
+        c.batch_execute(&format!("SET search_path TO {schema}; {SESSION_SETTINGS}")).map_err(|e| pg_err("setting the search path", &e))?;
         let v = c
             .query_opt("SELECT value FROM info WHERE key = 'schema'", &[])
             .map_err(|e| Error::config(format!("PostgreSQL schema {schema} in database {db} is not a Cairn metadata schema: {}", describe(&e))))?;
@@ -468,7 +468,7 @@ impl PgMeta {
         }
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
         let mut client = connect(&self.cfg, left)?;
-        client.batch_execute(&format!("SET search_path TO {}", self.schema))?;
+        client.batch_execute(&format!("SET search_path TO {}; {SESSION_SETTINGS}", self.schema))?;
         self.reachable();
         Ok(Conn { client, stmts: HashMap::new() })
     }
@@ -1762,6 +1762,16 @@ fn name_taken(parent: Ino, name: &[u8]) -> Error {
 fn session_gone(session: u64) -> Error {
     Error::new(ErrorKind::SessionLost, format!("metadata session {session} is gone (expired and cleaned up): this mount cannot register open files any more; remount"))
 }
+
+/// Settings of every pooled connection. `enable_seqscan = off`: every
+/// statement on the hot path has an index to go by, but a statement
+/// prepared while the volume's tables were small keeps a plan that scans
+/// them whole until autovacuum's next ANALYZE (a minute or more) makes it
+/// plan again; meanwhile a create or lookup read every row of `inodes`
+/// and `dentries` (measured: 357 creates/s on a volume of 6,000 files
+/// before its ANALYZE, 790 after). A statement with no index to use still
+/// scans.
+const SESSION_SETTINGS: &str = "SET enable_seqscan = off";
 
 /// How a try of a transaction begins.
 #[derive(Clone, Copy)]
