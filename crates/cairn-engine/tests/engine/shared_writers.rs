@@ -478,6 +478,8 @@ fn a_read_after_another_machine_moved_the_chunks_finds_them() {
     };
     let (tmp, _url, _cfg, vols) = machines("moved", 2, small);
     let (a, b) = (&vols[0], &vols[1]);
+    // B follows the change log as its FUSE adapter does (an open catches up).
+    let follower = b.follow_changes().unwrap().expect("a shared volume has a change log");
     let mut data = random_bytes(61, 3 << 20);
     let f = mkfile(a, ROOT_INO, "f", &data);
     a.sync().unwrap();
@@ -494,8 +496,10 @@ fn a_read_after_another_machine_moved_the_chunks_finds_them() {
     let rep = maintenance::gc(a, 1.0, &maintenance::NoProgress).unwrap();
     assert!(rep.packs_repacked > 0, "{rep:?}");
     a.prune_trash_older_than(Duration::ZERO);
+    follower.catch_up(f).unwrap();
     b.open(f).unwrap();
     assert!(read_all(b, f) == data, "B's read after A's gc moved the chunks and deleted the old packs");
     b.release(f).unwrap();
+    drop(follower);
     unmount_all_then_fsck(&tmp, vols, "m1");
 }
