@@ -6,7 +6,8 @@
 //! visible conflicts with, until the lock is granted, the store fails, or
 //! the process that asked is gone or has a signal to take. However many
 //! requests a local user parks (each costs them an open file and a
-//! blocked thread), the store sees one query a round from this mount (fuser 0.18 answers FUSE_INTERRUPT itself with ENOSYS,
+//! blocked thread), the store sees one query a round from this mount
+//! (fuser 0.18 answers FUSE_INTERRUPT itself with ENOSYS,
 //! so the kernel keeps waiting for this reply: without the check a killed
 //! waiter would hang until the holder let go).
 
