@@ -187,6 +187,12 @@ enum Cmd {
         /// clean inside the mount).
         #[arg(long, default_value_t = 60, value_name = "SECONDS")]
         gc_interval: u64,
+        /// Metadata in PostgreSQL: seconds a chunk whose last reference
+        /// went is left alone before this mount's cleaner may delete it
+        /// (default 900; as `cairn gc --chunk-grace`). Keep it longer than
+        /// every mount's --meta-timeout and --session-ttl.
+        #[arg(long, value_name = "SECONDS")]
+        chunk_grace: Option<u64>,
         /// Volume in a bucket: the prices the cleaner weighs (aws, coral or
         /// a TOML file, as for `cairn cost`).
         #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
@@ -456,6 +462,13 @@ enum Cmd {
         /// `cairn cost`: aws, coral or a TOML file).
         #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
         prices: String,
+        /// Metadata in PostgreSQL: seconds a chunk whose last reference
+        /// went is left alone before gc may delete it (default 900). Another
+        /// machine may have found the chunk by its hash and be about to
+        /// reference it again; within the grace it does so safely. Keep it
+        /// longer than the mounts' --meta-timeout and --session-ttl.
+        #[arg(long, value_name = "SECONDS")]
+        chunk_grace: Option<u64>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -791,18 +804,23 @@ fn open_volume(dir: &Path, pass: &PassArgs, meta: &meta_url::MetaArgs, read_only
     Ok(Volume::load(dir, opts)?)
 }
 
-/// Opens the volume exclusively, runs a maintenance task with progress bars
-/// (none for JSON output), and closes the volume cleanly.
-fn maintain<T>(dir: &Path, pass: &PassArgs, meta: &meta_url::MetaArgs, json: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
-    maintain_with(dir, pass, meta, json, false, task)
-}
-
-/// As [`maintain`]; `salvage_journal` replays a damaged journal's intact records.
-fn maintain_with<T>(dir: &Path, pass: &PassArgs, meta: &meta_url::MetaArgs, json: bool, salvage_journal: bool, task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>) -> Result<T> {
+/// Opens the volume exclusively (its open options adjusted by `adjust`),
+/// runs a maintenance task with progress bars (none for JSON output), and
+/// closes the volume cleanly.
+fn maintain<T>(
+    dir: &Path,
+    pass: &PassArgs,
+    meta: &meta_url::MetaArgs,
+    json: bool,
+    adjust: impl FnOnce(&mut OpenOptions),
+    task: impl FnOnce(&Volume, &progress::Bars) -> cairn_engine::Result<T>,
+) -> Result<T> {
     let (_, _, _, cfg) = cairn_engine::read_config(dir)?;
     let meta_url = meta.for_volume(&cfg)?;
     let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
-    let vol = Volume::load(dir, OpenOptions { passphrase, salvage_journal, meta_url, ..Default::default() })?;
+    let mut opts = OpenOptions { passphrase, meta_url, ..Default::default() };
+    adjust(&mut opts);
+    let vol = Volume::load(dir, opts)?;
     let bars = progress::Bars::new(!json);
     let r = task(&vol, &bars);
     bars.finish();
@@ -850,7 +868,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -933,7 +951,7 @@ fn run(cli: Cli) -> Result<i32> {
                 gc_prices: cairn_engine::cost::Prices::load(&gc_prices)?,
                 ..Default::default()
             };
-            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, meta_timeout: Some(std::time::Duration::from_secs(meta_timeout)), meta_sync_commit, ..Default::default() };
+            let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, meta_timeout: Some(std::time::Duration::from_secs(meta_timeout)), meta_sync_commit, chunk_grace: chunk_grace.map(std::time::Duration::from_secs), ..Default::default() };
             // The control socket answers what POSIX cannot ask (stats, sync).
             let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
                 Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)
@@ -1008,7 +1026,7 @@ fn run(cli: Cli) -> Result<i32> {
             // salvage the journal when asked to).
             let damage = cairn_engine::journal::check_dir(&dir.join("journal"))?;
             let mut rep = if damage.is_empty() || salvage_journal {
-                maintain_with(&dir, &pass, &meta, json, salvage_journal, |vol, bars| maintenance::fsck(vol, read_data, bars))?
+                maintain(&dir, &pass, &meta, json, |o| o.salvage_journal = salvage_journal, |vol, bars| maintenance::fsck(vol, read_data, bars))?
             } else {
                 let vol = open_volume(&dir, &pass, &meta, true, None)?;
                 let bars = progress::Bars::new(!json);
@@ -1205,7 +1223,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Gc { dir, cloud, meta, repack_below, dry_run, prices, json, pass } => {
+        Cmd::Gc { dir, cloud, meta, repack_below, dry_run, prices, chunk_grace, json, pass } => {
             init_logging(cli.verbose, None)?;
             meta.check()?;
             let volume_arg = dir.clone();
@@ -1220,10 +1238,14 @@ fn run(cli: Cli) -> Result<i32> {
             }
             let vd = VolumeDir::unmounted(&dir, &cloud, "gc")?;
             let dir = vd.path;
-            let rep = maintain(&dir, &pass, &meta, json, |vol, bars| maintenance::gc(vol, repack_below, bars))?;
+            let grace = chunk_grace.map(std::time::Duration::from_secs);
+            let rep = maintain(&dir, &pass, &meta, json, |o| o.chunk_grace = grace, |vol, bars| maintenance::gc(vol, repack_below, bars))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {
+                if rep.packs_settling > 0 {
+                    println!("{} packs left for a later gc: a chunk of theirs lost its last reference less than the chunk grace ago (--chunk-grace)", rep.packs_settling);
+                }
                 if rep.packs_kept > 0 {
                     println!("{} packs kept: another writer referenced their dead chunks again while gc ran (the next gc takes them)", rep.packs_kept);
                 }
@@ -1316,7 +1338,16 @@ impl VolumeDir {
 
     /// For a command that needs the volume to itself (`what` names it).
     fn unmounted(arg: &str, cloud: &target::CloudArgs, what: &str) -> Result<VolumeDir> {
-        let v = Self::resolve(arg, cloud, false)?;
+        let mut v = Self::resolve(arg, cloud, false)?;
+        // A volume many machines mount (its metadata in PostgreSQL): a mount
+        // from another local directory is another machine's, and this
+        // directory is free.
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        if v.mount.as_ref().is_some_and(|m| canon(&m.local_dir) != canon(&v.path))
+            && cairn_engine::read_config(&v.path).is_ok_and(|(_, _, _, c)| c.meta == cairn_engine::config::MetaKind::Postgres)
+        {
+            v.mount = None;
+        }
         if let Some(m) = &v.mount {
             bail!("{} is in use: it is mounted at {} (daemon pid {}), and `cairn {what}` needs it unmounted; run `cairn umount {}` first", m.volume, m.mountpoint.display(), m.pid, m.mountpoint.display());
         }

@@ -165,6 +165,10 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
     let _who = cairn_backend::meter::tag(Subsystem::Gc);
     vol.check_writable()?;
     let mut due = plan_where(vol, now, prices, true)?;
+    // A pack with a chunk that died within the grace waits (another
+    // machine may be about to reference it again).
+    let before = vol.collect_dead_before()?;
+    due.retain(|(_, chunks)| !chunks.iter().any(|c| crate::maintenance::settling(c, before)));
     due.sort_by(|(a, _), (b, _)| (b.c_store - b.c_clean).total_cmp(&(a.c_store - a.c_clean)));
     let mut budget = 0u64;
     due.retain(|(p, _)| {
@@ -178,7 +182,7 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
     }
     // Copy the live chunks into new packs outside every lock: writers go on
     // meanwhile.
-    let mut mover = Mover::new(vol);
+    let mut mover = Mover::new(vol, before);
     for (p, chunks) in &due {
         mover.copy_live(&p.name, chunks)?;
     }
@@ -205,8 +209,10 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
     rep.packs_cleaned = (due.len() - done.kept.len()) as u64;
     rep.packs_kept = done.kept.len() as u64;
     rep.packs_written = mover.sealed.len() as u64;
-    rep.chunks_moved = mover.moved.len() as u64;
-    rep.bytes_moved = mover.bytes;
+    // Only the chunks relocated: those of kept packs were copied in vain
+    // (dead bytes of the new packs).
+    let relocated = mover.moved.iter().filter(|m| !done.kept.contains(&m.from));
+    (rep.chunks_moved, rep.bytes_moved) = relocated.fold((0, 0), |(n, b), m| (n + 1, b + m.stored_len as u64));
     rep.chunks_dropped = done.chunks_dropped;
     rep.dead_bytes_freed = done.dead_bytes_freed;
     vol.delete_objects(due.iter().filter(|(p, _)| !done.kept.contains(&p.id)).map(|(p, _)| p.name.as_str()))?;
@@ -250,7 +256,7 @@ mod tests {
     use super::*;
 
     fn chunk(offset: u64, len: u32, refs: i64) -> ChunkRow {
-        ChunkRow { id: offset, hash: [0; 32], pack: 1, offset, stored_len: len, raw_len: len, flags: 0, refs }
+        ChunkRow { id: offset, hash: [0; 32], pack: 1, offset, stored_len: len, raw_len: len, flags: 0, refs, zero_since: None }
     }
 
     #[test]

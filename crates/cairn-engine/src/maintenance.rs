@@ -345,10 +345,41 @@ pub struct GcReport {
     /// referenced again before the commit (found by hash). The next gc
     /// takes them.
     pub packs_kept: u64,
+    /// Packs left for a later gc: a chunk of theirs lost its last
+    /// reference less than the chunk grace ago (a shared volume, where
+    /// another machine may be about to reference it again).
+    pub packs_settling: u64,
     pub orphans_deleted: u64,
     pub chunks_deleted: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
+}
+
+/// How long a chunk of a shared volume stays after its last reference
+/// went before gc or the cleaner may delete it (docs/shared-volume.md §7):
+/// longer than any flush's lookup-to-commit window (bounded by the store's
+/// deadline, 30 s by default) and than the session lifetime (60 s), so a
+/// writer that found the chunk by hash commits its reference first.
+pub const CHUNK_GRACE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+impl Volume {
+    /// The store-clock second up to which a chunk at zero references may
+    /// be collected (its `zero_since` at or before it); None when every
+    /// chunk at zero may be (a volume one process writes: its flushes
+    /// and its collector take turns under the chunk guard).
+    pub(crate) fn collect_dead_before(&self) -> Result<Option<i64>> {
+        let grace = self.opts.chunk_grace.unwrap_or(CHUNK_GRACE);
+        if !self.is_shared() || grace.is_zero() {
+            return Ok(None);
+        }
+        Ok(Some(self.meta.store().clock_secs()? - grace.as_secs() as i64))
+    }
+}
+
+/// Whether a chunk at zero references is still in its grace period
+/// (`before` from [`Volume::collect_dead_before`]).
+pub(crate) fn settling(c: &meta::ChunkRow, before: Option<i64>) -> bool {
+    c.refs == 0 && matches!((c.zero_since, before), (Some(z), Some(b)) if z > b)
 }
 
 /// On a volume many machines write (metadata in PostgreSQL), the volume's
@@ -431,7 +462,8 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     // `vol.sync()` above made every commit durable, so none refers to them.
     progress.inc(listed.len() as u64);
     rep.orphans_deleted = vol.delete_objects(listed.iter().map(|o| o.name.as_str()).filter(|n| !known.contains(n)))?;
-    let mut mover = Mover::new(vol);
+    let before = vol.collect_dead_before()?;
+    let mut mover = Mover::new(vol, before);
     let mut emptied: Vec<meta::PackRow> = Vec::new();
     let mut repacked: HashSet<u64> = HashSet::new();
     for p in packs {
@@ -440,6 +472,10 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
             continue;
         }
         let chunks = vol.meta.read(|c| Ok(c.chunks_in_pack(p.id)?))?;
+        if chunks.iter().any(|c| settling(c, before)) {
+            rep.packs_settling += 1;
+            continue;
+        }
         let live_bytes: u64 = chunks.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
         if !worth_cleaning(live_bytes, p.size, repack_below) {
             continue;
@@ -481,9 +517,14 @@ pub struct GcCandidate {
 
 /// What `gc` with `repack_below` would clean, changing nothing.
 pub fn gc_candidates(vol: &Volume, repack_below: f64) -> Result<Vec<GcCandidate>> {
+    let before = vol.collect_dead_before()?;
     let mut out = Vec::new();
     for p in vol.meta.read(|tx| Ok(tx.all_packs()?))?.into_iter().filter(|p| p.dead_bytes > 0) {
-        let live_bytes: u64 = vol.meta.read(|c| Ok(c.chunks_in_pack(p.id)?))?.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
+        let chunks = vol.meta.read(|c| Ok(c.chunks_in_pack(p.id)?))?;
+        if chunks.iter().any(|c| settling(c, before)) {
+            continue;
+        }
+        let live_bytes: u64 = chunks.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum();
         if worth_cleaning(live_bytes, p.size, repack_below) {
             out.push(GcCandidate { name: p.name, size: p.size, dead_bytes: p.dead_bytes, live_bytes });
         }
@@ -543,6 +584,9 @@ pub(crate) struct Committed {
 
 pub(crate) struct Mover<'a> {
     vol: &'a Volume,
+    /// Chunks that reached zero after this store-clock second are in
+    /// their grace period (`Volume::collect_dead_before`).
+    before: Option<i64>,
     builder: Option<PackBuilder>,
     pub(crate) moved: Vec<Moved>,
     /// Uploaded packs: (name, size, blobs).
@@ -552,8 +596,8 @@ pub(crate) struct Mover<'a> {
 }
 
 impl<'a> Mover<'a> {
-    pub(crate) fn new(vol: &'a Volume) -> Self {
-        Mover { vol, builder: None, moved: Vec::new(), sealed: Vec::new(), bytes: 0 }
+    pub(crate) fn new(vol: &'a Volume, before: Option<i64>) -> Self {
+        Mover { vol, before, builder: None, moved: Vec::new(), sealed: Vec::new(), bytes: 0 }
     }
 
     /// Copies the live chunks of pack `name`, whose rows (offset order) are
@@ -594,9 +638,10 @@ impl<'a> Mover<'a> {
     ///
     /// A pack one of whose chunks was dead when it was planned but is
     /// referenced now (a writer found it by hash meanwhile, on this machine
-    /// or another) is kept whole: its chunks stay where they are, their
-    /// copies are dead bytes of the new packs, and the next round plans it
-    /// again. The rest of the round still commits.
+    /// or another), or died again within the grace, is kept whole: its
+    /// chunks stay where they are, their copies are dead bytes of the new
+    /// packs, and the next round plans it again. The rest of the round
+    /// still commits.
     pub(crate) fn commit(&self, tx: &dyn meta::MetaTx, emptied: impl IntoIterator<Item = u64>) -> Result<Committed> {
         let moved_ids: HashSet<u64> = self.moved.iter().map(|m| m.id).collect();
         let mut out = Committed::default();
@@ -608,7 +653,7 @@ impl<'a> Mover<'a> {
                 if moved_ids.contains(&c.id) {
                     continue;
                 }
-                if c.refs > 0 {
+                if c.refs > 0 || settling(&c, self.before) {
                     revived = true;
                     break;
                 }

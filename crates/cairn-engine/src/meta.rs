@@ -111,8 +111,8 @@ impl Meta {
     /// [`Meta::write`] for a namespace operation that names the inodes
     /// whose rows it changes (see `MetaStore::write_locking`): `inos`
     /// up front, any others with `tx.lock_inodes` before it reads them.
-    pub fn write_locking<T>(&self, inos: &[Ino], rename_lock: bool, f: impl FnMut(&dyn MetaTx) -> Result<T>) -> Result<T> {
-        self.store.write_locking_with(inos, rename_lock, f)
+    pub fn write_locking<T>(&self, inos: &[Ino], entries: &[(Ino, &[u8])], rename_lock: bool, f: impl FnMut(&dyn MetaTx) -> Result<T>) -> Result<T> {
+        self.store.write_locking_with(inos, entries, rename_lock, f)
     }
 
     pub fn commit(&self) -> Result<()> {

@@ -140,9 +140,6 @@ pub struct CairnFs {
     sources: DashMap<u64, (Ino, u64)>,
     /// The token of each handle that has one (handle -> token), for release.
     source_of: DashMap<u64, u64>,
-    /// On a shared volume: the follower of other machines' changes, which
-    /// `open` brings up to date first (`mount::ChangeNotifier` runs it).
-    follower: Option<Arc<cairn_engine::ChangeFollower>>,
     /// On a shared volume mounted read-write, once `init` got the kernel
     /// to send lock requests: the parked blocking ones (locks are then
     /// the metadata store's, shared by every machine). None: the kernel
@@ -172,17 +169,8 @@ impl CairnFs {
             writeback_cache: true,
             sources: DashMap::new(),
             source_of: DashMap::new(),
-            follower: None,
             locks: None,
         }
-    }
-
-    /// Follows other machines' changes at every `open` (a shared volume):
-    /// an open after another machine's close reads that machine's bytes,
-    /// without waiting for the change notice (docs/shared-volume.md §3, §6).
-    pub fn with_follower(mut self, f: Option<Arc<cairn_engine::ChangeFollower>>) -> Self {
-        self.follower = f;
-        self
     }
 
     /// Whether the kernel may cache writes (default: yes). Without it every
@@ -650,19 +638,11 @@ impl Filesystem for CairnFs {
         // On a shared volume the file may have changed on another machine
         // since the kernel cached its pages: if so, the kernel drops them
         // at this open (no FOPEN_KEEP_CACHE).
-        let keep = match &self.follower {
-            Some(f) => match f.catch_up(ino.0) {
-                Ok(changed) => !changed,
-                Err(e) => {
-                    debug!("open of inode {}: reading other machines' changes: {e}", ino.0);
-                    false
-                }
-            },
-            None => true,
-        };
-        let cache = if keep { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
         match self.vol.open(ino.0) {
-            Ok(_) => reply.opened(self.new_fh(writable(flags.0), readable(flags.0)), cache),
+            Ok(o) => {
+                let cache = if o.keep_cache { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
+                reply.opened(self.new_fh(writable(flags.0), readable(flags.0)), cache)
+            }
             Err(e) => failed(&mut t, reply).error(errno("open", ino.0, &e)),
         }
     }

@@ -119,7 +119,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     if cfg.writeback_cache && !writeback_cache {
         info!("other machines write this volume: mounting without the kernel's writeback cache");
     }
-    let fs = CairnFs::new(vol.clone()).with_writeback_cache(writeback_cache).with_follower(follower.clone());
+    let fs = CairnFs::new(vol.clone()).with_writeback_cache(writeback_cache);
     let (session, conn) = if as_root {
         let fd = mount_direct(&mountpoint, cfg, read_only)?;
         // Known from the mount table without touching the mount, which

@@ -245,7 +245,7 @@ fn chunks(s: &dyn MetaStore) -> u64 {
         for id in 1..=3u64 {
             let mut hash = [0u8; 32];
             hash[0] = id as u8;
-            tx.insert_chunk(&ChunkRow { id, hash, pack: p, offset: id * 100, stored_len: 100, raw_len: 200, flags: 0, refs: 0 })?;
+            tx.insert_chunk(&ChunkRow { id, hash, pack: p, offset: id * 100, stored_len: 100, raw_len: 200, flags: 0, refs: 0, zero_since: None })?;
         }
         Ok(p)
     })
@@ -274,6 +274,7 @@ fn pages_and_reference_counts(s: &dyn MetaStore) {
         .unwrap();
     assert_eq!(ids.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1], "new page ids by key");
     assert_eq!(refs(s), vec![1, 2, 1], "saving pages counts their chunk references");
+    assert!((1..=3).all(|id| s.read_with(|r| r.chunk_by_id(id)).unwrap().unwrap().zero_since.is_none()), "a referenced chunk kept a zero date");
     assert_eq!(dead(s), 0, "referenced chunks are no longer dead bytes");
     let pages = s.read_with(|r| r.load_pages(a)).unwrap();
     assert_eq!(pages.iter().map(|p| (p.key, p.id, p.data.clone())).collect::<Vec<_>>(), vec![(0, ids[0].1, test_page(0, &[1, 2, 2]).data), (1, ids[1].1, test_page(1, &[3]).data)]);
@@ -293,9 +294,26 @@ fn pages_and_reference_counts(s: &dyn MetaStore) {
     s.write_with(|tx| tx.release_pages(a)).unwrap();
     assert_eq!(refs(s), vec![0, 0, 0]);
     assert_eq!(dead(s), 300);
+    zero_dates(s, &[1, 2, 3]);
     assert!(s.read_with(|r| r.all_pages()).unwrap().is_empty(), "pages outlived their links");
     assert_eq!(s.write_with(|tx| tx.delete_pack(p)).unwrap(), 3);
     assert!(s.read_with(|r| r.all_packs()).unwrap().is_empty());
+}
+
+/// A store many machines share (one that keeps open files) dates each
+/// chunk's last reference on its own clock, for the collector's grace; a
+/// store one process writes keeps no date.
+fn zero_dates(s: &dyn MetaStore, ids: &[u64]) {
+    let now = s.clock_secs().unwrap();
+    for &id in ids {
+        let z = s.read_with(|r| r.chunk_by_id(id)).unwrap().expect("chunk").zero_since;
+        if s.keeps_open_files() {
+            let z = z.unwrap_or_else(|| panic!("chunk #{id} reached zero references undated"));
+            assert!((now - 5..=now).contains(&z), "chunk #{id} dated {z}, the store's clock reads {now}");
+        } else {
+            assert_eq!(z, None, "chunk #{id}");
+        }
+    }
 }
 
 /// Two writers storing the same new chunk: the first claims the hash, the
@@ -307,7 +325,7 @@ fn a_hash_is_claimed_once(s: &dyn MetaStore) {
     let e = s
         .write_with(|tx| {
             tx.insert_pack("packs/loser", 100, 1, 100)?;
-            tx.insert_chunk(&ChunkRow { id: 9, hash, pack: p, offset: 0, stored_len: 100, raw_len: 200, flags: 0, refs: 0 })
+            tx.insert_chunk(&ChunkRow { id: 9, hash, pack: p, offset: 0, stored_len: 100, raw_len: 200, flags: 0, refs: 0, zero_since: None })
         })
         .expect_err("a hash was claimed twice");
     assert_eq!(e.kind(), ErrorKind::Raced, "{e}");
@@ -369,7 +387,7 @@ fn rollback_leaves_nothing(s: &dyn MetaStore) {
 fn locking_writes(s: &dyn MetaStore) {
     let dir = mk(s, ROOT_INO, b"d", FileKind::Dir);
     let f = s
-        .write_locking_with(&[dir, ROOT_INO, dir], true, |tx| -> Result<Ino> {
+        .write_locking_with(&[dir, ROOT_INO, dir], &[], true, |tx| -> Result<Ino> {
             tx.lock_inodes(&[dir, 999_999])?;
             let ino = tx.alloc_ino()?;
             tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
@@ -381,7 +399,7 @@ fn locking_writes(s: &dyn MetaStore) {
         .unwrap();
     assert_eq!(s.read_with(|r| r.lookup(dir, b"f")).unwrap(), Some((f, FileKind::File)));
     assert_eq!(s.read_with(|r| r.get_inode(dir)).unwrap().unwrap().attr.mtime, Timestamp(5));
-    let r = s.write_locking_with(&[dir], false, |tx| {
+    let r = s.write_locking_with(&[dir], &[], false, |tx| {
         tx.set_info("half-locked", 1)?;
         tx.insert_dentry(dir, b"f", 1, FileKind::Dir)
     });
@@ -389,7 +407,7 @@ fn locking_writes(s: &dyn MetaStore) {
     assert_eq!(s.read_with(|r| r.get_info("half-locked")).unwrap(), None, "half a locking transaction stayed");
     // lock_inode answers the row; unlink_entry removes a name only while it
     // names the inode given, and touches the directory.
-    s.write_locking_with(&[dir], false, |tx| -> Result<()> {
+    s.write_locking_with(&[dir], &[], false, |tx| -> Result<()> {
         assert_eq!(tx.lock_inode(f)?.map(|r| r.attr.ino), Some(f));
         assert_eq!(tx.lock_inode(999_999)?, None);
         assert!(!tx.unlink_entry(dir, b"f", f + 1, Timestamp(7), 0)?, "a name was removed for another inode");
@@ -452,7 +470,7 @@ fn ids_never_repeat(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
     let c1 = s.alloc_chunk_id().unwrap();
     let c2 = s.alloc_chunk_id().unwrap();
     assert_ne!(c1, c2, "a chunk id was handed out twice");
-    s.write_with(|tx| tx.insert_chunk(&ChunkRow { id: c2, hash: [9; 32], pack: p1, offset: 0, stored_len: 1, raw_len: 1, flags: 0, refs: 0 })).unwrap();
+    s.write_with(|tx| tx.insert_chunk(&ChunkRow { id: c2, hash: [9; 32], pack: p1, offset: 0, stored_len: 1, raw_len: 1, flags: 0, refs: 0, zero_since: None })).unwrap();
     s.sync().unwrap();
     drop(s);
     let s = make(false);

@@ -39,6 +39,12 @@ pub struct ChunkRow {
     pub raw_len: u32,
     pub flags: u8,
     pub refs: i64,
+    /// When `refs` last reached 0, on the store's clock (seconds, as
+    /// [`MetaStore::clock_secs`]): a store many machines share dates it so
+    /// that a collector leaves a chunk alone for a grace period
+    /// (docs/shared-volume.md §7); None while referenced, and always in a
+    /// store one process writes. Ignored by [`MetaTx::insert_chunk`].
+    pub zero_since: Option<i64>,
 }
 
 /// A pack row.
@@ -544,16 +550,21 @@ pub trait MetaStore: Send + Sync {
     fn write(&self, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()>;
     /// [`MetaStore::write`] for a namespace operation that names up front
     /// the inodes whose rows (and directory entries) it changes: `inos`
-    /// (the directories it adds names to or removes names from), and with
+    /// (the directories it adds names to or removes names from), the
+    /// inodes that the entries `entries` (parent, name) name when it starts
+    /// (what it unlinks, removes, renames or renames over), and with
     /// `rename_lock` the volume-wide lock of renames between directories.
-    /// It locks any more rows it comes to change with
-    /// [`MetaTx::lock_inodes`] before reading them. A store of many
-    /// writers may then run it without serializable isolation: the locks
-    /// serialize it against every other writer of those rows, so two
-    /// creates in one directory queue instead of one failing and running
-    /// again (docs/shared-volume.md §4). Elsewhere the same as `write`.
-    fn write_locking(&self, inos: &[Ino], rename_lock: bool, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
-        let _ = (inos, rename_lock);
+    /// A store of many writers locks all of those rows at once, in one
+    /// ascending order, before `f` runs, so no two operations wait for
+    /// each other in a cycle. `f` locks any more rows it comes to change
+    /// with [`MetaTx::lock_inodes`] before reading them (an entry that
+    /// changed meanwhile). Such a store may then run it without
+    /// serializable isolation: the locks serialize it against every other
+    /// writer of those rows, so two creates in one directory queue instead
+    /// of one failing and running again (docs/shared-volume.md §4).
+    /// Elsewhere the same as `write`.
+    fn write_locking(&self, inos: &[Ino], entries: &[(Ino, &[u8])], rename_lock: bool, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
+        let _ = (inos, entries, rename_lock);
         self.write(f)
     }
     /// Hands out a chunk id for a chunk about to be packed, outside any
@@ -756,12 +767,12 @@ pub trait MetaStoreExt: MetaStore {
         write_by(|g| self.write(g), f)
     }
     /// [`MetaStore::write_locking`] with a typed result.
-    fn write_locking_with<T, E>(&self, inos: &[Ino], rename_lock: bool, f: impl FnMut(&dyn MetaTx) -> Result<T, E>) -> Result<T, E>
+    fn write_locking_with<T, E>(&self, inos: &[Ino], entries: &[(Ino, &[u8])], rename_lock: bool, f: impl FnMut(&dyn MetaTx) -> Result<T, E>) -> Result<T, E>
     where
         E: From<Error>,
         Error: From<E>,
     {
-        write_by(|g| self.write_locking(inos, rename_lock, g), f)
+        write_by(|g| self.write_locking(inos, entries, rename_lock, g), f)
     }
 }
 

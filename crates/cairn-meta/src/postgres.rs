@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema version of a volume's PostgreSQL schema (`info.schema`).
-pub const PG_SCHEMA_VERSION: i64 = 4;
+pub const PG_SCHEMA_VERSION: i64 = 5;
 
 /// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
 pub const ID_BLOCK: u64 = 1024;
@@ -98,6 +98,7 @@ CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
 {V2_DDL}
 {V3_DDL}
 {V4_DDL}
+{V5_DDL}
 INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});"
     )
 }
@@ -138,6 +139,17 @@ CREATE TABLE IF NOT EXISTS locks(ino BIGINT NOT NULL, session BIGINT NOT NULL, o
 CREATE INDEX IF NOT EXISTS locks_ino ON locks(ino);
 CREATE INDEX IF NOT EXISTS locks_session ON locks(session);";
 
+/// What schema version 5 added: when a chunk's references last reached 0
+/// (`zero_since`, the server's clock in seconds; NULL while referenced),
+/// so that gc and the cleaner leave it for a grace period
+/// (`docs/shared-volume.md` §7). Chunks at zero from before it read NULL
+/// and count as dead since long ago. Run as is on an older schema at open.
+const V5_DDL: &str = "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS zero_since BIGINT;";
+
+/// The server's clock in whole seconds, as `clock_secs` reads it; inside a
+/// statement, the time its transaction started.
+const DB_SECS: &str = "floor(extract(epoch FROM now()))::bigint";
+
 /// Deletes a session with its open-file rows and its locks in one
 /// statement (a data-modifying `WITH` runs whether or not it is
 /// referenced); counts the session rows.
@@ -150,6 +162,17 @@ const TRIMMED_KEY: &str = "changes_trimmed";
 /// `changes.kind` of an inode change and of an entry change.
 const CHANGE_INODE: i16 = 0;
 const CHANGE_ENTRY: i16 = 1;
+
+/// Bytes as lowercase hex, for `decode('…', 'hex')` in SQL sent as text
+/// (nothing to quote).
+fn hex(b: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(2 * b.len());
+    for x in b {
+        let _ = write!(s, "{x:02x}");
+    }
+    s
+}
 
 /// The schema of volume `id`: `cairn_<id>`, with `id` of `[a-z0-9_]` only
 /// (it is spliced into SQL as an identifier).
@@ -387,13 +410,14 @@ impl PgMeta {
             Some(PG_SCHEMA_VERSION) => {}
             // Adds sessions and the change log (from 1), journal marks
             // (from 1 or 2), the open-file registry and locks (from 1 to
-            // 3); the table lock makes a second machine upgrading at once
+            // 3), the chunks' zero dates (from 1 to 4); the table lock makes a second machine upgrading at once
             // wait, then find them.
-            Some(1..=3) => c
+            Some(1..=4) => c
                 .batch_execute(&format!(
                     "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
                      {V3_DDL}
                      {V4_DDL}
+                     {V5_DDL}
                      UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;"
                 ))
                 .map_err(|e| pg_err(&format!("upgrading schema {schema} to version {PG_SCHEMA_VERSION}"), &e))?,
@@ -887,11 +911,7 @@ impl<'a> PgTx<'a> {
                     let _ = write!(values, "({CHANGE_INODE},{},NULL,NULL,{sess})", ino as i64);
                 }
                 Changed::Entry { parent, name } => {
-                    let _ = write!(values, "({CHANGE_ENTRY},NULL,{},decode('", parent as i64);
-                    for b in &name {
-                        let _ = write!(values, "{b:02x}");
-                    }
-                    let _ = write!(values, "','hex'),{sess})");
+                    let _ = write!(values, "({CHANGE_ENTRY},NULL,{},decode('{}','hex'),{sess})", parent as i64, hex(&name));
                 }
             }
         }
@@ -998,8 +1018,13 @@ impl<'a> PgTx<'a> {
             return Err(gone_chunk(id));
         }
         let ds: Vec<i64> = rows.iter().map(|r| r.1).collect();
+        // A count reaching 0 dates it (the collector's grace runs from
+        // then); one leaving 0 clears the date.
         self.exec(
-            "UPDATE chunks c SET refs = c.refs + d.d FROM unnest($1::bigint[], $2::bigint[]) AS d(id, d) WHERE c.id = d.id",
+            &format!(
+                "UPDATE chunks c SET refs = c.refs + d.d, zero_since = CASE WHEN c.refs + d.d = 0 THEN {DB_SECS} END
+                 FROM unnest($1::bigint[], $2::bigint[]) AS d(id, d) WHERE c.id = d.id"
+            ),
             &[&ids, &ds],
         )?;
         let now = Timestamp::now().0;
@@ -1050,7 +1075,7 @@ const DEAD_BYTES_SQL: &str = "UPDATE packs SET dead_bytes = dead_bytes + $2::big
 /// replaced by the parameter number of the journal id; no mark reads 0).
 const INODE_COLS: &str = "i.ino, i.kind, i.perm, i.nlink, i.uid, i.gid, i.rdev, i.size, i.data_bytes, i.atime, i.mtime, i.ctime, i.btime, i.parent, i.target, COALESCE(m.seq, 0), i.flags";
 const INODE_FROM: &str = "inodes i LEFT JOIN journal_marks m ON m.journal = $J AND m.ino = i.ino";
-const CHUNK_COLS: &str = "id, hash, pack, \"offset\", stored_len, raw_len, flags, refs";
+const CHUNK_COLS: &str = "id, hash, pack, \"offset\", stored_len, raw_len, flags, refs, zero_since";
 
 fn row_to_inode(r: &Row) -> Result<InodeRow> {
     row_to_inode_at(r, 0)
@@ -1104,6 +1129,7 @@ fn row_to_chunk(r: &Row) -> Result<ChunkRow> {
         raw_len: col::<i64>(r, 5)? as u32,
         flags: col::<i64>(r, 6)? as u8,
         refs: col(r, 7)?,
+        zero_since: col(r, 8)?,
     })
 }
 
@@ -1682,8 +1708,10 @@ impl MetaTx for PgTx<'_> {
         // The hash is claimed atomically: another machine that stored the
         // same new chunk first wins, and this transaction learns it lost.
         let n = self.exec(
-            "INSERT INTO chunks(id, hash, pack, \"offset\", stored_len, raw_len, flags, refs) VALUES($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT (hash) DO NOTHING",
+            &format!(
+                "INSERT INTO chunks(id, hash, pack, \"offset\", stored_len, raw_len, flags, refs, zero_since)
+                 VALUES($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8::bigint = 0 THEN {DB_SECS} END) ON CONFLICT (hash) DO NOTHING"
+            ),
             &[
                 &(ch.id as i64),
                 &&ch.hash[..],
@@ -1780,9 +1808,10 @@ enum Mode<'a> {
     Read,
     /// A write at SERIALIZABLE: conflicts fail it (40001) and it runs again.
     Serializable,
-    /// A write at READ COMMITTED that locks the rows of `inos` (sorted)
-    /// first, after the volume's rename lock when asked.
-    Locking { inos: &'a [Ino], rename_lock: bool },
+    /// A write at READ COMMITTED that locks the rows of `inos` and of the
+    /// inodes `entries` name, in one ascending pass, first, after the
+    /// volume's rename lock when asked.
+    Locking { inos: &'a [Ino], entries: &'a [(Ino, &'a [u8])], rename_lock: bool },
 }
 
 /// Ends the transaction open on `c` without keeping anything; a
@@ -1804,11 +1833,25 @@ impl PgMeta {
         let begin = match mode {
             Mode::Read => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_string(),
             Mode::Serializable => format!("BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL synchronous_commit = {sync}; SELECT txid_current()"),
-            Mode::Locking { inos, rename_lock } => {
-                // Integers only: nothing to quote.
+            Mode::Locking { inos, entries, rename_lock } => {
+                // Integers, and names as hex: nothing to quote.
                 let list = inos.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
                 let rename = if rename_lock { format!("SELECT pg_advisory_xact_lock({}); ", self.rename_key) } else { String::new() };
-                let rows = if inos.is_empty() { String::new() } else { format!("; SELECT ino FROM inodes WHERE ino IN ({list}) ORDER BY ino FOR UPDATE") };
+                // The entries' inodes with the parents, in one ascending
+                // pass (rows are locked in the sort's order): an rmdir and
+                // a rename out of the removed directory never hold one
+                // each while waiting for the other's.
+                let named = if entries.is_empty() {
+                    String::new()
+                } else {
+                    let pairs = entries.iter().map(|(p, n)| format!("({p}, decode('{}', 'hex'))", hex(n))).collect::<Vec<_>>().join(", ");
+                    format!(" || ARRAY(SELECT ino FROM dentries WHERE (parent, name) IN ({pairs}))")
+                };
+                let rows = if inos.is_empty() && entries.is_empty() {
+                    String::new()
+                } else {
+                    format!("; SELECT ino FROM inodes WHERE ino = ANY(ARRAY[{list}]::bigint[]{named}) ORDER BY ino FOR UPDATE")
+                };
                 format!("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = {sync}; {rename}SELECT txid_current(){rows}")
             }
         };
@@ -1822,7 +1865,13 @@ impl PgMeta {
                 pg::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
                 _ => None,
             }),
-            Err(e) => return Step::Failed(e),
+            Err(e) => {
+                // The batch opened the transaction before a statement of
+                // it failed (a lock wait broken as a deadlock): end it, or
+                // the retry's BEGIN finds it aborted (25P02).
+                rollback(c);
+                return Step::Failed(e);
+            }
         };
         let tx = PgTx::new(c, self, write);
         let mut changes = None;
@@ -1958,11 +2007,11 @@ impl MetaStore for PgMeta {
     /// READ COMMITTED with the rows locked first (docs/shared-volume.md
     /// §4): every statement sees what committed before it, and the locks
     /// order this transaction against every other writer of those rows.
-    fn write_locking(&self, inos: &[Ino], rename_lock: bool, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
+    fn write_locking(&self, inos: &[Ino], entries: &[(Ino, &[u8])], rename_lock: bool, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
         let mut inos = inos.to_vec();
         inos.sort_unstable();
         inos.dedup();
-        self.run("changing metadata", |c| self.attempt(c, Mode::Locking { inos: &inos, rename_lock }, &mut |tx| f(tx)))
+        self.run("changing metadata", |c| self.attempt(c, Mode::Locking { inos: &inos, entries, rename_lock }, &mut |tx| f(tx)))
     }
     fn alloc_chunk_id(&self) -> Result<u64> {
         let mut b = self.chunk_ids.lock();

@@ -919,6 +919,7 @@ fn row_to_chunk(r: &rusqlite::Row) -> rusqlite::Result<ChunkRow> {
         raw_len: r.get::<_, i64>(5)? as u32,
         flags: r.get::<_, i64>(6)? as u8,
         refs: r.get(7)?,
+        zero_since: None,
     })
 }
 
@@ -1818,7 +1819,7 @@ mod tests {
                 let mut hash = [0u8; 32];
                 hash[..8].copy_from_slice(&i.to_le_bytes());
                 let refs = (i % 3) as i64;
-                tx.insert_chunk(&ChunkRow { id: i, hash, pack: 1 + i % 2, offset: i * 100, stored_len: 100, raw_len: 100, flags: 0, refs })?;
+                tx.insert_chunk(&ChunkRow { id: i, hash, pack: 1 + i % 2, offset: i * 100, stored_len: 100, raw_len: 100, flags: 0, refs, zero_since: None })?;
             }
             Ok(())
         })

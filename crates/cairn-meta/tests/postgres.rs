@@ -105,7 +105,9 @@ fn postgres_store() {
     a_version_1_schema_is_upgraded(&pg);
     a_version_2_schema_gets_journal_marks(&pg);
     a_version_3_schema_gets_locks(&pg);
+    a_version_4_schema_gets_zero_dates(&pg);
     one_writer_at_a_time_across_stores(&pg);
+    an_rmdir_and_renames_out_of_the_directory_never_deadlock(&pg);
 }
 
 /// Two stores on one schema ("two machines"), four threads each,
@@ -204,7 +206,7 @@ fn creates_that_lock_their_directory_queue_instead_of_retrying(pg: &PgServer) {
                             tx.touch_dir(ROOT_INO, Timestamp(i), 0)
                         };
                         if locking {
-                            s.write_locking(&[ROOT_INO], false, &mut f).unwrap();
+                            s.write_locking(&[ROOT_INO], &[], false, &mut f).unwrap();
                         } else {
                             s.write(&mut f).unwrap();
                         }
@@ -237,7 +239,7 @@ fn reference_counts_from_two_machines(pg: &PgServer) {
     stores[0]
         .write_with(|tx| {
             let p = tx.insert_pack("packs/x", 100, 1, 100)?;
-            tx.insert_chunk(&ChunkRow { id: x, hash: [7; 32], pack: p, offset: 0, stored_len: 100, raw_len: 100, flags: 0, refs: 0 })
+            tx.insert_chunk(&ChunkRow { id: x, hash: [7; 32], pack: p, offset: 0, stored_len: 100, raw_len: 100, flags: 0, refs: 0, zero_since: None })
         })
         .unwrap();
     const EACH: i64 = 50;
@@ -378,7 +380,7 @@ fn a_lost_commit_reply_is_not_a_second_commit(pg: &PgServer) {
     let x = s.alloc_chunk_id().unwrap();
     s.write_with(|tx| {
         let p = tx.insert_pack("packs/lost", 100, 1, 100)?;
-        tx.insert_chunk(&ChunkRow { id: x, hash: [3; 32], pack: p, offset: 0, stored_len: 100, raw_len: 100, flags: 0, refs: 0 })
+        tx.insert_chunk(&ChunkRow { id: x, hash: [3; 32], pack: p, offset: 0, stored_len: 100, raw_len: 100, flags: 0, refs: 0, zero_since: None })
     })
     .unwrap();
     s.lose_next_commit_reply();
@@ -788,6 +790,100 @@ fn a_version_3_schema_gets_locks(pg: &PgServer) {
     let rq = |session, kind| LockRequest { ino: f, owner: LockOwner { session, owner: 1 }, style: LockStyle::Posix, kind, start: 0, end: LOCK_EOF, pid: 1 };
     assert_eq!(a.set_lock(&rq(1, LockKind::Write)).unwrap(), LockOutcome::Granted);
     assert!(matches!(b.set_lock(&rq(2, LockKind::Read)).unwrap(), LockOutcome::Conflict(_)));
+}
+
+/// A version 4 schema (before chunks' zero dates) gets the column at open;
+/// a chunk at zero from before reads undated (dead since long ago).
+fn a_version_4_schema_gets_zero_dates(pg: &PgServer) {
+    let url = fresh(pg, "old4");
+    let s = open(&url, "old4");
+    let x = s.alloc_chunk_id().unwrap();
+    s.write_with(|tx| {
+        let p = tx.insert_pack("packs/old", 100, 1, 100)?;
+        tx.insert_chunk(&ChunkRow { id: x, hash: [4; 32], pack: p, offset: 0, stored_len: 100, raw_len: 100, flags: 0, refs: 0, zero_since: None })
+    })
+    .unwrap();
+    drop(s);
+    pg.psql("cairn", "ALTER TABLE cairn_old4.chunks DROP COLUMN zero_since; UPDATE cairn_old4.info SET value = 4 WHERE key = 'schema'").unwrap();
+    let s = open(&url, "old4");
+    assert_eq!(s.read_with(|r| r.get_info("schema")).unwrap(), Some(cairn_meta::postgres::PG_SCHEMA_VERSION));
+    let c = s.read_with(|r| r.chunk_by_id(x)).unwrap().expect("the chunk survived the upgrade");
+    assert_eq!((c.refs, c.zero_since), (0, None));
+}
+
+/// The cycle the up-front entry locks close (docs/shared-volume.md §4):
+/// directory D (the lower inode number) inside P; one machine keeps trying
+/// to remove D (never empty: it fails with NotEmpty) while another moves a
+/// file between D and P. Locking P first and D after the lookup, the rmdir
+/// holds P and waits for D while the rename holds D and waits for P, and
+/// PostgreSQL breaks the cycle after its deadlock_timeout (1 s). With D
+/// locked with P in one ascending pass there is no cycle: no retry.
+fn an_rmdir_and_renames_out_of_the_directory_never_deadlock(pg: &PgServer) {
+    let run = |id: &str, up_front: bool, rounds: usize| -> u64 {
+        let url = fresh(pg, id);
+        let s0 = open(&url, id);
+        let d = s_mkdir(&s0, b"D");
+        let p = s_mkdir(&s0, b"P");
+        assert!(d < p);
+        // D into P, a file kept in D, and the file that moves.
+        s0.write_with(|tx| -> Result<()> {
+            assert!(tx.delete_dentry(ROOT_INO, b"D", d)?);
+            tx.insert_dentry(p, b"D", d, FileKind::Dir)
+        })
+        .unwrap();
+        mkfile(&s0, d, b"keep");
+        mkfile(&s0, d, b"x");
+        let stores = [open(&url, id), open(&url, id)];
+        // Without the up-front locks, the first deadlock is enough.
+        let seen = || !up_front && stores[0].retries() + stores[1].retries() > 0;
+        std::thread::scope(|sc| {
+            let (rm, seen) = (&stores[0], &seen);
+            sc.spawn(move || {
+                for _ in 0..rounds {
+                    if seen() {
+                        break;
+                    }
+                    let entry: &[(Ino, &[u8])] = if up_front { &[(p, b"D")] } else { &[] };
+                    let e = rm
+                        .write_locking_with(&[p], entry, false, |tx| -> Result<()> {
+                            let (ino, _) = tx.lookup(p, b"D")?.expect("D");
+                            tx.lock_inode(ino)?;
+                            if !tx.dir_is_empty(ino)? {
+                                return Err(Error::new(ErrorKind::NotEmpty, "directory not empty"));
+                            }
+                            unreachable!("D always holds keep");
+                        })
+                        .unwrap_err();
+                    assert_eq!(e.kind(), ErrorKind::NotEmpty, "{e}");
+                }
+            });
+            let mv = &stores[1];
+            sc.spawn(move || {
+                for i in 0..rounds {
+                    if seen() {
+                        break;
+                    }
+                    let (from, to) = if i % 2 == 0 { (d, p) } else { (p, d) };
+                    let entries: &[(Ino, &[u8])] = if up_front { &[(from, b"x"), (to, b"x")] } else { &[] };
+                    mv.write_locking_with(&[from, to], entries, true, |tx| -> Result<()> {
+                        let (x, _) = tx.lookup(from, b"x")?.expect("x");
+                        tx.lock_inodes(&[x])?;
+                        assert!(tx.delete_dentry(from, b"x", x)?);
+                        tx.insert_dentry(to, b"x", x, FileKind::File)?;
+                        tx.touch_dir(from, Timestamp(i as i64), 0)?;
+                        tx.touch_dir(to, Timestamp(i as i64), 0)
+                    })
+                    .unwrap();
+                }
+            });
+        });
+        stores[0].retries() + stores[1].retries()
+    };
+    let after = run("nodeadlock", true, 300);
+    let before = run("deadlock", false, 300);
+    eprintln!("rmdir against renames out of the directory: {before} retries locking the child after its parent (until the first), {after} locking both up front (300 rounds)");
+    assert!(before > 0, "no deadlock with the child locked after its parent: the test did not test");
+    assert_eq!(after, 0, "an rmdir and renames out of the directory still deadlocked");
 }
 
 /// Two stores ("two machines"), three threads each, racing for one write

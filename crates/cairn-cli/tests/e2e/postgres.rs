@@ -207,9 +207,14 @@ fn gc_with_postgres_metadata_frees_deleted_data() {
         fs::remove_file(m.join(&format!("f{i}"))).unwrap();
     }
     m.umount();
-    let out = cairn_ok([OsStr::new("gc"), env.vol.as_os_str(), OsStr::new("--json"), OsStr::new("--meta"), OsStr::new(&url)]);
+    // Within the chunk grace (15 minutes by default) gc leaves the dead
+    // chunks alone and says so.
+    let out = cairn_ok([OsStr::new("gc"), env.vol.as_os_str(), OsStr::new("--meta"), OsStr::new(&url)]);
+    assert!(out.stdout.contains("packs left for a later gc") && out.stdout.contains("--chunk-grace"), "{out}");
+    assert_eq!(env.packs().len(), before, "gc within the grace deleted packs");
+    let out = cairn_ok([OsStr::new("gc"), env.vol.as_os_str(), OsStr::new("--json"), OsStr::new("--meta"), OsStr::new(&url), OsStr::new("--chunk-grace"), OsStr::new("0")]);
     let rep: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert!(rep["chunks_deleted"].as_u64().unwrap() > 0 && rep["packs_deleted"].as_u64().unwrap() > 0, "{out}");
+    assert!(rep["chunks_deleted"].as_u64().unwrap() > 0 && rep["packs_deleted"].as_u64().unwrap() > 0 && rep["packs_settling"] == 0, "{out}");
     assert!(env.packs().len() < before, "gc deleted packs: {} before, {} after", before, env.packs().len());
     let url_arg = [OsString::from("--meta"), OsString::from(&url)];
     assert_fsck_clean_at(&env.vol, true, &url_arg, |_| false);

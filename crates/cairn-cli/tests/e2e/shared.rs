@@ -475,6 +475,87 @@ fn four_mounts_writing_the_same_data_store_it_once() {
     assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
 }
 
+/// gc and the cleaner running while other mounts write and deduplicate
+/// the same data (issue 26): mounts A and B write files that are copies of
+/// a few shared blobs, replacing and deleting them, so that chunks die and
+/// come back by deduplication across machines; mount C's cleaner runs
+/// every second with prices that make every pack with dead bytes due, and
+/// `cairn gc` runs again and again from a fourth directory, both with no
+/// chunk grace (the races the grace makes rare happen here). Every file
+/// reads back byte for byte on every mount, and fsck reading every byte
+/// is clean.
+#[test]
+fn gc_and_the_cleaner_beside_mounts_deduplicating_the_same_data_lose_nothing() {
+    let _serial = serial();
+    let s = Shared::new("shared-gcload");
+    let dear = s.env.path("dear.toml");
+    fs::write(&dear, "name = \"dear storage\"\nstorage_per_gb_month = 1e6\ntransfer_up_per_gb = 0\ntransfer_down_per_gb = 0.09\n[per_1000_requests]\nGET = 0.0004\nHEAD = 0.0004\nPUT = 0.005\nPOST = 0.005\nLIST = 0.005\nDELETE = 0\n").unwrap();
+    let ma = s.mount("a", &s.mountpoint("m-a"), &[]);
+    let mb = s.mount("b", &s.mountpoint("m-b"), &[]);
+    let mc = s.mount("c", &s.mountpoint("m-c"), &["--gc-interval", "1", "--gc-prices", dear.to_str().unwrap(), "--chunk-grace", "0"]);
+    let blobs: Vec<Vec<u8>> = (0..12).map(|i| gen(500 + i, MIB as usize)).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let ((passes, deleted, kept), models) = std::thread::scope(|sc| {
+        let collector = sc.spawn(|| {
+            let (mut passes, mut deleted, mut kept) = (0, 0, 0);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = cairn(s.with_args("gc", "g", &["--chunk-grace", "0", "--repack-below", "0.9", "--json"]));
+                assert!(out.ok(), "gc pass {passes} beside the writers: {out}");
+                let rep: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+                deleted += rep["packs_deleted"].as_u64().unwrap_or(0);
+                kept += rep["packs_kept"].as_u64().unwrap_or(0);
+                passes += 1;
+            }
+            (passes, deleted, kept)
+        });
+        let writers: Vec<_> = [&ma, &mb]
+            .into_iter()
+            .enumerate()
+            .map(|(m, mnt)| {
+                let blobs = &blobs;
+                sc.spawn(move || {
+                    let mut model = std::collections::BTreeMap::new();
+                    for i in 0..100usize {
+                        let name = format!("w{m}-{}", i % 3);
+                        let p = mnt.join(&name);
+                        if i % 5 == 4 {
+                            // A delete: its chunks die unless the other mount holds a copy.
+                            if model.remove(&name).is_some() {
+                                fs::remove_file(&p).unwrap_or_else(|e| panic!("mount {m}: rm {name}: {e}"));
+                            }
+                            continue;
+                        }
+                        let k = (i * 7 + m) % blobs.len();
+                        fs::write(&p, &blobs[k]).unwrap_or_else(|e| panic!("mount {m}: writing {name} (step {i}): {e}"));
+                        model.insert(name, k);
+                    }
+                    model
+                })
+            })
+            .collect();
+        let models: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        // A few more passes once the writers are done.
+        std::thread::sleep(Duration::from_secs(3));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        (collector.join().unwrap(), models)
+    });
+    assert!(passes >= 2 && deleted > 0, "gc ran {passes} times beside the writers and deleted {deleted} packs: the test did not test");
+    for mnt in [&ma, &mb, &mc] {
+        for model in &models {
+            for (name, &k) in model {
+                let got = fs::read(mnt.join(name)).unwrap_or_else(|e| panic!("{} reading {name}: {e}", mnt.path().display()));
+                assert!(got == blobs[k], "{name} on {} differs after {passes} gc passes", mnt.path().display());
+            }
+        }
+    }
+    eprintln!("{passes} gc passes beside two writers and a cleaning mount: {deleted} packs deleted, {kept} kept (a chunk came back meanwhile)");
+    for m in [ma, mb, mc] {
+        m.umount();
+    }
+    let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
+    assert_fsck_clean_at(Path::new(&s.url), true, &extra, |_| false);
+}
+
 /// `SELECT ...` in the volume's schema (the only `cairn_*` schema of the
 /// test's database `db`).
 fn volume_sql(db: &str, sql: &str) -> String {

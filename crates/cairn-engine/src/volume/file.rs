@@ -225,6 +225,14 @@ enum ReadPart {
     Chunk { id: u64, off: u64, len: u64 },
 }
 
+/// What [`Volume::open`] tells the layer above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Opened {
+    /// The file did not change on another machine since this machine last
+    /// read the change log: pages the kernel cached of it are current.
+    pub keep_cache: bool,
+}
+
 impl Volume {
     /// The state of regular file `ino`, loaded from the metadata if needed.
     pub(crate) fn file_state(&self, ino: Ino) -> Result<Arc<FileState>> {
@@ -285,15 +293,24 @@ impl Volume {
         self.with_file(ino, |_, g| g.check_writable())
     }
 
-    /// Registers an open handle on a regular file.
-    pub fn open(&self, ino: Ino) -> Result<()> {
+    /// Registers an open handle on a regular file. On a shared volume it
+    /// first reads the change log (`catch_up`), so that a file another
+    /// machine closed before this open shows that machine's bytes
+    /// (close-to-open, docs/shared-volume.md §3).
+    pub fn open(&self, ino: Ino) -> Result<Opened> {
+        // Unread, the log only costs the kernel's pages: the open goes on.
+        let changed = self.catch_up(ino).unwrap_or_else(|e| {
+            tracing::debug!("open of inode {ino}: reading other machines' changes: {e}");
+            true
+        });
         self.with_file(ino, |_, g| {
             if g.open == 0 {
                 self.register_open(ino, g)?;
             }
             g.open += 1;
             Ok(())
-        })
+        })?;
+        Ok(Opened { keep_cache: !changed })
     }
 
     /// Drops an open handle; the last one of an unlinked file frees it.

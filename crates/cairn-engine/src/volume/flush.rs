@@ -258,7 +258,7 @@ impl<'a> Batch<'a> {
         }
         for (id, pidx, e) in &self.new_chunks {
             tx.insert_chunk(
-                &ChunkRow { id: *id, hash: e.id, pack: pack_ids[*pidx], offset: e.offset, stored_len: e.stored_len, raw_len: e.raw_len, flags: e.flags, refs: 0 },
+                &ChunkRow { id: *id, hash: e.id, pack: pack_ids[*pidx], offset: e.offset, stored_len: e.stored_len, raw_len: e.raw_len, flags: e.flags, refs: 0, zero_since: None },
             )?;
         }
         Ok(())

@@ -43,19 +43,20 @@ impl ChangeBatch {
     }
 }
 
-/// A cursor over a shared volume's change log (`Volume::follow_changes`).
-/// One thread calls [`ChangeFollower::next`] in a loop and hands each batch
-/// to the kernel, then calls [`ChangeFollower::done`]; an `open` calls
-/// [`ChangeFollower::catch_up`] first (close-to-open without waiting for
-/// the notice).
+/// The waiting side of a shared volume's change log
+/// (`Volume::follow_changes`). One thread calls [`ChangeFollower::next`]
+/// in a loop and hands each batch to the kernel, then calls
+/// [`ChangeFollower::done`]. The cursor itself is the volume's: its
+/// `open` reads the log first ([`Volume::catch_up`]: close-to-open without
+/// waiting for the notice), whoever opens.
 pub struct ChangeFollower {
     vol: Arc<Volume>,
     /// Only the thread calling `next` waits on it.
     feed: Mutex<Option<Box<dyn ChangeFeed>>>,
-    state: Mutex<FollowState>,
 }
 
-struct FollowState {
+/// A shared volume's position in its change log (`Volume::changes`).
+pub(crate) struct FollowState {
     /// The position in the change log: the last seq handled and the seqs
     /// below it that may still commit (the store asks them again).
     cursor: ChangeCursor,
@@ -68,33 +69,110 @@ struct FollowState {
     /// Inodes whose engine state was dropped but whose kernel caches were
     /// not invalidated yet (returned by `next`, `done` not called).
     unsent: BTreeSet<Ino>,
+    /// A follower hands batches on (`follow_changes` was called): without
+    /// one, what `catch_up` reads is not queued for anybody.
+    following: bool,
+}
+
+impl FollowState {
+    /// At the newest change committed now (the volume's open).
+    pub(crate) fn at(cursor: ChangeCursor) -> Mutex<FollowState> {
+        Mutex::new(FollowState { cursor, read_at: Instant::now(), pending: false, queued: ChangeBatch::default(), unsent: BTreeSet::new(), following: false })
+    }
 }
 
 impl Volume {
-    /// A follower of other machines' changes, starting at the newest change
-    /// committed now; None unless the volume is shared (its metadata is in
-    /// PostgreSQL). If the store's listener cannot connect, the follower
-    /// still polls the log every [`FOLLOW_POLL`].
+    /// A follower of other machines' changes, from the volume's cursor
+    /// (taken at its open) on; None unless the volume is shared (its
+    /// metadata is in PostgreSQL). If the store's listener cannot connect,
+    /// the follower still polls the log every [`FOLLOW_POLL`].
     pub fn follow_changes(self: &Arc<Self>) -> Result<Option<ChangeFollower>> {
-        if !self.is_shared() {
-            return Ok(None);
-        }
-        let store = self.meta.store();
-        // Subscribe before taking the cursor: a change committed between the
-        // two is then both after the cursor and notified.
-        let feed = match store.subscribe() {
+        let Some(changes) = self.changes.as_ref() else { return Ok(None) };
+        let feed = match self.meta.store().subscribe() {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!("cannot listen for other machines' changes ({e}); polling the change log every {FOLLOW_POLL:?} instead");
                 None
             }
         };
-        let cursor = store.change_cursor()?;
-        Ok(Some(ChangeFollower {
-            vol: self.clone(),
-            feed: Mutex::new(feed),
-            state: Mutex::new(FollowState { cursor, read_at: Instant::now(), pending: false, queued: ChangeBatch::default(), unsent: BTreeSet::new() }),
-        }))
+        // What committed between the volume's open and the subscription
+        // was not notified: the first `next` reads the log.
+        let mut s = changes.lock();
+        s.pending = true;
+        s.following = true;
+        drop(s);
+        Ok(Some(ChangeFollower { vol: self.clone(), feed: Mutex::new(feed) }))
+    }
+
+    /// Reads the change log now, as an `open` on a shared volume does
+    /// first: another machine's commit that returned before the open is
+    /// then in the engine's state whether or not its notice came. The batch
+    /// goes to the follower's next `next`. True if `ino` changed and the
+    /// kernel may still hold its old pages (the opener should not keep
+    /// them); false on a volume nobody else writes.
+    pub fn catch_up(&self, ino: Ino) -> Result<bool> {
+        let Some(changes) = self.changes.as_ref() else { return Ok(false) };
+        let mut s = changes.lock();
+        let batch = self.read_changes(&mut s)?;
+        let changed = batch.all || batch.inodes.contains(&ino) || s.unsent.contains(&ino) || s.queued.inodes.contains(&ino);
+        if s.following {
+            s.queued.merge(batch);
+        }
+        Ok(changed)
+    }
+
+    /// Reads the change log from the cursor and drops the engine's clean
+    /// states of what changed.
+    fn read_changes(&self, s: &mut FollowState) -> Result<ChangeBatch> {
+        let store = self.meta.store().clone();
+        // This mount's own rows carry its session and are skipped (its
+        // caches are current). No session yet: they are handled like
+        // anyone's (harmless: a clean state is reloaded, the kernel re-asks).
+        let own = self.session_id();
+        let mut batch = ChangeBatch::default();
+        let start = s.cursor.after;
+        // Advanced on a copy: an error leaves the cursor as it was.
+        let mut cursor = s.cursor.clone();
+        loop {
+            // Each row once: a hole that filled is delivered and forgotten.
+            let rows = store.read_changes(&mut cursor, FOLLOW_BATCH)?;
+            if rows.is_empty() {
+                break;
+            }
+            let full = rows.len() == FOLLOW_BATCH;
+            for ch in rows {
+                if own.is_some() && ch.session == own {
+                    continue;
+                }
+                match ch.what {
+                    Changed::Inode(ino) => {
+                        batch.inodes.insert(ino);
+                    }
+                    Changed::Entry { parent, name } => {
+                        batch.entries.insert((parent, name));
+                    }
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        // A trim keeps the newest row, so a cursor it overtook always finds
+        // rows, and the mark read with them (`cursor.trimmed`) is the one
+        // of their snapshot.
+        if cursor.after > start && cursor.trimmed > start {
+            batch.all = true;
+            batch.inodes.insert(crate::types::ROOT_INO);
+            let all: Vec<Ino> = self.files.iter().map(|e| *e.key()).collect();
+            batch.inodes.extend(all);
+        }
+        for &ino in &batch.inodes {
+            self.forget_clean_state(ino)?;
+        }
+        s.cursor = cursor;
+        s.read_at = Instant::now();
+        s.pending = false;
+        Ok(batch)
     }
 
 
@@ -167,9 +245,13 @@ impl ChangeBatch {
 }
 
 impl ChangeFollower {
+    fn state(&self) -> &Mutex<FollowState> {
+        self.vol.changes.as_ref().expect("a follower is made only for a volume with a change log")
+    }
+
     /// The last change seq handled.
     pub fn cursor(&self) -> u64 {
-        self.state.lock().cursor.after
+        self.state().lock().cursor.after
     }
 
     /// Waits up to `max_wait` for a notice of another machine's commit,
@@ -182,7 +264,7 @@ impl ChangeFollower {
     /// once the batch's kernel caches are dropped.
     pub fn next(&self, max_wait: Duration) -> Result<ChangeBatch> {
         let (pending, due) = {
-            let s = self.state.lock();
+            let s = self.state().lock();
             (s.pending || !s.queued.is_empty(), FOLLOW_POLL.saturating_sub(s.read_at.elapsed()))
         };
         let wait = max_wait.min(due);
@@ -201,11 +283,11 @@ impl ChangeFollower {
                 None => std::thread::sleep(wait),
             }
         }
-        let mut s = self.state.lock();
+        let mut s = self.state().lock();
         s.pending |= notified;
         let mut batch = if s.pending || s.read_at.elapsed() >= FOLLOW_POLL {
             s.pending = true;
-            self.read(&mut s)?
+            self.vol.read_changes(&mut s)?
         } else {
             ChangeBatch::default()
         };
@@ -216,79 +298,12 @@ impl ChangeFollower {
 
     /// The kernel's caches of `batch` (from `next`) are dropped.
     pub fn done(&self, batch: &ChangeBatch) {
-        let mut s = self.state.lock();
+        let mut s = self.state().lock();
         for ino in &batch.inodes {
             // Read again meanwhile: still to be sent.
             if !s.queued.inodes.contains(ino) {
                 s.unsent.remove(ino);
             }
         }
-    }
-
-    /// Reads the change log now, as an `open` of `ino` on a shared volume
-    /// does first: another machine's commit that returned before the open
-    /// is then in the engine's state whether or not its notice came. The
-    /// batch goes to the next `next`. True if `ino` changed and the kernel
-    /// may still hold its old pages (the opener should not keep them).
-    pub fn catch_up(&self, ino: Ino) -> Result<bool> {
-        let mut s = self.state.lock();
-        let batch = self.read(&mut s)?;
-        let changed = batch.all || batch.inodes.contains(&ino) || s.unsent.contains(&ino) || s.queued.inodes.contains(&ino);
-        s.queued.merge(batch);
-        Ok(changed)
-    }
-
-    /// Reads the change log from the cursor and drops the engine's clean
-    /// states of what changed.
-    fn read(&self, s: &mut FollowState) -> Result<ChangeBatch> {
-        let store = self.vol.meta.store().clone();
-        // This mount's own rows carry its session and are skipped (its
-        // caches are current). No session yet: they are handled like
-        // anyone's (harmless: a clean state is reloaded, the kernel re-asks).
-        let own = self.vol.session_id();
-        let mut batch = ChangeBatch::default();
-        let start = s.cursor.after;
-        // Advanced on a copy: an error leaves the cursor as it was.
-        let mut cursor = s.cursor.clone();
-        loop {
-            // Each row once: a hole that filled is delivered and forgotten.
-            let rows = store.read_changes(&mut cursor, FOLLOW_BATCH)?;
-            if rows.is_empty() {
-                break;
-            }
-            let full = rows.len() == FOLLOW_BATCH;
-            for ch in rows {
-                if own.is_some() && ch.session == own {
-                    continue;
-                }
-                match ch.what {
-                    Changed::Inode(ino) => {
-                        batch.inodes.insert(ino);
-                    }
-                    Changed::Entry { parent, name } => {
-                        batch.entries.insert((parent, name));
-                    }
-                }
-            }
-            if !full {
-                break;
-            }
-        }
-        // A trim keeps the newest row, so a cursor it overtook always finds
-        // rows, and the mark read with them (`cursor.trimmed`) is the one
-        // of their snapshot.
-        if cursor.after > start && cursor.trimmed > start {
-            batch.all = true;
-            batch.inodes.insert(crate::types::ROOT_INO);
-            let all: Vec<Ino> = self.vol.files.iter().map(|e| *e.key()).collect();
-            batch.inodes.extend(all);
-        }
-        for &ino in &batch.inodes {
-            self.vol.forget_clean_state(ino)?;
-        }
-        s.cursor = cursor;
-        s.read_at = Instant::now();
-        s.pending = false;
-        Ok(batch)
     }
 }

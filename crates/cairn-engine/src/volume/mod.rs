@@ -25,6 +25,7 @@ pub use inspect::{ChunkInfo, FileInfo, Place, TreeStats};
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
 pub(crate) use file::FileState;
+pub use file::Opened;
 pub use flush::FlushReport;
 pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
 pub use locks::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
@@ -95,6 +96,10 @@ pub struct OpenOptions {
     /// (the engine's `sync`), or within PostgreSQL's WAL writer delay, as
     /// a local volume's changes are at the end of their group window.
     pub meta_sync_commit: bool,
+    /// On a shared volume, how long a chunk whose last reference went
+    /// stays before gc or the cleaner may delete it (None:
+    /// [`crate::maintenance::CHUNK_GRACE`]); unused elsewhere.
+    pub chunk_grace: Option<Duration>,
 }
 
 impl Default for OpenOptions {
@@ -115,6 +120,7 @@ impl Default for OpenOptions {
             meta_url: None,
             meta_timeout: None,
             meta_sync_commit: false,
+            chunk_grace: None,
         }
     }
 }
@@ -186,6 +192,8 @@ pub struct Volume {
     /// dead chunk rows only under the write side (docs/frugal.md §5).
     pub(crate) chunk_guard: guard::ChunkGuard,
     pub(crate) signal: Arc<FlushSignal>,
+    /// A shared volume's position in its change log (volume/follow.rs).
+    pub(crate) changes: Option<Mutex<follow::FollowState>>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     pub(crate) opts: OpenOptions,
     closed: AtomicBool,
@@ -306,7 +314,11 @@ impl Volume {
             done: Mutex::new(0),
             done_cv: Condvar::new(),
         });
+        // Other machines' changes are followed from here on (each open
+        // reads the log first, `catch_up`).
+        let changes = if cfg.meta == crate::config::MetaKind::Postgres { Some(follow::FollowState::at(meta.store().change_cursor()?)) } else { None };
         let vol = Arc::new(Volume {
+            changes,
             layout,
             cfg,
             vid,

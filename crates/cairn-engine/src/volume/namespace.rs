@@ -194,7 +194,7 @@ impl Volume {
         self.check_writable()?;
         check_name(name)?;
         let now = Timestamp::now();
-        self.meta.write_locking(&[parent], false, |tx| {
+        self.meta.write_locking(&[parent], &[], false, |tx| {
             // The directory and the name in one query.
             let (p, existing) = tx.lookup_inode(parent, name)?;
             let p = check_dir(parent, p)?;
@@ -284,7 +284,7 @@ impl Volume {
         self.check_writable()?;
         check_name(newname)?;
         let now = Timestamp::now();
-        self.meta.write_locking(&[ino, newparent], false, |tx| {
+        self.meta.write_locking(&[ino, newparent], &[], false, |tx| {
             let mut a = winode(tx, ino)?.attr;
             if a.kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::Permission, "hard links to directories are not allowed"));
@@ -314,7 +314,7 @@ impl Volume {
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.check_writable()?;
         let now = Timestamp::now();
-        let (ino, nlink, freed) = self.meta.write_locking(&[parent], false, |tx| {
+        let (ino, nlink, freed) = self.meta.write_locking(&[parent], &[(parent, name)], false, |tx| {
             let (ino, kind) = wdir_entry(tx, parent, name)?;
             if kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::IsDir, "is a directory (use rmdir)"));
@@ -347,7 +347,7 @@ impl Volume {
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
         self.check_writable()?;
         let now = Timestamp::now();
-        self.meta.write_locking(&[parent], false, |tx| {
+        self.meta.write_locking(&[parent], &[(parent, name)], false, |tx| {
             let (ino, kind) = wdir_entry(tx, parent, name)?;
             if kind != FileKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, "not a directory"));
@@ -374,7 +374,7 @@ impl Volume {
         // Between directories, renames take the volume's rename lock
         // first: the ancestor check below then sees every other move of a
         // directory committed (two crossing moves cannot both pass).
-        let freed = self.meta.write_locking(&[parent, newparent], parent != newparent, |tx| {
+        let freed = self.meta.write_locking(&[parent, newparent], &[(parent, name), (newparent, newname)], parent != newparent, |tx| {
             wdir(tx, parent)?;
             wdir(tx, newparent)?;
             let (sino, skind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
