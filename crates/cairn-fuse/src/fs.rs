@@ -1053,8 +1053,8 @@ impl Filesystem for CairnFs {
             Ok(a) => a,
             Err(e) => return failed(&mut t, reply).error(e),
         };
-        match self.vol.open(attr.ino) {
-            Ok(_) => reply.created(
+        match self.vol.open_created(attr.ino) {
+            Ok(()) => reply.created(
                 &TTL,
                 &file_attr(&attr),
                 GENERATION,

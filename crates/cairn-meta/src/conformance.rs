@@ -399,6 +399,26 @@ fn locking_writes(s: &dyn MetaStore) {
         .unwrap();
     assert_eq!(s.read_with(|r| r.lookup(dir, b"f")).unwrap(), Some((f, FileKind::File)));
     assert_eq!(s.read_with(|r| r.get_inode(dir)).unwrap().unwrap().attr.mtime, Timestamp(5));
+    // Entries named up front: the reads before any change answer what is
+    // committed (a store may answer them from its BEGIN round trip), the
+    // reads after a change see the change.
+    s.write_locking_with(&[dir], &[(dir, b"f"), (dir, b"g")], false, |tx| -> Result<()> {
+        assert_eq!(tx.lookup(dir, b"g")?, None);
+        assert_eq!(tx.lookup(dir, b"f")?, Some((f, FileKind::File)));
+        let (p, c) = tx.lookup_inode(dir, b"f")?;
+        assert_eq!((p.map(|r| r.attr.ino), c.map(|r| r.attr.ino)), (Some(dir), Some(f)));
+        assert_eq!(tx.lookup_inode(dir, b"g")?.1, None);
+        assert_eq!(tx.get_inode(dir)?.unwrap().attr.mtime, Timestamp(5));
+        assert_eq!(tx.lock_inode(f)?.map(|r| r.attr.ino), Some(f));
+        tx.insert_dentry(dir, b"g", f, FileKind::File)?;
+        tx.touch_dir(dir, Timestamp(6), 0)?;
+        assert_eq!(tx.lookup(dir, b"g")?, Some((f, FileKind::File)), "a read after a change missed it");
+        assert_eq!(tx.get_inode(dir)?.unwrap().attr.mtime, Timestamp(6), "a read after a change missed it");
+        assert!(tx.delete_dentry(dir, b"g", f)?);
+        Err(Error::new(ErrorKind::Exists, "roll back"))
+    })
+    .expect_err("rolled back");
+    assert_eq!(s.read_with(|r| r.lookup(dir, b"g")).unwrap(), None);
     let r = s.write_locking_with(&[dir], &[], false, |tx| {
         tx.set_info("half-locked", 1)?;
         tx.insert_dentry(dir, b"f", 1, FileKind::Dir)

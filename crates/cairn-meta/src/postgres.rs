@@ -163,6 +163,14 @@ const TRIMMED_KEY: &str = "changes_trimmed";
 const CHANGE_INODE: i16 = 0;
 const CHANGE_ENTRY: i16 = 1;
 
+/// The bytes of lowercase or uppercase hex (None if it is not).
+fn unhex(h: &str) -> Option<Vec<u8>> {
+    if h.len() % 2 != 0 {
+        return None;
+    }
+    (0..h.len()).step_by(2).map(|k| h.get(k..k + 2).and_then(|x| u8::from_str_radix(x, 16).ok())).collect()
+}
+
 /// Bytes as lowercase hex, for `decode('…', 'hex')` in SQL sent as text
 /// (nothing to quote).
 fn hex(b: &[u8]) -> String {
@@ -854,6 +862,47 @@ struct PgTx<'a> {
     /// `read_one`: no transaction of its own, so one query at most (two
     /// would see two snapshots); the number run so far.
     single: Option<std::cell::Cell<u32>>,
+    /// A locking write's rows read in its BEGIN round trip, once locked:
+    /// its first reads are answered from here, until it sends any
+    /// statement (which may change them).
+    pre: RefCell<Option<Prefetched>>,
+}
+
+/// What a locking write's BEGIN round trip read after taking its locks.
+#[derive(Default)]
+struct Prefetched {
+    /// The locked inodes' rows.
+    inodes: HashMap<Ino, InodeRow>,
+    /// The entries named up front: (ino, kind), None where absent.
+    entries: HashMap<(Ino, Vec<u8>), Option<(Ino, FileKind)>>,
+}
+
+impl Prefetched {
+    /// From the BEGIN batch's rows: `i` rows are locked inodes
+    /// (`INODE_COLS` after the tag), `e` rows entries (parent, name as
+    /// hex, ino, kind); `asked` entries without a row are absent.
+    fn from_rows(msgs: &[pg::SimpleQueryMessage], asked: &[(Ino, &[u8])]) -> Result<Prefetched> {
+        let mut p = Prefetched::default();
+        for &(parent, name) in asked {
+            p.entries.insert((parent, name.to_vec()), None);
+        }
+        for m in msgs {
+            let pg::SimpleQueryMessage::Row(r) = m else { continue };
+            match r.get(0) {
+                Some("i") => {
+                    let row = row_to_inode_at(r, 1)?;
+                    p.inodes.insert(row.attr.ino, row);
+                }
+                Some("e") => {
+                    let name = unhex(r.get(2).unwrap_or_default()).ok_or_else(|| Error::corrupt("PostgreSQL metadata: an entry's name is not hex"))?;
+                    let (parent, ino, kind) = (r.int(1)? as Ino, r.int(3)? as Ino, FileKind::from_code(r.int(4)?)?);
+                    p.entries.insert((parent, name), Some((ino, kind)));
+                }
+                _ => {}
+            }
+        }
+        Ok(p)
+    }
 }
 
 type P<'a> = &'a (dyn ToSql + Sync);
@@ -864,7 +913,7 @@ fn col<'r, T: pg::types::FromSql<'r>>(r: &'r Row, i: usize) -> Result<T> {
 
 impl<'a> PgTx<'a> {
     fn new(c: &'a mut Conn, store: &'a PgMeta, write: bool) -> Self {
-        PgTx { c: RefCell::new(c), store, write, deltas: RefCell::new(HashMap::new()), changed: Default::default(), failed: RefCell::new(None), single: None }
+        PgTx { c: RefCell::new(c), store, write, deltas: RefCell::new(HashMap::new()), changed: Default::default(), failed: RefCell::new(None), single: None, pre: RefCell::new(None) }
     }
 
     /// Notes a change for the log (once per transaction).
@@ -934,6 +983,8 @@ impl<'a> PgTx<'a> {
     }
 
     fn with<T>(&self, sql: &str, run: impl FnOnce(&mut Client, &Statement) -> std::result::Result<T, pg::Error>) -> Result<T> {
+        // A statement may change what the BEGIN round trip read.
+        self.pre.borrow_mut().take();
         if let Some(n) = &self.single {
             if n.replace(n.get() + 1) > 0 {
                 return Err(Error::invalid("internal: a second query in a read_one closure (it would see another snapshot)"));
@@ -1081,31 +1132,63 @@ fn row_to_inode(r: &Row) -> Result<InodeRow> {
     row_to_inode_at(r, 0)
 }
 
+/// A result row's columns, from a prepared statement (binary) or from a
+/// simple query (text: a locking write's BEGIN round trip).
+trait Cols {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>>;
+    fn opt_bytes(&self, i: usize) -> Result<Option<Vec<u8>>>;
+    fn int(&self, i: usize) -> Result<i64> {
+        self.opt_int(i)?.ok_or_else(|| Error::corrupt(format!("PostgreSQL metadata: column {i} is NULL")))
+    }
+}
+
+impl Cols for Row {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        col(self, i)
+    }
+    fn opt_bytes(&self, i: usize) -> Result<Option<Vec<u8>>> {
+        col(self, i)
+    }
+}
+
+impl Cols for pg::SimpleQueryRow {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        let v = self.try_get(i).map_err(|e| Error::corrupt(format!("PostgreSQL metadata: column {i}: {e}")))?;
+        v.map(|t| t.parse::<i64>().map_err(|e| Error::corrupt(format!("PostgreSQL metadata: column {i}: {t:?}: {e}")))).transpose()
+    }
+    /// `bytea` in its text form, `\x` and hex.
+    fn opt_bytes(&self, i: usize) -> Result<Option<Vec<u8>>> {
+        let v = self.try_get(i).map_err(|e| Error::corrupt(format!("PostgreSQL metadata: column {i}: {e}")))?;
+        let Some(t) = v else { return Ok(None) };
+        t.strip_prefix("\\x").and_then(unhex).map(Some).ok_or_else(|| Error::corrupt(format!("PostgreSQL metadata: column {i} is not hex bytea")))
+    }
+}
+
 /// The inode in `INODE_COLS` order from column `b` on.
-fn row_to_inode_at(r: &Row, b: usize) -> Result<InodeRow> {
-    let data_bytes: i64 = col(r, b + 8)?;
+fn row_to_inode_at(r: &impl Cols, b: usize) -> Result<InodeRow> {
+    let data_bytes = r.int(b + 8)?;
     let attr = Attr {
-        ino: col::<i64>(r, b)? as u64,
-        kind: FileKind::from_code(col(r, b + 1)?)?,
-        perm: col::<i64>(r, b + 2)? as u32,
-        nlink: col::<i64>(r, b + 3)? as u32,
-        uid: col::<i64>(r, b + 4)? as u32,
-        gid: col::<i64>(r, b + 5)? as u32,
-        rdev: col::<i64>(r, b + 6)? as u32,
-        size: col::<i64>(r, b + 7)? as u64,
+        ino: r.int(b)? as u64,
+        kind: FileKind::from_code(r.int(b + 1)?)?,
+        perm: r.int(b + 2)? as u32,
+        nlink: r.int(b + 3)? as u32,
+        uid: r.int(b + 4)? as u32,
+        gid: r.int(b + 5)? as u32,
+        rdev: r.int(b + 6)? as u32,
+        size: r.int(b + 7)? as u64,
         blocks: (data_bytes as u64).div_ceil(512),
-        atime: Timestamp(col(r, b + 9)?),
-        mtime: Timestamp(col(r, b + 10)?),
-        ctime: Timestamp(col(r, b + 11)?),
-        btime: Timestamp(col(r, b + 12)?),
+        atime: Timestamp(r.int(b + 9)?),
+        mtime: Timestamp(r.int(b + 10)?),
+        ctime: Timestamp(r.int(b + 11)?),
+        btime: Timestamp(r.int(b + 12)?),
     };
     let mut row = InodeRow {
         attr,
         data_bytes: data_bytes as u64,
-        parent: col::<Option<i64>>(r, b + 13)?.map(|p| p as u64),
-        target: col(r, b + 14)?,
-        jseq: col::<i64>(r, b + 15)? as u64,
-        flags: col(r, b + 16)?,
+        parent: r.opt_int(b + 13)?.map(|p| p as u64),
+        target: r.opt_bytes(b + 14)?,
+        jseq: r.int(b + 15)? as u64,
+        flags: r.int(b + 16)?,
     };
     if row.attr.kind == FileKind::Dir {
         row.attr.size = 4096;
@@ -1145,6 +1228,9 @@ fn big(r: &Row, i: usize) -> Result<u64> {
 
 impl MetaRead for PgTx<'_> {
     fn get_inode(&self, ino: Ino) -> Result<Option<InodeRow>> {
+        if let Some(r) = self.pre.borrow().as_ref().and_then(|p| p.inodes.get(&ino)) {
+            return Ok(Some(r.clone()));
+        }
         let from = INODE_FROM.replace("$J", "$2");
         let Some(r) = self.opt(&format!("SELECT {INODE_COLS} FROM {from} WHERE i.ino = $1"), &[&(ino as i64), &self.journal()])? else { return Ok(None) };
         Ok(Some(row_to_inode(&r)?))
@@ -1152,6 +1238,18 @@ impl MetaRead for PgTx<'_> {
     /// One statement: the directory's row joined to the entry and its
     /// inode's row (all NULL when the name is not there).
     fn lookup_inode(&self, parent: Ino, name: &[u8]) -> Result<(Option<InodeRow>, Option<InodeRow>)> {
+        if let Some(p) = self.pre.borrow().as_ref() {
+            if let (Some(prow), Some(entry)) = (p.inodes.get(&parent), p.entries.get(&(parent, name.to_vec()))) {
+                match entry {
+                    None => return Ok((Some(prow.clone()), None)),
+                    Some((ino, _)) => {
+                        if let Some(c) = p.inodes.get(ino) {
+                            return Ok((Some(prow.clone()), Some(c.clone())));
+                        }
+                    }
+                }
+            }
+        }
         let parent_cols = INODE_COLS.replace("i.", "p.").replace("m.seq", "pm.seq");
         let sql = format!(
             "SELECT {parent_cols}, {INODE_COLS}
@@ -1169,6 +1267,9 @@ impl MetaRead for PgTx<'_> {
         Ok((Some(row_to_inode(&r)?), child))
     }
     fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
+        if let Some(e) = self.pre.borrow().as_ref().and_then(|p| p.entries.get(&(parent, name.to_vec()))) {
+            return Ok(*e);
+        }
         match self.opt("SELECT ino, kind FROM dentries WHERE parent = $1 AND name = $2", &[&(parent as i64), &name])? {
             None => Ok(None),
             Some(r) => Ok(Some((col::<i64>(&r, 0)? as u64, FileKind::from_code(col(&r, 1)?)?))),
@@ -1362,6 +1463,10 @@ impl MetaRead for PgTx<'_> {
 
 impl MetaTx for PgTx<'_> {
     fn lock_inode(&self, ino: Ino) -> Result<Option<InodeRow>> {
+        // Locked in the BEGIN round trip already.
+        if let Some(r) = self.pre.borrow().as_ref().and_then(|p| p.inodes.get(&ino)) {
+            return Ok(Some(r.clone()));
+        }
         let from = INODE_FROM.replace("$J", "$2");
         let Some(r) = self.opt(&format!("SELECT {INODE_COLS} FROM {from} WHERE i.ino = $1 FOR UPDATE OF i"), &[&(ino as i64), &self.journal()])? else {
             return Ok(None);
@@ -1382,6 +1487,9 @@ impl MetaTx for PgTx<'_> {
         Ok(gone)
     }
     fn lock_inodes(&self, inos: &[Ino]) -> Result<()> {
+        if self.pre.borrow().as_ref().is_some_and(|p| inos.iter().all(|i| p.inodes.contains_key(i))) {
+            return Ok(());
+        }
         let mut ids: Vec<i64> = inos.iter().map(|&i| i as i64).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -1841,17 +1949,19 @@ impl PgMeta {
                 // pass (rows are locked in the sort's order): an rmdir and
                 // a rename out of the removed directory never hold one
                 // each while waiting for the other's.
-                let named = if entries.is_empty() {
-                    String::new()
-                } else {
-                    let pairs = entries.iter().map(|(p, n)| format!("({p}, decode('{}', 'hex'))", hex(n))).collect::<Vec<_>>().join(", ");
-                    format!(" || ARRAY(SELECT ino FROM dentries WHERE (parent, name) IN ({pairs}))")
-                };
-                let rows = if inos.is_empty() && entries.is_empty() {
-                    String::new()
-                } else {
-                    format!("; SELECT ino FROM inodes WHERE ino = ANY(ARRAY[{list}]::bigint[]{named}) ORDER BY ino FOR UPDATE")
-                };
+                // The locked rows come back whole, and then the entries as
+                // they are once their parents are locked: the closure's
+                // first reads need no round trip of their own.
+                let pairs = entries.iter().map(|(p, n)| format!("({p}, decode('{}', 'hex'))", hex(n))).collect::<Vec<_>>().join(", ");
+                let named = if entries.is_empty() { String::new() } else { format!(" || ARRAY(SELECT ino FROM dentries WHERE (parent, name) IN ({pairs}))") };
+                let from = INODE_FROM.replace("$J", &(self.journal.load(Ordering::SeqCst) as i64).to_string());
+                let mut rows = String::new();
+                if !inos.is_empty() || !entries.is_empty() {
+                    rows = format!("; SELECT 'i', {INODE_COLS} FROM {from} WHERE i.ino = ANY(ARRAY[{list}]::bigint[]{named}) ORDER BY i.ino FOR UPDATE OF i");
+                }
+                if !entries.is_empty() {
+                    rows += &format!("; SELECT 'e', parent, encode(name, 'hex'), ino, kind FROM dentries WHERE (parent, name) IN ({pairs})");
+                }
                 format!("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = {sync}; {rename}SELECT txid_current(){rows}")
             }
         };
@@ -1860,11 +1970,23 @@ impl PgMeta {
             // write returned must see it (an extra barrier is harmless).
             self.unsynced.store(true, Ordering::SeqCst);
         }
+        let mut pre = None;
         let xid = match c.client.simple_query(&begin) {
-            Ok(msgs) => msgs.iter().find_map(|m| match m {
-                pg::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
-                _ => None,
-            }),
+            Ok(msgs) => {
+                if let Mode::Locking { entries, .. } = mode {
+                    match Prefetched::from_rows(&msgs, entries) {
+                        Ok(p) => pre = Some(p),
+                        Err(e) => {
+                            rollback(c);
+                            return Step::Done(Err(e));
+                        }
+                    }
+                }
+                msgs.iter().find_map(|m| match m {
+                    pg::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
+                    _ => None,
+                })
+            }
             Err(e) => {
                 // The batch opened the transaction before a statement of
                 // it failed (a lock wait broken as a deadlock): end it, or
@@ -1874,6 +1996,7 @@ impl PgMeta {
             }
         };
         let tx = PgTx::new(c, self, write);
+        *tx.pre.borrow_mut() = pre;
         let mut changes = None;
         let r = f(&tx).and_then(|()| {
             if write {

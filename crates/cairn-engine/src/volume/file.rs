@@ -303,14 +303,22 @@ impl Volume {
             tracing::debug!("open of inode {ino}: reading other machines' changes: {e}");
             true
         });
+        self.open_created(ino)?;
+        Ok(Opened { keep_cache: !changed })
+    }
+
+    /// Registers an open handle on a regular file this mount has just
+    /// created (FUSE `create`): no other machine's change to it can be in
+    /// the kernel's cache, so the change log is not read (a round trip per
+    /// create saved).
+    pub fn open_created(&self, ino: Ino) -> Result<()> {
         self.with_file(ino, |_, g| {
             if g.open == 0 {
                 self.register_open(ino, g)?;
             }
             g.open += 1;
             Ok(())
-        })?;
-        Ok(Opened { keep_cache: !changed })
+        })
     }
 
     /// Drops an open handle; the last one of an unlinked file frees it.

@@ -194,7 +194,8 @@ impl Volume {
         self.check_writable()?;
         check_name(name)?;
         let now = Timestamp::now();
-        self.meta.write_locking(&[parent], &[], false, |tx| {
+        // The name up front: the BEGIN round trip answers the lookup too.
+        self.meta.write_locking(&[parent], &[(parent, name)], false, |tx| {
             // The directory and the name in one query.
             let (p, existing) = tx.lookup_inode(parent, name)?;
             let p = check_dir(parent, p)?;
@@ -284,7 +285,7 @@ impl Volume {
         self.check_writable()?;
         check_name(newname)?;
         let now = Timestamp::now();
-        self.meta.write_locking(&[ino, newparent], &[], false, |tx| {
+        self.meta.write_locking(&[ino, newparent], &[(newparent, newname)], false, |tx| {
             let mut a = winode(tx, ino)?.attr;
             if a.kind == FileKind::Dir {
                 return Err(Error::new(ErrorKind::Permission, "hard links to directories are not allowed"));
