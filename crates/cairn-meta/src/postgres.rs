@@ -2469,13 +2469,20 @@ impl PgMeta {
         let started = Instant::now();
         let asked: Vec<i64> = if holes { cur.holes.keys().map(|&s| s as i64).collect() } else { Vec::new() };
         // The trim mark rides along (one row with a NULL seq when there
-        // are no changes), in the rows' snapshot.
+        // are no changes), in the rows' snapshot. The rows after the
+        // cursor and the holes below it are two index ranges: as one
+        // `seq > $1 OR seq = ANY(..)` the index was walked from its start,
+        // every read costing the whole log (an open per create slowed from
+        // 690 to 244/s as 6,000 files went by).
         let rows = self.stmt("reading the change log", |c| {
             c.query(
                 "SELECT c.seq, c.kind, c.ino, c.parent, c.name, c.session, t.trimmed
                  FROM (SELECT COALESCE((SELECT value FROM info WHERE key = $4), 0) AS trimmed) t
-                 LEFT JOIN LATERAL (SELECT seq, kind, ino, parent, name, session FROM changes
-                                    WHERE seq > $1 OR seq = ANY($3::bigint[]) ORDER BY seq LIMIT $2) c ON true
+                 LEFT JOIN LATERAL (SELECT * FROM (
+                      (SELECT seq, kind, ino, parent, name, session FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2)
+                      UNION ALL
+                      (SELECT seq, kind, ino, parent, name, session FROM changes WHERE seq = ANY($3::bigint[]) AND seq <= $1)
+                  ) u ORDER BY seq LIMIT $2) c ON true
                  ORDER BY c.seq",
                 &[&(cur.after.min(i64::MAX as u64) as i64), &(limit.min(i64::MAX as usize) as i64), &asked, &TRIMMED_KEY],
             )
