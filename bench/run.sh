@@ -129,10 +129,14 @@ Cairn run by run:
                cold read per mount (256 MiB each, 1 and 4 mounts); time until
                a change on one mount is visible on another (100 trials each
                of create, write, rename: median, p99); bucket bytes after 4
-               mounts wrote the same 1 GiB. (Targets: ahead of JuiceFS on
-               every figure; visibility p99 < 100 ms.) Needs postgresql,
-               moto_server and juicefs (stops at the start if one is
-               missing). About 20 minutes
+               mounts wrote the same 1 GiB; then a local SQLite volume
+               with cairn built at the commit before the metadata-store
+               seam (b28c295^, built once into /var/tmp/cairn-bench-seam)
+               vs this cairn: 20,000 creates/stats/unlinks and the untar of
+               the kernel tree's 1/16 sample. (Targets: ahead of JuiceFS on
+               every figure; visibility p99 < 100 ms; SQLite no slower.)
+               Needs postgresql, moto_server, juicefs, linux-source-6.1,
+               git and cargo (stops at the start if one is missing). About 20 minutes
 
 Results are kept per section. Every row a section records carries the
 section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
