@@ -58,6 +58,9 @@ start=$(date +%s)
 # Release build: the end-to-end tests move hundreds of MiB through the mount.
 cargo build --release --workspace
 cargo test --release --workspace 2>&1 | tee "$log"
+# The engine's suites that hold for every metadata store, again with the
+# metadata in PostgreSQL (a server of the test process's own; issue 26).
+CAIRN_TEST_META=postgres cargo test --release -p cairn-engine --test engine -- cases:: archive:: edits:: model:: inspect:: patches:: 2>&1 | tee -a "$log"
 # cargo fuzz needs a nightly toolchain (sanitizer flags). Without one the
 # fuzz runs are skipped, and the closing line says so, rather than failing
 # a machine with only stable Rust.

@@ -242,9 +242,7 @@ fn extract_into_a_dangling_entry_reports_corruption() {
     let dest = v.mkdir(ROOT_INO, b"dest", 0o755, root()).unwrap().ino;
     v.close().unwrap();
     drop(v);
-    let c = rusqlite::Connection::open(d.path().join("meta.sqlite")).unwrap();
-    c.execute("DELETE FROM inodes WHERE ino=?1", [dest as i64]).unwrap();
-    drop(c);
+    meta_sql(d.path(), &format!("DELETE FROM inodes WHERE ino = {dest}"));
     let v = open(d.path());
     let a = v.resolve(b"a.tar").unwrap();
     let e = v.archive_extract(a, ROOT_INO, b"dest", None, root()).unwrap_err();

@@ -184,7 +184,7 @@ fn a_hole_longer_than_4_gib_stays_punched_after_a_crash() {
     const GIB: u64 = 1 << 30;
     let d = tempfile::tempdir().unwrap();
     init_small(d.path());
-    let opts = || OpenOptions { flush_age: std::time::Duration::from_secs(3600), flush_bytes: u64::MAX, ..Default::default() };
+    let opts = || OpenOptions { flush_age: std::time::Duration::from_secs(3600), flush_bytes: u64::MAX, ..opts() };
     let ino = {
         let v = Volume::load(d.path(), opts()).unwrap();
         let a = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap();
@@ -388,9 +388,9 @@ fn hard_links_and_xattrs() {
 fn encrypted_volume_needs_the_right_passphrase() {
     let d = tempfile::tempdir().unwrap();
     let pass = zeroize::Zeroizing::new(b"correct horse".to_vec());
-    init(d.path(), &InitOptions { passphrase: Some(pass.clone()), kdf: Some(KdfParams { m_kib: 1024, t: 1, p: 1 }), chunker: small_chunks(), ..Default::default() }).unwrap();
+    init(d.path(), &InitOptions { passphrase: Some(pass.clone()), kdf: Some(KdfParams { m_kib: 1024, t: 1, p: 1 }), chunker: small_chunks(), meta_url: meta_url(), ..Default::default() }).unwrap();
     {
-        let v = Volume::load(d.path(), OpenOptions { passphrase: Some(pass.clone()), ..Default::default() }).unwrap();
+        let v = Volume::load(d.path(), OpenOptions { passphrase: Some(pass.clone()), ..opts() }).unwrap();
         mkfile(&v, ROOT_INO, "secret", b"attack at dawn");
         v.close().unwrap();
     }
@@ -399,11 +399,11 @@ fn encrypted_volume_needs_the_right_passphrase() {
         let b = std::fs::read(p).unwrap();
         assert!(!b.windows(6).any(|w| w == b"attack"));
     }
-    let e = Volume::load(d.path(), OpenOptions { passphrase: Some(zeroize::Zeroizing::new(b"wrong".to_vec())), ..Default::default() }).err().unwrap();
+    let e = Volume::load(d.path(), OpenOptions { passphrase: Some(zeroize::Zeroizing::new(b"wrong".to_vec())), ..opts() }).err().unwrap();
     assert!(e.message().contains("wrong passphrase"), "{e}");
-    let e = Volume::load(d.path(), OpenOptions::default()).err().unwrap();
+    let e = Volume::load(d.path(), opts()).err().unwrap();
     assert!(e.message().contains("passphrase"), "{e}");
-    let v = Volume::load(d.path(), OpenOptions { passphrase: Some(pass), ..Default::default() }).unwrap();
+    let v = Volume::load(d.path(), OpenOptions { passphrase: Some(pass), ..opts() }).unwrap();
     let ino = v.lookup(ROOT_INO, b"secret").unwrap().ino;
     assert_eq!(read_all(&v, ino), b"attack at dawn");
 }
@@ -413,25 +413,25 @@ fn second_open_is_refused_while_in_use() {
     let d = tempfile::tempdir().unwrap();
     init_small(d.path());
     let v = open(d.path());
-    let e = Volume::load(d.path(), OpenOptions::default()).err().unwrap();
+    let e = Volume::load(d.path(), opts()).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Busy);
     // Even a read-only look is refused at once (the mount answers those).
-    let e = Volume::load(d.path(), OpenOptions { read_only: true, ..Default::default() }).err().unwrap();
+    let e = Volume::load(d.path(), OpenOptions { read_only: true, ..opts() }).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Busy);
     v.close().unwrap();
     drop(v);
     // Read-only looks share; a writer waits for them.
-    let ro = Volume::load(d.path(), OpenOptions { read_only: true, ..Default::default() }).unwrap();
-    let ro2 = Volume::load(d.path(), OpenOptions { read_only: true, ..Default::default() }).unwrap();
+    let ro = Volume::load(d.path(), OpenOptions { read_only: true, ..opts() }).unwrap();
+    let ro2 = Volume::load(d.path(), OpenOptions { read_only: true, ..opts() }).unwrap();
     assert!(maintenance::stats(&ro).is_ok() && maintenance::stats(&ro2).is_ok());
-    assert_eq!(Volume::load(d.path(), OpenOptions::default()).err().unwrap().kind(), ErrorKind::Busy);
+    assert_eq!(Volume::load(d.path(), opts()).err().unwrap().kind(), ErrorKind::Busy);
 }
 
 #[test]
 fn streaming_writer_with_many_background_flushes_leaves_no_dead_chunks() {
     let d = tempfile::tempdir().unwrap();
     init_small(d.path());
-    let v = Volume::load(d.path(), OpenOptions { flush_bytes: 256 << 10, ..Default::default() }).unwrap();
+    let v = Volume::load(d.path(), OpenOptions { flush_bytes: 256 << 10, ..opts() }).unwrap();
     let data = random_bytes(21, 6 << 20);
     let a = v.create(ROOT_INO, b"stream", FileKind::File, 0o644, 0, root()).unwrap();
     v.open(a.ino).unwrap();
@@ -488,7 +488,7 @@ fn writing_an_open_file_backwards_never_blocks_on_the_journal() {
     init_small(d.path());
     let v = Volume::load(
         d.path(),
-        OpenOptions { flush_bytes: 1 << 20, journal_limit: 8 << 20, flush_age: std::time::Duration::from_secs(3600), ..Default::default() },
+        OpenOptions { flush_bytes: 1 << 20, journal_limit: 8 << 20, flush_age: std::time::Duration::from_secs(3600), ..opts() },
     )
     .unwrap();
     let ino = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, root()).unwrap().ino;

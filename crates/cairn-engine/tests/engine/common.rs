@@ -8,12 +8,45 @@ pub fn small_chunks() -> ChunkerParams {
     ChunkerParams { min: 4 << 10, avg: 16 << 10, max: 64 << 10, ..Default::default() }
 }
 
+/// Where the suites that run on every metadata store keep their metadata:
+/// SQLite in the volume's directory (the default), or with
+/// `CAIRN_TEST_META=postgres` a PostgreSQL server of this test process's
+/// own (`postgres::url`), so that the same tests hold for both
+/// implementations of the store (issue 26). `scripts/test.sh` runs them
+/// both ways.
+pub fn meta_url() -> Option<String> {
+    match std::env::var("CAIRN_TEST_META").as_deref() {
+        Ok("postgres") => Some(crate::postgres::url().to_string()),
+        Ok("sqlite") | Ok("") | Err(_) => None,
+        Ok(other) => panic!("CAIRN_TEST_META={other}: say sqlite or postgres"),
+    }
+}
+
+/// Open options on the suite's metadata store ([`meta_url`]). On
+/// PostgreSQL gc takes a dead chunk at once, as on SQLite (the chunk grace
+/// has a test of its own, `shared_writers::a_chunk_that_died_within_...`).
+pub fn opts() -> OpenOptions {
+    OpenOptions { meta_url: meta_url(), chunk_grace: Some(std::time::Duration::ZERO), ..Default::default() }
+}
+
+/// Runs one SQL statement on the metadata of the (closed) volume in `dir`,
+/// wherever the suite keeps it ([`meta_url`]): to damage it on purpose.
+pub fn meta_sql(dir: &Path, sql: &str) {
+    if meta_url().is_some() {
+        let (_, _, _, cfg) = read_config(dir).unwrap();
+        crate::postgres::pg_query(&format!("SET search_path TO cairn_{}; {sql}", cfg.volume_id));
+    } else {
+        let c = rusqlite::Connection::open(dir.join("meta.sqlite")).unwrap();
+        c.execute_batch(sql).unwrap();
+    }
+}
+
 pub fn init_small(dir: &Path) {
-    init(dir, &InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), ..Default::default() }).unwrap();
+    init(dir, &InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), meta_url: meta_url(), ..Default::default() }).unwrap();
 }
 
 pub fn open(dir: &Path) -> Arc<Volume> {
-    Volume::load(dir, OpenOptions::default()).unwrap()
+    Volume::load(dir, opts()).unwrap()
 }
 
 pub fn root() -> Caller {

@@ -31,7 +31,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// Flushes a file after 64 KiB of dirty data, so background rounds take
 /// the size-triggered path (which holds back the tail of open files).
 fn open_eager(dir: &std::path::Path) -> std::sync::Arc<Volume> {
-    Volume::load(dir, OpenOptions { flush_bytes: 64 << 10, flush_age: std::time::Duration::from_secs(3600), ..Default::default() }).unwrap()
+    Volume::load(dir, OpenOptions { flush_bytes: 64 << 10, flush_age: std::time::Duration::from_secs(3600), ..opts() }).unwrap()
 }
 
 proptest! {

@@ -33,7 +33,7 @@ fn overwrite_4k(v: &Volume, ino: Ino, model: &mut [u8], seed: u64, n: usize) -> 
 #[test]
 fn scattered_4k_overwrites_are_patched_not_rechunked_and_read_back_exactly() {
     let d = tempfile::tempdir().unwrap();
-    init(d.path(), &InitOptions::default()).unwrap();
+    init(d.path(), &InitOptions { meta_url: meta_url(), ..Default::default() }).unwrap();
     let v = open(d.path());
     let mut model = random_bytes(1, 24 * MIB);
     let ino = mkfile(&v, ROOT_INO, "f", &model);
@@ -70,7 +70,7 @@ fn scattered_4k_overwrites_are_patched_not_rechunked_and_read_back_exactly() {
 #[test]
 fn a_patch_survives_a_crash_after_fsync() {
     let d = tempfile::tempdir().unwrap();
-    init(d.path(), &InitOptions::default()).unwrap();
+    init(d.path(), &InitOptions { meta_url: meta_url(), ..Default::default() }).unwrap();
     let v = open(d.path());
     let mut model = random_bytes(2, 8 * MIB);
     let ino = mkfile(&v, ROOT_INO, "f", &model);
@@ -92,7 +92,7 @@ fn a_patch_survives_a_crash_after_fsync() {
 fn small_and_large_overwrites_near_each_other_flush_in_one_round() {
     const MAX: usize = 4 * MIB; // the default chunker's largest chunk
     let d = tempfile::tempdir().unwrap();
-    init(d.path(), &InitOptions::default()).unwrap();
+    init(d.path(), &InitOptions { meta_url: meta_url(), ..Default::default() }).unwrap();
     let v = open(d.path());
     let mut model = random_bytes(3, 40 * MIB);
     let ino = mkfile(&v, ROOT_INO, "f", &model);
