@@ -16,7 +16,7 @@ pub fn small_chunks() -> ChunkerParams {
 /// both ways.
 pub fn meta_url() -> Option<String> {
     match std::env::var("CAIRN_TEST_META").as_deref() {
-        Ok("postgres") => Some(crate::postgres::url().to_string()),
+        Ok("postgres") => Some(pg_url().to_string()),
         Ok("sqlite") | Ok("") | Err(_) => None,
         Ok(other) => panic!("CAIRN_TEST_META={other}: say sqlite or postgres"),
     }
@@ -34,7 +34,7 @@ pub fn opts() -> OpenOptions {
 pub fn meta_sql(dir: &Path, sql: &str) {
     if meta_url().is_some() {
         let (_, _, _, cfg) = read_config(dir).unwrap();
-        crate::postgres::pg_query(&format!("SET search_path TO cairn_{}; {sql}", cfg.volume_id));
+        pg_query(&format!("SET search_path TO cairn_{}; {sql}", cfg.volume_id));
     } else {
         let c = rusqlite::Connection::open(dir.join("meta.sqlite")).unwrap();
         c.execute_batch(sql).unwrap();
@@ -99,3 +99,43 @@ pub fn stored_pack_bytes(dir: &Path) -> u64 {
     }
     walk(&dir.join("store/packs"))
 }
+
+// --- the test process's PostgreSQL server (tests/engine/postgres.rs and
+// the suites run with CAIRN_TEST_META=postgres) ---
+
+/// The server, taken and stopped at exit (statics are never dropped).
+static SERVER: std::sync::Mutex<Option<cairn_testing::postgres::PgServer>> = std::sync::Mutex::new(None);
+
+extern "C" fn stop_server() {
+    if let Ok(mut s) = SERVER.lock() {
+        drop(s.take());
+    }
+}
+
+/// The URL of database `cairn` on the process's server.
+pub fn pg_url() -> &'static str {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        let pg = cairn_testing::postgres::PgServer::start().unwrap_or_else(|e| panic!("starting a PostgreSQL server for the tests: {e}"));
+        pg.create_database("cairn").unwrap();
+        let url = pg.url("cairn");
+        *SERVER.lock().unwrap() = Some(pg);
+        // SAFETY: registers a plain function with no preconditions.
+        unsafe { libc::atexit(stop_server) };
+        url
+    })
+}
+
+/// One value a query answers on the test server (`psql`'s text).
+pub fn pg_query(sql: &str) -> String {
+    pg_url();
+    let s = SERVER.lock().unwrap();
+    s.as_ref().unwrap().psql("cairn", sql).unwrap()
+}
+
+pub fn pg_schema_exists(id: &str) -> bool {
+    let s = SERVER.lock().unwrap();
+    let out = s.as_ref().unwrap().psql("cairn", &format!("SELECT count(*) FROM pg_namespace WHERE nspname = 'cairn_{id}'")).unwrap();
+    out == "1"
+}
+

@@ -7,32 +7,10 @@
 use crate::common::*;
 use cairn_engine::maintenance::{self, NoProgress};
 use cairn_engine::*;
-use cairn_testing::postgres::PgServer;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-/// The server, taken and stopped at exit (statics are never dropped).
-static SERVER: Mutex<Option<PgServer>> = Mutex::new(None);
-
-extern "C" fn stop_server() {
-    if let Ok(mut s) = SERVER.lock() {
-        drop(s.take());
-    }
-}
-
-/// The URL of database `cairn` on the process's server.
-pub(crate) fn url() -> &'static str {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        let pg = PgServer::start().unwrap_or_else(|e| panic!("starting a PostgreSQL server for the tests: {e}"));
-        pg.create_database("cairn").unwrap();
-        let url = pg.url("cairn");
-        *SERVER.lock().unwrap() = Some(pg);
-        // SAFETY: registers a plain function with no preconditions.
-        unsafe { libc::atexit(stop_server) };
-        url
-    })
-}
+pub(crate) use crate::common::{pg_query, pg_schema_exists, pg_url as url};
 
 fn pg_init(dir: &Path) -> VolumeConfig {
     init(dir, &InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), meta_url: Some(url().to_string()), ..Default::default() }).unwrap()
@@ -42,19 +20,6 @@ fn pg_open(dir: &Path) -> Arc<Volume> {
     // gc takes a dead chunk at once (the grace has a test of its own,
     // `shared_writers::a_chunk_that_died_within_the_grace_...`).
     Volume::load(dir, OpenOptions { meta_url: Some(url().to_string()), chunk_grace: Some(std::time::Duration::ZERO), ..Default::default() }).unwrap()
-}
-
-/// One value a query answers on the test server (`psql`'s text).
-pub(crate) fn pg_query(sql: &str) -> String {
-    url();
-    let s = SERVER.lock().unwrap();
-    s.as_ref().unwrap().psql("cairn", sql).unwrap()
-}
-
-pub(crate) fn pg_schema_exists(id: &str) -> bool {
-    let s = SERVER.lock().unwrap();
-    let out = s.as_ref().unwrap().psql("cairn", &format!("SELECT count(*) FROM pg_namespace WHERE nspname = 'cairn_{id}'")).unwrap();
-    out == "1"
 }
 
 #[test]
@@ -158,10 +123,7 @@ fn the_metadata_store_must_match_the_config() {
     assert!(e.to_string().contains("this volume keeps its metadata in PostgreSQL") && e.to_string().contains("add --meta postgres://USER@HOST/DB"), "{e}");
     assert!(!d.path().join("meta.sqlite").exists(), "a refused open made no SQLite database");
     // Another database of the same server has no such volume.
-    {
-        let s = SERVER.lock().unwrap();
-        s.as_ref().unwrap().create_database("elsewhere").unwrap();
-    }
+    pg_query("CREATE DATABASE elsewhere");
     let other = url().replace("/cairn", "/elsewhere");
     let e = Volume::load(d.path(), OpenOptions { meta_url: Some(other), ..Default::default() }).err().expect("the wrong database");
     assert!(e.to_string().contains(&format!("no schema cairn_{}", cfg.volume_id)), "{e}");
