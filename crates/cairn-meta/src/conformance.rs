@@ -419,6 +419,24 @@ fn locking_writes(s: &dyn MetaStore) {
     })
     .expect_err("rolled back");
     assert_eq!(s.read_with(|r| r.lookup(dir, b"g")).unwrap(), None);
+    // A name any local user may choose, quotes, backslashes and bytes that
+    // are not UTF-8 included, is locked, looked up and removed as it is
+    // (PostgreSQL sends the names of the BEGIN round trip as hex).
+    let odd: &[u8] = b"it's \\x'; DROP TABLE inodes; --\xff\x01";
+    s.write_locking_with(&[dir], &[(dir, odd)], false, |tx| -> Result<()> {
+        assert_eq!(tx.lookup(dir, odd)?, None);
+        tx.insert_dentry(dir, odd, f, FileKind::File)
+    })
+    .unwrap();
+    s.write_locking_with(&[dir], &[(dir, odd)], false, |tx| -> Result<()> {
+        assert_eq!(tx.lookup(dir, odd)?, Some((f, FileKind::File)), "an odd name was not found by the entry lock's lookup");
+        assert_eq!(tx.lookup_inode(dir, odd)?.1.map(|r| r.attr.ino), Some(f));
+        assert!(tx.delete_dentry(dir, odd, f)?);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(s.read_with(|r| r.lookup(dir, odd)).unwrap(), None);
+    assert!(s.read_with(|r| r.count_inodes()).unwrap() > 0, "the inodes table is still there");
     let r = s.write_locking_with(&[dir], &[], false, |tx| {
         tx.set_info("half-locked", 1)?;
         tx.insert_dentry(dir, b"f", 1, FileKind::Dir)

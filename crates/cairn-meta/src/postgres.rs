@@ -147,8 +147,29 @@ CREATE INDEX IF NOT EXISTS locks_session ON locks(session);";
 const V5_DDL: &str = "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS zero_since BIGINT;";
 
 /// The server's clock in whole seconds, as `clock_secs` reads it; inside a
-/// statement, the time its transaction started.
-const DB_SECS: &str = "floor(extract(epoch FROM now()))::bigint";
+/// statement, the time its transaction started. A macro so that the
+/// statements using it are constants (no `format!` per chunk on the flush
+/// path).
+macro_rules! db_secs {
+    () => {
+        "floor(extract(epoch FROM now()))::bigint"
+    };
+}
+
+/// Reference-count changes, dating a count that reaches 0.
+const APPLY_REFS_SQL: &str = concat!(
+    "UPDATE chunks c SET refs = c.refs + d.d, zero_since = CASE WHEN c.refs + d.d = 0 THEN ",
+    db_secs!(),
+    " END FROM unnest($1::bigint[], $2::bigint[]) AS d(id, d) WHERE c.id = d.id"
+);
+
+/// A new chunk row, its hash claimed atomically; dated if it starts at 0.
+const INSERT_CHUNK_SQL: &str = concat!(
+    "INSERT INTO chunks(id, hash, pack, \"offset\", stored_len, raw_len, flags, refs, zero_since) ",
+    "VALUES($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8::bigint = 0 THEN ",
+    db_secs!(),
+    " END) ON CONFLICT (hash) DO NOTHING"
+);
 
 /// Deletes a session with its open-file rows and its locks in one
 /// statement (a data-modifying `WITH` runs whether or not it is
@@ -1071,13 +1092,7 @@ impl<'a> PgTx<'a> {
         let ds: Vec<i64> = rows.iter().map(|r| r.1).collect();
         // A count reaching 0 dates it (the collector's grace runs from
         // then); one leaving 0 clears the date.
-        self.exec(
-            &format!(
-                "UPDATE chunks c SET refs = c.refs + d.d, zero_since = CASE WHEN c.refs + d.d = 0 THEN {DB_SECS} END
-                 FROM unnest($1::bigint[], $2::bigint[]) AS d(id, d) WHERE c.id = d.id"
-            ),
-            &[&ids, &ds],
-        )?;
+        self.exec(APPLY_REFS_SQL, &[&ids, &ds])?;
         let now = Timestamp::now().0;
         let mut packs: Vec<(i64, i64)> = dead.into_iter().filter(|&(_, b)| b != 0).collect();
         packs.sort_unstable();
@@ -1816,10 +1831,7 @@ impl MetaTx for PgTx<'_> {
         // The hash is claimed atomically: another machine that stored the
         // same new chunk first wins, and this transaction learns it lost.
         let n = self.exec(
-            &format!(
-                "INSERT INTO chunks(id, hash, pack, \"offset\", stored_len, raw_len, flags, refs, zero_since)
-                 VALUES($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8::bigint = 0 THEN {DB_SECS} END) ON CONFLICT (hash) DO NOTHING"
-            ),
+            INSERT_CHUNK_SQL,
             &[
                 &(ch.id as i64),
                 &&ch.hash[..],

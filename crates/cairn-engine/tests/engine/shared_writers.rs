@@ -437,7 +437,9 @@ fn a_chunk_that_died_within_the_grace_is_kept_for_a_writer_that_finds_it() {
 
     let rep = maintenance::gc(b, 0.0, &maintenance::NoProgress).unwrap();
     assert!(rep.packs_settling > 0 && rep.packs_deleted == 0, "gc within the grace: {rep:?}");
-    assert_eq!(packs(), before, "gc within the grace removed a pack");
+    // gc puts the packs it drops in the trash (they leave `packs/` only at
+    // the prune): an empty trash is what says it dropped none.
+    assert!(bucket.list(cairn_engine::cloud::TRASH_PREFIX).unwrap().is_empty(), "gc within the grace put packs in the trash");
     // The same bytes again, on the machine that ran gc: found by hash and
     // referenced, nothing uploaded.
     let g = mkfile(b, ROOT_INO, "g", &data);
@@ -451,6 +453,7 @@ fn a_chunk_that_died_within_the_grace_is_kept_for_a_writer_that_finds_it() {
     std::thread::sleep(grace + Duration::from_millis(1100)); // the store's clock counts whole seconds
     let rep = maintenance::gc(a, 0.0, &maintenance::NoProgress).unwrap();
     assert!(rep.packs_deleted > 0 && rep.packs_settling == 0, "gc after the grace: {rep:?}");
+    assert!(!bucket.list(cairn_engine::cloud::TRASH_PREFIX).unwrap().is_empty(), "gc after the grace left the trash empty");
     unmount_all_then_fsck(&tmp, vols, "m1");
 
     // Without the grace the pack goes at once and the bytes are uploaded again.
