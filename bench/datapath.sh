@@ -18,6 +18,7 @@ DP_KERNEL_TXZ=/usr/src/linux-source-6.1.tar.xz
 DP_LOADFILE=/usr/share/dbench/client.txt
 DP_CLIENTS=4
 DP_PM_MIN=4096 DP_PM_MAX=1048576
+DP_WORKLOADS=${DP_WORKLOADS:-seq tree postmark dbench rand}  # a subset, e.g. DP_WORKLOADS=seq, for a quick look at one workload
 DP_SEED=12  # fio --randseed: the same bytes on every system, so run 1 can compare them
 JUICEFS=
 
@@ -232,7 +233,7 @@ cmd datapath "# 5. random read/write"
 cmd datapath "fio --name=layout --filename=DIR/rand.bin --rw=write --bs=1M --size=${DP_RAND_MIB}M --ioengine=psync --refill_buffers --end_fsync=1    # not timed"
 cmd datapath "COLD; fio --name=rand --filename=DIR/rand.bin --rw=randrw --rwmixread=70 --bs=4k --size=${DP_RAND_MIB}M --ioengine=psync --numjobs=1 --refill_buffers --time_based --runtime=$DP_RAND_S"
 for run in $(seq "$DP_RUNS"); do
-    for w in seq tree postmark dbench rand; do
+    for w in $DP_WORKLOADS; do
         for fs in $DP_SYSTEMS; do
             "dp_$w" "$fs" "$run"
         done

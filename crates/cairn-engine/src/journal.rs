@@ -107,6 +107,10 @@ pub struct Journal {
     opened: Mutex<OpenedRecords>,
     /// fsyncs of the journal directory so far.
     dir_fsyncs: AtomicU64,
+    /// One per shard, held by the caller fsyncing that shard's segments:
+    /// fsyncs that arrive meanwhile wait and then usually find their
+    /// records durable (group commit), instead of flushing again.
+    syncing: Vec<Mutex<()>>,
 }
 
 /// Opened sealed records by (shard, segment, record start): the record's
@@ -313,6 +317,7 @@ impl Journal {
             cipher,
             opened: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(OPENED_CACHE).expect("non-zero"))),
             dir_fsyncs: AtomicU64::new(0),
+            syncing: (0..SHARDS).map(|_| Mutex::new(())).collect(),
         };
         Ok((j, records))
     }
@@ -327,6 +332,7 @@ impl Journal {
             cipher: None,
             opened: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(1).expect("non-zero"))),
             dir_fsyncs: AtomicU64::new(0),
+            syncing: Vec::new(),
         }
     }
 
@@ -484,6 +490,7 @@ impl Journal {
     }
 
     fn sync_shard(&self, i: usize) -> Result<()> {
+        let _leader = self.syncing[i].lock();
         let files: Vec<(u32, Arc<File>, PathBuf, u64, bool)> = {
             let sh = self.shards[i].lock();
             sh.segments

@@ -115,7 +115,9 @@ fn without_suid(perm: u32) -> Option<u32> {
 
 /// An open directory: the listing taken at opendir (or at the last rewind).
 struct DirHandle {
-    listing: Arc<Vec<DirEntry>>,
+    /// Taken at the first readdir, not at opendir: with the kernel's
+    /// directory cache (`FOPEN_CACHE_DIR`) most opens read no entry here.
+    listing: Option<Arc<Vec<DirEntry>>>,
     /// Whether a readdir has been answered from `listing`: a later readdir at
     /// offset 0 is a `rewinddir`, which must see a fresh listing (POSIX).
     served: bool,
@@ -297,14 +299,14 @@ impl CairnFs {
         let cached = self.dirs.get_mut(&fh.0).map(|mut h| {
             let rewind = offset == 0 && h.served;
             h.served = true;
-            (rewind, h.listing.clone())
+            if rewind { None } else { h.listing.clone() }
         });
         match cached {
-            Some((false, listing)) => Ok(listing),
-            Some((true, _)) => {
+            Some(Some(listing)) => Ok(listing),
+            Some(None) => {
                 let fresh = self.take_listing(dir)?;
                 if let Some(mut h) = self.dirs.get_mut(&fh.0) {
-                    h.listing = fresh.clone();
+                    h.listing = Some(fresh.clone());
                 }
                 Ok(fresh)
             }
@@ -840,22 +842,32 @@ impl Filesystem for CairnFs {
         }
     }
 
+    /// The listing is not read here but at the first readdir, and the
+    /// kernel may keep what it read (`FOPEN_CACHE_DIR`, `FOPEN_KEEP_CACHE`):
+    /// a directory listed again is served from its cache until it changes.
+    /// The kernel drops that cache itself when a request of this mount
+    /// changes the directory; on a shared volume another machine's change
+    /// reaches it through the notifier (`inval_inode` of the directory), and
+    /// an open first reads the change log, as a file's open does, so a
+    /// listing after another machine's create shows it (close-to-open).
+    /// Opendir stays a request of its own (no `FUSE_NO_OPENDIR_SUPPORT`):
+    /// its handle carries the listing's snapshot, which keeps readdir's
+    /// offsets stable while entries come and go.
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let mut t = self.vol.metrics().start(Op::Opendir);
-        match self.take_listing(ino.0) {
-            Ok(listing) => {
-                let fh = self.new_fh(false, false);
-                self.dirs.insert(
-                    fh.0,
-                    DirHandle {
-                        listing,
-                        served: false,
-                    },
-                );
-                reply.opened(fh, FopenFlags::empty());
+        let _t = self.vol.metrics().start(Op::Opendir);
+        let changed = match self.vol.catch_up(ino.0) {
+            Ok(c) => c,
+            Err(e) => {
+                debug!("opendir of inode {}: reading other machines' changes: {e}", ino.0);
+                true
             }
-            Err(e) => failed(&mut t, reply).error(e),
-        }
+        };
+        // No lookup here: the kernel opens only inodes it knows to be
+        // directories, and one gone meanwhile fails at the first readdir.
+        let fh = self.new_fh(false, false);
+        self.dirs.insert(fh.0, DirHandle { listing: None, served: false });
+        let keep = if changed { FopenFlags::empty() } else { FopenFlags::FOPEN_KEEP_CACHE };
+        reply.opened(fh, FopenFlags::FOPEN_CACHE_DIR | keep);
     }
 
     fn readdir(

@@ -147,6 +147,10 @@ pub struct SqliteMeta {
     /// Every commit up to this number is known durable (its WAL frames were
     /// fsync'd). Starts below `commits`, so the first sync always runs.
     durable: AtomicU64,
+    /// Held by the one caller fsyncing the WAL: callers that arrive
+    /// meanwhile wait for it, then find their commits durable (group
+    /// commit: concurrent fsyncs share one device flush).
+    syncing: parking_lot::Mutex<()>,
     /// Commits open write transactions when their window ends.
     committer: Option<std::thread::JoinHandle<()>>,
     /// Reads chunk references out of pages the store frees.
@@ -375,6 +379,7 @@ impl SqliteMeta {
             path: path.to_path_buf(),
             shared,
             durable: AtomicU64::new(0),
+            syncing: parking_lot::Mutex::new(()),
             committer,
             codec,
             next_chunk: AtomicU64::new(1),
@@ -450,6 +455,13 @@ impl SqliteMeta {
         if self.durable.load(Ordering::SeqCst) >= upto {
             return Ok(());
         }
+        let _leader = self.syncing.lock();
+        if self.durable.load(Ordering::SeqCst) >= upto {
+            return Ok(()); // the fsync this caller waited for covered its commits
+        }
+        // This fsync covers every commit so far, those of callers queued
+        // behind it too.
+        let upto = self.shared.commits.load(Ordering::SeqCst);
         let wal = PathBuf::from(format!("{}-wal", self.path.display()));
         match std::fs::File::open(&wal) {
             Ok(f) => f.sync_data().map_err(|e| Error::os(format_args!("fsync {}", wal.display()), &e))?,

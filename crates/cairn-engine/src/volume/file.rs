@@ -326,7 +326,7 @@ impl Volume {
         let last = self.with_file(ino, |_, g| {
             g.open = g.open.saturating_sub(1);
             if g.open == 0 {
-                g.due = true;
+                g.due |= self.close_makes_due();
                 self.register_close(ino, g);
             }
             Ok(g.open == 0)
@@ -373,12 +373,28 @@ impl Volume {
         Ok(())
     }
 
-    /// Close-time hint: flush this file soon.
+    /// Close-time hint: flush this file soon (where a close makes a file
+    /// due, see `close_makes_due`).
     pub fn flush_file(&self, ino: Ino) -> Result<()> {
+        if !self.close_makes_due() {
+            return Ok(());
+        }
         if let Some(st) = self.files.get(&ino) {
             st.inner.lock().due = true;
         }
         Ok(())
+    }
+
+    /// Whether closing a file makes it due for the next flush round. On a
+    /// tape it does: a closed file's data goes out in one run. Elsewhere a
+    /// closed file waits for its age (`flush_age`) or journal pressure
+    /// like an open one: a short-lived file (PostMark's, a compiler's
+    /// temporary, a file renamed over) deleted within that time is never
+    /// chunked, hashed or packed, and files closed together still share a
+    /// round and its packs. What fsync and close-to-open promise does not
+    /// depend on it: both flush or sync on their own.
+    fn close_makes_due(&self) -> bool {
+        !self.backend.capabilities().cheap_ranged_reads
     }
 
     /// What a close must do on a volume other machines open too (its

@@ -399,6 +399,9 @@ impl Volume {
     fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
         let sequential = !self.backend.capabilities().cheap_ranged_reads;
         let (age, flush_bytes) = if sequential { self.run_policy() } else { (self.opts.flush_age, self.opts.flush_bytes) };
+        // Past half the journal's limit, closed files go whatever their age,
+        // before writers have to wait for room.
+        let pressure = self.journal.bytes() > self.opts.journal_limit / 2;
         let mut chosen: Vec<Arc<FileState>> = Vec::new();
         for e in self.files.iter() {
             if only.is_some_and(|i| i != *e.key()) {
@@ -409,7 +412,7 @@ impl Volume {
                 continue;
             }
             let old = g.dirty_since.is_some_and(|t| t.elapsed() >= age);
-            if all || g.due || old || g.dirty_bytes >= flush_bytes {
+            if all || g.due || old || g.dirty_bytes >= flush_bytes || (pressure && g.open == 0) {
                 chosen.push(e.value().clone());
             }
         }

@@ -149,6 +149,9 @@ impl Volume {
                         batch.inodes.insert(ino);
                     }
                     Changed::Entry { parent, name } => {
+                        // The directory's listing changed too: the kernel
+                        // may cache it (FOPEN_CACHE_DIR).
+                        batch.inodes.insert(parent);
                         batch.entries.insert((parent, name));
                     }
                 }
