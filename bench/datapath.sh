@@ -13,7 +13,7 @@
 # workload runs on the four systems in turn before the next workload.
 
 DP=("${PY[@]}" "$BENCH_DIR/datapath.py")
-DP_SYSTEMS="ext4 cairn cairn_enc juicefs"
+DP_SYSTEMS=${DP_SYSTEMS:-ext4 cairn cairn_enc juicefs}  # a subset, e.g. DP_SYSTEMS=juicefs
 DP_KERNEL_TXZ=/usr/src/linux-source-6.1.tar.xz
 DP_LOADFILE=/usr/share/dbench/client.txt
 DP_CLIENTS=4

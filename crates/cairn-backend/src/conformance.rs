@@ -30,6 +30,10 @@ fn ranged_reads(b: &dyn Backend) {
     assert_eq!(b.get_range("conf/range", 0, 10).unwrap(), b"0123456789");
     assert_eq!(b.get_range("conf/range", 3, 4).unwrap(), b"3456");
     assert_eq!(b.get_range("conf/range", 10, 0).unwrap(), b"");
+    assert_eq!(b.get_ranges("conf/range", &[(2, 3), (5, 0), (5, 4)]).unwrap(), vec![b"234".to_vec(), Vec::new(), b"5678".to_vec()]);
+    assert!(b.get_ranges("conf/range", &[]).unwrap().is_empty());
+    assert_eq!(b.get_ranges("conf/range", &[(0, 2), (3, 1)]).unwrap_err().kind(), ErrorKind::Permanent, "ranges with a gap are refused");
+    assert!(b.get_ranges("conf/range", &[(6, 2), (8, 5)]).is_err(), "ranges past the end must fail");
     let e = b.get_range("conf/range", 8, 5).expect_err("read past end must fail");
     assert_eq!(e.kind(), ErrorKind::OutOfRange);
 }

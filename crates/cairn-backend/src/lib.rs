@@ -83,6 +83,14 @@ pub trait Backend: Send + Sync {
     }
     /// Reads `len` bytes of `name` starting at `offset`.
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// Reads adjacent ranges `(offset, len)` of `name`, in order (each
+    /// starting where the one before it ends), one buffer each: what
+    /// one `get_range` of their span returns, cut up. The default is
+    /// exactly that (one request); a store with cheap reads fills each
+    /// buffer directly and spares the copy.
+    fn get_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        split_span(self.get_range(name, span_of(ranges)?.0, span_of(ranges)?.1)?, ranges)
+    }
     /// Reads the whole object.
     fn get(&self, name: &str) -> Result<Vec<u8>>;
     /// The object's size in bytes.
@@ -193,6 +201,9 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         (**self).get_range(name, offset, len)
     }
+    fn get_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        (**self).get_ranges(name, ranges)
+    }
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         (**self).get(name)
     }
@@ -251,4 +262,30 @@ pub fn validate_name(name: &str) -> Result<()> {
     } else {
         Err(Error::new(ErrorKind::InvalidName, format!("invalid object name {name:?}")))
     }
+}
+
+/// The span `(offset, len)` of adjacent ranges (`Backend::get_ranges`);
+/// an error if they are not adjacent and in order.
+pub fn span_of(ranges: &[(u64, u64)]) -> Result<(u64, u64)> {
+    let Some(&(start, _)) = ranges.first() else { return Ok((0, 0)) };
+    let mut end = start;
+    for &(off, len) in ranges {
+        if off != end {
+            return Err(Error::new(ErrorKind::Permanent, format!("get_ranges: range at {off} does not follow the one ending at {end}")));
+        }
+        end = off.checked_add(len).ok_or_else(|| Error::new(ErrorKind::Permanent, "get_ranges: range past 2^64"))?;
+    }
+    Ok((start, end - start))
+}
+
+/// Cuts the bytes of a span into the ranges it covers.
+pub fn split_span(span: Vec<u8>, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+    let Some(&(start, _)) = ranges.first() else { return Ok(Vec::new()) };
+    ranges
+        .iter()
+        .map(|&(off, len)| {
+            let at = (off - start) as usize;
+            span.get(at..at + len as usize).map(<[u8]>::to_vec).ok_or_else(|| Error::new(ErrorKind::OutOfRange, "get_ranges: short read"))
+        })
+        .collect()
 }

@@ -332,6 +332,31 @@ impl Backend for LocalBackend {
         Ok(buf)
     }
 
+    /// One open, then each range read into its own buffer (no span to cut):
+    /// the ranges are adjacent, so one seek and consecutive reads.
+    fn get_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        let (start, span) = crate::span_of(ranges)?;
+        let path = self.path(name)?;
+        let mut f = File::open(&path).map_err(|e| Error::from_io(&format!("object {name}"), e).with_object(name))?;
+        let size = f.metadata().map_err(|e| Error::from_io(name, e).with_object(name))?.len();
+        if start + span > size {
+            return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: range {start}+{span} past its end ({size} bytes): truncated?")).with_object(name));
+        }
+        f.seek(SeekFrom::Start(start)).map_err(|e| Error::from_io(&format!("reading object {name}"), e).with_object(name))?;
+        ranges
+            .iter()
+            .map(|&(_, len)| {
+                // Read into spare capacity: no zero-filling first.
+                let mut buf = Vec::with_capacity(len as usize);
+                (&mut f).take(len).read_to_end(&mut buf).map_err(|e| Error::from_io(&format!("reading object {name}"), e).with_object(name))?;
+                if buf.len() as u64 != len {
+                    return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: short read ({} of {len} bytes)", buf.len())).with_object(name));
+                }
+                Ok(buf)
+            })
+            .collect()
+    }
+
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let path = self.path(name)?;
         let mut f = File::open(&path).map_err(|e| Error::from_io(&format!("object {name}"), e).with_object(name))?;

@@ -332,6 +332,12 @@ impl<B: Backend> Backend for Metered<B> {
         self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.len() as u64));
         r
     }
+    fn get_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        // One request, as the store's own get_ranges is.
+        let r = self.inner.get_ranges(name, ranges);
+        self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.iter().map(|b| b.len() as u64).sum()));
+        r
+    }
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let r = self.inner.get(name);
         self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.len() as u64));

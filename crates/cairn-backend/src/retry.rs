@@ -181,6 +181,9 @@ impl<B: Backend> Backend for Retrying<B> {
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.run("get", name, Some(self.policy.read_deadline), || self.inner.get_range(name, offset, len))
     }
+    fn get_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        self.run("get", name, Some(self.policy.read_deadline), || self.inner.get_ranges(name, ranges))
+    }
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         self.run("get", name, Some(self.policy.read_deadline), || self.inner.get(name))
     }

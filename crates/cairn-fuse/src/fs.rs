@@ -661,7 +661,7 @@ impl Filesystem for CairnFs {
         reply: ReplyData,
     ) {
         let mut t = self.vol.metrics().start(Op::Read);
-        match self.vol.read(ino.0, offset, size) {
+        match self.vol.read_shared(ino.0, offset, size) {
             Ok(data) => {
                 self.vol.metrics().kernel_read(data.len() as u64);
                 reply.data(&data)

@@ -330,7 +330,12 @@ fn cairn_status_lists_a_local_and_a_bucket_mount() {
     // An upload retries inside the S3 backend for up to its write deadline
     // (60 s, RetryPolicy::cloud) before the uploader sees the failure that
     // status reports: 60 s here failed on a loaded machine.
-    let r = wait_status(m2.path(), "backend_unreachable with the file queued", 150, |r| r["health"] == "backend_unreachable" && r["dirty_bytes"].as_u64().unwrap() >= 4 << 20);
+    // The closed file is packed once it is flush_age old, so the metadata
+    // version shipped meanwhile may fail first: wait for the upload's own.
+    let failed_upload = |r: &serde_json::Value| r["problems"].as_array().unwrap().iter().any(|p| p["what"] == "upload");
+    let r = wait_status(m2.path(), "backend_unreachable with the file queued", 150, |r| {
+        r["health"] == "backend_unreachable" && r["dirty_bytes"].as_u64().unwrap() >= 4 << 20 && failed_upload(r)
+    });
     let problems = r["problems"].as_array().unwrap();
     assert!(problems.iter().any(|p| p["what"] == "upload" && !p["error"].as_str().unwrap().is_empty()), "{r:#}");
     let text = cairn_ok(["status"]).stdout;

@@ -225,6 +225,32 @@ enum ReadPart {
     Chunk { id: u64, off: u64, len: u64 },
 }
 
+/// The bytes of a read: a slice of one cached chunk (no copy), or bytes
+/// assembled from several parts.
+pub enum ReadBytes {
+    Slice(Arc<Vec<u8>>, std::ops::Range<usize>),
+    Owned(Vec<u8>),
+}
+
+impl ReadBytes {
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            ReadBytes::Slice(c, r) => c[r].to_vec(),
+            ReadBytes::Owned(v) => v,
+        }
+    }
+}
+
+impl std::ops::Deref for ReadBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadBytes::Slice(c, r) => &c[r.clone()],
+            ReadBytes::Owned(v) => v,
+        }
+    }
+}
+
 /// What [`Volume::open`] tells the layer above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Opened {
@@ -667,6 +693,16 @@ impl Volume {
     /// `read`, with or without fetching the chunks that follow ahead of
     /// time (a tar parser hopping from header to header wants none of them).
     pub(crate) fn read_with(&self, ino: Ino, offset: u64, size: u32, read_ahead: bool) -> Result<Vec<u8>> {
+        Ok(self.read_bytes(ino, offset, size, read_ahead)?.into_vec())
+    }
+
+    /// `read` without a copy where it can: a read inside one cached chunk
+    /// is that chunk's bytes (the FUSE reply is sent straight from them).
+    pub fn read_shared(&self, ino: Ino, offset: u64, size: u32) -> Result<ReadBytes> {
+        self.read_bytes(ino, offset, size, true)
+    }
+
+    fn read_bytes(&self, ino: Ino, offset: u64, size: u32, read_ahead: bool) -> Result<ReadBytes> {
         if let Some(w) = &self.io {
             w.note_read();
         }
@@ -720,12 +756,23 @@ impl Volume {
         if !ahead.is_empty() {
             self.prefetch(ino, ahead);
         }
+        // The pack cache learns which file its blocks are read for.
+        let _for = crate::cache::policy::reading_for(ino);
+        if let [ReadPart::Chunk { id, off, len }] = parts[..] {
+            let c = self.chunk(id)?;
+            let (from, to) = (off as usize, (off + len) as usize);
+            if to > c.len() {
+                return Err(Error::corrupt(format!("extent past the end of chunk #{id}")));
+            }
+            if let Some(t) = &self.trace {
+                t.record(Event::Read { ino, offset, len });
+            }
+            return Ok(ReadBytes::Slice(c, from..to));
+        }
         let total: u64 = parts.iter().map(|p| match p { ReadPart::Zero(l) => *l, ReadPart::Journal { len, .. } => *len, ReadPart::Chunk { len, .. } => *len }).sum();
         // Parts are in order: append them (only holes and journal bytes are
         // zero-filled first, not the whole buffer).
         let mut buf = Vec::with_capacity(total as usize);
-        // The pack cache learns which file its blocks are read for.
-        let _for = crate::cache::policy::reading_for(ino);
         for p in parts {
             match p {
                 ReadPart::Zero(l) => buf.resize(buf.len() + l as usize, 0),
@@ -745,7 +792,7 @@ impl Volume {
         if let (Some(t), false) = (&self.trace, buf.is_empty()) {
             t.record(Event::Read { ino, offset, len: buf.len() as u64 });
         }
-        Ok(buf)
+        Ok(ReadBytes::Owned(buf))
     }
 
     /// Plans the bytes `[start, end)` of the file's current content.

@@ -25,7 +25,7 @@ pub use inspect::{ChunkInfo, FileInfo, Place, TreeStats};
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
 pub(crate) use file::FileState;
-pub use file::Opened;
+pub use file::{Opened, ReadBytes};
 pub use flush::FlushReport;
 pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
 pub use locks::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
@@ -173,7 +173,9 @@ pub struct Volume {
     /// cleaner inside a mount, which drops the entries of what it moved
     /// (the old packs stay readable meanwhile, docs/frugal.md §5).
     pub(crate) chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
-    prefetching: DashMap<u64, ()>,
+    /// Chunks a prefetch is fetching: a reader that misses the cache waits
+    /// for one of these instead of fetching and verifying it again.
+    prefetching: DashMap<u64, Arc<InFlight>>,
     pub(crate) flush_mutex: Mutex<()>,
     /// When this mount last deleted its journal's marks, and the flush
     /// count then (None: not yet); see `Volume::trim_marks`.
@@ -757,6 +759,18 @@ impl Volume {
             self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(c);
         }
+        // A prefetch is decoding it: wait for that rather than read and
+        // verify it twice. Not on a rayon worker: the prefetch may be queued
+        // behind this very task on the same pool.
+        if rayon::current_thread_index().is_none() {
+            if let Some(f) = self.prefetching.get(&id).map(|e| e.value().clone()) {
+                f.wait();
+                if let Some(c) = self.cache.get(id) {
+                    self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(c);
+                }
+            }
+        }
         self.metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
         // The bill: a read miss, unless gc or prefetch asked.
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
@@ -813,18 +827,23 @@ impl Volume {
     /// size the cache fetches by (docs/frugal.md §3).
     pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
         let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
-        let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry)>)> = Vec::new();
+        let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry, Arc<InFlight>)>)> = Vec::new();
         for id in ids {
-            if self.cache.contains(id) || self.prefetching.insert(id, ()).is_some() {
+            if self.cache.contains(id) {
                 continue;
             }
+            let flight = match self.prefetching.entry(id) {
+                dashmap::Entry::Occupied(_) => continue,
+                dashmap::Entry::Vacant(v) => v.insert(Arc::new(InFlight::default())).value().clone(),
+            };
             let Ok((name, e)) = self.chunk_location(id) else {
                 self.prefetching.remove(&id);
+                flight.finish();
                 continue;
             };
             match runs.last_mut() {
-                Some((n, run)) if *n == name && run.last().is_some_and(|(_, p)| p.offset + p.stored_len as u64 == e.offset) && run.len() < PREFETCH_RUN_CHUNKS => run.push((id, e)),
-                _ => runs.push((name, vec![(id, e)])),
+                Some((n, run)) if *n == name && run.last().is_some_and(|(_, p, _)| p.offset + p.stored_len as u64 == e.offset) && run.len() < PREFETCH_RUN_CHUNKS => run.push((id, e, flight)),
+                _ => runs.push((name, vec![(id, e, flight)])),
             }
         }
         for (name, run) in runs {
@@ -833,34 +852,67 @@ impl Volume {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                 let _for = crate::cache::policy::reading_for(ino);
                 me.prefetch_run(&name, &run);
-                for (id, _) in &run {
-                    me.prefetching.remove(id);
+                // What the run did not deliver (a failed read or decode) is
+                // left to its readers, who fetch it and report the error.
+                for (id, _, flight) in &run {
+                    me.finish_prefetch(*id, flight);
                 }
             });
         }
     }
 
+    fn finish_prefetch(&self, id: u64, flight: &Arc<InFlight>) {
+        self.prefetching.remove_if(&id, |_, f| Arc::ptr_eq(f, flight));
+        flight.finish();
+    }
+
     /// Reads a run of adjacent blobs of pack `name` at once and caches the
-    /// chunks; a blob that fails is left for the reader, whose own read
-    /// reports the error.
-    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry)]) {
-        let (Some((_, first)), Some((_, last))) = (run.first(), run.last()) else { return };
+    /// chunks, each announced to its waiting readers as soon as it is in.
+    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry, Arc<InFlight>)]) {
+        if run.is_empty() {
+            return;
+        }
         if let Some(t) = &self.trace {
-            for (id, e) in run {
+            for (id, e, _) in run {
                 t.chunk_at(*id, crate::trace::pack_id(name), e.offset, e.stored_len as u64);
             }
         }
-        let start = first.offset;
-        let Ok(bytes) = self.backend.get_range(name, start, last.offset + last.stored_len as u64 - start) else { return };
-        for (id, e) in run {
-            let at = (e.offset - start) as usize;
-            let Some(blob) = bytes.get(at..at + e.stored_len as usize) else { return };
-            if let Ok(data) = pack::decode_blob(&self.keys, e, blob.to_vec()) {
+        let ranges: Vec<(u64, u64)> = run.iter().map(|(_, e, _)| (e.offset, e.stored_len as u64)).collect();
+        let Ok(blobs) = self.backend.get_ranges(name, &ranges) else { return };
+        for ((id, e, flight), blob) in run.iter().zip(blobs) {
+            if let Ok(data) = pack::decode_blob(&self.keys, e, blob) {
                 self.cache.insert(*id, Arc::new(data));
             }
+            self.finish_prefetch(*id, flight);
         }
     }
 }
+
+/// A chunk being prefetched: done once it is in the cache or has failed.
+#[derive(Default)]
+struct InFlight {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl InFlight {
+    fn finish(&self) {
+        *self.done.lock() = true;
+        self.cv.notify_all();
+    }
+
+    /// Waits until the prefetch is done with the chunk. Bounded: a
+    /// prefetch stuck on a slow store leaves the reader to fetch it itself.
+    fn wait(&self) {
+        let mut d = self.done.lock();
+        if !*d {
+            self.cv.wait_for(&mut d, PREFETCH_WAIT);
+        }
+    }
+}
+
+/// The longest a reader waits for a chunk a prefetch is fetching.
+const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// At most this many chunks in one prefetch read (a run of 1 MiB chunks:
 /// 16 MiB at most).
