@@ -138,7 +138,7 @@ fn encode_window(keys: &Keys, chunks: &[&[u8]], level: i32, times: &mut PhaseTim
     let t = Instant::now();
     let ids: Vec<ChunkId> = chunks.par_iter().map(|c| keys.chunk_id(c)).collect();
     let t1 = Instant::now();
-    let blobs: Vec<(Vec<u8>, u8)> = chunks.par_iter().zip(ids.par_iter()).map(|(c, id)| encode_blob(keys, id, c, level)).collect();
+    let blobs: Vec<(std::borrow::Cow<[u8]>, u8)> = chunks.par_iter().zip(ids.par_iter()).map(|(c, id)| encode_blob(keys, id, c, level)).collect();
     let t2 = Instant::now();
     times.0[1] += (t1 - t).as_secs_f64();
     times.0[2] += (t2 - t1).as_secs_f64();

@@ -471,6 +471,43 @@ impl Journal {
         Ok(())
     }
 
+    /// Appends the `len` bytes at `loc` to `buf`. Unsealed records are
+    /// read straight into the buffer's spare capacity: the flush reads
+    /// every journaled byte back once, and zero-filling it first cost a
+    /// pass over the data of its own.
+    pub fn read_append(&self, file: &File, loc: &JLoc, len: usize, buf: &mut Vec<u8>) -> Result<()> {
+        if loc.sealed_len != 0 {
+            let from = buf.len();
+            buf.resize(from + len, 0);
+            return self.read(file, loc, &mut buf[from..]);
+        }
+        use std::os::fd::AsRawFd;
+        buf.reserve(len);
+        let mut done = 0usize;
+        while done < len {
+            let dst = buf.spare_capacity_mut();
+            // SAFETY: pread writes at most `len - done` bytes into the
+            // buffer's spare capacity (reserved above), which starts at the
+            // pointer given; only the bytes it reports written are then
+            // counted as initialized (set_len).
+            let n = unsafe { libc::pread(file.as_raw_fd(), dst.as_mut_ptr().cast(), len - done, (loc.offset + done as u64) as libc::off_t) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(Error::os(format_args!("reading journal segment s{}-{:08}", loc.shard, loc.segment), &e));
+            }
+            if n == 0 {
+                return Err(Error::corrupt(format!("journal segment s{}-{:08} ends before the record it holds", loc.shard, loc.segment)));
+            }
+            // SAFETY: the n bytes after the old length were just written.
+            unsafe { buf.set_len(buf.len() + n as usize) };
+            done += n as usize;
+        }
+        Ok(())
+    }
+
     /// The open segment file holding `loc` (kept open even once retired, so
     /// a reader that planned with it can still read).
     pub fn file(&self, loc: &JLoc) -> Result<Arc<File>> {

@@ -43,11 +43,15 @@ pub fn blob_aad(id: &ChunkId, flags: u8) -> [u8; ID_LEN + 1] {
 }
 
 /// Encodes one chunk as a blob: compress (keep raw if it does not shrink), seal.
-pub fn encode_blob(keys: &Keys, id: &ChunkId, chunk: &[u8], zstd_level: i32) -> (Vec<u8>, u8) {
+pub fn encode_blob<'a>(keys: &Keys, id: &ChunkId, chunk: &'a [u8], zstd_level: i32) -> (std::borrow::Cow<'a, [u8]>, u8) {
+    use std::borrow::Cow;
     let compressed = if worth_compressing(chunk, zstd_level) { zstd::bulk::compress(chunk, zstd_level).ok() } else { None };
     match compressed {
-        Some(c) if c.len() < chunk.len() => (keys.seal(&blob_aad(id, FLAG_ZSTD), c), FLAG_ZSTD),
-        _ => (keys.seal_slice(&blob_aad(id, 0), chunk), 0),
+        Some(c) if c.len() < chunk.len() => (Cow::Owned(keys.seal(&blob_aad(id, FLAG_ZSTD), c)), FLAG_ZSTD),
+        // Stored as it is on a volume without encryption: no copy here,
+        // the pack builder's is the only one.
+        _ if !keys.encrypted() => (Cow::Borrowed(chunk), 0),
+        _ => (Cow::Owned(keys.seal_slice(&blob_aad(id, 0), chunk)), 0),
     }
 }
 

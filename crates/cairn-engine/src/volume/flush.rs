@@ -150,7 +150,7 @@ impl<'a> Batch<'a> {
         let mut first: HashMap<ChunkId, usize> = HashMap::new();
         todo.retain(|&i| first.insert(ids[i], i).is_none());
         let level = vol.cfg.compression.level;
-        let blobs: Vec<(Vec<u8>, u8)> = todo.par_iter().map(|&i| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level)).collect();
+        let blobs: Vec<(std::borrow::Cow<[u8]>, u8)> = todo.par_iter().map(|&i| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level)).collect();
         for (&i, (blob, flags)) in todo.iter().zip(blobs) {
             let id = vol.meta.store().alloc_chunk_id()?;
             let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(vol.cfg.pack_target as usize + (8 << 20))));
@@ -794,9 +794,7 @@ impl Volume {
                 Source::Pending(loc) => {
                     let at = JLoc { offset: loc.offset + e.off, ..loc };
                     let file = self.journal.file(&loc)?;
-                    let from = buf.len();
-                    buf.resize(from + len, 0);
-                    self.journal.read(&file, &at, &mut buf[from..])?;
+                    self.journal.read_append(&file, &at, len, buf)?;
                 }
                 Source::Mem => buf.extend_from_slice(&mem[e.off as usize..(e.off + e.len) as usize]),
             }
