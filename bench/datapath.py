@@ -259,7 +259,10 @@ def render(rows, b, summary, h):
     b("")
     b(f"1. Sequential: fio writes {human(st.get('seq_bytes', 0))} in 1 MiB blocks (`--refill_buffers`: fresh random "
       "bytes in every block, since fio's default buffers repeat and would deduplicate), `--end_fsync=1`; fio's "
-      "figure, whose runtime includes that fsync. Then cold, and fio reads the file back. \"Until unmounted\" adds "
+      "figure, whose runtime includes that fsync. JuiceFS's `file` storage never fsyncs its blocks (strace of its "
+      "daemon during `dd conv=fsync`: writes, no fsync or fdatasync), so its fsync returns once the blocks are in "
+      "the host's page cache, where ext4's and Cairn's wait for the disk; its figure moves with the host's load "
+      "and dirty memory. Then cold, and fio reads the file back. \"Until unmounted\" adds "
       "the unmount before the read: `cairn umount` returns once the daemon has chunked, packed and synced "
       "everything (the fsync only made Cairn's write-back journal durable). Run 1 checks that each file system "
       "returns the bytes ext4 does (fio's data is fixed by `--randseed`).")

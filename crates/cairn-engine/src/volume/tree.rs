@@ -106,6 +106,9 @@ impl Volume {
             Ok((dir, ino, now))
         })?;
         self.kernel_entry_changed(ROOT_INO, SNAPSHOT_DIR.as_bytes());
+        // The first snapshot adds the snapshot directory to the root's
+        // listing, which the kernel may cache (FOPEN_CACHE_DIR).
+        self.kernel_inode_changed(ROOT_INO);
         self.kernel_entry_changed(dir, name.as_bytes());
         self.kernel_inode_changed(dir);
         Ok(SnapshotInfo { name: name.to_string(), created_ns: created.0, ino })
