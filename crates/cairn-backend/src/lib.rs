@@ -89,7 +89,8 @@ pub trait Backend: Send + Sync {
     /// exactly that (one request); a store with cheap reads fills each
     /// buffer directly and spares the copy.
     fn get_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
-        split_span(self.get_range(name, span_of(ranges)?.0, span_of(ranges)?.1)?, ranges)
+        let (offset, len) = span_of(ranges)?;
+        split_span(self.get_range(name, offset, len)?, ranges)
     }
     /// Reads the whole object.
     fn get(&self, name: &str) -> Result<Vec<u8>>;
@@ -273,7 +274,7 @@ pub fn span_of(ranges: &[(u64, u64)]) -> Result<(u64, u64)> {
         if off != end {
             return Err(Error::new(ErrorKind::Permanent, format!("get_ranges: range at {off} does not follow the one ending at {end}")));
         }
-        end = off.checked_add(len).ok_or_else(|| Error::new(ErrorKind::Permanent, "get_ranges: range past 2^64"))?;
+        end = off.checked_add(len).ok_or_else(|| Error::new(ErrorKind::OutOfRange, format!("range {off}+{len} past 2^64")))?;
     }
     Ok((start, end - start))
 }

@@ -310,26 +310,7 @@ impl Backend for LocalBackend {
     }
 
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let path = self.path(name)?;
-        let f = File::open(&path).map_err(|e| Error::from_io(&format!("object {name}"), e).with_object(name))?;
-        let size = f.metadata().map_err(|e| Error::from_io(name, e).with_object(name))?.len();
-        if offset.checked_add(len).is_none_or(|end| end > size) {
-            return Err(Error::new(
-                ErrorKind::OutOfRange,
-                format!("object {name}: range {offset}+{len} past its end ({size} bytes): truncated?"),
-            )
-            .with_object(name));
-        }
-        // Read into spare capacity: no zero-filling of a buffer about to be overwritten.
-        let mut buf = Vec::with_capacity(len as usize);
-        let mut f = f;
-        f.seek(SeekFrom::Start(offset))
-            .and_then(|_| (&mut f).take(len).read_to_end(&mut buf))
-            .map_err(|e| Error::from_io(&format!("reading object {name}"), e).with_object(name))?;
-        if buf.len() as u64 != len {
-            return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: short read ({} of {len} bytes)", buf.len())).with_object(name));
-        }
-        Ok(buf)
+        Ok(self.get_ranges(name, &[(offset, len)])?.pop().unwrap_or_default())
     }
 
     /// One open, then each range read into its own buffer (no span to cut):

@@ -759,15 +759,11 @@ impl Volume {
         // The pack cache learns which file its blocks are read for.
         let _for = crate::cache::policy::reading_for(ino);
         if let [ReadPart::Chunk { id, off, len }] = parts[..] {
-            let c = self.chunk(id)?;
-            let (from, to) = (off as usize, (off + len) as usize);
-            if to > c.len() {
-                return Err(Error::corrupt(format!("extent past the end of chunk #{id}")));
-            }
+            let (c, r) = self.chunk_slice(id, off, len)?;
             if let Some(t) = &self.trace {
                 t.record(Event::Read { ino, offset, len });
             }
-            return Ok(ReadBytes::Slice(c, from..to));
+            return Ok(ReadBytes::Slice(c, r));
         }
         let total: u64 = parts.iter().map(|p| match p { ReadPart::Zero(l) => *l, ReadPart::Journal { len, .. } => *len, ReadPart::Chunk { len, .. } => *len }).sum();
         // Parts are in order: append them (only holes and journal bytes are
@@ -782,9 +778,8 @@ impl Volume {
                     self.journal.read(&file, &loc, &mut buf[at..])?;
                 }
                 ReadPart::Chunk { id, off, len } => {
-                    let c = self.chunk(id)?;
-                    let src = c.get(off as usize..(off + len) as usize).ok_or_else(|| Error::corrupt(format!("extent past the end of chunk #{id}")))?;
-                    buf.extend_from_slice(src);
+                    let (c, r) = self.chunk_slice(id, off, len)?;
+                    buf.extend_from_slice(&c[r]);
                 }
             }
         }
@@ -793,6 +788,17 @@ impl Volume {
             t.record(Event::Read { ino, offset, len: buf.len() as u64 });
         }
         Ok(ReadBytes::Owned(buf))
+    }
+
+    /// The bytes `[off, off + len)` of chunk `id`; an extent past the
+    /// chunk's end is corruption.
+    fn chunk_slice(&self, id: u64, off: u64, len: u64) -> Result<(Arc<Vec<u8>>, std::ops::Range<usize>)> {
+        let c = self.chunk(id)?;
+        let r = off as usize..(off + len) as usize;
+        if r.end > c.len() {
+            return Err(Error::corrupt(format!("extent past the end of chunk #{id}")));
+        }
+        Ok((c, r))
     }
 
     /// Plans the bytes `[start, end)` of the file's current content.

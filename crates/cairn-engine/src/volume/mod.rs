@@ -837,8 +837,7 @@ impl Volume {
                 dashmap::Entry::Vacant(v) => v.insert(Arc::new(InFlight::default())).value().clone(),
             };
             let Ok((name, e)) = self.chunk_location(id) else {
-                self.prefetching.remove(&id);
-                flight.finish();
+                self.finish_prefetch(id, &flight);
                 continue;
             };
             match runs.last_mut() {
