@@ -326,7 +326,7 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
             progress.inc(1);
             let name = &pack_by_id[&c.pack].name;
             let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
-            let r = vol.backend.get_range(name, c.offset, c.stored_len as u64).map_err(Error::from).and_then(|b| pack::decode_blob(&vol.keys, &e, b));
+            let r = vol.backend.get_range(name, c.offset, c.stored_len as u64).map_err(Error::from).and_then(|b| pack::decode_blob(&vol.keys, &e, b, pack::Verify::Full));
             rep.blobs_read += 1;
             if let Err(err) = r {
                 rep.errors.push(format!("pack {name}: chunk #{} at offset {} is corrupt: {err}", c.id, c.offset));
@@ -611,7 +611,7 @@ impl<'a> Mover<'a> {
                 let at = (c.offset - start) as usize;
                 let blob = data.get(at..at + c.stored_len as usize).ok_or_else(|| Error::corrupt(format!("pack {name}: short read")))?;
                 let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
-                pack::decode_blob(&vol.keys, &e, blob.to_vec()).map_err(|err| Error::corrupt(format!("pack {name}: chunk #{} is corrupt, not moving it: {err}", c.id)))?;
+                pack::decode_blob(&vol.keys, &e, blob.to_vec(), pack::Verify::Full).map_err(|err| Error::corrupt(format!("pack {name}: chunk #{} is corrupt, not moving it: {err}", c.id)))?;
                 let b = self.builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
                 let ne = b.add(c.hash, blob, c.raw_len, c.flags);
                 self.moved.push(Moved { id: c.id, from: c.pack, to: self.sealed.len(), offset: ne.offset, stored_len: c.stored_len });

@@ -70,9 +70,22 @@ fn worth_compressing(chunk: &[u8], level: i32) -> bool {
     })
 }
 
-/// Decodes a blob back into the chunk and verifies its id. Any mismatch is
-/// an error: corrupt data is never returned.
-pub fn decode_blob(keys: &Keys, e: &BlobEntry, stored: Vec<u8>) -> Result<Vec<u8>> {
+/// How much a decoded blob is checked against its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verify {
+    /// Always the full keyed BLAKE3 of the plaintext: `fsck --read-data`
+    /// and the cleaner, which must also catch a writer's own mistakes.
+    Full,
+    /// The read path: on an encrypted volume the AEAD tag, bound to the
+    /// id and flags, already proves the bytes are the ones a key holder
+    /// sealed for this id (docs/threat-model.md, "Reads trust the seal"),
+    /// so the hash is skipped; without encryption it is the full hash.
+    Sealed,
+}
+
+/// Decodes a blob back into the chunk and verifies it (`verify`). Any
+/// mismatch is an error: corrupt data is never returned.
+pub fn decode_blob(keys: &Keys, e: &BlobEntry, stored: Vec<u8>, verify: Verify) -> Result<Vec<u8>> {
     let payload = keys.open(&blob_aad(&e.id, e.flags), stored)?;
     let chunk = if e.flags & FLAG_ZSTD != 0 {
         zstd::bulk::decompress(&payload, e.raw_len as usize)
@@ -80,7 +93,8 @@ pub fn decode_blob(keys: &Keys, e: &BlobEntry, stored: Vec<u8>) -> Result<Vec<u8
     } else {
         payload
     };
-    if chunk.len() != e.raw_len as usize || keys.chunk_id(&chunk) != e.id {
+    let hash_it = verify == Verify::Full || !keys.encrypted();
+    if chunk.len() != e.raw_len as usize || (hash_it && keys.chunk_id(&chunk) != e.id) {
         return Err(Error::corrupt("chunk content does not match its id"));
     }
     Ok(chunk)
@@ -289,15 +303,45 @@ mod tests {
             assert_eq!(blob_bytes(size, entries.len() as u64, enc), blobs);
             for (e, c) in entries.iter().zip(&chunks) {
                 let stored = bytes[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
-                assert_eq!(&decode_blob(&keys, e, stored).unwrap(), c);
+                for v in [Verify::Full, Verify::Sealed] {
+                    assert_eq!(&decode_blob(&keys, e, stored.clone(), v).unwrap(), c);
+                }
             }
-            // One flipped byte anywhere in a blob is detected.
+            // One flipped byte anywhere in a blob is detected, by either check.
             let e = &entries[1];
             let mut stored = bytes[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
             let mid = stored.len() / 2;
             stored[mid] ^= 0x40;
-            assert!(decode_blob(&keys, e, stored).is_err());
+            for v in [Verify::Full, Verify::Sealed] {
+                assert!(decode_blob(&keys, e, stored.clone(), v).is_err());
+            }
         }
+    }
+
+    /// What the read path's check relies on: a sealed blob opens only under
+    /// the id and flags it was sealed for, so one blob served for another's
+    /// entry is an error; and what it leaves to `fsck --read-data`: a writer
+    /// that sealed the wrong bytes under an id is caught by the full hash.
+    #[test]
+    fn the_seal_binds_a_blob_to_its_id_and_the_full_hash_to_its_content() {
+        let keys = Keys::derive(&[5u8; 32], true);
+        let (a, b) = (vec![1u8; 3000], vec![2u8; 3000]);
+        let (ida, idb) = (keys.chunk_id(&a), keys.chunk_id(&b));
+        let (blob_a, fa) = encode_blob(&keys, &ida, &a, 1);
+        let entry = |id, blob: &[u8], flags| BlobEntry { id, offset: 0, stored_len: blob.len() as u32, raw_len: 3000, flags };
+        for v in [Verify::Full, Verify::Sealed] {
+            assert!(decode_blob(&keys, &entry(idb, &blob_a, fa), blob_a.to_vec(), v).is_err(), "{v:?}: a's blob under b's id");
+            assert!(decode_blob(&keys, &entry(ida, &blob_a, fa ^ FLAG_ZSTD), blob_a.to_vec(), v).is_err(), "{v:?}: other flags");
+        }
+        let (wrong, fw) = encode_blob(&keys, &ida, &b, 1);
+        let e = entry(ida, &wrong, fw);
+        assert_eq!(decode_blob(&keys, &e, wrong.to_vec(), Verify::Sealed).unwrap(), b);
+        assert!(decode_blob(&keys, &e, wrong.to_vec(), Verify::Full).is_err());
+        // Without encryption there is no seal: both checks hash.
+        let plain = Keys::derive(&[5u8; 32], false);
+        let (wrong, fw) = encode_blob(&plain, &plain.chunk_id(&a), &b, 1);
+        let e = entry(plain.chunk_id(&a), &wrong, fw);
+        assert!(decode_blob(&plain, &e, wrong.to_vec(), Verify::Sealed).is_err());
     }
 
     #[test]

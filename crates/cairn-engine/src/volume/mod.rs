@@ -789,7 +789,7 @@ impl Volume {
         }
         let data = got
             .map_err(Error::from)
-            .and_then(|stored| pack::decode_blob(&self.keys, &entry, stored))
+            .and_then(|stored| pack::decode_blob(&self.keys, &entry, stored, pack::Verify::Sealed))
             .map_err(|e| {
                 let e = Error::corrupt(format!("chunk #{id} in pack {name}: {e}"));
                 tracing::warn!("{e}");
@@ -879,7 +879,7 @@ impl Volume {
         let ranges: Vec<(u64, u64)> = run.iter().map(|(_, e, _)| (e.offset, e.stored_len as u64)).collect();
         let Ok(blobs) = self.backend.get_ranges(name, &ranges) else { return };
         for ((id, e, flight), blob) in run.iter().zip(blobs) {
-            if let Ok(data) = pack::decode_blob(&self.keys, e, blob) {
+            if let Ok(data) = pack::decode_blob(&self.keys, e, blob, pack::Verify::Sealed) {
                 self.cache.insert(*id, Arc::new(data));
             }
             self.finish_prefetch(*id, flight);
