@@ -180,6 +180,10 @@ pub struct Volume {
     /// When this mount last deleted its journal's marks, and the flush
     /// count then (None: not yet); see `Volume::trim_marks`.
     pub(crate) marks_trimmed: Mutex<Option<(std::time::Instant, u64)>>,
+    /// The inode count statfs last read and when: counting is O(inodes),
+    /// and a `df` or a program that calls statfs before each write must
+    /// not pay it every time (at most one count a second).
+    inode_count: Mutex<Option<(std::time::Instant, u64)>>,
     /// This mount's rows in the store's open-file registry (open_files.rs).
     pub(crate) open_files: open_files::OpenFiles,
     /// Inodes on which this mount took a lock in the store and may still
@@ -339,6 +343,7 @@ impl Volume {
             prefetching: DashMap::new(),
             flush_mutex: Mutex::new(()),
             marks_trimmed: Mutex::new(None),
+            inode_count: Mutex::new(None),
             open_files: Default::default(),
             locked: DashMap::new(),
             last_fed: std::sync::atomic::AtomicU64::new(0),
@@ -721,6 +726,21 @@ impl Volume {
         Ok(())
     }
 
+    /// The number of inodes, counted at most once a second (statfs's file
+    /// count may be that stale, as on file systems that sum per-CPU counters).
+    fn inode_count(&self) -> Result<u64> {
+        const FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+        let mut last = self.inode_count.lock();
+        match *last {
+            Some((at, n)) if at.elapsed() < FRESH => Ok(n),
+            _ => {
+                let n = self.meta.read(|tx| Ok(tx.count_inodes()?))?;
+                *last = Some((std::time::Instant::now(), n));
+                Ok(n)
+            }
+        }
+    }
+
     /// File system totals: space from the local disk under the volume.
     pub fn statfs(&self) -> Result<StatFs> {
         let path = std::ffi::CString::new(self.layout.dir.as_os_str().as_encoded_bytes())
@@ -730,7 +750,7 @@ impl Volume {
         if unsafe { libc::statvfs(path.as_ptr(), &mut s) } != 0 {
             return Err(std::io::Error::last_os_error().into());
         }
-        let files = self.meta.read(|tx| Ok(tx.count_inodes()?))?;
+        let files = self.inode_count()?;
         let bs = s.f_frsize as u64;
         Ok(StatFs {
             block_size: 4096,
