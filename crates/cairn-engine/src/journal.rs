@@ -440,10 +440,16 @@ impl Journal {
     /// A sealed record is opened and checked whole: an altered one is an
     /// error, never wrong bytes.
     pub fn read(&self, file: &File, loc: &JLoc, dst: &mut [u8]) -> Result<()> {
-        let io = |e: std::io::Error| Error::os(format_args!("reading journal segment s{}-{:08}", loc.shard, loc.segment), &e);
         if loc.sealed_len == 0 {
-            return file.read_exact_at(dst, loc.offset).map_err(io);
+            return file.read_exact_at(dst, loc.offset).map_err(|e| read_error(loc, &e));
         }
+        dst.copy_from_slice(self.opened(file, loc, dst.len())?.as_ref());
+        Ok(())
+    }
+
+    /// The `len` plaintext bytes at `loc`, in a sealed record: the record
+    /// is opened whole (or found opened) and checked.
+    fn opened(&self, file: &File, loc: &JLoc, len: usize) -> Result<OpenedSlice> {
         let key = (loc.shard, loc.segment, loc.record);
         let cached = self.opened.lock().get(&key).cloned();
         let plain = match cached {
@@ -454,9 +460,9 @@ impl Journal {
                 };
                 let mut h = [0u8; HEADER];
                 let start = loc.record.checked_sub(HEADER as u64).ok_or_else(|| Error::corrupt("journal location before its record header"))?;
-                file.read_exact_at(&mut h, start).map_err(io)?;
-                let mut stored = vec![0u8; loc.sealed_len as usize + SEAL_OVERHEAD];
-                file.read_exact_at(&mut stored, loc.record).map_err(io)?;
+                file.read_exact_at(&mut h, start).map_err(|e| read_error(loc, &e))?;
+                let mut stored = Vec::new();
+                pread_append(file, loc, loc.record, loc.sealed_len as usize + SEAL_OVERHEAD, &mut stored)?;
                 if c.open_in_place(&h[..44], &mut stored) != Some(loc.sealed_len as usize) {
                     return Err(Error::corrupt(format!("journal segment s{}-{:08}: the record at {start} fails authentication", loc.shard, loc.segment)));
                 }
@@ -466,46 +472,22 @@ impl Journal {
             }
         };
         let from = NONCE_LEN + (loc.offset - loc.record) as usize;
-        let src = plain.get(from..from + dst.len()).ok_or_else(|| Error::corrupt("journal location past the end of its record"))?;
-        dst.copy_from_slice(src);
-        Ok(())
+        if plain.get(from..from + len).is_none() {
+            return Err(Error::corrupt("journal location past the end of its record"));
+        }
+        Ok(OpenedSlice { plain, from, len })
     }
 
-    /// Appends the `len` bytes at `loc` to `buf`. Unsealed records are
-    /// read straight into the buffer's spare capacity: the flush reads
-    /// every journaled byte back once, and zero-filling it first cost a
-    /// pass over the data of its own.
+    /// Appends the `len` bytes at `loc` to `buf`. The flush reads every
+    /// journaled byte back once, so nothing is zero-filled first: unsealed
+    /// records are read straight into the buffer's spare capacity, sealed
+    /// ones into a fresh buffer, opened there and copied once.
     pub fn read_append(&self, file: &File, loc: &JLoc, len: usize, buf: &mut Vec<u8>) -> Result<()> {
         if loc.sealed_len != 0 {
-            let from = buf.len();
-            buf.resize(from + len, 0);
-            return self.read(file, loc, &mut buf[from..]);
+            buf.extend_from_slice(self.opened(file, loc, len)?.as_ref());
+            return Ok(());
         }
-        use std::os::fd::AsRawFd;
-        buf.reserve(len);
-        let mut done = 0usize;
-        while done < len {
-            let dst = buf.spare_capacity_mut();
-            // SAFETY: pread writes at most `len - done` bytes into the
-            // buffer's spare capacity (reserved above), which starts at the
-            // pointer given; only the bytes it reports written are then
-            // counted as initialized (set_len).
-            let n = unsafe { libc::pread(file.as_raw_fd(), dst.as_mut_ptr().cast(), len - done, (loc.offset + done as u64) as libc::off_t) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(Error::os(format_args!("reading journal segment s{}-{:08}", loc.shard, loc.segment), &e));
-            }
-            if n == 0 {
-                return Err(Error::corrupt(format!("journal segment s{}-{:08} ends before the record it holds", loc.shard, loc.segment)));
-            }
-            // SAFETY: the n bytes after the old length were just written.
-            unsafe { buf.set_len(buf.len() + n as usize) };
-            done += n as usize;
-        }
-        Ok(())
+        pread_append(file, loc, loc.offset, len, buf)
     }
 
     /// The open segment file holding `loc` (kept open even once retired, so
@@ -608,6 +590,53 @@ impl Journal {
         }
         Ok(deleted)
     }
+}
+
+/// A range of an opened sealed record.
+struct OpenedSlice {
+    plain: Arc<Vec<u8>>,
+    from: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for OpenedSlice {
+    fn as_ref(&self) -> &[u8] {
+        &self.plain[self.from..self.from + self.len]
+    }
+}
+
+fn read_error(loc: &JLoc, e: &std::io::Error) -> Error {
+    Error::os(format_args!("reading journal segment s{}-{:08}", loc.shard, loc.segment), e)
+}
+
+/// Appends the `len` bytes at `pos` of `loc`'s segment `file` to `buf`,
+/// read straight into its spare capacity (no zero-fill first).
+fn pread_append(file: &File, loc: &JLoc, pos: u64, len: usize, buf: &mut Vec<u8>) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    buf.reserve(len);
+    let mut done = 0usize;
+    while done < len {
+        let dst = buf.spare_capacity_mut();
+        // SAFETY: pread writes at most `len - done` bytes into the buffer's
+        // spare capacity (reserved above), which starts at the pointer
+        // given; only the bytes it reports written are then counted as
+        // initialized (set_len).
+        let n = unsafe { libc::pread(file.as_raw_fd(), dst.as_mut_ptr().cast(), len - done, (pos + done as u64) as libc::off_t) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(read_error(loc, &e));
+        }
+        if n == 0 {
+            return Err(Error::corrupt(format!("journal segment s{}-{:08} ends before the record it holds", loc.shard, loc.segment)));
+        }
+        // SAFETY: the n bytes after the old length were just written.
+        unsafe { buf.set_len(buf.len() + n as usize) };
+        done += n as usize;
+    }
+    Ok(())
 }
 
 /// Positioned reads from a file or a byte slice.
@@ -1023,5 +1052,31 @@ mod tests {
         assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", t.elapsed());
         assert_eq!(scan.records.len(), 1);
         assert_eq!(scan.damage, vec![Damage { offset: 51, resume: None }], "a search that ran out counts as damage");
+    }
+
+    /// Sealed records read back in parts (as the flush's windows do) give
+    /// the bytes written; a record altered on disk is refused, not served.
+    #[test]
+    fn sealed_records_read_back_in_parts_and_altered_ones_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let keys = crate::crypto::Keys::derive(&[7u8; 32], true);
+        let (j, _) = Journal::open(d.path(), keys.journal_cipher()).unwrap();
+        let data: Vec<Vec<u8>> = (0..20u8).map(|i| (0..3000u32).map(|k| (k as u8).wrapping_mul(i + 3)).collect()).collect();
+        let locs: Vec<JLoc> = data.iter().map(|x| j.append(RecordKind::Write, 9, 0, x.len() as u32, x, Timestamp(1)).unwrap().1).collect();
+        for (l, x) in locs.iter().zip(&data) {
+            let f = j.file(l).unwrap();
+            let mut buf = vec![9u8; 2];
+            j.read_append(&f, &JLoc { offset: l.offset + 100, ..*l }, 2000, &mut buf).unwrap();
+            j.read_append(&f, &JLoc { offset: l.offset + 2100, ..*l }, 900, &mut buf).unwrap();
+            assert_eq!(buf[..2], [9, 9]);
+            assert_eq!(buf[2..], x[100..]);
+        }
+        // Altered on disk, and no longer among the opened records.
+        let l = locs[2];
+        let f = OpenOptions::new().write(true).open(segment_path(d.path(), l.shard, l.segment)).unwrap();
+        f.write_all_at(&[0x55], l.record + 40).unwrap();
+        let mut buf = Vec::new();
+        let e = j.read_append(&j.file(&l).unwrap(), &l, 10, &mut buf).unwrap_err();
+        assert!(e.to_string().contains("fails authentication"), "{e}");
     }
 }
