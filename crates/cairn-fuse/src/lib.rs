@@ -44,7 +44,8 @@ mod convert;
 mod fs;
 mod locks;
 mod mount;
-pub mod mounttable;
+/// The kernel's mount table, for the CLI (it lives in the mount scaffold).
+pub use cairn_mount::mounttable;
 
 pub use fs::CairnFs;
 pub use mount::{mount, mount_at, mount_containing, push_cached_writes, unmount, MountConfig, MountInfo};

@@ -81,7 +81,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fuser::{BackgroundSession, Config, Session, SessionACL};
+use fuser::{BackgroundSession, Session};
 use tracing::{info, warn};
 
 use crate::fs::{PowerCutFs, Shared};
@@ -157,24 +157,7 @@ impl PowerCut {
         let backing = backing
             .canonicalize()
             .map_err(|e| io::Error::new(e.kind(), format!("backing {}: {e}", backing.display())))?;
-        let mp = mountpoint.canonicalize().map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("mountpoint {}: {e}", mountpoint.display()),
-            )
-        })?;
-        if !std::fs::metadata(&mp)?.is_dir() {
-            return Err(invalid(format!(
-                "mountpoint {} is not a directory",
-                mp.display()
-            )));
-        }
-        if sys::mount_at(&mp)?.is_some() {
-            return Err(io::Error::new(
-                io::ErrorKind::ResourceBusy,
-                format!("{} is already a mount point", mp.display()),
-            ));
-        }
+        let mp = cairn_mount::validate_mountpoint(mountpoint)?;
         if mp.starts_with(&backing) {
             return Err(invalid(format!(
                 "mountpoint {} lies inside the backing directory {}",
@@ -201,10 +184,7 @@ impl PowerCut {
             let _ = sys::umount(&mp, true);
             e
         };
-        let mut config = Config::default();
-        config.acl = SessionACL::All;
-        config.n_threads = Some(4);
-        config.clone_fd = true;
+        let config = cairn_mount::session_config(4, true);
         let fsys = PowerCutFs { s: shared.clone() };
         let session = Session::from_fd(fsys, fd, config.acl, config)
             .and_then(Session::spawn)

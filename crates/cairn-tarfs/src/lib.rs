@@ -22,7 +22,7 @@ mod tree;
 
 pub use fs::{TarFs, ROOT_INO};
 pub use index::{default_index_dir, index_builds, index_path, open_index, IndexInfo};
-pub use mount::{mount_archive, unmount_lazy, MountInfo, TarMountOptions};
+pub use mount::{mount_archive, MountInfo, TarMountOptions};
 pub use tree::{Defaults, Node, Tree};
 
 /// Why an archive could not be indexed or mounted.

@@ -1,18 +1,13 @@
-//! `mount_archive`: index, mount, serve until unmounted.
+//! `mount_archive`: index, mount, serve until unmounted, on the scaffold
+//! every Cairn file system shares (`cairn-mount`).
 
-use std::ffi::CString;
-use std::fs::{self, File};
-use std::io;
-use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::thread::JoinHandle;
 
-use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
-use tracing::{info, warn};
+use cairn_mount::SignalWatch;
+use fuser::{MountOption, Session};
+use tracing::info;
 
 use crate::fs::TarFs;
 use crate::index::{open_index, IndexInfo};
@@ -30,8 +25,9 @@ pub struct TarMountOptions {
     pub fsname: Option<String>,
     /// Where index files live; default [`crate::default_index_dir`].
     pub index_dir: Option<PathBuf>,
-    /// Turn SIGTERM, SIGINT and SIGHUP into an unmount (lazy if busy).
-    /// Process-wide: leave it off when several mounts share a process.
+    /// Turn SIGTERM, SIGINT and SIGHUP into an unmount (lazy if busy; a
+    /// second signal aborts the connection). Process-wide: leave it off
+    /// when several mounts share a process.
     pub handle_signals: bool,
 }
 
@@ -74,16 +70,7 @@ pub fn mount_archive(
     opts: &TarMountOptions,
     on_ready: impl FnOnce(&MountInfo),
 ) -> Result<(), TarfsError> {
-    let mp = fs::canonicalize(mountpoint).map_err(|e| TarfsError::Io {
-        what: format!("bad mount point {}", mountpoint.display()),
-        source: e,
-    })?;
-    if !mp.is_dir() {
-        return Err(TarfsError::Io {
-            what: format!("mount point {} is not a directory", mp.display()),
-            source: io::Error::from(io::ErrorKind::NotADirectory),
-        });
-    }
+    let mp = cairn_mount::validate_mountpoint(mountpoint).map_err(|e| TarfsError::Io { what: "cannot mount there".into(), source: e })?;
     let (members, index) = open_index(archive, opts.index_dir.as_deref())?;
     let file = File::open(&index.archive).map_err(|e| TarfsError::Io {
         what: format!("cannot open {}", index.archive.display()),
@@ -113,22 +100,7 @@ pub fn mount_archive(
         source: e,
     })?;
 
-    let threads = opts.threads.max(1);
-    let mut config = Config::default();
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(threads);
-    // Per-thread /dev/fuse descriptors need /dev/fuse to be openable here
-    // (it is not when the mount goes through a setuid fusermount3 only).
-    config.clone_fd = threads > 1
-        && fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/fuse")
-            .is_ok();
+    let mut config = cairn_mount::session_config(opts.threads, opts.allow_other);
     let fsname = opts
         .fsname
         .clone()
@@ -142,31 +114,35 @@ pub fn mount_archive(
         MountOption::NoDev,
         MountOption::NoSuid,
     ];
-    let mut session = Session::new(fs, &mp, &config).map_err(|e| TarfsError::Io {
-        what: format!("cannot mount {}", mp.display()),
-        source: e,
-    })?;
+    // Handlers go in before the mount: no window in which a signal kills
+    // the process with the archive mounted.
     let watch = if opts.handle_signals {
-        match SignalWatch::start(session.unmount_callable(), mp.clone()) {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = session.unmount();
-                return Err(TarfsError::Io {
-                    what: "cannot install signal handlers".into(),
-                    source: e,
-                });
-            }
-        }
+        SignalWatch::start(mp.clone(), |_| {}).map_err(|e| TarfsError::Io { what: "cannot install signal handlers".into(), source: e })?
     } else {
         None
     };
+    let session = Session::new(fs, &mp, &config).map_err(|e| TarfsError::Io {
+        what: format!("cannot mount {}", mp.display()),
+        source: e,
+    })?;
+    if let (Some(w), Some(id)) = (&watch, cairn_mount::fuse_connection_of(&mp)) {
+        w.set_connection(id);
+    }
     info!(
         archive = %info.index.archive.display(),
         mountpoint = %mp.display(),
         members = info.index.members,
         "tar archive mounted"
     );
-    on_ready(&info);
+    if watch.as_ref().is_some_and(SignalWatch::signalled) {
+        // A signal arrived while mounting: its unmount found nothing yet.
+        info!("signal received during mount: unmounting");
+        if let Err(e) = cairn_mount::unmount_once(&mp, true) {
+            tracing::warn!("{e}");
+        }
+    } else {
+        on_ready(&info);
+    }
     let res = session.run();
     drop(watch);
     info!(mountpoint = %mp.display(), "tar mount ended");
@@ -174,135 +150,4 @@ pub fn mount_archive(
         what: format!("FUSE session on {}", mp.display()),
         source: e,
     })
-}
-
-/// Unmounts a path lazily (root: umount2 MNT_DETACH; others: fusermount3).
-pub fn unmount_lazy(mountpoint: &Path) -> io::Result<()> {
-    let c = CString::new(mountpoint.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-        return Ok(());
-    }
-    let out = Command::new("fusermount3")
-        .arg("-u")
-        .arg("-z")
-        .arg("--")
-        .arg(mountpoint)
-        .output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(
-            String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        ))
-    }
-}
-
-/// Write end of the self-pipe the signal handler writes to (-1: none).
-static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
-/// One watcher per process.
-static WATCHING: AtomicBool = AtomicBool::new(false);
-const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    let fd = SIGNAL_FD.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let b = 1u8;
-        // SAFETY: write(2) is async-signal-safe; the buffer is valid.
-        unsafe {
-            libc::write(fd, (&b as *const u8).cast(), 1);
-        }
-    }
-}
-
-/// Signal handlers and the thread that turns a signal into an unmount.
-struct SignalWatch {
-    write_fd: RawFd,
-    old: Vec<(libc::c_int, libc::sigaction)>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl SignalWatch {
-    fn start(
-        mut unmounter: SessionUnmounter,
-        mountpoint: PathBuf,
-    ) -> io::Result<Option<SignalWatch>> {
-        if WATCHING.swap(true, Ordering::SeqCst) {
-            warn!("another mount in this process handles signals already");
-            return Ok(None);
-        }
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: fds has room for two descriptors.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            WATCHING.store(false, Ordering::SeqCst);
-            return Err(io::Error::last_os_error());
-        }
-        let (read_fd, write_fd) = (fds[0], fds[1]);
-        SIGNAL_FD.store(write_fd, Ordering::SeqCst);
-        let mut old = Vec::new();
-        for sig in SIGNALS {
-            // SAFETY: a zeroed sigaction with a valid handler and empty mask.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = on_signal as *const () as usize;
-                sa.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut sa.sa_mask);
-                let mut prev: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, &sa, &mut prev) == 0 {
-                    old.push((sig, prev));
-                }
-            }
-        }
-        let thread = std::thread::Builder::new()
-            .name("cairn-tar-signals".into())
-            .spawn(move || {
-                let mut b = 0u8;
-                loop {
-                    // SAFETY: reading one byte into a valid buffer.
-                    let n = unsafe { libc::read(read_fd, (&mut b as *mut u8).cast(), 1) };
-                    if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    if n <= 0 || b == 0 {
-                        break; // closed, or told to stop
-                    }
-                    info!(mountpoint = %mountpoint.display(), "signal received: unmounting");
-                    if let Err(e) = unmounter.unmount() {
-                        warn!("unmount failed ({e}): detaching lazily");
-                        if let Err(e) = unmount_lazy(&mountpoint) {
-                            warn!("lazy unmount of {} failed: {e}", mountpoint.display());
-                        }
-                    }
-                }
-                // SAFETY: closing our own descriptor.
-                unsafe { libc::close(read_fd) };
-            })?;
-        Ok(Some(SignalWatch {
-            write_fd,
-            old,
-            thread: Some(thread),
-        }))
-    }
-}
-
-impl Drop for SignalWatch {
-    fn drop(&mut self) {
-        for (sig, prev) in &self.old {
-            // SAFETY: restoring the previous disposition.
-            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
-        }
-        SIGNAL_FD.store(-1, Ordering::SeqCst);
-        let stop = 0u8;
-        // SAFETY: our own pipe; one byte from a valid buffer.
-        unsafe {
-            libc::write(self.write_fd, (&stop as *const u8).cast(), 1);
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(self.write_fd) };
-        WATCHING.store(false, Ordering::SeqCst);
-    }
 }

@@ -1,7 +1,6 @@
 //! The kernel's mount table and FUSE connections, read and acted on without
 //! touching a mount point (it may be a dead FUSE mount whose daemon is
-//! gone), and mounting by hand as root. Used by the FUSE adapter and by the
-//! test-only power-cut layer.
+//! gone), and mounting by hand as root.
 
 use std::ffi::{CString, OsString};
 use std::fs;
