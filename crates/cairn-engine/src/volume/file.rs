@@ -109,6 +109,10 @@ pub(crate) struct FileInner {
     pub last_read_end: u64,
     /// How far read-ahead has been asked for (0: not reading in order).
     pub read_ahead_to: u64,
+    /// The read-ahead window asked for last (0: none yet; the first is
+    /// [`Volume::read_ahead_windows`]); each renewal, when less than half
+    /// of it is left, asks for twice as much, back to the first at a jump.
+    pub read_ahead_window: u64,
 }
 
 impl FileInner {
@@ -210,6 +214,7 @@ impl FileState {
                 read_only,
                 last_read_end: 0,
                 read_ahead_to: 0,
+                read_ahead_window: 0,
             }),
             flush_lock: Arc::new(Mutex::new(())),
         })
@@ -702,6 +707,16 @@ impl Volume {
         self.read_bytes(ino, offset, size, true)
     }
 
+    /// The first and the largest read-ahead window of a file read in order:
+    /// two average chunks to start; at most four of the largest chunks on
+    /// a local disk (more buys nothing once the disk streams) and sixteen
+    /// where every request crosses a network.
+    pub(crate) fn read_ahead_windows(&self) -> (u64, u64) {
+        let c = &self.cfg.chunker;
+        let most = if self.backend.capabilities().remote { 16 } else { 4 } * c.max as u64;
+        ((2 * c.avg as u64).min(most), most)
+    }
+
     fn read_bytes(&self, ino: Ino, offset: u64, size: u32, read_ahead: bool) -> Result<ReadBytes> {
         if let Some(w) = &self.io {
             w.note_read();
@@ -729,19 +744,29 @@ impl Volume {
             let contiguous = offset + near >= g.last_read_end && offset <= g.last_read_end + near;
             let sequential = size >= KERNEL_READ_AHEAD_MIN || offset == 0 || contiguous;
             if !contiguous {
-                g.read_ahead_to = 0; // a jump (or a new pass from the start): a new window
+                // A jump (or a new pass from the start): a new, small window.
+                g.read_ahead_to = 0;
+                g.read_ahead_window = 0;
             }
             g.last_read_end = end;
-            // The window ahead is asked for in halves: once less than half
-            // of it is left, the next half goes at once, so its chunks come
-            // in few ranged reads (adjacent ones coalesce, see prefetch).
-            let window = 4 * self.cfg.chunker.max as u64;
+            // The window ahead is renewed once less than half of it is
+            // left, so its chunks come in few ranged reads (adjacent ones
+            // coalesce, see prefetch). It starts small, so a reader of a
+            // file's head fetches little it will not read, and doubles at
+            // each renewal while the reads stay in order (as mountpoint-s3's
+            // prefetcher does), up to the most the store is worth.
+            let (first, most) = self.read_ahead_windows();
             let (from, ahead_end) = if !(read_ahead && sequential) {
                 g.read_ahead_to = 0;
+                g.read_ahead_window = 0;
                 (0, 0)
-            } else if g.read_ahead_to < end + window / 2 {
+            } else if g.read_ahead_window == 0 || g.read_ahead_to < end + g.read_ahead_window / 2 {
+                // Less than half of the window asked for last is left: the
+                // next one, twice as large (the first: small).
+                let window = if g.read_ahead_window == 0 { first } else { (2 * g.read_ahead_window).min(most) };
                 let from = g.read_ahead_to.max(end);
                 g.read_ahead_to = (end + window).min(g.base_valid);
+                g.read_ahead_window = window;
                 (from, g.read_ahead_to)
             } else {
                 (0, 0)

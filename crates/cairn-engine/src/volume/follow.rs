@@ -234,6 +234,7 @@ impl Volume {
             g.data_bytes = row.data_bytes;
             g.last_read_end = 0;
             g.read_ahead_to = 0;
+            g.read_ahead_window = 0;
         }
         Ok(())
     }

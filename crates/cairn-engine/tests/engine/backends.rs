@@ -146,3 +146,66 @@ fn a_cold_sequential_read_fetches_each_chunk_once() {
     assert!(read >= data.len() as u64, "read {read} bytes for a {} byte file", data.len());
     v.close().unwrap();
 }
+
+/// The read-ahead window of a file read in order starts at two average
+/// chunks and doubles while the reads stay in order, up to four of the
+/// largest chunks on a local store: a reader of a file's head fetches
+/// little it will not read, a long sequential reader gets the whole
+/// window, and a jump starts small again.
+#[test]
+fn the_read_ahead_window_starts_small_and_grows_while_reads_stay_in_order() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let d = tempfile::tempdir().unwrap();
+    let slow = Arc::new(SlowReads { inner: MemoryBackend::new(), pack_bytes_read: Default::default() });
+    let b: Arc<dyn Backend> = slow.clone();
+    init_on(d.path(), &b);
+    let v = open_on(d.path(), &b);
+    let data = random_bytes(31, 8 << 20);
+    let ino = mkfile(&v, ROOT_INO, "f", &data);
+    v.flush_now().unwrap();
+    v.close().unwrap();
+    drop(v);
+    let (avg, max) = (small_chunks().avg as u64, small_chunks().max as u64);
+    // Waits for the prefetches a read started, then the bytes read so far.
+    let settle = |v: &Volume| {
+        let mut last = u64::MAX;
+        loop {
+            std::thread::sleep(Duration::from_millis(120));
+            let now = slow.pack_bytes_read.load(Relaxed);
+            if now == last {
+                let _ = v;
+                return now;
+            }
+            last = now;
+        }
+    };
+    let v = open_on(d.path(), &b);
+    v.open(ino).unwrap(); // the window lives with the open file's state
+    slow.pack_bytes_read.store(0, Relaxed);
+    // The head of the file, in a few small reads: the chunks read and one
+    // small window after them (the window grows only as it is used up).
+    for at in (0..4 * 4096).step_by(4096) {
+        assert_eq!(v.read(ino, at as u64, 4096).unwrap(), data[at..at + 4096]);
+    }
+    let head = settle(&v);
+    assert!(head <= max + 2 * avg + 2 * max, "four 4 KiB reads of the head fetched {head} bytes (avg chunk {avg}, max {max})");
+    // In order, as the kernel reads: the window grows to four max chunks.
+    let mut at = 4 * 4096u64;
+    let mut ahead_most = 0u64;
+    while at < 2 << 20 {
+        let got = v.read(ino, at, 128 << 10).unwrap();
+        at += got.len() as u64;
+        let read = settle(&v);
+        ahead_most = ahead_most.max(read.saturating_sub(at));
+    }
+    assert!(ahead_most >= 3 * max, "the window never grew: at most {ahead_most} bytes fetched ahead of the reader");
+    assert!(ahead_most <= 5 * max + max, "the window outgrew its bound: {ahead_most} bytes ahead");
+    // A jump (further than a reordered stream of the kernel's reads goes),
+    // then reads in order from there: small again.
+    let before = slow.pack_bytes_read.load(Relaxed);
+    assert_eq!(v.read(ino, 7 << 20, 4096).unwrap(), data[7 << 20..(7 << 20) + 4096]);
+    assert_eq!(v.read(ino, (7 << 20) + 4096, 4096).unwrap(), data[(7 << 20) + 4096..(7 << 20) + 8192]);
+    let jump = settle(&v) - before;
+    assert!(jump <= max + 2 * avg + 2 * max, "a read after a jump fetched {jump} bytes");
+    v.close().unwrap();
+}
