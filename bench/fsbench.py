@@ -207,14 +207,26 @@ def shift(path, op, offset, length):
 
 # struct cairn_rpwrite (crates/cairn-client/include/cairn.h)
 RP_IOC = 0xFFD0CA01
-RP_HDR = struct.Struct("<5Q2I4Q")  # offset, mbyte, nbyte, src_ino, src_offset, flags, pad; out: new_size, rechunked, new_bytes, old_chunks
+RP_HDR = struct.Struct("<5Q2I4Q")  # offset, mbyte, nbyte, src, src_offset, flags, pad; out: new_size, rechunked, new_bytes, old_chunks
 RP_INLINE = 16 * 1024 - 128
-RP_FROM_INODE = 1
+# Protocol 2: the source of a splice is named by a token that IOC_SOURCE
+# gives for a descriptor opened for reading (inode numbers are refused).
+RP_FROM_SOURCE = 2
+RP_IOC_SOURCE = 0x8008CA02
 
 
-def rp_ioctl(fd, offset, mbyte, data=b"", src_ino=0, src_offset=0, nbyte=None, flags=0):
+def rp_source(path):
+    """A read descriptor of `path` and the token naming it (keep the
+    descriptor open while the token is used)."""
+    sfd = os.open(path, os.O_RDONLY)
+    buf = bytearray(8)
+    fcntl.ioctl(sfd, RP_IOC_SOURCE, buf)
+    return sfd, struct.unpack("<Q", buf)[0]
+
+
+def rp_ioctl(fd, offset, mbyte, data=b"", src=0, src_offset=0, nbyte=None, flags=0):
     buf = bytearray(RP_HDR.size + RP_INLINE)
-    RP_HDR.pack_into(buf, 0, offset, mbyte, len(data) if nbyte is None else nbyte, src_ino, src_offset, flags, 0, 0, 0, 0, 0)
+    RP_HDR.pack_into(buf, 0, offset, mbyte, len(data) if nbyte is None else nbyte, src, src_offset, flags, 0, 0, 0, 0, 0)
     buf[RP_HDR.size:RP_HDR.size + len(data)] = data
     t0 = time.perf_counter()
     fcntl.ioctl(fd, RP_IOC, buf)
@@ -228,7 +240,8 @@ def rpwrite(path, op, offset, length):
     to the metadata database's WAL; fsync makes it durable, as the POSIX
     program's fsync does). Up to RP_INLINE bytes travel inline; more are
     written to a scratch file next to the target and spliced in from it
-    (RP_FROM_INODE), then the scratch file is unlinked."""
+    (RP_FROM_SOURCE, by a token for a read descriptor of it), then the
+    scratch file is unlinked."""
     data = os.urandom(length) if op == "insert" else b""
     fd = os.open(path, os.O_RDWR)
     r = {}
@@ -244,11 +257,12 @@ def rpwrite(path, op, offset, length):
         while mv:
             mv = mv[os.write(sfd, mv):]
         os.close(sfd)
-        ino = os.stat(scratch).st_ino
+        src_fd, token = rp_source(scratch)
         t1 = time.perf_counter()
         r["scratch_write_s"] = t1 - t0
-        r["ioctl_s"], out = rp_ioctl(fd, offset, 0, b"", src_ino=ino, src_offset=0, nbyte=length, flags=RP_FROM_INODE)
+        r["ioctl_s"], out = rp_ioctl(fd, offset, 0, b"", src=token, src_offset=0, nbyte=length, flags=RP_FROM_SOURCE)
         t2 = time.perf_counter()
+        os.close(src_fd)
         os.unlink(scratch)
         r["unlink_s"] = time.perf_counter() - t2
     t3 = time.perf_counter()
@@ -795,7 +809,7 @@ def report(a):
           "(from the end for an insert), write the new bytes or `ftruncate`, `fsync`. (b) the same program on the Cairn "
           "mount. (c) Cairn's rpwrite ioctl (`bench/fsbench.py rpwrite`, the struct of `cairn.h`), then `fsync` (an edit "
           "commits to the metadata database's WAL; the fsync makes it durable like (a)'s). 4 KiB travel inline in the "
-          "ioctl; 8 MiB are first written to a scratch file beside the target and spliced from it (`RP_FROM_INODE`), "
+          "ioctl; 8 MiB are first written to a scratch file beside the target and spliced from it (`RP_FROM_SOURCE`, a token for a read descriptor of it), "
           "then the scratch file is unlinked: what `cairn_rpwrite` in libcairn does. Timed from after `open` to after "
           "`fsync`; the `open` is not part of the edit. "
           "The new bytes are fresh random ones for each method, so (b) and (c), in one volume, do not deduplicate against "
