@@ -113,6 +113,21 @@ impl Backend for SlowReads {
     }
 }
 
+/// A volume on a [`SlowReads`] store holding one file of `len` random bytes
+/// (`seed`), packed, and closed: the next open starts with cold caches.
+fn packed_file_on_slow_reads(seed: u64, len: usize) -> (tempfile::TempDir, Arc<SlowReads>, Arc<dyn Backend>, Vec<u8>, u64) {
+    let d = tempfile::tempdir().unwrap();
+    let slow = Arc::new(SlowReads { inner: MemoryBackend::new(), pack_bytes_read: Default::default() });
+    let b: Arc<dyn Backend> = slow.clone();
+    init_on(d.path(), &b);
+    let v = open_on(d.path(), &b);
+    let data = random_bytes(seed, len);
+    let ino = mkfile(&v, ROOT_INO, "f", &data);
+    v.flush_now().unwrap();
+    v.close().unwrap();
+    (d, slow, b, data, ino)
+}
+
 /// "One fetch and one decode per chunk": a sequential reader that misses
 /// the cache waits for the prefetch already fetching the chunk instead of
 /// reading it from the store a second time, so a cold sequential read of
@@ -120,16 +135,7 @@ impl Backend for SlowReads {
 /// read-ahead both fetched the chunks the reader reached first).
 #[test]
 fn a_cold_sequential_read_fetches_each_chunk_once() {
-    let d = tempfile::tempdir().unwrap();
-    let slow = Arc::new(SlowReads { inner: MemoryBackend::new(), pack_bytes_read: Default::default() });
-    let b: Arc<dyn Backend> = slow.clone();
-    init_on(d.path(), &b);
-    let v = open_on(d.path(), &b);
-    let data = random_bytes(27, 3 << 20);
-    let ino = mkfile(&v, ROOT_INO, "f", &data);
-    v.flush_now().unwrap();
-    v.close().unwrap();
-    drop(v);
+    let (d, slow, b, data, ino) = packed_file_on_slow_reads(27, 3 << 20);
     let stored: u64 = slow.inner.list("packs/").unwrap().iter().map(|o| o.size).sum();
     slow.pack_bytes_read.store(0, std::sync::atomic::Ordering::Relaxed);
     let v = open_on(d.path(), &b);
@@ -155,16 +161,7 @@ fn a_cold_sequential_read_fetches_each_chunk_once() {
 #[test]
 fn the_read_ahead_window_starts_small_and_grows_while_reads_stay_in_order() {
     use std::sync::atomic::Ordering::Relaxed;
-    let d = tempfile::tempdir().unwrap();
-    let slow = Arc::new(SlowReads { inner: MemoryBackend::new(), pack_bytes_read: Default::default() });
-    let b: Arc<dyn Backend> = slow.clone();
-    init_on(d.path(), &b);
-    let v = open_on(d.path(), &b);
-    let data = random_bytes(31, 8 << 20);
-    let ino = mkfile(&v, ROOT_INO, "f", &data);
-    v.flush_now().unwrap();
-    v.close().unwrap();
-    drop(v);
+    let (d, slow, b, data, ino) = packed_file_on_slow_reads(31, 8 << 20);
     let (avg, max) = (small_chunks().avg as u64, small_chunks().max as u64);
     // Waits for the prefetches a read started, then the bytes read so far.
     let settle = |v: &Volume| {
