@@ -755,14 +755,15 @@ impl Volume {
             // file's head fetches little it will not read, and doubles at
             // each renewal while the reads stay in order (as mountpoint-s3's
             // prefetcher does), up to the most the store is worth.
-            let (first, most) = self.read_ahead_windows();
             let (from, ahead_end) = if !(read_ahead && sequential) {
                 g.read_ahead_to = 0;
                 g.read_ahead_window = 0;
                 (0, 0)
             } else if g.read_ahead_window == 0 || g.read_ahead_to < end + g.read_ahead_window / 2 {
                 // Less than half of the window asked for last is left: the
-                // next one, twice as large (the first: small).
+                // next one, twice as large (the first: small). Asked of the
+                // store only here: most reads renew nothing.
+                let (first, most) = self.read_ahead_windows();
                 let window = if g.read_ahead_window == 0 { first } else { (2 * g.read_ahead_window).min(most) };
                 let from = g.read_ahead_to.max(end);
                 g.read_ahead_to = (end + window).min(g.base_valid);
