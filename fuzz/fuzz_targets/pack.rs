@@ -17,7 +17,9 @@ fuzz_target!(|data: &[u8]| {
                 if let Ok(entries) = pack::decode_index(&keys, &vid, idx, size) {
                     for e in entries {
                         let blob = data[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
-                        let _ = pack::decode_blob(&keys, &e, blob);
+                        // Both checks: the mount's (seal only when encrypted) and fsck's.
+                        let _ = pack::decode_blob(&keys, &e, blob.clone(), pack::Verify::Sealed);
+                        let _ = pack::decode_blob(&keys, &e, blob, pack::Verify::Full);
                     }
                 }
             }
