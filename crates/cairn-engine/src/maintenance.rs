@@ -703,8 +703,8 @@ pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'
 }
 
 pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)> {
-    let (bytes, entries) = b.finish(&vol.keys, &vol.vid);
+    let (pack, entries) = b.finish(&vol.keys, &vol.vid);
     let name = pack::fresh_name();
-    vol.backend.put(&name, &bytes)?;
-    Ok((name, bytes.len() as u64, entries.len() as u64))
+    vol.backend.put(&name, pack.bytes())?;
+    Ok((name, pack.bytes().len() as u64, entries.len() as u64))
 }

@@ -101,9 +101,35 @@ pub fn decode_blob(keys: &Keys, e: &BlobEntry, stored: Vec<u8>, verify: Verify) 
 }
 
 /// Builds a pack in memory.
+///
+/// The pack starts at the first address in the buffer aligned for direct
+/// I/O (up to 4 KiB in), so the local store writes it with `O_DIRECT`
+/// straight from here instead of through a bounce copy.
 pub struct PackBuilder {
     buf: Vec<u8>,
+    /// Where the pack starts in `buf`.
+    start: usize,
     entries: Vec<BlobEntry>,
+}
+
+/// The alignment a pack's first byte gets in its builder's buffer.
+const BUFFER_ALIGN: usize = 4096;
+
+/// A finished pack: its bytes, in the builder's buffer.
+pub struct BuiltPack {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl BuiltPack {
+    /// The pack as stored.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+    /// The buffer, for reuse.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
 }
 
 impl PackBuilder {
@@ -117,30 +143,36 @@ impl PackBuilder {
     /// A builder writing into `buf` (emptied first; its capacity is reused).
     pub fn with_buffer(volume_id: &[u8; 16], mut buf: Vec<u8>) -> Self {
         buf.clear();
+        buf.reserve(BUFFER_ALIGN + PACK_MAGIC.len() + volume_id.len());
+        // Only a buffer that grows later moves the pack off the alignment
+        // (then the store copies it once, as before).
+        let start = Some(buf.as_ptr().align_offset(BUFFER_ALIGN)).filter(|&k| k < BUFFER_ALIGN).unwrap_or(0);
+        buf.resize(start, 0);
         buf.extend_from_slice(PACK_MAGIC);
         buf.extend_from_slice(volume_id);
-        PackBuilder { buf, entries: Vec::new() }
+        PackBuilder { buf, start, entries: Vec::new() }
     }
     /// Appends an encoded blob; returns its entry.
     pub fn add(&mut self, id: ChunkId, blob: &[u8], raw_len: u32, flags: u8) -> BlobEntry {
-        let e = BlobEntry { id, offset: self.buf.len() as u64, stored_len: blob.len() as u32, raw_len, flags };
+        let e = BlobEntry { id, offset: self.len() as u64, stored_len: blob.len() as u32, raw_len, flags };
         self.buf.extend_from_slice(blob);
         self.entries.push(e.clone());
         e
     }
+    /// The pack's length so far.
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.start
     }
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
-    /// Appends index and trailer; returns the bytes and the entries.
-    pub fn finish(mut self, keys: &Keys, volume_id: &[u8; 16]) -> (Vec<u8>, Vec<BlobEntry>) {
+    /// Appends index and trailer; returns the pack and the entries.
+    pub fn finish(mut self, keys: &Keys, volume_id: &[u8; 16]) -> (BuiltPack, Vec<BlobEntry>) {
         let index = encode_index(keys, volume_id, &self.entries);
         self.buf.extend_from_slice(&index);
         self.buf.extend_from_slice(&(index.len() as u32).to_le_bytes());
         self.buf.extend_from_slice(TRAILER_MAGIC);
-        (self.buf, self.entries)
+        (BuiltPack { buf: self.buf, start: self.start }, self.entries)
     }
 }
 
@@ -284,7 +316,24 @@ mod tests {
             let (blob, flags) = encode_blob(keys, &id, c, 1);
             b.add(id, &blob, c.len() as u32, flags);
         }
-        b.finish(keys, vid)
+        let (pack, entries) = b.finish(keys, vid);
+        (pack.bytes().to_vec(), entries)
+    }
+
+    #[test]
+    fn a_pack_starts_at_an_aligned_address_in_its_buffer() {
+        let keys = Keys::derive(&[3u8; 32], false);
+        let vid = [1u8; 16];
+        for cap in [16 << 10, 1 << 20] {
+            let mut b = PackBuilder::with_capacity(&vid, cap);
+            let c = vec![7u8; 5000];
+            let e = b.add(keys.chunk_id(&c), &c, 5000, 0);
+            assert_eq!(e.offset, HEADER_LEN as u64, "blob offsets count from the pack's start");
+            let (p, _) = b.finish(&keys, &vid);
+            assert_eq!(p.bytes().as_ptr() as usize % 4096, 0);
+            assert!(p.bytes().starts_with(PACK_MAGIC));
+            assert!(parse_trailer(&p.bytes()[p.bytes().len() - TRAILER_LEN..], p.bytes().len() as u64).is_ok());
+        }
     }
 
     #[test]

@@ -81,8 +81,8 @@ pub(crate) struct Batch<'a> {
     _chunk_guard: super::guard::Shared<'a>,
     builder: Option<PackBuilder>,
     sealed: Vec<SealedPack>,
-    /// Pack uploads under way on their own threads (at most two).
-    uploads: std::collections::VecDeque<std::thread::JoinHandle<Result<()>>>,
+    /// Pack uploads under way on the volume's upload threads (at most two).
+    uploads: std::collections::VecDeque<super::uploads::Pending>,
     new_chunks: Vec<(u64, usize, BlobEntry)>,
     by_hash: HashMap<ChunkId, u64>,
     /// Counters for stats and benchmarks.
@@ -172,17 +172,17 @@ impl<'a> Batch<'a> {
         Ok(out)
     }
 
-    /// Seals the open pack and starts uploading it (with retries) on its own
-    /// thread, so the flush goes on chunking meanwhile.
+    /// Seals the open pack and starts uploading it (with retries) on one of
+    /// the volume's upload threads, so the flush goes on chunking meanwhile.
     pub(crate) fn seal(&mut self) -> Result<()> {
         let Some(b) = self.builder.take() else { return Ok(()) };
         if b.is_empty() {
             return Ok(());
         }
         let vol = self.vol;
-        let (bytes, entries) = b.finish(&vol.keys, &vol.vid);
+        let (built, entries) = b.finish(&vol.keys, &vol.vid);
         let name = pack::fresh_name();
-        self.sealed.push(SealedPack { name: name.clone(), size: bytes.len() as u64, blobs: entries.len() as u64 });
+        self.sealed.push(SealedPack { name: name.clone(), size: built.bytes().len() as u64, blobs: entries.len() as u64 });
         // A store that positions its medium (a tape) lays packs down in the
         // order their puts arrive: one upload at a time keeps that the
         // order they were sealed in, so a file's packs lie in file order
@@ -190,19 +190,16 @@ impl<'a> Batch<'a> {
         // reading the file back located backwards once per round).
         let in_flight = if vol.backend.capabilities().cheap_ranged_reads { 2 } else { 1 };
         while self.uploads.len() >= in_flight {
-            join_upload(self.uploads.pop_front().expect("non-empty"))?;
+            self.uploads.pop_front().expect("non-empty").wait()?;
         }
         let backend = vol.backend.clone();
         let pool = vol.pack_buffers.clone();
-        let h = std::thread::Builder::new()
-            .name("cairn-upload".into())
-            .spawn(move || {
-                let r = upload(backend.as_ref(), &name, &bytes);
-                pool.give(bytes);
-                r
-            })
-            .map_err(|e| Error::io(format!("spawning an upload thread: {e}")))?;
-        self.uploads.push_back(h);
+        let pending = vol.uploader.submit(move || {
+            let r = upload(backend.as_ref(), &name, built.bytes());
+            pool.give(built.into_buffer());
+            r
+        })?;
+        self.uploads.push_back(pending);
         Ok(())
     }
 
@@ -230,8 +227,8 @@ impl<'a> Batch<'a> {
     /// Waits for every upload; the packs are durable when this returns Ok.
     pub(crate) fn finish_uploads(&mut self) -> Result<()> {
         let mut first_err = None;
-        while let Some(h) = self.uploads.pop_front() {
-            if let Err(e) = join_upload(h) {
+        while let Some(p) = self.uploads.pop_front() {
+            if let Err(e) = p.wait() {
                 first_err.get_or_insert(e);
             }
         }
@@ -289,10 +286,6 @@ fn demote_patches_near_rechunks(patches: &mut Vec<(u64, u64)>, rest: &mut Vec<(u
     }
 }
 
-fn join_upload(h: std::thread::JoinHandle<Result<()>>) -> Result<()> {
-    h.join().map_err(|_| Error::io("a pack upload thread panicked"))?
-}
-
 /// One pack upload. Retries are the backend's (`cairn_backend::Retrying`
 /// wraps every backend the engine opens), by error kind.
 fn upload(backend: &dyn cairn_backend::Backend, name: &str, bytes: &[u8]) -> Result<()> {
@@ -303,7 +296,7 @@ fn upload(backend: &dyn cairn_backend::Backend, name: &str, bytes: &[u8]) -> Res
 impl<'a> Drop for Batch<'a> {
     fn drop(&mut self) {
         // A failed round still waits for its uploads (their packs are orphans
-        // that gc removes), so no thread outlives the batch.
+        // that gc removes), so no upload outlives the batch.
         let _ = self.finish_uploads();
     }
 }

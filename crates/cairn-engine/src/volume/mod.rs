@@ -8,6 +8,7 @@ mod follow;
 mod guard;
 mod archive;
 mod buffers;
+mod uploads;
 mod edit;
 mod namespace;
 mod order;
@@ -168,6 +169,8 @@ pub struct Volume {
     pub(crate) windows: buffers::BufferPool,
     /// Pack builders' buffers, given back by the upload threads.
     pub(crate) pack_buffers: Arc<buffers::BufferPool>,
+    /// The threads pack uploads run on.
+    pub(crate) uploader: uploads::Uploader,
     pub(crate) pack_names: DashMap<u64, Arc<str>>,
     /// Where chunks live. Locations change only in gc: offline, or the
     /// cleaner inside a mount, which drops the entries of what it moved
@@ -338,6 +341,7 @@ impl Volume {
             windows: buffers::BufferPool::new(2),
             // One building, two uploading.
             pack_buffers: Arc::new(buffers::BufferPool::new(3)),
+            uploader: uploads::Uploader::default(),
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
