@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use cairn_engine::metrics::{Op, Timer};
 use cairn_engine::{Attr, Caller, DirEntry, ErrorKind, Ino, LockKind, LockOutcome, LockStyle, SetAttr, Timestamp, Volume};
@@ -195,6 +195,13 @@ impl CairnFs {
         self.vol
             .create(parent.0, bytes(name), kind, new_perm(mode, umask), rdev, caller(req))
             .map_err(|e| errno(op, parent.0, &e))
+    }
+
+    /// Answers with an entry for `attr`: the kernel takes a reference to
+    /// the inode, counted before the reply goes (a FORGET cannot overtake it).
+    fn entry(&self, reply: ReplyEntry, attr: &cairn_engine::Attr) {
+        self.vol.kernel_ref(attr.ino);
+        reply.entry(&TTL, &file_attr(attr), GENERATION)
     }
 
     /// A new file handle; the low bits record whether it may write (bit 0)
@@ -431,7 +438,7 @@ impl Filesystem for CairnFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let mut t = self.vol.metrics().start(Op::Lookup);
         match self.vol.lookup(parent.0, bytes(name)) {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Ok(attr) => self.entry(reply, &attr),
             // A negative entry (node id 0): the kernel caches the miss for TTL,
             // so repeated probes of missing names (PATH, shared libraries,
             // build tools) stay in the kernel. Creating the name through this
@@ -445,9 +452,12 @@ impl Filesystem for CairnFs {
         }
     }
 
-    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
-        // The engine keeps no kernel lookup counts: inodes live by link count
-        // and open handles (open/release), so there is nothing to drop.
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // The last FORGET of a file without names frees it (Volume::kernel_forget).
+        // BATCH_FORGET comes here too (fuser's default calls this per node).
+        if let Err(e) = self.vol.kernel_forget(ino.0, nlookup) {
+            error!("forget of inode {}: freeing it failed: {} (the next mount frees it)", ino.0, e.message());
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -496,17 +506,6 @@ impl Filesystem for CairnFs {
         };
         match self.vol.setattr(ino.0, &set) {
             Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
-            // With the writeback cache the kernel owns a file's mtime and
-            // writes it back when it evicts the inode, which for an unlinked
-            // file is after the last handle went and the daemon deleted it.
-            // No path or handle can reach such an inode any more, so there is
-            // nothing left to date; an error here would surface as a bogus
-            // ENOENT from the next syncfs(2) of the whole mount.
-            Err(e) if e.errno() == libc::ENOENT && set.perm.is_none() && set.uid.is_none() && set.gid.is_none() && set.size.is_none() => {
-                let mut gone = placeholder_attr(ino.0, cairn_engine::FileKind::File);
-                gone.nlink = 0;
-                reply.attr(&Duration::ZERO, &gone)
-            }
             Err(e) => failed(&mut t, reply).error(errno("setattr", ino.0, &e)),
         }
     }
@@ -531,7 +530,7 @@ impl Filesystem for CairnFs {
     ) {
         let mut t = self.vol.metrics().start(Op::Mknod);
         match self.make_node("mknod", req, parent, name, mode, umask, rdev) {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Ok(attr) => self.entry(reply, &attr),
             Err(e) => failed(&mut t, reply).error(e),
         }
     }
@@ -548,7 +547,7 @@ impl Filesystem for CairnFs {
         let mut t = self.vol.metrics().start(Op::Mkdir);
         let perm = new_perm(mode, umask);
         match self.vol.mkdir(parent.0, bytes(name), perm, caller(req)) {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Ok(attr) => self.entry(reply, &attr),
             Err(e) => failed(&mut t, reply).error(errno("mkdir", parent.0, &e)),
         }
     }
@@ -583,7 +582,7 @@ impl Filesystem for CairnFs {
             .vol
             .symlink(parent.0, bytes(link_name), target, caller(req))
         {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Ok(attr) => self.entry(reply, &attr),
             Err(e) => failed(&mut t, reply).error(errno("symlink", parent.0, &e)),
         }
     }
@@ -622,7 +621,7 @@ impl Filesystem for CairnFs {
     ) {
         let mut t = self.vol.metrics().start(Op::Link);
         match self.vol.link(ino.0, newparent.0, bytes(newname)) {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
+            Ok(attr) => self.entry(reply, &attr),
             Err(e) => failed(&mut t, reply).error(errno("link", ino.0, &e)),
         }
     }
@@ -927,6 +926,10 @@ impl Filesystem for CairnFs {
             if reply.add(attr.ino, next_offset(pos), name, &TTL, &attr, GENERATION) {
                 break;
             }
+            // The kernel takes a reference to every entry but the dots.
+            if !is_dot(&e.name) {
+                self.vol.kernel_ref(e.ino);
+            }
             added += 1;
         }
         reply.ok();
@@ -1066,13 +1069,16 @@ impl Filesystem for CairnFs {
             Err(e) => return failed(&mut t, reply).error(e),
         };
         match self.vol.open_created(attr.ino) {
-            Ok(()) => reply.created(
+            Ok(()) => {
+                self.vol.kernel_ref(attr.ino);
+                reply.created(
                 &TTL,
                 &file_attr(&attr),
                 GENERATION,
                 self.new_fh(writable(flags), readable(flags)),
                 FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            )
+            }
             Err(e) => failed(&mut t, reply).error(errno("create(open)", attr.ino, &e)),
         }
     }

@@ -132,6 +132,46 @@ fn unlinked_open_file_stays_readable_until_close() {
     env.assert_fsck_clean(|_| false);
 }
 
+/// A file whose last name goes while the kernel still holds its inode (an
+/// `O_PATH` descriptor: no open handle reaches the daemon) lives until the
+/// kernel forgets it: its attributes stay readable (nlink 0), the kernel's
+/// write-back of its times succeeds (a `syncfs` used to fail with ENOENT),
+/// and the FORGET frees it while the volume is still mounted.
+#[test]
+fn a_file_unlinked_while_the_kernel_holds_it_is_freed_at_its_forget() {
+    let _serial = serial();
+    let env = Env::new("forget");
+    let m = env.mount();
+    let path = m.join("held");
+    write_random_file(&path, 7, MIB);
+    let held = fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(&path).unwrap();
+    // The kernel owns the file's times (writeback cache): it sends them at eviction.
+    fs::write(m.join("other"), b"x").unwrap();
+    fs::remove_file(&path).unwrap();
+    // Past the attribute TTL, so fstat asks the daemon.
+    std::thread::sleep(Duration::from_millis(1500));
+    let meta = fs::File::from(held.try_clone().unwrap()).metadata();
+    let meta = meta.unwrap_or_else(|e| panic!("fstat of a held, unlinked file: {e}"));
+    assert_eq!((meta.nlink(), meta.len()), (0, MIB));
+    assert_eq!(env.stats()["files"], 2, "the held file is still there, beside `other`");
+    let dir = fs::File::open(m.path()).unwrap();
+    // SAFETY: syncfs on a descriptor owned by `dir`.
+    assert_eq!(unsafe { libc::syncfs(dir.as_raw_fd()) }, 0, "syncfs: {}", errno_name(errno()));
+    drop(dir);
+    drop(held);
+    let t = Instant::now();
+    while env.stats()["files"] != 1 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the forgotten file was not freed while mounted: {}", env.stats());
+        // Eviction of unused dentries (what an idle kernel does by itself, later).
+        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    m.umount();
+    let s = env.stats();
+    assert_eq!((s["files"].as_u64(), s["data_bytes"].as_u64()), (Some(1), Some(1)), "after unmount: {s}");
+    env.assert_fsck_clean(|_| false);
+}
+
 const APPENDER: &str = r#"
 import os, sys
 path, tag, n = sys.argv[2], sys.argv[3], int(sys.argv[4])

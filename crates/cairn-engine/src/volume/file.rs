@@ -367,7 +367,8 @@ impl Volume {
             let nlink = self.meta.read_one(|c| Ok(c.get_inode(ino)?))?.map(|r| r.attr.nlink);
             // Otherwise the flusher picks the file up on its next round, together
             // with every other file closed meanwhile, so small files share packs.
-            if nlink == Some(0) {
+            // (If the kernel still holds it, its FORGET frees it.)
+            if nlink == Some(0) && !self.held_by_kernel(ino) {
                 self.free_inode(ino)?;
             } else if self.opts.read_only {
                 // No flusher evicts clean states here: forget the file now,
@@ -387,8 +388,8 @@ impl Volume {
         Ok(())
     }
 
-    /// Called when a file lost its last name: frees it now, or marks it to
-    /// be freed at its last release.
+    /// Called when a file lost its last name: frees it now, or leaves it to
+    /// its last release or, if the kernel still holds it, to its FORGET.
     pub(crate) fn last_name_gone(&self, ino: Ino) -> Result<()> {
         let open = match self.files.get(&ino) {
             Some(st) => {
@@ -398,7 +399,7 @@ impl Volume {
             }
             None => 0,
         };
-        if open == 0 {
+        if open == 0 && !self.held_by_kernel(ino) {
             self.free_inode(ino)?;
         }
         Ok(())

@@ -9,6 +9,7 @@ mod guard;
 mod archive;
 mod buffers;
 mod uploads;
+mod kernel_refs;
 mod edit;
 mod namespace;
 mod order;
@@ -171,6 +172,8 @@ pub struct Volume {
     pub(crate) pack_buffers: Arc<buffers::BufferPool>,
     /// The threads pack uploads run on.
     pub(crate) uploader: uploads::Uploader,
+    /// Inodes the kernel holds (a FUSE mount's lookup counts).
+    pub(crate) kernel_refs: kernel_refs::KernelRefs,
     pub(crate) pack_names: DashMap<u64, Arc<str>>,
     /// Where chunks live. Locations change only in gc: offline, or the
     /// cleaner inside a mount, which drops the entries of what it moved
@@ -342,6 +345,7 @@ impl Volume {
             // One building, two uploading.
             pack_buffers: Arc::new(buffers::BufferPool::new(3)),
             uploader: uploads::Uploader::default(),
+            kernel_refs: Default::default(),
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
@@ -664,7 +668,9 @@ impl Volume {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let r = self.sync();
+        // The kernel is gone: files without names it still held go now.
+        let freed = if self.opts.read_only { Ok(()) } else { self.free_forgotten_at_close() };
+        let r = freed.and_then(|()| self.sync());
         if r.is_ok() {
             // A clean unmount leaves no marks behind (its journal is empty).
             let _round = self.flush_mutex.lock();

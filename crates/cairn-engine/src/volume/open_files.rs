@@ -90,10 +90,10 @@ impl Volume {
     }
 
     /// Whether inode `ino`, whose last name goes in `tx`, may be freed in
-    /// it: nobody here has it open or dirty, and no other session has it
-    /// open.
+    /// it: nobody here has it open or dirty, the kernel does not hold it,
+    /// and no other session has it open.
     pub(crate) fn free_in_tx(&self, tx: &dyn MetaTx, ino: Ino) -> Result<bool> {
-        if self.files.contains_key(&ino) {
+        if self.files.contains_key(&ino) || self.kernel_holds(ino) {
             return Ok(false);
         }
         match self.session_id() {
