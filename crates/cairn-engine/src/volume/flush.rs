@@ -262,6 +262,29 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// Where the first gap in a file's new bytes starts: a stretch past the
+/// committed length `from` that no overlay piece covers, with a piece
+/// after it. Only when the pieces run to the file's `size`: out-of-order
+/// write-back sets the size by its writes, and held records then restore
+/// it after a crash. A size a truncate set past the pieces is committed
+/// with that truncate's record, so the flush cannot stop short of it.
+fn first_gap(pieces: &[(u64, super::file::Piece)], from: u64, size: u64) -> Option<u64> {
+    if !pieces.last().is_some_and(|(s, p)| s + p.len == size) {
+        return None;
+    }
+    let mut at = from;
+    for (s, p) in pieces {
+        if s + p.len <= at {
+            continue;
+        }
+        if *s > at {
+            return (at < size).then_some(at);
+        }
+        at = s + p.len;
+    }
+    None
+}
+
 /// Moves into `rest` every patch that lies where a re-chunk of a `rest`
 /// range will read, `[a - max, b + 2·max)`, until none does: the re-chunk
 /// would read the patch's chunk, which is only in this round's batch (not
@@ -553,9 +576,23 @@ impl Volume {
         if base_valid < map.len() {
             map.set_len(base_valid);
         }
-        map.set_len(size);
+        // A file still being written whose new bytes have a gap (the
+        // writeback cache sends pages out of order) is flushed only up to
+        // the gap: a chunk cut there would die when the gap is filled.
+        // Bounded: with more than a quarter of the journal's limit past the
+        // gap (a writer that leaves it open for good), the flush goes
+        // through it, so held bytes never stall writers on journal room.
+        let end = match hold_tail.then(|| first_gap(&pieces, map.len(), size)).flatten() {
+            Some(gap) if size - gap <= self.opts.journal_limit / 4 => gap,
+            _ => size,
+        };
+        map.set_len(end);
         let mut dirty: Vec<(u64, u64)> = Vec::new();
         for (s, p) in &pieces {
+            if *s >= end {
+                continue;
+            }
+            let p = &if s + p.len > end { p.slice(0, end - s) } else { *p };
             let ext = match p.src {
                 PieceSrc::Zero => Extent::hole(p.len),
                 PieceSrc::Data(loc) => {
@@ -587,18 +624,20 @@ impl Volume {
         }
         let n_clusters = clusters.len();
         // Right to left, so splices do not move the clusters still to do.
-        let mut committed = size;
-        let mut committed_seq = seq;
+        // Records with bytes past the committed end replay after a crash, so
+        // the committed journal position stays below them.
+        let below = |t: u64| pieces.iter().filter(|(s0, p)| s0 + p.len > t).map(|(_, p)| p.seq).min().map_or(seq, |first| first - 1);
+        let mut committed = end;
+        let mut committed_seq = if end < size { below(end) } else { seq };
         for (i, (a, b)) in clusters.into_iter().enumerate().rev() {
             let last = i + 1 == n_clusters;
-            let held = self.rechunk(&mut map, a, b, batch, hold_tail && last && b == size, &[])?;
+            let held = self.rechunk(&mut map, a, b, batch, hold_tail && last && b == end, &[])?;
             if let Some(t) = held {
                 // Commit up to `t`; the pieces covering the tail replay after a
                 // crash, so the committed journal position stays below them.
                 committed = t;
                 map.set_len(t);
-                let first_held = pieces.iter().filter(|(s0, p)| s0 + p.len > t).map(|(_, p)| p.seq).min().unwrap_or(seq + 1);
-                committed_seq = first_held - 1;
+                committed_seq = below(t);
             }
         }
         debug_assert!(!map.has_pending());

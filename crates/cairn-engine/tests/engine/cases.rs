@@ -453,6 +453,57 @@ fn streaming_writer_with_many_background_flushes_leaves_no_dead_chunks() {
     assert!(rep.errors.is_empty(), "{:?}", rep.errors);
 }
 
+/// The writeback cache may send a file's pages out of order: flushes that
+/// run while a stretch is still missing hold back everything from the gap
+/// on (a chunk cut at the gap would die once the gap is filled), the file
+/// reads back exactly meanwhile, and a crash with the gap open replays
+/// what was held.
+#[test]
+fn flushes_during_out_of_order_writes_hold_back_from_the_gap() {
+    let d = tempfile::tempdir().unwrap();
+    init_small(d.path());
+    let data = random_bytes(22, 6 << 20);
+    let piece = 128usize << 10;
+    // Pieces 10..16 arrive last, as a late write-back would send them.
+    let order: Vec<usize> = (0..10).chain(16..48).chain(10..16).collect();
+    let mut with_gap = data.clone();
+    with_gap[10 * piece..16 * piece].fill(0);
+    let v = Volume::load(d.path(), OpenOptions { flush_bytes: 256 << 10, ..opts() }).unwrap();
+    let write_until = |name: &[u8], n: usize| {
+        let a = v.create(ROOT_INO, name, FileKind::File, 0o644, 0, root()).unwrap();
+        v.open(a.ino).unwrap();
+        for &i in &order[..n] {
+            v.write(a.ino, (i * piece) as u64, &data[i * piece..(i + 1) * piece]).unwrap();
+            v.flush_due().unwrap();
+        }
+        a.ino
+    };
+    let whole = write_until(b"late", 42);
+    // The gap is still open: nothing past it is committed yet.
+    let committed = maintenance::stats(&v).unwrap().data_bytes;
+    assert!(committed <= (10 * piece) as u64, "{committed} bytes committed with a gap at {}", 10 * piece);
+    assert!(read_all(&v, whole) == with_gap, "content with the gap open");
+    for &i in &order[42..] {
+        v.write(whole, (i * piece) as u64, &data[i * piece..(i + 1) * piece]).unwrap();
+        v.flush_due().unwrap();
+    }
+    assert!(read_all(&v, whole) == data);
+    v.release(whole).unwrap();
+    v.flush_now().unwrap();
+    let s = maintenance::stats(&v).unwrap();
+    assert_eq!(s.dead_chunks, 0, "{s:?}");
+    assert!(read_all(&v, whole) == data);
+    // A crash while the gap is open (the held records were fsynced).
+    let cut = write_until(b"cut", 42);
+    v.fsync(cut, false).unwrap();
+    v.simulate_crash();
+    let v = open(d.path());
+    assert!(read_all(&v, cut) == with_gap, "content after the crash");
+    assert!(read_all(&v, whole) == data);
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
 /// In-process metadata rate, without FUSE: `cargo test --release -- --ignored --nocapture create_rate`.
 #[test]
 #[ignore]
