@@ -605,7 +605,7 @@ impl Volume {
             };
             map.splice(*s, s + p.len, vec![ext]);
         }
-        let dirty = self.store_patches(&mut map, dirty, batch)?;
+        let dirty = self.store_patches(&mut map, dirty, batch, !hold_tail)?;
         // Cluster dirty ranges that would re-chunk the same old chunks.
         let max = self.cfg.chunker.max as u64;
         let mut clusters: Vec<(u64, u64)> = Vec::new();
@@ -657,15 +657,34 @@ impl Volume {
     /// as a whole file chunk differently), so a neighbourhood that gathers
     /// more than [`PATCH_EXTENTS`] extents is re-chunked instead, which
     /// folds its patches back into content-defined chunks.
-    fn store_patches(&self, map: &mut ExtentMap, dirty: Vec<(u64, u64)>, batch: &mut Batch) -> Result<Vec<(u64, u64)>> {
+    ///
+    /// With `appends`, a small append to stored content is a patch too (a
+    /// file reopened to add a line): re-chunking it would read back and
+    /// cut again the file's last chunk, which on a bucket is a GET. Not
+    /// for a file still being written: there the flush holds back its
+    /// tail chunk instead, so a stream keeps content-defined chunks.
+    fn store_patches(&self, map: &mut ExtentMap, dirty: Vec<(u64, u64)>, batch: &mut Batch, appends: bool) -> Result<Vec<(u64, u64)>> {
         let max = self.cfg.chunker.max as u64;
         let patch_max = (self.cfg.chunker.min as u64 / 4).min(PATCH_MAX);
         let is_chunk = |m: &ExtentMap, at: u64| m.range(at, at + 1).first().is_some_and(|(_, e)| matches!(e.src, Source::Chunk(_)));
         let (mut patches, mut rest) = (Vec::new(), Vec::new());
+        let mut prev_end = 0;
         for (a, b) in dirty {
-            let small = b - a <= patch_max && a > 0 && b < map.len();
-            if small && is_chunk(map, a - 1) && is_chunk(map, b) && map.range(a.saturating_sub(max), (b + max).min(map.len())).len() <= PATCH_EXTENTS {
+            let after = std::mem::replace(&mut prev_end, b);
+            let append = appends && b == map.len();
+            let small = b - a <= patch_max && a > 0 && (b < map.len() || append);
+            if small && is_chunk(map, a - 1) && (append || is_chunk(map, b)) && map.range(a.saturating_sub(max), (b + max).min(map.len())).len() <= PATCH_EXTENTS {
                 patches.push((a, b));
+            } else if append && small && is_chunk(map, a - 1) {
+                // Too many extents near the end: re-chunk from up to `max`
+                // back (not across a hole, nor into the dirty range before:
+                // ranges stay disjoint), which folds the patches there into
+                // content-defined chunks (from `a` only the last one would
+                // be, and every later append would re-chunk the growing
+                // tail again).
+                let near = map.range(a.saturating_sub(max).max(after), a);
+                let from = near.iter().rev().take_while(|(_, e)| e.src != Source::Hole).last().map_or(a, |(s, _)| *s).max(after);
+                rest.push((from, b));
             } else {
                 rest.push((a, b));
             }

@@ -119,3 +119,40 @@ fn small_and_large_overwrites_near_each_other_flush_in_one_round() {
     let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
     assert!(rep.errors.is_empty(), "{:?}", rep.errors);
 }
+
+/// Appending a little to a stored file (reopened each time, as a log is)
+/// stores the new bytes as a patch: the file's last chunk is neither read
+/// back nor cut again. Enough appends are folded back by a re-chunk.
+#[test]
+fn small_appends_to_a_stored_file_are_patches() {
+    let d = tempfile::tempdir().unwrap();
+    init(d.path(), &InitOptions { meta_url: meta_url(), ..Default::default() }).unwrap();
+    let v = open(d.path());
+    let mut model = random_bytes(3, 8 * MIB);
+    let ino = mkfile(&v, ROOT_INO, "log", &model);
+    v.sync().unwrap();
+    let mut folded = 0;
+    for i in 0..100u64 {
+        let line = random_bytes(1000 + i, 3000);
+        v.open(ino).unwrap();
+        v.write(ino, model.len() as u64, &line).unwrap();
+        v.release(ino).unwrap();
+        model.extend_from_slice(&line);
+        let r = v.flush_file_now(ino).unwrap();
+        if r.patches == 1 {
+            assert_eq!(r.chunked_bytes, 3000, "append {i}: a patch chunks only its own bytes");
+        } else {
+            assert!(i >= 30, "append {i} was re-chunked ({r:?}) before its neighbourhood filled up");
+            folded += 1;
+        }
+    }
+    assert!(folded >= 1, "100 appends never folded back: fragmentation is unbounded");
+    assert!(folded <= 5, "{folded} of 100 appends were re-chunked");
+    assert!(read_all(&v, ino) == model, "content after the appends");
+    v.close().unwrap();
+    drop(v);
+    let v = open(d.path());
+    assert!(read_all(&v, ino) == model, "content after reopening");
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
