@@ -82,7 +82,7 @@ pub(crate) struct Batch<'a> {
     builder: Option<PackBuilder>,
     sealed: Vec<SealedPack>,
     /// Pack uploads under way on the volume's upload threads (at most two).
-    uploads: std::collections::VecDeque<super::uploads::Pending>,
+    uploads: std::collections::VecDeque<super::workers::Pending>,
     new_chunks: Vec<(u64, usize, BlobEntry)>,
     by_hash: HashMap<ChunkId, u64>,
     /// Counters for stats and benchmarks.

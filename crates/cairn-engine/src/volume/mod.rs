@@ -8,7 +8,7 @@ mod follow;
 mod guard;
 mod archive;
 mod buffers;
-mod uploads;
+mod workers;
 mod kernel_refs;
 mod edit;
 mod namespace;
@@ -170,8 +170,12 @@ pub struct Volume {
     pub(crate) windows: buffers::BufferPool,
     /// Pack builders' buffers, given back by the upload threads.
     pub(crate) pack_buffers: Arc<buffers::BufferPool>,
-    /// The threads pack uploads run on.
-    pub(crate) uploader: uploads::Uploader,
+    /// The threads pack uploads run on (four: two uploads in flight per
+    /// round, with a second round, an fsync's or the cleaner's, beside the
+    /// flusher's).
+    pub(crate) uploader: workers::Workers,
+    /// The threads a bucket volume's prefetch reads wait on.
+    pub(crate) fetchers: workers::Workers,
     /// Inodes the kernel holds (a FUSE mount's lookup counts).
     pub(crate) kernel_refs: kernel_refs::KernelRefs,
     pub(crate) pack_names: DashMap<u64, Arc<str>>,
@@ -344,7 +348,8 @@ impl Volume {
             windows: buffers::BufferPool::new(2),
             // One building, two uploading.
             pack_buffers: Arc::new(buffers::BufferPool::new(3)),
-            uploader: uploads::Uploader::default(),
+            uploader: workers::Workers::new("cairn-upload", 4),
+            fetchers: workers::Workers::new("cairn-fetch", PREFETCH_REMOTE_THREADS),
             kernel_refs: Default::default(),
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
@@ -857,6 +862,9 @@ impl Volume {
     /// size the cache fetches by (docs/frugal.md §3).
     pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
         let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
+        let remote = self.backend.capabilities().remote;
+        let run_max = if remote { PREFETCH_RUN_REMOTE } else { PREFETCH_RUN_LOCAL };
+        let run_bytes = |run: &[(u64, BlobEntry, Arc<InFlight>)]| run.iter().map(|(_, e, _)| e.stored_len as u64).sum::<u64>();
         let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry, Arc<InFlight>)>)> = Vec::new();
         for id in ids {
             if self.cache.contains(id) {
@@ -871,13 +879,13 @@ impl Volume {
                 continue;
             };
             match runs.last_mut() {
-                Some((n, run)) if *n == name && run.last().is_some_and(|(_, p, _)| p.offset + p.stored_len as u64 == e.offset) && run.len() < PREFETCH_RUN_CHUNKS => run.push((id, e, flight)),
+                Some((n, run)) if *n == name && run.last().is_some_and(|(_, p, _)| p.offset + p.stored_len as u64 == e.offset) && run_bytes(run) + e.stored_len as u64 <= run_max => run.push((id, e, flight)),
                 _ => runs.push((name, vec![(id, e, flight)])),
             }
         }
         for (name, run) in runs {
             let me = me.clone();
-            rayon::spawn(move || {
+            let job = move || {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                 let _for = crate::cache::policy::reading_for(ino);
                 me.prefetch_run(&name, &run);
@@ -886,7 +894,17 @@ impl Volume {
                 for (id, _, flight) in &run {
                     me.finish_prefetch(*id, flight);
                 }
-            });
+            };
+            if remote {
+                // Waits on the network: not on the pool the flush hashes with.
+                // A refused job drops its run, whose readers fetch it themselves.
+                let _ = self.fetchers.submit(move || {
+                    job();
+                    Ok(())
+                });
+            } else {
+                rayon::spawn(job);
+            }
         }
     }
 
@@ -943,9 +961,15 @@ impl InFlight {
 /// The longest a reader waits for a chunk a prefetch is fetching.
 const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// At most this many chunks in one prefetch read (a run of 1 MiB chunks:
-/// 16 MiB at most).
-const PREFETCH_RUN_CHUNKS: usize = 16;
+/// At most this many bytes in one prefetch read from a local store.
+const PREFETCH_RUN_LOCAL: u64 = 16 << 20;
+/// At most this many in one ranged GET: a whole default pack (64 MiB on a
+/// bucket), since a request costs more than its bytes there. With 16 MiB
+/// GETs a cold read from moto ran at 154-164 MiB/s, with 64 MiB at
+/// 182-183 (docs/profile.md, fourth round).
+const PREFETCH_RUN_REMOTE: u64 = 64 << 20;
+/// Prefetch reads from a bucket in flight at once.
+const PREFETCH_REMOTE_THREADS: usize = 4;
 
 impl Drop for Volume {
     fn drop(&mut self) {
