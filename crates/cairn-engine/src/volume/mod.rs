@@ -963,10 +963,11 @@ const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// At most this many bytes in one prefetch read from a local store.
 const PREFETCH_RUN_LOCAL: u64 = 16 << 20;
-/// At most this many in one ranged GET: a whole default pack (64 MiB on a
-/// bucket), since a request costs more than its bytes there. With 16 MiB
-/// GETs a cold read from moto ran at 154-164 MiB/s, with 64 MiB at
-/// 182-183 (docs/profile.md, fourth round).
+/// At most this many in one ranged GET: a whole pack of any default size
+/// (16 MiB in a bucket, 64 MiB on a tape), since a request costs more
+/// than its bytes there. Of 64 MiB packs, 16 MiB GETs read back from moto
+/// at 154-164 MiB/s and whole-pack ones at 182-183 (docs/profile.md,
+/// fourth round).
 const PREFETCH_RUN_REMOTE: u64 = 64 << 20;
 /// Prefetch reads from a bucket in flight at once.
 const PREFETCH_REMOTE_THREADS: usize = 4;
