@@ -862,7 +862,10 @@ impl Volume {
     /// size the cache fetches by (docs/frugal.md §3).
     pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
         let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
-        let remote = self.backend.capabilities().remote;
+        // A bucket: requests cost more than bytes, and they wait on the
+        // network. (A tape orders its reads itself: it keeps the local path.)
+        let caps = self.backend.capabilities();
+        let remote = caps.remote && caps.cheap_ranged_reads;
         let run_max = if remote { PREFETCH_RUN_REMOTE } else { PREFETCH_RUN_LOCAL };
         let run_bytes = |run: &[(u64, BlobEntry, Arc<InFlight>)]| run.iter().map(|(_, e, _)| e.stored_len as u64).sum::<u64>();
         let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry, Arc<InFlight>)>)> = Vec::new();
@@ -961,10 +964,10 @@ impl InFlight {
 /// The longest a reader waits for a chunk a prefetch is fetching.
 const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// At most this many bytes in one prefetch read from a local store.
+/// At most this many bytes in one prefetch read from a local store or a tape.
 const PREFETCH_RUN_LOCAL: u64 = 16 << 20;
-/// At most this many in one ranged GET: a whole pack of any default size
-/// (16 MiB in a bucket, 64 MiB on a tape), since a request costs more
+/// At most this many in one ranged GET from a bucket: a whole pack (16
+/// MiB by default; up to 64 MiB if chosen), since a request costs more
 /// than its bytes there. Of 64 MiB packs, 16 MiB GETs read back from moto
 /// at 154-164 MiB/s and whole-pack ones at 182-183 (docs/profile.md,
 /// fourth round).
