@@ -887,20 +887,16 @@ impl Volume {
             }
         }
         for (name, run) in runs {
-            let me = me.clone();
+            let run = PrefetchRun { vol: me.clone(), name, run };
             let job = move || {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                 let _for = crate::cache::policy::reading_for(ino);
-                me.prefetch_run(&name, &run);
-                // What the run did not deliver (a failed read or decode) is
-                // left to its readers, who fetch it and report the error.
-                for (id, _, flight) in &run {
-                    me.finish_prefetch(*id, flight);
-                }
+                run.vol.prefetch_run(&run.name, &run.run);
             };
             if remote {
                 // Waits on the network: not on the pool the flush hashes with.
-                // A refused job drops its run, whose readers fetch it themselves.
+                // A job refused (no thread could start) is dropped unrun,
+                // which releases its readers to fetch the chunks themselves.
                 let _ = self.fetchers.submit(move || {
                     job();
                     Ok(())
@@ -934,6 +930,23 @@ impl Volume {
                 self.cache.insert(*id, Arc::new(data));
             }
             self.finish_prefetch(*id, flight);
+        }
+    }
+}
+
+/// A prefetch run handed to a thread. When it goes (run or dropped unrun),
+/// every chunk it did not deliver (a failed read or decode) is released
+/// to its readers, who fetch it and report the error.
+struct PrefetchRun {
+    vol: Arc<Volume>,
+    name: Arc<str>,
+    run: Vec<(u64, BlobEntry, Arc<InFlight>)>,
+}
+
+impl Drop for PrefetchRun {
+    fn drop(&mut self) {
+        for (id, _, flight) in &self.run {
+            self.vol.finish_prefetch(*id, flight);
         }
     }
 }

@@ -30,14 +30,21 @@ fn overwrite_4k(v: &Volume, ino: Ino, model: &mut [u8], seed: u64, n: usize) -> 
     r
 }
 
-#[test]
-fn scattered_4k_overwrites_are_patched_not_rechunked_and_read_back_exactly() {
+/// A fresh volume (default chunking) with one file of `len` random bytes,
+/// chunked and packed: the directory, the volume, the file and its bytes.
+fn stored_file(seed: u64, len: usize) -> (tempfile::TempDir, std::sync::Arc<Volume>, Ino, Vec<u8>) {
     let d = tempfile::tempdir().unwrap();
     init(d.path(), &InitOptions { meta_url: meta_url(), ..Default::default() }).unwrap();
     let v = open(d.path());
-    let mut model = random_bytes(1, 24 * MIB);
+    let model = random_bytes(seed, len);
     let ino = mkfile(&v, ROOT_INO, "f", &model);
     v.sync().unwrap();
+    (d, v, ino, model)
+}
+
+#[test]
+fn scattered_4k_overwrites_are_patched_not_rechunked_and_read_back_exactly() {
+    let (d, v, ino, mut model) = stored_file(1, 24 * MIB);
 
     // 40 overwrites on a freshly chunked 24 MiB file: each is a patch, and
     // nothing else is read back or cut again.
@@ -125,12 +132,7 @@ fn small_and_large_overwrites_near_each_other_flush_in_one_round() {
 /// back nor cut again. Enough appends are folded back by a re-chunk.
 #[test]
 fn small_appends_to_a_stored_file_are_patches() {
-    let d = tempfile::tempdir().unwrap();
-    init(d.path(), &InitOptions { meta_url: meta_url(), ..Default::default() }).unwrap();
-    let v = open(d.path());
-    let mut model = random_bytes(3, 8 * MIB);
-    let ino = mkfile(&v, ROOT_INO, "log", &model);
-    v.sync().unwrap();
+    let (d, v, ino, mut model) = stored_file(3, 8 * MIB);
     let mut folded = 0;
     for i in 0..100u64 {
         let line = random_bytes(1000 + i, 3000);
