@@ -42,6 +42,16 @@ fn stored_file(seed: u64, len: usize) -> (tempfile::TempDir, std::sync::Arc<Volu
     (d, v, ino, model)
 }
 
+/// Closes `v`, opens the volume again and checks the file's bytes and fsck.
+fn reopen_and_check(d: &tempfile::TempDir, v: std::sync::Arc<Volume>, ino: Ino, model: &[u8]) {
+    v.close().unwrap();
+    drop(v);
+    let v = open(d.path());
+    assert!(read_all(&v, ino) == model, "content after reopening");
+    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+}
+
 #[test]
 fn scattered_4k_overwrites_are_patched_not_rechunked_and_read_back_exactly() {
     let (d, v, ino, mut model) = stored_file(1, 24 * MIB);
@@ -65,13 +75,7 @@ fn scattered_4k_overwrites_are_patched_not_rechunked_and_read_back_exactly() {
     assert!(folded, "no neighbourhood was ever re-chunked: fragmentation is unbounded");
     let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
     assert!(rep.errors.is_empty(), "{:?}", rep.errors);
-    v.close().unwrap();
-    drop(v);
-
-    let v = open(d.path());
-    assert!(read_all(&v, ino) == model, "content after reopening");
-    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
-    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    reopen_and_check(&d, v, ino, &model);
 }
 
 #[test]
@@ -151,10 +155,5 @@ fn small_appends_to_a_stored_file_are_patches() {
     assert!(folded >= 1, "100 appends never folded back: fragmentation is unbounded");
     assert!(folded <= 5, "{folded} of 100 appends were re-chunked");
     assert!(read_all(&v, ino) == model, "content after the appends");
-    v.close().unwrap();
-    drop(v);
-    let v = open(d.path());
-    assert!(read_all(&v, ino) == model, "content after reopening");
-    let rep = maintenance::fsck(&v, true, &NoProgress).unwrap();
-    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    reopen_and_check(&d, v, ino, &model);
 }
