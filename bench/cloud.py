@@ -619,7 +619,7 @@ def render(rows, b, summary, h):
         if mc["cairn"] == mc["cairn"] and mc["juicefs"] == mc["juicefs"]:
             b("")
             b(f"moto was busy for most of Cairn's upload: it used {mc['cairn']:,.1f} s of CPU to take in Cairn's "
-              f"{human(seq_bytes)} as 64 MiB multipart uploads (8 MiB parts, then a completion that joins them), "
+              f"{human(seq_bytes)} as 16 MiB multipart uploads (8 MiB parts, then a completion that joins them), "
               f"during the {wall['cairn']:,.1f} s until Cairn's unmount returned, against {mc['juicefs']:,.1f} s for the "
               f"same bytes as JuiceFS's 4 MiB PUTs (in {wall['juicefs']:,.1f} s)"
               + (f"; by itself it takes {mp * 1000:,.0f} ms for a 64 MiB multipart upload and {p4 * 1000:,.0f} ms for a "
@@ -798,7 +798,7 @@ def render(rows, b, summary, h):
         rows_ = [("put_8k_s", "PUT 8 KiB", 8192), ("get_8k_s", "GET 8 KiB", 8192), ("head_s", "HEAD", 0),
                  ("put_4m_s", "PUT 4 MiB (a JuiceFS block)", 4 * MiB), ("get_4m_s", "GET 4 MiB", 4 * MiB),
                  ("put_64m_s", "PUT 64 MiB in one request", 64 * MiB),
-                 ("put_64m_multipart_s", "64 MiB as a multipart upload: 8 parts of 8 MiB in turn (a Cairn pack)", 64 * MiB),
+                 ("put_64m_multipart_s", "64 MiB as a multipart upload: 8 parts of 8 MiB in turn (a Cairn pack of the old default size)", 64 * MiB),
                  ("get_64m_s", "GET 64 MiB", 64 * MiB),
                  ("range_4m_of_64m_s", "ranged GET, 4 MiB of a 64 MiB object", 4 * MiB),
                  ("range_16k_of_64m_s", "ranged GET, 16 KiB of a 64 MiB object", 16384),

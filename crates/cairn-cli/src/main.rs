@@ -102,7 +102,7 @@ enum Cmd {
         /// 32M in a directory, 16M in a bucket, 64M on a tape). In a bucket
         /// 16M packs uploaded and read back faster than 32M or 64M ones on
         /// the S3-compatible server measured (docs/profile.md, fourth
-        /// round), at 4 requests per pack instead of 10 for 64M.
+        /// round), at 4 or 5 requests per pack instead of 10 or 11 for 64M.
         #[arg(long, value_parser = size::parse)]
         pack_size: Option<u64>,
         /// zstd level for chunk compression (1 is fast; 19 is small).
