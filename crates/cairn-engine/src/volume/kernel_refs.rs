@@ -42,10 +42,15 @@ impl Volume {
         if unlinked && self.opts.read_only {
             return Ok(());
         }
-        if unlinked && !self.files.get(&ino).is_some_and(|st| st.inner.lock().open > 0) {
+        if unlinked && !self.open_here(ino) {
             self.free_inode(ino)?;
         }
         Ok(())
+    }
+
+    /// Whether a handle of this mount has `ino` open (its release frees it).
+    fn open_here(&self, ino: Ino) -> bool {
+        self.files.get(&ino).is_some_and(|st| st.inner.lock().open > 0)
     }
 
     /// Whether the kernel holds `ino`; if it does, marks it to be freed at
@@ -72,7 +77,7 @@ impl Volume {
         let gone: Vec<Ino> = self.kernel_refs.held.iter().filter(|e| e.value().1).map(|e| *e.key()).collect();
         self.kernel_refs.held.clear();
         for ino in gone {
-            if !self.files.get(&ino).is_some_and(|st| st.inner.lock().open > 0) {
+            if !self.open_here(ino) {
                 self.free_inode(ino)?;
             }
         }
