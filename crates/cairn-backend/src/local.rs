@@ -13,6 +13,8 @@ pub struct LocalBackend {
     root: PathBuf,
     /// Aligned buffers for direct writes, kept between puts.
     bounce: direct::BouncePool,
+    /// Aligned buffers for direct reads, kept between reads.
+    reads: direct::BouncePool,
 }
 
 impl LocalBackend {
@@ -22,7 +24,7 @@ impl LocalBackend {
         if !md.is_dir() {
             return Err(Error::new(ErrorKind::Permanent, format!("backend {} is not a directory", root.display())));
         }
-        Ok(LocalBackend { root: root.to_path_buf(), bounce: direct::BouncePool::default() })
+        Ok(LocalBackend { root: root.to_path_buf(), bounce: direct::BouncePool::for_writes(), reads: direct::BouncePool::for_reads() })
     }
 
     /// Creates the directory (and parents) if needed and opens it.
@@ -67,31 +69,46 @@ mod direct {
     pub const MIN_LEN: usize = 1 << 20;
     /// Alignment of buffer addresses, lengths and file offsets.
     const ALIGN: usize = 4096;
+    /// A bounce buffer for bytes written from an unaligned address.
     const BOUNCE_LEN: usize = 4 << 20;
-    /// Buffers kept for reuse (one an upload thread; the engine runs two).
-    const KEEP: usize = 2;
+    /// Bounce buffers kept (one an upload thread; the engine runs two).
+    const KEEP_WRITES: usize = 2;
+    /// A read buffer: a whole prefetch run of a local volume (16 MiB) and
+    /// its alignment on both sides, read by one request, so the device
+    /// has all of it in flight at once. (Reads in 4 MiB windows ran 10 to
+    /// 30% slower than through the page cache and its read-ahead.)
+    const READ_LEN: usize = (16 << 20) + 2 * ALIGN;
+    /// Read buffers kept: one for each of the engine's fetch threads.
+    const KEEP_READS: usize = 4;
 
     /// A heap buffer aligned for `O_DIRECT`.
     pub struct Bounce {
         ptr: std::ptr::NonNull<u8>,
+        len: usize,
     }
     // SAFETY: the buffer is plain bytes owned by this value alone.
     unsafe impl Send for Bounce {}
 
-    fn layout() -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align(BOUNCE_LEN, ALIGN).expect("valid layout")
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len, ALIGN).expect("valid layout")
     }
 
     impl Bounce {
-        fn new() -> Self {
-            // SAFETY: the layout has a non-zero size.
-            let p = unsafe { std::alloc::alloc(layout()) };
-            let ptr = std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout()));
-            Bounce { ptr }
+        fn new(len: usize) -> Self {
+            // Zeroed once, so the reads into it (`as_mut_slice`) never see
+            // uninitialised bytes. SAFETY: the layout has a non-zero size.
+            let p = unsafe { std::alloc::alloc_zeroed(layout(len)) };
+            let ptr = std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout(len)));
+            Bounce { ptr, len }
+        }
+        fn as_mut_slice(&mut self) -> &mut [u8] {
+            // SAFETY: `ptr` points at `len` initialised bytes owned by
+            // self, and the borrow of self keeps them exclusive.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
         }
         fn fill(&mut self, src: &[u8]) -> &[u8] {
-            assert!(src.len() <= BOUNCE_LEN);
-            // SAFETY: `ptr` points at BOUNCE_LEN writable bytes owned by self,
+            assert!(src.len() <= self.len);
+            // SAFETY: `ptr` points at `len` writable bytes owned by self,
             // which cannot overlap `src` (a shared borrow of other memory).
             unsafe {
                 std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr(), src.len());
@@ -103,12 +120,16 @@ mod direct {
     impl Drop for Bounce {
         fn drop(&mut self) {
             // SAFETY: allocated in `new` with the same layout.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout()) }
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout(self.len)) }
         }
     }
 
-    #[derive(Default)]
-    pub struct BouncePool(std::sync::Mutex<Vec<Bounce>>);
+    /// Buffers of one size, up to `keep` of them kept for reuse.
+    pub struct BouncePool {
+        free: std::sync::Mutex<Vec<Bounce>>,
+        len: usize,
+        keep: usize,
+    }
 
     impl std::fmt::Debug for BouncePool {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,20 +138,100 @@ mod direct {
     }
 
     impl BouncePool {
+        pub fn for_writes() -> Self {
+            BouncePool { free: Default::default(), len: BOUNCE_LEN, keep: KEEP_WRITES }
+        }
+        pub fn for_reads() -> Self {
+            BouncePool { free: Default::default(), len: READ_LEN, keep: KEEP_READS }
+        }
         fn take(&self) -> Bounce {
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(Bounce::new)
+            self.free.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(|| Bounce::new(self.len))
         }
         /// Buffers held for reuse.
         #[cfg(test)]
         pub fn kept(&self) -> usize {
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+            self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
         }
         fn give(&self, b: Bounce) {
-            let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if v.len() < KEEP {
+            let mut v = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            if v.len() < self.keep {
                 v.push(b);
             }
         }
+    }
+
+    /// Reads below this span go through the page cache.
+    pub const MIN_READ: u64 = 64 << 10;
+
+    /// Reads the adjacent `ranges` (their span starting at `start`, inside
+    /// a file of `size` bytes) with `O_DIRECT`, one buffer each; `None`
+    /// when the file system refuses direct I/O. Aligned windows of up to
+    /// the bounce buffer's size are read into a pooled buffer and each
+    /// range's bytes copied out once: the copy the page cache would make,
+    /// without filling the page cache (and reading ahead) with bytes the
+    /// engine's chunk cache already holds decoded.
+    pub fn read_ranges(f: &File, start: u64, size: u64, ranges: &[(u64, u64)], pool: &BouncePool) -> std::io::Result<Option<Vec<Vec<u8>>>> {
+        use std::os::unix::fs::FileExt;
+        if !set_direct(f, true)? {
+            return Ok(None);
+        }
+        let mut out: Vec<Vec<u8>> = ranges.iter().map(|&(_, len)| Vec::with_capacity(len as usize)).collect();
+        let end = ranges.last().map_or(start, |&(off, len)| off + len);
+        let mut bounce = pool.take();
+        let result = (|| {
+            let mut pos = start / ALIGN as u64 * ALIGN as u64;
+            // The range being filled (ranges are in order and adjacent).
+            let mut k = 0;
+            while pos < end {
+                let buf = bounce.as_mut_slice();
+                let want = ((end - pos) as usize).next_multiple_of(ALIGN).min(buf.len());
+                let mut got = 0;
+                while got < want {
+                    match f.read_at(&mut buf[got..want], pos + got as u64) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                    // Past the end of the file, or a short read left unaligned.
+                    if got % ALIGN != 0 || pos + got as u64 >= size {
+                        break;
+                    }
+                }
+                let window_end = pos + got as u64;
+                if got == 0 {
+                    return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("short read at {pos} of a {size}-byte file")));
+                }
+                // Copy this window's share of each range still open.
+                while k < ranges.len() {
+                    let (off, len) = ranges[k];
+                    let from = off + out[k].len() as u64;
+                    let to = (off + len).min(window_end);
+                    if from < to {
+                        out[k].extend_from_slice(&buf[(from - pos) as usize..(to - pos) as usize]);
+                    }
+                    if out[k].len() as u64 == len {
+                        k += 1;
+                    } else {
+                        break;
+                    }
+                }
+                if window_end >= end {
+                    break;
+                }
+                // A short read that ended unaligned (not seen on Linux's
+                // disk file systems) resumes from the block it ended in.
+                let next = window_end / ALIGN as u64 * ALIGN as u64;
+                if next == pos {
+                    return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("direct read at {pos} returned {got} bytes")));
+                }
+                pos = next;
+            }
+            Ok(())
+        })();
+        pool.give(bounce);
+        set_direct(f, false)?;
+        result.map(|()| Some(out))
     }
 
     fn set_direct(f: &File, on: bool) -> std::io::Result<bool> {
@@ -165,7 +266,13 @@ mod direct {
         let mut done = 0;
         let result = (|| {
             while done < body {
-                let n = (body - done).min(BOUNCE_LEN);
+                // In place, the whole body in one request: the device gets
+                // all of it in flight at once (4 MiB requests left it one
+                // request deep between them).
+                let n = match &bounce {
+                    Some(b) => (body - done).min(b.len),
+                    None => body - done,
+                };
                 let buf = match &mut bounce {
                     Some(b) => b.fill(&data[done..done + n]),
                     None => &data[done..done + n],
@@ -337,6 +444,11 @@ impl Backend for LocalBackend {
         if start + span > size {
             return Err(Error::new(ErrorKind::OutOfRange, format!("object {name}: range {start}+{span} past its end ({size} bytes): truncated?")).with_object(name));
         }
+        if span >= direct::MIN_READ {
+            if let Some(bufs) = direct::read_ranges(&f, start, size, ranges, &self.reads).map_err(|e| Error::from_io(&format!("reading object {name}"), e).with_object(name))? {
+                return Ok(bufs);
+            }
+        }
         f.seek(SeekFrom::Start(start)).map_err(|e| Error::from_io(&format!("reading object {name}"), e).with_object(name))?;
         ranges
             .iter()
@@ -501,6 +613,44 @@ mod direct_tests {
         }
     }
 
+    /// Ranged reads at unaligned offsets, across the bounce buffer's
+    /// windows and up to the object's unaligned end read back exactly,
+    /// direct on a disk file system and buffered on tmpfs.
+    #[test]
+    fn ranges_at_awkward_offsets_read_back_exactly() {
+        let n = (9 << 20) + 123;
+        let data = pattern(n);
+        let disk = disk_dir();
+        let mem = tempfile::tempdir_in("/dev/shm").expect("tmpfs at /dev/shm");
+        for root in [disk.path(), mem.path()] {
+            let b = LocalBackend::create(root).unwrap();
+            b.put("o", &data).unwrap();
+            let cases: &[&[(u64, u64)]] = &[
+                &[(1, 70_000)],
+                &[(4095, 4097), (8192, 100_000), (108_192, 1)],
+                &[(100, (4 << 20) - 100), ((4 << 20), 5), ((4 << 20) + 5, (3 << 20) + 7)],
+                &[(0, n as u64)],
+                &[(n as u64 - 200_000, 150_000), (n as u64 - 50_000, 50_000)],
+                &[(12_345, 0), (12_345, 65_536)],
+            ];
+            for ranges in cases {
+                let got = b.get_ranges("o", ranges).unwrap();
+                assert_eq!(got.len(), ranges.len());
+                for (buf, &(off, len)) in got.iter().zip(ranges.iter()) {
+                    assert!(buf[..] == data[off as usize..(off + len) as usize], "range {off}+{len} of {ranges:?} read back differently in {}", root.display());
+                }
+            }
+            let f = File::open(root.join("o")).unwrap();
+            let direct = direct::read_ranges(&f, 1, n as u64, &[(1, 70_000)], &b.reads).unwrap();
+            if root == disk.path() {
+                assert!(direct.is_some(), "direct reads refused in {} (the build's target directory must be on a disk file system)", root.display());
+            }
+            let past = b.get_ranges("o", &[(n as u64 - 100_000, 100_001)]).unwrap_err();
+            assert_eq!(past.kind(), ErrorKind::OutOfRange);
+        }
+        assert!(direct::MIN_READ <= 65_536, "the cases above must take the direct path");
+    }
+
     /// On a disk file system the aligned body really goes direct.
     #[test]
     fn the_aligned_body_is_written_direct_on_a_disk_file_system() {
@@ -508,7 +658,7 @@ mod direct_tests {
         let path = dir.path().join("f");
         let mut f = OpenOptions::new().write(true).create_new(true).open(&path).unwrap();
         let data = pattern((5 << 20) + 100);
-        let pool = direct::BouncePool::default();
+        let pool = direct::BouncePool::for_writes();
         let n = direct::write_aligned_prefix(&mut f, &data, &pool).unwrap();
         assert_eq!(n, 5 << 20, "direct I/O was refused on {} (the build's target directory must be on a disk file system)", dir.path().display());
         f.write_all(&data[n..]).unwrap();
@@ -529,7 +679,7 @@ mod direct_tests {
             let data = &backing[start..];
             let path = dir.path().join(format!("f{k}"));
             let mut f = OpenOptions::new().write(true).create_new(true).open(&path).unwrap();
-            let pool = direct::BouncePool::default();
+            let pool = direct::BouncePool::for_writes();
             let n = direct::write_aligned_prefix(&mut f, data, &pool).unwrap();
             assert_eq!(n, data.len() / 4096 * 4096);
             f.write_all(&data[n..]).unwrap();

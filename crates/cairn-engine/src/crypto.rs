@@ -147,9 +147,12 @@ impl Keys {
         if sealed.len() < SEAL_OVERHEAD {
             return Err(Error::corrupt("sealed blob shorter than nonce and tag"));
         }
-        let n = open_with(c, aad, &mut sealed).ok_or_else(|| Error::corrupt("authentication failed (data altered or wrong key)"))?;
-        sealed.truncate(NONCE_LEN + n);
-        sealed.drain(..NONCE_LEN);
+        // Decrypted to the front of the buffer as it goes (ring's
+        // `open_within`), not opened in place and then moved: a blob read
+        // back is copied once less.
+        let nonce = Nonce::try_assume_unique_for_key(&sealed[..NONCE_LEN]).map_err(|_| Error::corrupt("sealed blob nonce"))?;
+        let n = c.open_within(nonce, Aad::from(aad), &mut sealed, NONCE_LEN..).map_err(|_| Error::corrupt("authentication failed (data altered or wrong key)"))?.len();
+        sealed.truncate(n);
         Ok(sealed)
     }
 }

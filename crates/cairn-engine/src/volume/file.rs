@@ -709,12 +709,13 @@ impl Volume {
     }
 
     /// The first and the largest read-ahead window of a file read in order:
-    /// two average chunks to start; at most four of the largest chunks on
-    /// a local disk (more buys nothing once the disk streams) and sixteen
-    /// where every request crosses a network.
+    /// two average chunks to start; at most eight of the largest chunks on
+    /// a local disk (enough for several direct reads in flight: the page
+    /// cache no longer reads ahead of them) and sixteen where every request
+    /// crosses a network.
     pub(crate) fn read_ahead_windows(&self) -> (u64, u64) {
         let c = &self.cfg.chunker;
-        let most = if self.backend.capabilities().remote { 16 } else { 4 } * c.max as u64;
+        let most = if self.backend.capabilities().remote { 16 } else { 8 } * c.max as u64;
         ((2 * c.avg as u64).min(most), most)
     }
 

@@ -107,6 +107,9 @@ pub struct FlushReport {
     pub patches: u64,
 }
 
+/// Steps of fewer bytes hash and encode their chunks on the calling thread.
+const PARALLEL_MIN_BYTES: usize = 1 << 20;
+
 impl<'a> Batch<'a> {
     pub(crate) fn new(vol: &'a Volume) -> Self {
         Batch { vol, _chunk_guard: vol.chunk_guard.shared(), builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0, chunks_stored: 0, old_chunks_rechunked: 0, patches: 0 }
@@ -125,7 +128,13 @@ impl<'a> Batch<'a> {
 
     fn store_with(&mut self, conn: Option<&dyn meta::MetaRead>, chunks: &[&[u8]]) -> Result<Vec<u64>> {
         let vol = self.vol;
-        let ids: Vec<ChunkId> = chunks.par_iter().map(|c| vol.keys.chunk_id(c)).collect();
+        let total: usize = chunks.iter().map(|c| c.len()).sum();
+        // A small step (a short file's chunks) runs on this thread: handed
+        // to rayon's pool it cost more in wake-ups and idle workers' spins
+        // (`sched_yield`) than the hashing itself.
+        let parallel = total >= PARALLEL_MIN_BYTES && chunks.len() > 1;
+        let hash = |c: &&[u8]| vol.keys.chunk_id(c);
+        let ids: Vec<ChunkId> = if parallel { chunks.par_iter().map(hash).collect() } else { chunks.iter().map(hash).collect() };
         let mut out = vec![0u64; chunks.len()];
         let mut todo: Vec<usize> = Vec::new();
         let mut lookup = |c: &dyn meta::MetaRead| -> Result<()> {
@@ -150,7 +159,8 @@ impl<'a> Batch<'a> {
         let mut first: HashMap<ChunkId, usize> = HashMap::new();
         todo.retain(|&i| first.insert(ids[i], i).is_none());
         let level = vol.cfg.compression.level;
-        let blobs: Vec<(std::borrow::Cow<[u8]>, u8)> = todo.par_iter().map(|&i| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level)).collect();
+        let encode = |&i: &usize| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level);
+        let blobs: Vec<(std::borrow::Cow<[u8]>, u8)> = if parallel { todo.par_iter().map(encode).collect() } else { todo.iter().map(encode).collect() };
         for (&i, (blob, flags)) in todo.iter().zip(blobs) {
             let id = vol.meta.store().alloc_chunk_id()?;
             let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(vol.cfg.pack_target as usize + (8 << 20))));
@@ -167,7 +177,7 @@ impl<'a> Batch<'a> {
                 out[i] = self.by_hash[h];
             }
         }
-        self.chunked_bytes += chunks.iter().map(|c| c.len() as u64).sum::<u64>();
+        self.chunked_bytes += total as u64;
         self.chunks_stored += chunks.len() as u64;
         Ok(out)
     }
@@ -786,10 +796,14 @@ impl Volume {
             };
             let next_pos = pos + slices.iter().map(|s| s.len() as u64).sum::<u64>();
             let more = !last_window;
-            let (ids, next) = rayon::join(
-                || batch.store(&slices),
-                || if more { self.cut_window(m, next_pos, (next_pos + window).min(hard_end), mem).map(Some) } else { Ok(None) },
-            );
+            // The next window is cut while this one is stored; the last
+            // window (a small file's only one) has nothing to overlap and
+            // stays off rayon's pool (a join from outside it wakes a worker).
+            let (ids, next) = if more {
+                rayon::join(|| batch.store(&slices), || self.cut_window(m, next_pos, (next_pos + window).min(hard_end), mem).map(Some))
+            } else {
+                (batch.store(&slices), Ok(None))
+            };
             for (id, s) in ids?.into_iter().zip(&slices) {
                 new_exts.push(Extent::chunk(id, 0, s.len() as u64));
             }

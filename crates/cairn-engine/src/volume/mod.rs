@@ -349,7 +349,7 @@ impl Volume {
             // One building, two uploading.
             pack_buffers: Arc::new(buffers::BufferPool::new(3)),
             uploader: workers::Workers::new("cairn-upload", 4),
-            fetchers: workers::Workers::new("cairn-fetch", PREFETCH_REMOTE_THREADS),
+            fetchers: workers::Workers::new("cairn-fetch", PREFETCH_THREADS),
             kernel_refs: Default::default(),
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
@@ -866,7 +866,13 @@ impl Volume {
         // network. (A tape orders its reads itself: it keeps the local path.)
         let caps = self.backend.capabilities();
         let remote = caps.remote && caps.cheap_ranged_reads;
-        let run_max = if remote { PREFETCH_RUN_REMOTE } else { PREFETCH_RUN_LOCAL };
+        let run_max = if remote {
+            PREFETCH_RUN_REMOTE
+        } else if caps.cheap_ranged_reads {
+            PREFETCH_RUN_DISK
+        } else {
+            PREFETCH_RUN_TAPE
+        };
         let run_bytes = |run: &[(u64, BlobEntry, Arc<InFlight>)]| run.iter().map(|(_, e, _)| e.stored_len as u64).sum::<u64>();
         let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry, Arc<InFlight>)>)> = Vec::new();
         for id in ids {
@@ -893,10 +899,13 @@ impl Volume {
                 let _for = crate::cache::policy::reading_for(ino);
                 run.vol.prefetch_run(&run.name, &run.run);
             };
-            if remote {
-                // Waits on the network: not on the pool the flush hashes with.
-                // A job refused (no thread could start) is dropped unrun,
-                // which releases its readers to fetch the chunks themselves.
+            if caps.cheap_ranged_reads {
+                // Waits on the network or the disk (a local store reads
+                // with O_DIRECT, without the kernel's read-ahead): on
+                // threads of its own, so several runs are in flight at
+                // once, not on the pool the flush hashes with. A job
+                // refused (no thread could start) is dropped unrun, which
+                // releases its readers to fetch the chunks themselves.
                 let _ = self.fetchers.submit(move || {
                     job();
                     Ok(())
@@ -977,16 +986,21 @@ impl InFlight {
 /// The longest a reader waits for a chunk a prefetch is fetching.
 const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// At most this many bytes in one prefetch read from a local store or a tape.
-const PREFETCH_RUN_LOCAL: u64 = 16 << 20;
+/// At most this many bytes in one prefetch read from a local store: with
+/// the window of eight of the largest chunks, about four runs are in
+/// flight on the fetch threads (the store reads each with one direct
+/// request, and the page cache no longer reads ahead of them).
+const PREFETCH_RUN_DISK: u64 = 8 << 20;
+/// At most this many bytes in one prefetch read from a tape.
+const PREFETCH_RUN_TAPE: u64 = 16 << 20;
 /// At most this many in one ranged GET from a bucket: a whole pack (16
 /// MiB by default; up to 64 MiB if chosen), since a request costs more
 /// than its bytes there. Of 64 MiB packs, 16 MiB GETs read back from moto
 /// at 154-164 MiB/s and whole-pack ones at 182-183 (docs/profile.md,
 /// fourth round).
 const PREFETCH_RUN_REMOTE: u64 = 64 << 20;
-/// Prefetch reads from a bucket in flight at once.
-const PREFETCH_REMOTE_THREADS: usize = 4;
+/// Prefetch reads from a bucket or a local store in flight at once.
+const PREFETCH_THREADS: usize = 4;
 
 impl Drop for Volume {
     fn drop(&mut self) {
