@@ -166,7 +166,7 @@ mod direct {
     /// Reads the adjacent `ranges` (their span starting at `start`, inside
     /// a file of `size` bytes) with `O_DIRECT`, one buffer each; `None`
     /// when the file system refuses direct I/O. Aligned windows of up to
-    /// the bounce buffer's size are read into a pooled buffer and each
+    /// the pool's buffer size are read into a pooled buffer and each
     /// range's bytes copied out once: the copy the page cache would make,
     /// without filling the page cache (and reading ahead) with bytes the
     /// engine's chunk cache already holds decoded.
@@ -435,7 +435,9 @@ impl Backend for LocalBackend {
     }
 
     /// One open, then each range read into its own buffer (no span to cut):
-    /// the ranges are adjacent, so one seek and consecutive reads.
+    /// a span of 64 KiB or more with `O_DIRECT` (`direct::read_ranges`),
+    /// a smaller one by one seek and consecutive
+    /// buffered reads (the ranges are adjacent).
     fn get_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
         let (start, span) = crate::span_of(ranges)?;
         let path = self.path(name)?;

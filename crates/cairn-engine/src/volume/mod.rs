@@ -174,7 +174,8 @@ pub struct Volume {
     /// round, with a second round, an fsync's or the cleaner's, beside the
     /// flusher's).
     pub(crate) uploader: workers::Workers,
-    /// The threads a bucket volume's prefetch reads wait on.
+    /// The threads prefetch reads wait on (a bucket's or a local disk's;
+    /// a tape's run on rayon's pool).
     pub(crate) fetchers: workers::Workers,
     /// Inodes the kernel holds (a FUSE mount's lookup counts).
     pub(crate) kernel_refs: kernel_refs::KernelRefs,
@@ -862,19 +863,19 @@ impl Volume {
     /// size the cache fetches by (docs/frugal.md §3).
     pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
         let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
-        // A bucket: requests cost more than bytes, and they wait on the
-        // network. (A tape orders its reads itself: it keeps the local path.)
+        // A bucket: requests cost more than bytes, so runs are as long as
+        // a pack. A local disk: runs short enough that several are in
+        // flight. A tape orders its reads itself and keeps longer runs.
         let caps = self.backend.capabilities();
-        let remote = caps.remote && caps.cheap_ranged_reads;
-        let run_max = if remote {
+        let run_max = if caps.remote && caps.cheap_ranged_reads {
             PREFETCH_RUN_REMOTE
         } else if caps.cheap_ranged_reads {
             PREFETCH_RUN_DISK
         } else {
             PREFETCH_RUN_TAPE
         };
-        let run_bytes = |run: &[(u64, BlobEntry, Arc<InFlight>)]| run.iter().map(|(_, e, _)| e.stored_len as u64).sum::<u64>();
-        let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry, Arc<InFlight>)>)> = Vec::new();
+        // Each run with its bytes so far.
+        let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry, Arc<InFlight>)>, u64)> = Vec::new();
         for id in ids {
             if self.cache.contains(id) {
                 continue;
@@ -887,12 +888,16 @@ impl Volume {
                 self.finish_prefetch(id, &flight);
                 continue;
             };
+            let len = e.stored_len as u64;
             match runs.last_mut() {
-                Some((n, run)) if *n == name && run.last().is_some_and(|(_, p, _)| p.offset + p.stored_len as u64 == e.offset) && run_bytes(run) + e.stored_len as u64 <= run_max => run.push((id, e, flight)),
-                _ => runs.push((name, vec![(id, e, flight)])),
+                Some((n, run, bytes)) if *n == name && run.last().is_some_and(|(_, p, _)| p.offset + p.stored_len as u64 == e.offset) && *bytes + len <= run_max => {
+                    run.push((id, e, flight));
+                    *bytes += len;
+                }
+                _ => runs.push((name, vec![(id, e, flight)], len)),
             }
         }
-        for (name, run) in runs {
+        for (name, run, _) in runs {
             let run = PrefetchRun { vol: me.clone(), name, run };
             let job = move || {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);

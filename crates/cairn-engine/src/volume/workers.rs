@@ -1,14 +1,15 @@
-//! Long-lived threads for blocking I/O: pack uploads, and a bucket
-//! volume's prefetch reads.
+//! Long-lived threads for blocking I/O: pack uploads, and the prefetch
+//! reads of a bucket or a local disk.
 //!
 //! A flush round seals a pack every `pack_target` bytes and hands it here
 //! so chunking goes on meanwhile; a round waits for its own uploads before
 //! it commits the metadata that names them (docs/format.md, rule 2). A new
 //! OS thread per pack cost a `clone`, a fresh stack and its page faults
 //! for every pack, and on a volume of small flush rounds (untar, PostMark)
-//! one per round. Prefetch reads from a bucket wait on the network: on
+//! one per round. Prefetch reads wait on the network or the disk: on
 //! rayon's pool (one thread per core) two of them held every worker the
-//! flush hashes with. The threads start at the first job.
+//! flush hashes with, and a local disk read without the page cache's
+//! read-ahead needs several in flight. The threads start at the first job.
 
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
