@@ -258,6 +258,14 @@ enum Cmd {
         /// promised after a crash).
         #[arg(long)]
         no_writeback_cache: bool,
+        /// Experimental: serve FUSE requests over io_uring (Linux 6.14 or
+        /// later, with `echo Y > /sys/module/fuse/parameters/enable_uring`
+        /// as root first): one queue per CPU, --threads split across them,
+        /// each thread pinned to its queue's CPU. Without the kernel's
+        /// support the mount says so and serves over /dev/fuse as usual.
+        /// Measured against /dev/fuse in docs/profile.md (sixth round).
+        #[arg(long)]
+        fuse_uring: bool,
         /// Serve Prometheus metrics at http://ADDR/metrics (e.g.
         /// 127.0.0.1:9567; port 0 picks a free one, shown by `cairn status`):
         /// FUSE requests and latencies by operation, bytes the kernel read
@@ -877,7 +885,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fuse_uring, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -937,6 +945,7 @@ fn run(cli: Cli) -> Result<i32> {
                 // (a bucket volume with PostgreSQL metadata) would keep its
                 // old size here, and reads would stop there, until evicted.
                 writeback_cache: !no_writeback_cache && !read_only,
+                fuse_uring,
             };
             if !(4 << 10..=64 << 20).contains(&cache_block) {
                 bail!("--cache-block must be between 4K and 64M");

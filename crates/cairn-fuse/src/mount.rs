@@ -35,6 +35,9 @@ pub struct MountConfig {
     /// Let the kernel cache writes and send them in large requests (see
     /// `fs::wanted_capabilities`).
     pub writeback_cache: bool,
+    /// Serve requests over io_uring where the kernel offers it (see
+    /// `cairn_mount::serve_over_io_uring`).
+    pub fuse_uring: bool,
 }
 
 impl MountConfig {
@@ -48,6 +51,7 @@ impl MountConfig {
             threads: 4,
             fsname: "cairn".to_string(),
             writeback_cache: true,
+            fuse_uring: false,
         }
     }
 }
@@ -74,6 +78,9 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     }
     let threads = cfg.threads.max(1);
     let mut config = cairn_mount::session_config(threads, cfg.allow_other);
+    if cfg.fuse_uring {
+        cairn_mount::serve_over_io_uring(&mut config, threads);
+    }
 
     // Handlers go in before the mount so that no window exists in which a
     // SIGTERM kills the process with the volume mounted.

@@ -79,6 +79,7 @@ use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
+pub use crate::uring::UringConfig;
 
 mod access_flags;
 mod bsd_file_flags;
@@ -101,6 +102,7 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]
@@ -385,7 +387,7 @@ impl KernelConfig {
         }
     }
 
-    fn max_pages(&self) -> u16 {
+    pub(crate) fn max_pages(&self) -> u16 {
         ((max(self.max_write, self.max_readahead) - 1) / page_size::get() as u32) as u16 + 1
     }
 }

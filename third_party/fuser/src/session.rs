@@ -32,6 +32,8 @@ use crate::ReplyEmpty;
 use crate::Request;
 use crate::channel::Channel;
 use crate::channel::ChannelSender;
+use crate::uring;
+use crate::uring::UringParams;
 use crate::dev_fuse::DevFuse;
 use crate::ll;
 use crate::ll::Operation;
@@ -139,6 +141,8 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Set when INIT agreed on FUSE over io_uring (`uring.rs`)
+    pub(crate) uring: Option<UringParams>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +190,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring: None,
         };
 
         session.handshake()?;
@@ -214,6 +219,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring: None,
         };
 
         session.handshake()?;
@@ -252,6 +258,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,6 +293,8 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        // The io_uring queues are registered on the session's device.
+        let ring_device = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -304,6 +313,27 @@ impl<FS: Filesystem> Session<FS> {
                     .name(thread_name)
                     .spawn(move || event_loop.event_loop())?,
             );
+        }
+
+        if let Some(params) = uring {
+            for qid in 0..uring::queue_count() {
+                for t in 0..params.config.threads_per_queue.max(1) {
+                    let thread_name = format!("fuser-uring-{qid}.{t}");
+                    let event_loop = SessionEventLoop {
+                        thread_name: thread_name.clone(),
+                        filesystem: filesystem.clone(),
+                        ch: ring_device.clone(),
+                        allowed,
+                        session_owner,
+                    };
+                    let device = ring_device.clone();
+                    threads.push(
+                        thread::Builder::new()
+                            .name(thread_name)
+                            .spawn(move || uring::serve_queue(event_loop, device, qid, params))?,
+                    );
+                }
+            }
         }
 
         let mut reply: io::Result<()> = Ok(());
@@ -427,6 +457,16 @@ impl<FS: Filesystem> Session<FS> {
                 <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                     .send_ll(&ResponseErrno(errno));
                 return Err(error);
+            }
+
+            // FUSE over io_uring when asked for and the kernel offers it
+            // (it does only with /sys/module/fuse/parameters/enable_uring on).
+            if let Some(uring_config) = self.config.io_uring {
+                if config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok() {
+                    self.uring = Some(UringParams::new(uring_config, config.max_write, config.max_pages()));
+                } else {
+                    warn!("FUSE over io_uring asked for, but the kernel does not offer it (enable_uring off?): serving over /dev/fuse");
+                }
             }
 
             // Remember the ABI version supported by kernel and mark the session initialized.

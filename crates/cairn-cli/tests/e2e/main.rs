@@ -25,6 +25,7 @@ mod shared;
 mod powercut;
 mod roundtrip;
 mod writeback;
+mod uring;
 mod cloud;
 mod system;
 mod tape;

@@ -18,6 +18,10 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Serve requests over io_uring (Linux 6.14+, with the fuse module's
+    /// `enable_uring` parameter on) as well as `/dev/fuse`, which still
+    /// carries forgets, interrupts and notifications. `None`: `/dev/fuse` only.
+    pub io_uring: Option<crate::UringConfig>,
 }
 
 /// Mount options accepted by the FUSE filesystem type
