@@ -133,6 +133,36 @@ impl Keys {
         }
     }
 
+    /// Bytes `seal_into` writes for a payload of `len` bytes.
+    pub fn sealed_len(&self, len: usize) -> usize {
+        len + if self.cipher.is_some() { SEAL_OVERHEAD } else { 0 }
+    }
+
+    /// Seals `payload` straight into `out` (exactly `sealed_len(payload.len())`
+    /// bytes, possibly uninitialised): the payload is copied once, then
+    /// encrypted where it lies. Unencrypted volumes get the payload as it is.
+    pub fn seal_into(&self, aad: &[u8], payload: &[u8], out: &mut [std::mem::MaybeUninit<u8>]) {
+        assert_eq!(out.len(), self.sealed_len(payload.len()), "seal_into: wrong output length");
+        let write = |out: &mut [std::mem::MaybeUninit<u8>], at: usize, bytes: &[u8]| {
+            // SAFETY: `at + bytes.len() <= out.len()` (the lengths are
+            // checked above) and the source is a distinct live slice.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().add(at).cast::<u8>(), bytes.len()) };
+        };
+        let Some(key) = &self.cipher else {
+            write(out, 0, payload);
+            return;
+        };
+        let nonce = random_nonce();
+        write(out, 0, &nonce);
+        write(out, NONCE_LEN, payload);
+        // SAFETY: bytes 0..NONCE_LEN + payload.len() were written above.
+        let body = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().add(NONCE_LEN).cast::<u8>(), payload.len()) };
+        let tag = key
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), body)
+            .expect("AES-GCM sealing cannot fail for in-range lengths");
+        write(out, NONCE_LEN + payload.len(), tag.as_ref());
+    }
+
     /// Like [`Keys::seal`] from a borrowed payload: one copy either way.
     pub fn seal_slice(&self, aad: &[u8], payload: &[u8]) -> Vec<u8> {
         match &self.cipher {

@@ -45,13 +45,45 @@ pub fn blob_aad(id: &ChunkId, flags: u8) -> [u8; ID_LEN + 1] {
 /// Encodes one chunk as a blob: compress (keep raw if it does not shrink), seal.
 pub fn encode_blob<'a>(keys: &Keys, id: &ChunkId, chunk: &'a [u8], zstd_level: i32) -> (std::borrow::Cow<'a, [u8]>, u8) {
     use std::borrow::Cow;
-    let compressed = if worth_compressing(chunk, zstd_level) { zstd::bulk::compress(chunk, zstd_level).ok() } else { None };
-    match compressed {
-        Some(c) if c.len() < chunk.len() => (Cow::Owned(keys.seal(&blob_aad(id, FLAG_ZSTD), c)), FLAG_ZSTD),
+    match Payload::of(chunk, zstd_level) {
+        Payload::Zstd(c) => (Cow::Owned(keys.seal(&blob_aad(id, FLAG_ZSTD), c)), FLAG_ZSTD),
         // Stored as it is on a volume without encryption: no copy here,
         // the pack builder's is the only one.
-        _ if !keys.encrypted() => (Cow::Borrowed(chunk), 0),
-        _ => (Cow::Owned(keys.seal_slice(&blob_aad(id, 0), chunk)), 0),
+        Payload::Raw if !keys.encrypted() => (Cow::Borrowed(chunk), 0),
+        Payload::Raw => (Cow::Owned(keys.seal_slice(&blob_aad(id, 0), chunk)), 0),
+    }
+}
+
+/// A chunk's payload before it is placed in a pack: the chunk itself, or
+/// its zstd compression when that is smaller.
+pub enum Payload {
+    Raw,
+    Zstd(Vec<u8>),
+}
+
+impl Payload {
+    /// Compresses `chunk` if that is worth it (as [`encode_blob`] does).
+    pub fn of(chunk: &[u8], zstd_level: i32) -> Payload {
+        let compressed = if worth_compressing(chunk, zstd_level) { zstd::bulk::compress(chunk, zstd_level).ok() } else { None };
+        match compressed {
+            Some(c) if c.len() < chunk.len() => Payload::Zstd(c),
+            _ => Payload::Raw,
+        }
+    }
+
+    /// The bytes to seal, given the chunk this is the payload of.
+    pub fn bytes<'a>(&'a self, chunk: &'a [u8]) -> &'a [u8] {
+        match self {
+            Payload::Raw => chunk,
+            Payload::Zstd(c) => c,
+        }
+    }
+
+    pub fn flags(&self) -> u8 {
+        match self {
+            Payload::Raw => 0,
+            Payload::Zstd(_) => FLAG_ZSTD,
+        }
     }
 }
 
@@ -158,6 +190,55 @@ impl PackBuilder {
         self.buf.extend_from_slice(blob);
         self.entries.push(e.clone());
         e
+    }
+    /// Appends blobs sealed in place: blob `k` is chunk `blobs[k].0` (raw
+    /// length `blobs[k].1`, flags `blobs[k].2`) with payload `payload(k)`,
+    /// sealed by [`Keys::seal_into`] straight into the space the pack keeps
+    /// it in (on rayon's pool when `parallel`): each payload byte is copied
+    /// once, with no zero-filling of the space first. Returns the entries,
+    /// in order.
+    pub fn append_sealed<'p>(
+        &mut self,
+        keys: &Keys,
+        blobs: &[(ChunkId, u32, u8)],
+        parallel: bool,
+        payload: impl Fn(usize) -> &'p [u8] + Sync,
+    ) -> Vec<BlobEntry> {
+        use rayon::prelude::*;
+        let mut offset = self.len() as u64;
+        let entries: Vec<BlobEntry> = blobs
+            .iter()
+            .enumerate()
+            .map(|(k, &(id, raw_len, flags))| {
+                let stored = keys.sealed_len(payload(k).len());
+                let e = BlobEntry { id, offset, stored_len: stored as u32, raw_len, flags };
+                offset += stored as u64;
+                e
+            })
+            .collect();
+        let total = (offset - self.len() as u64) as usize;
+        self.buf.reserve(total);
+        let mut rest = &mut self.buf.spare_capacity_mut()[..total];
+        let mut slots = Vec::with_capacity(entries.len());
+        for e in &entries {
+            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
+            slots.push(slot);
+            rest = tail;
+        }
+        let seal = |(k, slot): (usize, &mut [std::mem::MaybeUninit<u8>])| {
+            keys.seal_into(&blob_aad(&entries[k].id, entries[k].flags), payload(k), slot)
+        };
+        if parallel {
+            slots.into_par_iter().enumerate().for_each(seal);
+        } else {
+            slots.into_iter().enumerate().for_each(seal);
+        }
+        // SAFETY: the slots tile the `total` reserved bytes, and seal_into
+        // wrote each whole (it asserts the slot's length; a panic unwinds
+        // past this line).
+        unsafe { self.buf.set_len(self.buf.len() + total) };
+        self.entries.extend(entries.iter().cloned());
+        entries
     }
     /// The pack's length so far.
     pub fn len(&self) -> usize {
@@ -333,6 +414,43 @@ mod tests {
             assert_eq!(p.bytes().as_ptr() as usize % 4096, 0);
             assert!(p.bytes().starts_with(PACK_MAGIC));
             assert!(parse_trailer(&p.bytes()[p.bytes().len() - TRAILER_LEN..], p.bytes().len() as u64).is_ok());
+        }
+    }
+
+    /// Blobs sealed in place (the flush's path) make the pack that adding
+    /// encoded blobs one at a time makes, but for the nonces: the same
+    /// entries, lengths, flags and decoded bytes, on and off rayon's pool,
+    /// appended to a pack that already holds a blob.
+    #[test]
+    fn blobs_sealed_in_place_decode_as_added_ones() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let noise: Vec<u8> = (0..300_000).map(|_| { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x as u8 }).collect();
+        let chunks = vec![vec![0u8; 200_000], noise.clone(), b"x".to_vec(), noise[..70_000].to_vec(), (0..150_000u32).map(|i| (i % 97) as u8).collect()];
+        for enc in [false, true] {
+            let keys = Keys::derive(&[4u8; 32], enc);
+            let vid = [2u8; 16];
+            let first = b"already here".to_vec();
+            let (_, want) = build(&keys, &vid, &[first.clone()].into_iter().chain(chunks.iter().cloned()).collect::<Vec<_>>());
+            for parallel in [false, true] {
+                let mut b = PackBuilder::new(&vid);
+                let id0 = keys.chunk_id(&first);
+                let (blob0, f0) = encode_blob(&keys, &id0, &first, 1);
+                b.add(id0, &blob0, first.len() as u32, f0);
+                let payloads: Vec<Payload> = chunks.iter().map(|c| Payload::of(c, 1)).collect();
+                let blobs: Vec<(ChunkId, u32, u8)> = chunks.iter().zip(&payloads).map(|(c, p)| (keys.chunk_id(c), c.len() as u32, p.flags())).collect();
+                let got = b.append_sealed(&keys, &blobs, parallel, |k| payloads[k].bytes(&chunks[k]));
+                assert_eq!(got, want[1..], "entries, enc {enc}, parallel {parallel}");
+                let (pack, entries) = b.finish(&keys, &vid);
+                assert_eq!(entries, want);
+                let bytes = pack.bytes();
+                let n = parse_trailer(&bytes[bytes.len() - TRAILER_LEN..], bytes.len() as u64).unwrap();
+                let idx = bytes[bytes.len() - TRAILER_LEN - n as usize..bytes.len() - TRAILER_LEN].to_vec();
+                assert_eq!(decode_index(&keys, &vid, idx, bytes.len() as u64).unwrap(), want);
+                for (e, c) in entries[1..].iter().zip(&chunks) {
+                    let stored = bytes[e.offset as usize..(e.offset + e.stored_len as u64) as usize].to_vec();
+                    assert_eq!(&decode_blob(&keys, e, stored, Verify::Full).unwrap(), c, "enc {enc}, parallel {parallel}");
+                }
+            }
         }
     }
 

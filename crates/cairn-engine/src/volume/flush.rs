@@ -158,17 +158,38 @@ impl<'a> Batch<'a> {
         // The same new chunk twice in one step is encoded once.
         let mut first: HashMap<ChunkId, usize> = HashMap::new();
         todo.retain(|&i| first.insert(ids[i], i).is_none());
+        // Compressed (where it pays) in parallel, then sealed straight into
+        // the pack in parallel: each new chunk's bytes are copied once.
         let level = vol.cfg.compression.level;
-        let encode = |&i: &usize| pack::encode_blob(&vol.keys, &ids[i], chunks[i], level);
-        let blobs: Vec<(std::borrow::Cow<[u8]>, u8)> = if parallel { todo.par_iter().map(encode).collect() } else { todo.iter().map(encode).collect() };
-        for (&i, (blob, flags)) in todo.iter().zip(blobs) {
-            let id = vol.meta.store().alloc_chunk_id()?;
-            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(vol.cfg.pack_target as usize + (8 << 20))));
-            let e = b.add(ids[i], &blob, chunks[i].len() as u32, flags);
-            self.new_chunks.push((id, self.sealed.len(), e));
-            self.by_hash.insert(ids[i], id);
-            self.new_bytes += chunks[i].len() as u64;
-            if b.len() as u64 >= vol.cfg.pack_target {
+        let prepare = |&i: &usize| pack::Payload::of(chunks[i], level);
+        let payloads: Vec<pack::Payload> = if parallel { todo.par_iter().map(prepare).collect() } else { todo.iter().map(prepare).collect() };
+        let target = vol.cfg.pack_target;
+        let mut k = 0;
+        while k < todo.len() {
+            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(target as usize + (8 << 20))));
+            // This pack's share: up to and including the blob that takes
+            // it to its target, as when blobs were added one at a time.
+            let mut len = b.len() as u64;
+            let mut end = k;
+            while end < todo.len() {
+                len += vol.keys.sealed_len(payloads[end].bytes(chunks[todo[end]]).len()) as u64;
+                end += 1;
+                if len >= target {
+                    break;
+                }
+            }
+            let seg = &todo[k..end];
+            let chunk_ids = seg.iter().map(|_| vol.meta.store().alloc_chunk_id()).collect::<std::result::Result<Vec<u64>, _>>()?;
+            let blobs: Vec<(ChunkId, u32, u8)> = seg.iter().zip(&payloads[k..end]).map(|(&i, p)| (ids[i], chunks[i].len() as u32, p.flags())).collect();
+            let entries = b.append_sealed(&vol.keys, &blobs, parallel && seg.len() > 1, |j| payloads[k + j].bytes(chunks[seg[j]]));
+            let full = b.len() as u64 >= target;
+            for ((&i, e), id) in seg.iter().zip(entries).zip(chunk_ids) {
+                self.new_chunks.push((id, self.sealed.len(), e));
+                self.by_hash.insert(ids[i], id);
+                self.new_bytes += chunks[i].len() as u64;
+            }
+            k = end;
+            if full {
                 self.seal()?;
             }
         }
