@@ -231,11 +231,23 @@ enum Cmd {
         /// Mount read-only.
         #[arg(long)]
         read_only: bool,
-        /// Threads serving FUSE requests (default 4; 32 for a volume on a
-        /// tape, where a read may wait seconds for a locate and the drive
-        /// can only put in tape order the reads it has been given at once).
+        /// Threads serving the FUSE requests that may wait: reads of data
+        /// not in memory and fsyncs (default 4; 32 for a volume on a tape,
+        /// where a read may wait seconds for a locate and the drive can
+        /// only put in tape order the reads it has been given at once).
+        /// One more thread takes every request from the kernel and serves
+        /// the rest itself. On a volume other machines share, and with
+        /// --no-io-workers, these threads take requests from the kernel
+        /// themselves.
         #[arg(long)]
         threads: Option<usize>,
+        /// Let every --threads thread take requests from the kernel and
+        /// serve them whole, instead of one reader handing reads and
+        /// fsyncs to them (measured in docs/profile.md, sixth round: the
+        /// reader wins on creates, untar and dbench, loses a few percent
+        /// on random 4 KiB reads).
+        #[arg(long)]
+        no_io_workers: bool,
         /// Memory for decoded chunks (default: 1/16 of the machine's memory,
         /// at least 256M and at most 1G). A read that misses decodes and
         /// verifies a whole chunk (1 MiB on average), so random reads are
@@ -885,7 +897,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fuse_uring, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fuse_uring, no_io_workers, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -938,6 +950,7 @@ fn run(cli: Cli) -> Result<i32> {
                 read_only,
                 allow_other: !private,
                 threads: threads.unwrap_or(if cairn_engine::tape::is_tape_url(&volume) { 32 } else { 4 }).max(1),
+                io_workers: !no_io_workers,
                 fsname: source.clone(),
                 // A read-only mount writes nothing, and with the writeback
                 // cache the kernel trusts its own size of a regular file

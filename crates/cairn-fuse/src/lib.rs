@@ -44,6 +44,7 @@ mod convert;
 mod fs;
 mod locks;
 mod mount;
+mod offload;
 /// The kernel's mount table, for the CLI (it lives in the mount scaffold).
 pub use cairn_mount::mounttable;
 

@@ -708,6 +708,25 @@ impl Volume {
         self.read_bytes(ino, offset, size, true)
     }
 
+    /// Whether reading `[offset, offset + size)` of `ino` would find every
+    /// chunk it needs decoded in memory (holes and journaled bytes count as
+    /// found): such a read waits on nothing. `false` when unsure. It
+    /// changes no read-ahead state.
+    pub fn read_is_cached(&self, ino: Ino, offset: u64, size: u32) -> bool {
+        let parts = self.with_file(ino, |_, g| {
+            let end = offset.saturating_add(size as u64).min(g.size);
+            let mut parts = Vec::new();
+            if offset < end {
+                self.plan_read(g, offset, end, &mut parts)?;
+            }
+            Ok(parts)
+        });
+        parts.is_ok_and(|parts| parts.iter().all(|p| match p {
+            ReadPart::Chunk { id, .. } => self.cache.contains(*id),
+            _ => true,
+        }))
+    }
+
     /// The first and the largest read-ahead window of a file read in order:
     /// two average chunks to start; at most eight of the largest chunks on
     /// a local disk (enough for several direct reads in flight: the page
