@@ -255,16 +255,33 @@ impl UringReply {
         &self.device
     }
 
+    /// Answers the request EIO.
+    fn send_eio(&self) -> io::Result<()> {
+        // The kernel's commit id is the request's unique.
+        let unique = self.entry.read_u64(ENT_IN_OUT_OFFSET + 8);
+        let mut h = [0u8; OUT_HEADER_LEN];
+        h[0..4].copy_from_slice(&(OUT_HEADER_LEN as u32).to_ne_bytes());
+        h[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+        h[8..16].copy_from_slice(&unique.to_ne_bytes());
+        self.send(&[io::IoSlice::new(&h)])
+    }
+
     /// Writes the reply into the entry (the out header into the header area,
     /// the rest into the payload) and queues its commit.
     pub(crate) fn send(&self, data: &[io::IoSlice<'_>]) -> io::Result<()> {
         let total: usize = data.iter().map(|d| d.len()).sum();
-        let Some(body) = total.checked_sub(OUT_HEADER_LEN) else {
-            return Err(io::Error::other("FUSE reply shorter than its header"));
+        let body = match total.checked_sub(OUT_HEADER_LEN) {
+            Some(body) if body <= self.entry.payload => body,
+            _ => {
+                // Answered EIO all the same: an entry never committed would
+                // leave its caller waiting for good.
+                self.send_eio()?;
+                return Err(io::Error::other(format!(
+                    "a {total}-byte FUSE reply does not fit the ring's {}-byte payload buffer",
+                    self.entry.payload
+                )));
+            }
         };
-        if body > self.entry.payload {
-            return Err(io::Error::other("FUSE reply larger than the ring's payload buffer"));
-        }
         let mut written = 0usize;
         for slice in data {
             let mut s: &[u8] = slice;
@@ -432,11 +449,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 None => {
                     // Unparseable: answer EIO so the entry comes back.
                     warn!("fuse-uring queue {qid}: malformed request in entry {i}");
-                    let mut h = [0u8; OUT_HEADER_LEN];
-                    h[0..4].copy_from_slice(&(OUT_HEADER_LEN as u32).to_ne_bytes());
-                    h[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-                    h[8..16].copy_from_slice(&commit_ids[i].to_ne_bytes());
-                    reply.send(&[io::IoSlice::new(&h)])?;
+                    reply.send_eio()?;
                 }
             }
         }
