@@ -595,8 +595,11 @@ impl Inner {
                     Some(p) => p,
                     None => {
                         // Another thread is fetching (or deleting) what we
-                        // need: wait for it rather than GET it twice.
-                        missed = true;
+                        // need: wait for it rather than GET it twice. The
+                        // fetch is that thread's miss; this read is served
+                        // from the cache (a hit, as the simulator replaying
+                        // the trace counts it), unless it has to fetch
+                        // something itself after all.
                         self.changed.wait(&mut st);
                         continue;
                     }

@@ -505,6 +505,11 @@ fn concurrent_misses_of_one_block_make_one_get() {
     }
     assert_eq!(probe.gets(), 1, "concurrent misses of one block made {} GETs", probe.gets());
     assert_eq!(c.stats().remote_gets, 1);
+    // One fetch is one miss: the three reads that waited for it were
+    // served from the cache (counting them as misses made the live hit
+    // ratio a quarter of the replayed one).
+    let s = c.stats();
+    assert_eq!((s.misses, s.hits), (1, 3), "{s:?}");
 }
 
 /// Deleting a pack still in the outbox drops it there (the remote's delete
