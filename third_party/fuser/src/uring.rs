@@ -377,7 +377,6 @@ pub(crate) fn serve_queue<FS: Filesystem>(
         .map(|_| EntryMem::new(params.payload).map(Arc::from))
         .collect::<io::Result<_>>()?;
     let mut event_buf = [0u8; 8];
-    let mut commit_ids = vec![0u64; depth];
     let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
         IoUring::builder().setup_single_issuer().build((depth + 1).next_power_of_two() as u32 * 2)?;
     let event_read = |buf: &mut [u8; 8]| -> squeue::Entry128 {
@@ -429,7 +428,6 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 continue;
             }
             let entry = &entries[i];
-            commit_ids[i] = entry.read_u64(ENT_IN_OUT_OFFSET + 8);
             let reply = UringReply {
                 device: device.sender(),
                 shared: shared.clone(),
@@ -456,7 +454,10 @@ pub(crate) fn serve_queue<FS: Filesystem>(
         to_commit.clear();
         to_commit.append(&mut shared.replied.lock().unwrap_or_else(|e| e.into_inner()));
         for &i in &to_commit {
-            let sqe = uring_cmd(fd, CMD_COMMIT_AND_FETCH, commit_ids[i], qid16, None).user_data(i as u64);
+            // The kernel's commit id stays in the entry's header (a reply
+            // writes only the out header and payload_sz): read it there.
+            let commit_id = entries[i].read_u64(ENT_IN_OUT_OFFSET + 8);
+            let sqe = uring_cmd(fd, CMD_COMMIT_AND_FETCH, commit_id, qid16, None).user_data(i as u64);
             // SAFETY: the entry's buffers live as long as `entries`.
             unsafe { ring.submission().push(&sqe) }
                 .map_err(|_| io::Error::other("uring submission queue full"))?;
