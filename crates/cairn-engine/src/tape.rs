@@ -109,9 +109,29 @@ fn open_with(url: &str, create: Option<Option<EmuParams>>) -> Result<Arc<TapeSto
     let o = options().lock().expect("tape options lock").clone();
     let format = create.is_some();
     let dev = open_device(url, &o, create)?;
-    let s = Arc::new(TapeStore::open(dev, o.store, None, format).map_err(|e| Error::from(e).context(url))?);
+    let store = StoreOptions { inline: o.store.inline.clone().or_else(|| Some(metadata_chain())), ..o.store };
+    let s = Arc::new(TapeStore::open(dev, store, None, format).map_err(|e| Error::from(e).context(url))?);
     open.insert(url.to_string(), Arc::downgrade(&s));
     Ok(s)
+}
+
+/// What a tape's catalog carries inline (docs/tape.md §8): what a mount
+/// reads first, the volume's `config` and its metadata chain (the newest
+/// base and every delta after it), so a machine with only the tape opens
+/// the volume in two locates.
+pub fn metadata_chain() -> cairn_tape::store::InlinePolicy {
+    use crate::cloud::versions;
+    cairn_tape::store::InlinePolicy {
+        prefixes: vec![crate::config::CONFIG_OBJECT.to_string(), versions::PREFIX.to_string()],
+        max_bytes: cairn_tape::store::INLINE_MAX,
+        choose: Arc::new(|names: &[&str]| {
+            let mut all: Vec<versions::VersionInfo> = names.iter().filter_map(|n| versions::parse_name(n, 0)).collect();
+            all.sort_by_key(|v| (v.version, v.kind == versions::Kind::Delta));
+            // A chain with a hole is not what a mount can use: only the config.
+            let chain = versions::chain(&all, None).map(|c| c.iter().map(versions::VersionInfo::object).collect::<Vec<_>>()).unwrap_or_default();
+            names.iter().filter(|n| **n == crate::config::CONFIG_OBJECT).map(|n| n.to_string()).chain(chain).collect()
+        }),
+    }
 }
 
 /// [`open`] as the engine's backend.

@@ -561,10 +561,9 @@ pub fn read_label<D: TapeDevice + ?Sized>(dev: &mut D, expect: Option<VolumeId>)
     Ok(label)
 }
 
-/// Reads one block at the current position: its position and raw bytes,
-/// or the filemark / end of data met there.
+/// What reading one block at the current position met.
 enum One {
-    Block(Vec<u8>),
+    Block,
     Filemark,
     End,
 }
@@ -572,17 +571,26 @@ enum One {
 fn read_one<D: TapeDevice + ?Sized>(dev: &mut D) -> Result<One> {
     let mut buf = vec![0u8; dev.block_size()];
     Ok(match dev.read_blocks(&mut buf)? {
-        ReadOutcome::Blocks(_) => One::Block(buf),
+        ReadOutcome::Blocks(_) => One::Block,
         ReadOutcome::Filemark => One::Filemark,
         ReadOutcome::EndOfData => One::End,
     })
 }
 
+/// The end of the tape read in one pass when a catalog is looked for:
+/// a catalog this long or shorter (with the filemarks around it) costs no
+/// locate back to its start. Reading it takes 0.2 s on the default
+/// emulated drive (80 MB/s) and 0.04 s on LTO-9, against 3 s or more for
+/// the locate it saves (docs/tape.md §8).
+pub const CATALOG_WINDOW: u64 = 16 << 20;
+
 /// Reads the catalog. With a `hint` (the start position returned when it
 /// was written), reads it there and checks that it is the last thing on
 /// the tape; otherwise (or if the hint is stale) spaces to the end of data
-/// and reads the catalog from its last block backwards. Either way the
-/// tape is not scanned. A tape that ends in data blocks (no catalog was
+/// and reads the last [`CATALOG_WINDOW`] bytes before it forward: two
+/// locates in all, and the tape is left at the end of data. A catalog
+/// longer than the window costs one locate more, back to its start. The
+/// tape is never scanned. A tape that ends in data blocks (no catalog was
 /// written after the last append) gives [`LayoutError::NoCatalog`]; a
 /// catalog that does not check gives [`LayoutError::DamagedCatalog`].
 pub fn read_catalog<D: TapeDevice + ?Sized>(
@@ -592,7 +600,7 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
 ) -> Result<Catalog> {
     check_block_size(dev, label)?;
     if let Some(start) = hint {
-        if let Ok(c) = read_catalog_at(dev, label, start, None, None) {
+        if let Ok(c) = read_catalog_at(dev, label, start, None, Vec::new()) {
             // The last thing on the tape: a filemark, then end of data
             // (read on rather than locate: a locate costs seconds).
             if matches!(read_one(dev), Ok(One::Filemark)) && matches!(read_one(dev), Ok(One::End)) {
@@ -608,30 +616,40 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
             reason: format!("the tape ends at block {eod}"),
         });
     }
-    // The tape ends `catalog's last block, filemark`; a crash between the
-    // catalog and that filemark leaves the catalog's last block last. One
-    // locate to eod−2 and reading on covers both: a catalog block flagged
-    // last there is the first case; otherwise (an earlier catalog block,
-    // or the filemark before a one-block catalog) the next block is.
-    dev.locate(eod - 2)?;
-    let is_last = |b: &[u8]| BlockHeader::decode(b).is_ok_and(|(h, _)| h.kind == BlockKind::Catalog && h.last);
+    let bs = dev.block_size();
+    let from = eod.saturating_sub((CATALOG_WINDOW / bs as u64).max(2)).max(DATA_START);
+    dev.locate(from)?;
+    // What lies at from..eod: blocks (their bytes) and filemarks (None).
+    let mut tail: Vec<Option<Vec<u8>>> = Vec::with_capacity((eod - from) as usize);
+    let mut buf = vec![0u8; BATCH_BLOCKS * bs];
+    while (tail.len() as u64) < eod - from {
+        let want = ((eod - from) as usize - tail.len()).min(BATCH_BLOCKS);
+        match dev.read_blocks(&mut buf[..want * bs])? {
+            ReadOutcome::Blocks(n) => tail.extend(buf[..n * bs].chunks(bs).map(|b| Some(b.to_vec()))),
+            ReadOutcome::Filemark => tail.push(None),
+            ReadOutcome::EndOfData => break,
+        }
+    }
+    let at = |p: u64| p.checked_sub(from).and_then(|i| tail.get(i as usize)).and_then(|b| b.as_deref());
     let no_catalog = |dev: &D, reason: &str| LayoutError::NoCatalog {
         device: name(dev),
         reason: reason.into(),
     };
-    let (last_pos, block) = match read_one(dev)? {
-        One::Block(b) if is_last(&b) => (eod - 2, b),
-        One::End => return Err(no_catalog(dev, "unexpected end of data")),
-        at_2 => match (read_one(dev)?, at_2) {
-            (One::Block(b), _) => (eod - 1, b),
-            // The usual end, with a last block that does not check:
-            // decoding it below says why.
-            (One::Filemark, One::Block(b)) => (eod - 2, b),
-            (One::Filemark, _) => return Err(no_catalog(dev, "the data segment ends without a catalog")),
-            (One::End, _) => return Err(no_catalog(dev, "unexpected end of data")),
-        },
+    // The tape ends `catalog's last block, filemark`; a crash between the
+    // catalog and that filemark leaves the catalog's last block last.
+    let end = from + tail.len() as u64;
+    let is_block = |p: u64| at(p).is_some();
+    let last_pos = if end > from && is_block(end - 1) {
+        end - 1
+    } else if end >= from + 2 && is_block(end - 2) {
+        end - 2
+    } else if end > from {
+        return Err(no_catalog(dev, "the data segment ends without a catalog"));
+    } else {
+        return Err(no_catalog(dev, "unexpected end of data"));
     };
-    let (h, _) = BlockHeader::decode(&block).map_err(|reason| LayoutError::DamagedCatalog {
+    let block = at(last_pos).expect("a block");
+    let (h, _) = BlockHeader::decode(block).map_err(|reason| LayoutError::DamagedCatalog {
         device: name(dev),
         position: last_pos,
         reason,
@@ -644,13 +662,11 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
         });
     }
     if h.kind == BlockKind::Data {
-        return Err(LayoutError::NoCatalog {
-            device: name(dev),
-            reason: format!(
-                "the tape ends in data blocks (object {} at block {last_pos})",
-                h.object_id
-            ),
-        });
+        let reason = match last_pos + 1 == end {
+            true => format!("the tape ends in data blocks (object {} at block {last_pos})", h.object_id),
+            false => "the data segment ends without a catalog".to_string(),
+        };
+        return Err(LayoutError::NoCatalog { device: name(dev), reason });
     }
     if !h.last || h.seq > last_pos {
         return Err(LayoutError::DamagedCatalog {
@@ -659,37 +675,61 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
             reason: "the catalog's last block is missing".into(),
         });
     }
-    // A one-block catalog is the block just read: no locate back.
-    let first = (h.seq == 0).then_some(block);
-    read_catalog_at(dev, label, last_pos - h.seq, Some(h.object_id), first)
+    let start = last_pos - h.seq;
+    // Within the window: checked from the blocks read, no locate back.
+    let read: Vec<Vec<u8>> = match start >= from {
+        true => (start..=last_pos).map_while(|p| at(p).map(<[u8]>::to_vec)).collect(),
+        false => Vec::new(),
+    };
+    if start >= from && read.len() as u64 != h.seq + 1 {
+        return Err(LayoutError::DamagedCatalog {
+            device: name(dev),
+            position: start + read.len() as u64,
+            reason: "a filemark inside the catalog".into(),
+        });
+    }
+    let c = read_catalog_at(dev, label, start, Some(h.object_id), read)?;
+    if start < from {
+        // Leave the tape at the end of data, where the next write starts
+        // (reading on from the catalog's last block: its filemark, if any).
+        let _ = read_one(dev);
+    }
+    Ok(c)
 }
 
+/// Reads and checks the catalog that starts at `start`. `read`: its blocks
+/// already in hand, in order from `start` (the tape is then not moved);
+/// when empty, the tape is located to `start` and read.
 fn read_catalog_at<D: TapeDevice + ?Sized>(
     dev: &mut D,
     label: &Label,
     start: u64,
     generation: Option<u64>,
-    mut first: Option<Vec<u8>>,
+    read: Vec<Vec<u8>>,
 ) -> Result<Catalog> {
     let damaged = |dev: &D, position: u64, reason: String| LayoutError::DamagedCatalog {
         device: name(dev),
         position,
         reason,
     };
-    // `first`: the block at `start`, already read (the tape is after it).
-    if first.is_none() {
+    let in_hand = !read.is_empty();
+    if !in_hand {
         dev.locate(start)?;
     }
+    let mut read = read.into_iter();
     let bs = dev.block_size();
     let mut framed = Vec::new();
     let mut buf = vec![0u8; BATCH_BLOCKS * bs];
     let mut seq = 0u64;
     let mut gen = generation;
     loop {
-        let n = match first.take() {
+        let n = match read.next() {
             Some(b) => {
                 buf[..bs].copy_from_slice(&b);
                 1
+            }
+            None if in_hand => {
+                return Err(damaged(dev, start + seq, "the catalog ends before its last block".into()))
             }
             None => match dev.read_blocks(&mut buf)? {
                 ReadOutcome::Blocks(n) => n,
@@ -726,7 +766,7 @@ fn read_catalog_at<D: TapeDevice + ?Sized>(
             framed.extend_from_slice(payload);
             seq += 1;
             if h.last {
-                if i + 1 != n {
+                if i + 1 != n || read.len() != 0 {
                     return Err(damaged(
                         dev,
                         pos + 1,

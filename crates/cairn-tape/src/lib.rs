@@ -12,6 +12,10 @@
 //!   that each name their volume, object and sequence number, and a catalog
 //!   after the data; [`layout::scan`] rebuilds everything from the blocks
 //!   when the catalog is lost.
+//! - [`index`] is what the catalog says: the objects on the tape and the
+//!   metadata a mount reads first, inline.
+//! - [`store`] is a tape as the engine's backend: one drive thread, reads
+//!   batched in tape order.
 //!
 //! `docs/tape.md` explains the design; `docs/format.md` ("Tape") gives the
 //! bytes.
@@ -37,12 +41,13 @@
 pub mod conformance;
 mod device;
 mod emu;
+pub mod index;
 pub mod layout;
 #[cfg(target_os = "linux")]
 pub mod st;
 pub mod store;
 
 pub use device::{read_exact_blocks, DeviceError, ReadOutcome, Result, Status, TapeDevice};
-pub use emu::{Clock, CrashModel, EmuDrive, EmuParams, EmuStats, Session, VirtualClock, EMU_FORMAT};
+pub use emu::{Clock, CrashModel, EmuDrive, EmuParams, EmuStats, Session, VirtualClock, EMU_FORMAT, SESSION_FILE};
 #[cfg(target_os = "linux")]
 pub use st::StDrive;

@@ -12,6 +12,7 @@
 //! Every object starts with a small head naming it (docs/format.md, "Tape
 //! objects"), so [`recover`] can rebuild the index from the blocks alone.
 
+pub use crate::index::{decode_catalog, encode_catalog, object_head, parse_object_head, CatalogPayload, Index, IndexEntry, InlinePolicy, InlineSpan, INDEX_FORMAT, INDEX_VERSION, INLINE_MAX, OBJECT_MAGIC};
 use crate::layout::{self, AppendPoint, Extent, Label, LayoutError, VolumeId};
 use crate::TapeDevice;
 use cairn_backend::{validate_name, Backend, Backlog, Capabilities, Error, ErrorKind, ObjectInfo, Result};
@@ -21,12 +22,6 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Magic of an object's head.
-pub const OBJECT_MAGIC: &[u8; 4] = b"CTO1";
-/// Format of the catalog's payload.
-pub const INDEX_FORMAT: &str = "cairn-tape-index";
-/// Its version.
-pub const INDEX_VERSION: u32 = 1;
 /// Bytes read from the tape per step of a streaming read.
 const READ_STEP: u64 = 8 << 20;
 /// Idle this long after the open, a store with
@@ -56,104 +51,17 @@ pub struct StoreOptions {
     /// wait; a later read pays at most the locate it needed anyway. For a
     /// read-write mount; a short look (`tape info`) leaves it off.
     pub prepare_append: bool,
+    /// Which objects every catalog carries inline (docs/tape.md §8), so a
+    /// mount reads them with the catalog instead of locating to each. The
+    /// store keeps their bytes in memory (at most the policy's
+    /// `max_bytes`). None: catalogs carry only the index.
+    pub inline: Option<InlinePolicy>,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { queue_bytes: 1 << 30, read_ahead: 64 << 20, read_buffer: 256 << 20, batch_window: Duration::from_millis(50), pack_size: 128 << 20, prepare_append: false }
+        StoreOptions { queue_bytes: 1 << 30, read_ahead: 64 << 20, read_buffer: 256 << 20, batch_window: Duration::from_millis(50), pack_size: 128 << 20, prepare_append: false, inline: None }
     }
-}
-
-/// One object in the index.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct IndexEntry {
-    /// Its id in the block headers.
-    pub id: u64,
-    /// Bytes of the object (its head not counted).
-    pub size: u64,
-    /// Bytes of its head before the object's first byte.
-    pub head: u64,
-    /// Where its bytes (head included) lie, in object order.
-    pub extents: Vec<Extent>,
-    /// Deleted (logically: the blocks stay).
-    #[serde(default)]
-    pub dead: bool,
-}
-
-/// The catalog's payload (docs/format.md, "Tape catalog").
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Index {
-    /// Objects by name; a name put again points at its newest copy, the
-    /// older copy's bytes are dead.
-    pub objects: BTreeMap<String, IndexEntry>,
-    /// Bytes of object copies that no name points at any more.
-    #[serde(default)]
-    pub replaced_bytes: u64,
-    /// The next object id.
-    pub next_id: u64,
-}
-
-impl Index {
-    /// Bytes of live objects and of dead ones (deleted or replaced).
-    pub fn space(&self) -> (u64, u64) {
-        self.objects.values().fold((0, self.replaced_bytes), |(l, d), o| if o.dead { (l, d + o.size) } else { (l + o.size, d) })
-    }
-}
-
-/// Encodes the catalog's payload: zstd of one JSON document.
-pub fn encode_index(index: &Index) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Doc<'a> {
-        format: &'static str,
-        version: u32,
-        #[serde(flatten)]
-        index: &'a Index,
-    }
-    let json = serde_json::to_vec(&Doc { format: INDEX_FORMAT, version: INDEX_VERSION, index }).expect("the index serialises");
-    zstd::bulk::compress(&json, 3).expect("compressing in memory")
-}
-
-/// Parses a catalog payload written by [`encode_index`]; untrusted bytes
-/// give an error, never a panic.
-pub fn decode_index(bytes: &[u8]) -> std::result::Result<Index, String> {
-    #[derive(Deserialize)]
-    struct Doc {
-        format: String,
-        version: u32,
-        #[serde(flatten)]
-        index: Index,
-    }
-    let json = zstd::bulk::decompress(bytes, 256 << 20).map_err(|e| format!("not a compressed index ({e})"))?;
-    let d: Doc = serde_json::from_slice(&json).map_err(|e| format!("malformed index ({e})"))?;
-    if d.format != INDEX_FORMAT {
-        return Err(format!("not a Cairn tape index ({:?})", d.format));
-    }
-    if d.version != INDEX_VERSION {
-        return Err(format!("index version {} is not supported (this Cairn reads version {INDEX_VERSION})", d.version));
-    }
-    Ok(d.index)
-}
-
-/// The head written before an object's bytes: magic, name length, name.
-pub fn object_head(name: &str) -> Vec<u8> {
-    let mut h = Vec::with_capacity(6 + name.len());
-    h.extend_from_slice(OBJECT_MAGIC);
-    h.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    h.extend_from_slice(name.as_bytes());
-    h
-}
-
-/// Parses an object head from the start of an object's bytes: the name and
-/// the head's length.
-pub fn parse_object_head(b: &[u8]) -> std::result::Result<(String, u64), String> {
-    if b.len() < 6 || &b[..4] != OBJECT_MAGIC {
-        return Err("no object head".into());
-    }
-    let n = u16::from_le_bytes([b[4], b[5]]) as usize;
-    let name = b.get(6..6 + n).ok_or("object head cut short")?;
-    let name = std::str::from_utf8(name).map_err(|_| "object name is not UTF-8")?;
-    validate_name(name).map_err(|e| e.to_string())?;
-    Ok((name.to_string(), 6 + n as u64))
 }
 
 /// What the drive thread is asked to write.
@@ -189,6 +97,12 @@ pub struct StoreStats {
     pub bytes_read: u64,
     /// Catalogs written.
     pub catalogs_written: u64,
+    /// Objects the last catalog written carried inline, and their bytes.
+    #[serde(default)]
+    pub catalog_inline: (u64, u64),
+    /// Reads served from inline copies (the catalog's, or kept to go in it).
+    #[serde(default)]
+    pub reads_inline: u64,
     /// The most bytes the write queue held.
     pub peak_queue_bytes: u64,
 }
@@ -209,6 +123,9 @@ struct State {
     /// Objects put and not yet on tape (queued or being written): readable.
     in_flight: HashMap<String, Arc<Vec<u8>>>,
     reads: Vec<Arc<ReadReq>>,
+    /// Bytes of the objects the inline policy chose, kept for the next
+    /// catalog; each equals the object's bytes on (or queued for) the tape.
+    inline: BTreeMap<String, Arc<Vec<u8>>>,
     /// Read data kept: (object, first byte, bytes), oldest first.
     read_buf: VecDeque<(String, u64, Arc<Vec<u8>>)>,
     read_buf_bytes: u64,
@@ -263,25 +180,27 @@ impl TapeStore {
     /// when `format_blank`.
     pub fn open(mut dev: Box<dyn TapeDevice>, opts: StoreOptions, expect: Option<VolumeId>, format_blank: bool) -> Result<TapeStore> {
         let name = dev.name().to_string();
-        let (label, index, at) = match layout::read_label(dev.as_mut(), expect) {
+        let (label, payload, at) = match layout::read_label(dev.as_mut(), expect) {
             Ok(label) => {
                 let cat = layout::read_catalog(dev.as_mut(), &label, None).map_err(|e| layout_err(&name, e))?;
-                let index = decode_index(&cat.bytes).map_err(|e| Error::new(ErrorKind::Corrupt, format!("{name}: damaged catalog: {e}; run `cairn tape recover` to rebuild it from the blocks")))?;
-                (label, index, cat.append_point())
+                let payload = decode_catalog(&cat.bytes).map_err(|e| Error::new(ErrorKind::Corrupt, format!("{name}: damaged catalog: {e}; run `cairn tape recover` to rebuild it from the blocks")))?;
+                (label, payload, cat.append_point())
             }
             Err(LayoutError::BlankTape { .. }) if format_blank => {
                 let label = Label::new(VolumeId(rand::random()), dev.block_size() as u32, now_secs(), b"");
-                let index = Index::default();
-                let loc = layout::format(dev.as_mut(), &label, &encode_index(&index)).map_err(|e| layout_err(&name, e))?;
+                let payload = CatalogPayload::default();
+                let loc = layout::format(dev.as_mut(), &label, &encode_catalog(&payload.index, &[])).map_err(|e| layout_err(&name, e))?;
                 dev.flush().map_err(|e| layout_err(&name, e.into()))?;
-                (label, index, loc.append_point())
+                (label, payload, loc.append_point())
             }
             Err(e) => return Err(layout_err(&name, e)),
         };
-        Ok(Self::start(dev, opts, label, index, at))
+        Ok(Self::start(dev, opts, label, payload, at))
     }
 
-    fn start(dev: Box<dyn TapeDevice>, opts: StoreOptions, label: Label, index: Index, at: AppendPoint) -> TapeStore {
+    fn start(dev: Box<dyn TapeDevice>, opts: StoreOptions, label: Label, payload: CatalogPayload, at: AppendPoint) -> TapeStore {
+        let CatalogPayload { index, inline } = payload;
+        let inline = inline.into_iter().map(|(n, d)| (n, Arc::new(d))).collect();
         let want_prepare = opts.prepare_append;
         let describe = format!("tape {} (volume {})", dev.name(), label.volume_id);
         let inner = Arc::new(Inner {
@@ -289,6 +208,7 @@ impl TapeStore {
             opts,
             st: Mutex::new(State {
                 index,
+                inline,
                 queue: VecDeque::new(),
                 queued_bytes: 0,
                 in_flight: HashMap::new(),
@@ -429,6 +349,10 @@ fn from_memory(st: &mut State, name: &str, off: u64, len: u64) -> Option<Vec<u8>
         }
         return None;
     }
+    if let Some(d) = st.inline.get(name).filter(|d| end <= d.len() as u64) {
+        st.stats.reads_inline += 1;
+        return Some(d[off as usize..end as usize].to_vec());
+    }
     let out = memory_prefix(st, name, off, end);
     if (out.len() as u64) < len {
         return None;
@@ -453,6 +377,59 @@ fn memory_prefix(st: &State, name: &str, off: u64, end: u64) -> Vec<u8> {
         out.extend_from_slice(&piece.2[a..b]);
         at = piece.1 + b as u64;
     }
+    out
+}
+
+/// The names the inline policy chooses among the live objects, those on
+/// the tape and those queued for it.
+fn inline_choice(st: &State, p: &InlinePolicy) -> Vec<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for prefix in &p.prefixes {
+        names.extend(st.index.objects.range(prefix.clone()..).take_while(|(n, _)| n.starts_with(prefix.as_str())).filter(|(_, e)| !e.dead).map(|(n, _)| n.as_str()));
+    }
+    names.extend(st.in_flight.keys().filter(|n| p.covers(n)).map(String::as_str));
+    names.sort_unstable();
+    names.dedup();
+    (p.choose)(&names)
+}
+
+/// Keeps `data` (when given) as the bytes of `name` if the inline policy
+/// wants it, and lets go of what it no longer wants. Over the policy's
+/// bound nothing is kept: the mount then locates to each object, as
+/// before catalogs carried any.
+fn keep_inline(opts: &StoreOptions, st: &mut State, name: &str, data: Option<Arc<Vec<u8>>>) {
+    let Some(p) = opts.inline.as_ref().filter(|p| p.covers(name)) else { return };
+    if let Some(d) = data {
+        st.inline.insert(name.to_string(), d);
+    }
+    let want: std::collections::HashSet<String> = inline_choice(st, p).into_iter().collect();
+    st.inline.retain(|n, _| want.contains(n));
+    let bytes: u64 = st.inline.values().map(|d| d.len() as u64).sum();
+    if bytes > p.max_bytes {
+        tracing::info!("the metadata a mount reads first is {bytes} bytes, over the {} a catalog carries inline: mounts locate to each object", p.max_bytes);
+        st.inline.clear();
+    }
+}
+
+/// The catalog's payload: the index, and the objects the inline policy
+/// chooses whose bytes are at hand and already on the tape as the index
+/// says (a copy still queued is not: the catalog describes the tape).
+fn catalog_payload(opts: &StoreOptions, st: &mut State) -> Vec<u8> {
+    let chosen = opts.inline.as_ref().map(|p| inline_choice(st, p)).unwrap_or_default();
+    let inline: Vec<(&str, &[u8])> = chosen
+        .iter()
+        .filter(|n| !st.in_flight.contains_key(*n))
+        .filter_map(|n| {
+            let d = st.inline.get(n)?;
+            st.index.objects.get(n).filter(|e| !e.dead && e.size == d.len() as u64).map(|_| (n.as_str(), d.as_slice()))
+        })
+        .collect();
+    if inline.len() < chosen.len() {
+        tracing::debug!("the catalog carries {} of the {} objects a mount reads first (the rest are not at hand)", inline.len(), chosen.len());
+    }
+    let out = encode_catalog(&st.index, &inline);
+    let n = (inline.len() as u64, inline.iter().map(|(_, d)| d.len() as u64).sum());
+    st.stats.catalog_inline = n;
     out
 }
 
@@ -549,7 +526,7 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
                         // The append erased the last catalog; the early
                         // warning zone keeps room for one naming what is
                         // on the tape, so it still mounts.
-                        let c = encode_index(&st.index);
+                        let c = catalog_payload(&inner.opts, &mut st);
                         match MutexGuard::unlocked(&mut st, || writer.write_catalog(dev.as_mut(), &c)) {
                             Ok(_) => st.dirty = false,
                             Err(e) => tracing::error!("writing the catalog at the end of the medium: {e}"),
@@ -578,7 +555,7 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
         }
         if st.want_sync > st.synced {
             let want = st.want_sync;
-            let catalog = (st.dirty && st.failed.is_none()).then(|| encode_index(&st.index));
+            let catalog = (st.dirty && st.failed.is_none()).then(|| catalog_payload(&inner.opts, &mut st));
             let t = Instant::now();
             let r = MutexGuard::unlocked(&mut st, || match catalog {
                 Some(c) => writer.write_catalog(dev.as_mut(), &c).map(Some),
@@ -720,6 +697,9 @@ impl Backend for TapeStore {
         st.queued_bytes += data.len() as u64;
         st.stats.peak_queue_bytes = st.stats.peak_queue_bytes.max(st.queued_bytes);
         st.in_flight.insert(name.to_string(), data.clone());
+        // A copy kept of an older version must never answer a read.
+        st.inline.remove(name);
+        keep_inline(&self.inner.opts, &mut st, name, Some(data.clone()));
         st.queue.push_back(Job { name: name.to_string(), id, data });
         self.inner.cv.notify_all();
         Ok(())
@@ -763,7 +743,18 @@ impl Backend for TapeStore {
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let size = self.size(name)?;
-        self.get_range(name, 0, size)
+        let data = self.get_range(name, 0, size)?;
+        // A mount reads the objects it needs first whole: kept, they go
+        // inline in the next catalog (a tape whose catalog had none gets
+        // one that does).
+        if self.inner.opts.inline.as_ref().is_some_and(|p| p.covers(name)) {
+            let mut st = self.inner.st.lock();
+            let on_tape = !st.in_flight.contains_key(name) && st.index.objects.get(name).is_some_and(|e| !e.dead && e.size == size);
+            if on_tape && !st.inline.contains_key(name) {
+                keep_inline(&self.inner.opts, &mut st, name, Some(Arc::new(data.clone())));
+            }
+        }
+        Ok(data)
     }
 
     fn size(&self, name: &str) -> Result<u64> {
@@ -778,6 +769,7 @@ impl Backend for TapeStore {
         validate_name(name)?;
         let mut st = self.inner.st.lock();
         st.in_flight.remove(name);
+        st.inline.remove(name);
         if let Some(e) = st.index.objects.get_mut(name).filter(|e| !e.dead) {
             e.dead = true;
             st.dirty = true;
@@ -884,8 +876,8 @@ pub fn recover(mut dev: Box<dyn TapeDevice>, expect: Option<VolumeId>, progress:
     let mut out = Recovery { bad_blocks: report.bad_blocks.len() as u64, ..Default::default() };
     // A catalog that survived describes everything before it; objects
     // after it are added. Without one, the index starts empty.
-    let mut index = match report.catalog.as_ref().map(|c| decode_index(&c.bytes)) {
-        Some(Ok(i)) => {
+    let mut index = match report.catalog.as_ref().map(|c| decode_catalog(&c.bytes)) {
+        Some(Ok(CatalogPayload { index: i, .. })) => {
             out.had_catalog = true;
             i
         }
@@ -934,7 +926,9 @@ pub fn recover(mut dev: Box<dyn TapeDevice>, expect: Option<VolumeId>, progress:
     }
     index.next_id = index.next_id.max(report.max_object_id.map_or(0, |m| m + 1));
     let mut w = layout::TapeWriter::new(&label, report.append_point());
-    w.write_catalog(dev.as_mut(), &encode_index(&index)).map_err(|e| layout_err(&name, e))?;
+    // Nothing inline: the bytes are not at hand. The first mount reads the
+    // metadata from where it lies, and its catalog carries it.
+    w.write_catalog(dev.as_mut(), &encode_catalog(&index, &[])).map_err(|e| layout_err(&name, e))?;
     dev.flush().map_err(|e| layout_err(&name, e.into()))?;
     Ok((out, dev))
 }
@@ -1041,25 +1035,6 @@ pub fn reclaim(src: &TapeStore, dst: &TapeStore, progress: &mut dyn FnMut(u64, u
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn index_round_trips_and_refuses_what_it_does_not_know() {
-        let mut i = Index { next_id: 9, ..Default::default() };
-        i.objects.insert("packs/ab/cd".into(), IndexEntry { id: 3, size: 10, head: 17, extents: vec![Extent { object_id: 3, start: 2, blocks: 1, first_seq: 0, offset: 0, len: 27 }], dead: false });
-        assert_eq!(decode_index(&encode_index(&i)).unwrap(), i);
-        let other = zstd::bulk::compress(br#"{"format":"cairn-tape-index","version":2,"objects":{},"next_id":0}"#, 1).unwrap();
-        assert!(decode_index(&other).unwrap_err().contains("version 2"));
-        assert!(decode_index(b"garbage").is_err());
-    }
-
-    #[test]
-    fn object_heads_round_trip_and_bad_ones_are_refused() {
-        let h = object_head("meta/0000000000000001.base");
-        assert_eq!(parse_object_head(&h).unwrap(), ("meta/0000000000000001.base".to_string(), h.len() as u64));
-        assert!(parse_object_head(b"CTO1\xff\xff").is_err());
-        assert!(parse_object_head(b"XXXX\x01\x00a").is_err());
-        assert!(parse_object_head(b"CTO1\x02\x00..").is_err(), "names follow the backend's rules");
-    }
 
     #[test]
     fn sub_extents_cover_exactly_the_blocks_of_a_range() {

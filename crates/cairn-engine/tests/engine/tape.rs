@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 fn setup() {
-    tape::configure(TapeOptions { store: StoreOptions { queue_bytes: 16 << 20, read_ahead: 2 << 20, read_buffer: 8 << 20, batch_window: Duration::from_millis(2), pack_size: 1 << 20, prepare_append: true }, virtual_clock: true });
+    tape::configure(TapeOptions { store: StoreOptions { queue_bytes: 16 << 20, read_ahead: 2 << 20, read_buffer: 8 << 20, batch_window: Duration::from_millis(2), pack_size: 1 << 20, prepare_append: true, inline: None }, virtual_clock: true });
 }
 
 fn params() -> EmuParams {
@@ -81,6 +81,53 @@ fn a_tape_volume_mounts_from_the_tape_alone() {
     for (_, d) in tree.iter().filter(|(_, d)| d.len() > 4096) {
         assert!(!img.windows(64).any(|w| w == &d[1000..1064]), "plaintext on the tape");
     }
+}
+
+/// docs/tape.md §8: a tape written by a volume over several metadata
+/// versions mounts on a machine with only the tape in two locates: the
+/// catalog, read from the end of data, carries the config and the
+/// metadata chain. The data is then read from the tape as usual.
+#[test]
+fn a_full_tape_mounts_in_two_locates_on_a_fresh_machine() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    init_tape(&t.path().join("a"), &url);
+    let v = mount(&t.path().join("a"), &url);
+    let mut files = Vec::new();
+    for round in 0..4u64 {
+        for i in 0..6u64 {
+            let data = random_bytes(round * 10 + i, 200_000 + 30_000 * i as usize);
+            let ino = mkfile(&v, ROOT_INO, &format!("r{round}f{i}"), &data);
+            v.fsync(ino, false).unwrap();
+            files.push((format!("r{round}f{i}"), data));
+        }
+        // Long enough for a metadata version to ship each round.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    v.close().unwrap();
+    // The store the volume used (shared within the process): what its last
+    // catalog carried.
+    let store = tape::open(&url).unwrap();
+    let versions = store.list("meta/").unwrap().len();
+    let inline = store.stats();
+    drop(store);
+    drop(v);
+    assert!(versions >= 2, "{versions} metadata versions on the tape");
+    assert!(inline.catalog_inline.0 >= 2, "the config and a base at least: {inline:?}");
+    let dir = Path::new(url.strip_prefix("tape-emu:").unwrap());
+    std::fs::remove_file(dir.join(cairn_tape::SESSION_FILE)).unwrap();
+
+    let w = mount(&t.path().join("b"), &url);
+    w.close().unwrap();
+    drop(w);
+    let s = cairn_tape::Session::read(dir).expect("the mount's session");
+    assert!(s.stats.locates <= 2, "mounting took {} locates ({inline:?})", s.stats.locates);
+    assert_eq!(s.stats.bytes_written, 0, "a mount and unmount that changed nothing write nothing");
+
+    let w = mount(&t.path().join("b"), &url);
+    check_tree(&w, &files);
+    w.close().unwrap();
 }
 
 /// `kill -9` after fsyncs: the appends erased the catalog, so the tape

@@ -468,35 +468,35 @@ fn label_errors_are_clear() {
     ));
 }
 
-#[test]
-fn mounting_reads_only_label_and_catalog() {
-    // 2,000 data blocks on the tape; mounting must not read them.
-    let t = tempfile::tempdir().unwrap();
-    let dir = t.path().join("tape");
-    let (mut dev, _vc) = emu(&dir, small_params());
+/// Writes `blocks` data blocks in 20 objects, then `catalog`.
+fn tape_with_catalog(dir: &std::path::Path, blocks: usize, catalog: &[u8]) {
+    let (mut dev, _vc) = emu(dir, small_params());
     let l = label();
     let c = layout::format(&mut dev, &l, b"").unwrap();
     let mut w = TapeWriter::new(&l, c.append_point());
     for id in 0..20u64 {
-        w.write(
-            &mut dev,
-            id,
-            &data(id, 100 * (BS - layout::HEADER_LEN)),
-            true,
-        )
-        .unwrap();
+        w.write(&mut dev, id, &data(id, blocks / 20 * (BS - layout::HEADER_LEN)), true).unwrap();
     }
-    w.write_catalog(&mut dev, b"cat").unwrap();
-    drop(dev);
+    w.write_catalog(&mut dev, catalog).unwrap();
+}
+
+#[test]
+fn mounting_reads_only_label_and_catalog() {
+    // 20,000 data blocks (80 MiB) on the tape; mounting reads the last
+    // window's worth of them, not the tape.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    tape_with_catalog(&dir, 20_000, b"cat");
     let mut dev = reopen(&dir);
     let l = layout::read_label(&mut dev, None).unwrap();
     let c = layout::read_catalog(&mut dev, &l, None).unwrap();
     assert_eq!(c.bytes, b"cat");
     let s = dev.stats();
-    assert!(s.bytes_read <= 6 * BS as u64, "mounting read {} bytes", s.bytes_read);
+    assert!(s.bytes_read <= layout::CATALOG_WINDOW + 2 * BS as u64, "mounting read {} bytes", s.bytes_read);
     // Each locate costs seconds: space to the end, one locate back to the
-    // one-block catalog, nothing more.
+    // window before it, nothing more; the tape is left at the end of data.
     assert_eq!(s.locates, 2, "{s:?}");
+    assert!(dev.status().unwrap().eod);
     // With the catalog's position known (kept from when it was written):
     // one locate, and reading on proves nothing follows it.
     drop(dev);
@@ -510,6 +510,25 @@ fn mounting_reads_only_label_and_catalog() {
     let mut dev = reopen(&dir);
     let l = layout::read_label(&mut dev, None).unwrap();
     assert_eq!(layout::read_catalog(&mut dev, &l, Some(2)).unwrap().bytes, b"cat");
+}
+
+/// A catalog of many blocks inside the window is read with the window (two
+/// locates); one longer than the window costs one locate more, back to its
+/// start, and is read whole all the same.
+#[test]
+fn a_long_catalog_costs_one_locate_more_only_past_the_window() {
+    let t = tempfile::tempdir().unwrap();
+    for (name, len, locates) in [("in", 2 << 20, 2), ("past", layout::CATALOG_WINDOW as usize + (1 << 20), 3)] {
+        let dir = t.path().join(name);
+        let cat = data(7, len);
+        tape_with_catalog(&dir, 2_000, &cat);
+        let mut dev = reopen(&dir);
+        let l = layout::read_label(&mut dev, None).unwrap();
+        let c = layout::read_catalog(&mut dev, &l, None).unwrap();
+        assert!(c.bytes == cat, "{name}: the catalog read back differs");
+        assert_eq!(dev.stats().locates, locates, "{name}");
+        assert!(dev.status().unwrap().eod, "{name}: left at the end of data");
+    }
 }
 
 #[test]

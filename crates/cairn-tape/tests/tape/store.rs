@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 fn opts() -> StoreOptions {
-    StoreOptions { queue_bytes: 8 << 20, read_ahead: 1 << 20, read_buffer: 4 << 20, batch_window: Duration::from_millis(5), pack_size: 1 << 20, prepare_append: false }
+    StoreOptions { queue_bytes: 8 << 20, read_ahead: 1 << 20, read_buffer: 4 << 20, batch_window: Duration::from_millis(5), pack_size: 1 << 20, prepare_append: false, inline: None }
 }
 
 fn create(dir: &Path, p: EmuParams) -> TapeStore {
@@ -318,4 +318,115 @@ fn an_idle_store_prepares_the_first_append() {
     let (with, without) = (first_write_secs(true), first_write_secs(false));
     let locate = small_params().locate_fixed_secs;
     assert!(without - with >= locate * 0.9, "with {with:.2} s, without {without:.2} s");
+}
+
+/// The inline policy of the engine, in small: `meta/N.base|delta` names,
+/// the newest base and everything after it.
+fn chain_policy(max_bytes: u64) -> store::InlinePolicy {
+    store::InlinePolicy {
+        prefixes: vec!["meta/".into()],
+        max_bytes,
+        choose: std::sync::Arc::new(|names: &[&str]| match names.iter().rposition(|n| n.ends_with(".base")) {
+            Some(i) => names[i..].iter().map(|n| n.to_string()).collect(),
+            None => Vec::new(),
+        }),
+    }
+}
+
+fn open_with(dir: &Path, inline: Option<store::InlinePolicy>) -> TapeStore {
+    TapeStore::open(Box::new(EmuDrive::open(dir, Clock::virtual_clock()).unwrap()), StoreOptions { inline, ..opts() }, None, false).unwrap()
+}
+
+fn locates(dir: &Path) -> u64 {
+    cairn_tape::Session::read(dir).expect("the drive's session").stats.locates
+}
+
+/// docs/tape.md §8: the catalog carries the metadata chain (the newest
+/// base and its deltas, not older versions), so a store opened on a
+/// machine with only the tape reads it with the catalog: two locates in
+/// all, and no read of the drive for the chain. The copies are the
+/// objects' bytes, and recover still rebuilds everything from the blocks.
+#[test]
+fn the_catalog_carries_the_metadata_chain_inline() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let s = create(&dir, small_params());
+    drop(s);
+    let s = open_with(&dir, Some(chain_policy(1 << 20)));
+    let chain = [("meta/0000000000000003.base", bytes(3, 30_000)), ("meta/0000000000000004.delta", bytes(4, 5_000))];
+    s.put("meta/0000000000000001.base", &bytes(1, 20_000)).unwrap();
+    s.put("packs/aa/one", &bytes(10, 200_000)).unwrap();
+    s.put("meta/0000000000000002.delta", &bytes(2, 4_000)).unwrap();
+    s.put("packs/bb/two", &bytes(11, 200_000)).unwrap();
+    for (n, d) in &chain {
+        s.put(n, d).unwrap();
+        s.put(&format!("packs/cc/{}", &n[5..21]), &bytes(12, 100_000)).unwrap();
+    }
+    s.delete("meta/0000000000000001.base").unwrap(); // pruned, as the engine does
+    s.sync().unwrap();
+    assert_eq!(s.stats().catalog_inline, (2, 35_000));
+    drop(s);
+
+    let s = open_with(&dir, Some(chain_policy(1 << 20)));
+    for (n, d) in &chain {
+        assert!(s.get(n).unwrap() == *d, "{n}");
+    }
+    assert_eq!(s.get_range(chain[0].0, 100, 10).unwrap(), chain[0].1[100..110]);
+    let st = s.stats();
+    assert_eq!((st.reads_from_tape, st.reads_inline), (0, 3), "{st:?}");
+    drop(s);
+    assert!(locates(&dir) <= 2, "{} locates to open and read the chain", locates(&dir));
+    // An older version is not inline: it is read from the tape.
+    let s = open_with(&dir, Some(chain_policy(1 << 20)));
+    assert_eq!(s.get("meta/0000000000000002.delta").unwrap(), bytes(2, 4_000));
+    assert_eq!(s.stats().reads_from_tape, 1);
+    drop(s);
+
+    // recover (the catalog lost) rebuilds from the blocks: the chain is
+    // read from where it lies, and the next catalog carries it again.
+    let dev = EmuDrive::open(&dir, Clock::virtual_clock()).unwrap();
+    let (r, dev) = store::recover(Box::new(dev), None, &mut |_, _| {}).unwrap();
+    assert!(r.had_catalog);
+    drop(dev);
+    let s = open_with(&dir, Some(chain_policy(1 << 20)));
+    for (n, d) in &chain {
+        assert!(s.get(n).unwrap() == *d, "{n}");
+    }
+    assert_eq!(s.stats().reads_inline, 0);
+    s.put("packs/dd/after", b"x").unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.stats().catalog_inline, (2, 35_000), "the chain, read whole, goes in the next catalog");
+    drop(s);
+    let s = open_with(&dir, Some(chain_policy(1 << 20)));
+    assert!(s.get(chain[1].0).unwrap() == chain[1].1);
+    assert_eq!(s.stats().reads_inline, 1);
+}
+
+/// A chain over the policy's bound is not inline (memory stays bounded);
+/// a store without a policy writes none and still reads an inline catalog.
+#[test]
+fn a_chain_over_the_bound_stays_on_tape_only() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    drop(create(&dir, small_params()));
+    let s = open_with(&dir, Some(chain_policy(10_000)));
+    s.put("meta/0000000000000001.base", &bytes(1, 8_000)).unwrap();
+    s.put("meta/0000000000000002.delta", &bytes(2, 3_000)).unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.stats().catalog_inline, (0, 0));
+    // A new base makes the chain small again.
+    s.put("meta/0000000000000003.base", &bytes(3, 6_000)).unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.stats().catalog_inline, (1, 6_000));
+    drop(s);
+    let s = open_with(&dir, None);
+    assert_eq!(s.get("meta/0000000000000003.base").unwrap(), bytes(3, 6_000));
+    assert_eq!(s.stats().reads_inline, 1);
+    s.put("packs/x", b"x").unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.stats().catalog_inline, (0, 0));
+    // A name written again is read as written, never from the old copy.
+    s.put("meta/0000000000000003.base", &bytes(4, 7_000)).unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.get("meta/0000000000000003.base").unwrap(), bytes(4, 7_000));
 }
