@@ -228,7 +228,9 @@ enum Cmd {
         /// Stay in the foreground and log to the terminal.
         #[arg(short, long)]
         foreground: bool,
-        /// Mount read-only.
+        /// Mount read-only. On a tape, an idle drive then waits at the
+        /// first data on the tape (where a restore starts) rather than at
+        /// the append point.
         #[arg(long)]
         read_only: bool,
         /// Threads serving the FUSE requests that may wait: reads of data
@@ -898,7 +900,7 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fuse_uring, no_io_workers, metrics, trace, pass } => {
-            cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, ..Default::default() }, ..Default::default() });
+            cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, prepare_read: read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
                 (Some(d), _) => MirrorChoice::Use(d),

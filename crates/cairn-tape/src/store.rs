@@ -51,6 +51,14 @@ pub struct StoreOptions {
     /// wait; a later read pays at most the locate it needed anyway. For a
     /// read-write mount; a short look (`tape info`) leaves it off.
     pub prepare_append: bool,
+    /// When the drive falls idle after the open of a store that will only
+    /// read (a read-only mount: a restore), locate to the first object on
+    /// the tape a mount has not already got from the catalog: where a
+    /// restore in tape order starts, and the oldest files. Catalog reading
+    /// leaves the tape at the end of data, the farthest point from them;
+    /// the locate happens before anyone waits for it. Given up once a read
+    /// of such an object has moved the tape. Ignored with `prepare_append`.
+    pub prepare_read: bool,
     /// Which objects every catalog carries inline (docs/tape.md §8), so a
     /// mount reads them with the catalog instead of locating to each. The
     /// store keeps their bytes in memory (at most the policy's
@@ -60,7 +68,7 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { queue_bytes: 1 << 30, read_ahead: 64 << 20, read_buffer: 256 << 20, batch_window: Duration::from_millis(50), pack_size: 128 << 20, prepare_append: false, inline: None }
+        StoreOptions { queue_bytes: 1 << 30, read_ahead: 64 << 20, read_buffer: 256 << 20, batch_window: Duration::from_millis(50), pack_size: 128 << 20, prepare_append: false, prepare_read: false, inline: None }
     }
 }
 
@@ -201,7 +209,7 @@ impl TapeStore {
     fn start(dev: Box<dyn TapeDevice>, opts: StoreOptions, label: Label, payload: CatalogPayload, at: AppendPoint) -> TapeStore {
         let CatalogPayload { index, inline } = payload;
         let inline = inline.into_iter().map(|(n, d)| (n, Arc::new(d))).collect();
-        let want_prepare = opts.prepare_append;
+        let want_prepare = opts.prepare_append || opts.prepare_read;
         let describe = format!("tape {} (volume {})", dev.name(), label.volume_id);
         let inner = Arc::new(Inner {
             describe,
@@ -380,6 +388,12 @@ fn memory_prefix(st: &State, name: &str, off: u64, end: u64) -> Vec<u8> {
     out
 }
 
+/// Where the first live object a reader still needs starts: the lowest
+/// first block of the live objects whose bytes are not kept inline.
+fn first_to_read(st: &State) -> Option<u64> {
+    st.index.objects.iter().filter(|(n, e)| !e.dead && !st.inline.contains_key(*n)).filter_map(|(_, e)| e.extents.first().map(|x| x.start)).min()
+}
+
 /// The names the inline policy chooses among the live objects, those on
 /// the tape and those queued for it.
 fn inline_choice(st: &State, p: &InlinePolicy) -> Vec<String> {
@@ -549,6 +563,10 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
             }
             let batch = std::mem::take(&mut st.reads);
             st.stats.read_batches += 1;
+            if inner.opts.prepare_read && !inner.opts.prepare_append && batch.iter().any(|r| !st.inline.contains_key(&r.name)) {
+                // The reader has chosen where the tape goes.
+                st.want_prepare = false;
+            }
             serve_batch(inner, &mut st, dev.as_mut(), label, batch);
             inner.cv.notify_all();
             continue;
@@ -595,9 +613,15 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
                 continue;
             }
             st.want_prepare = false;
-            if let Err(e) = MutexGuard::unlocked(&mut st, || writer.prepare(dev.as_mut())) {
-                // The next write locates by itself (and reports what fails).
-                tracing::warn!("{name}: moving to the append point: {e}");
+            if inner.opts.prepare_append {
+                if let Err(e) = MutexGuard::unlocked(&mut st, || writer.prepare(dev.as_mut())) {
+                    // The next write locates by itself (and reports what fails).
+                    tracing::warn!("{name}: moving to the append point: {e}");
+                }
+            } else if let Some(at) = first_to_read(&st) {
+                if let Err(e) = MutexGuard::unlocked(&mut st, || dev.locate(at)) {
+                    tracing::warn!("{name}: moving to the first object to read: {e}");
+                }
             }
             continue;
         }

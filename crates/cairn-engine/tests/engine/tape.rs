@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 fn setup() {
-    tape::configure(TapeOptions { store: StoreOptions { queue_bytes: 16 << 20, read_ahead: 2 << 20, read_buffer: 8 << 20, batch_window: Duration::from_millis(2), pack_size: 1 << 20, prepare_append: true, inline: None }, virtual_clock: true });
+    tape::configure(TapeOptions { store: StoreOptions { queue_bytes: 16 << 20, read_ahead: 2 << 20, read_buffer: 8 << 20, batch_window: Duration::from_millis(2), pack_size: 1 << 20, prepare_append: true, prepare_read: false, inline: None }, virtual_clock: true });
 }
 
 fn params() -> EmuParams {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 fn opts() -> StoreOptions {
-    StoreOptions { queue_bytes: 2 << 20, read_ahead: 1 << 20, read_buffer: 4 << 20, batch_window: Duration::from_millis(5), pack_size: 1 << 20, prepare_append: false, inline: None }
+    StoreOptions { queue_bytes: 2 << 20, read_ahead: 1 << 20, read_buffer: 4 << 20, batch_window: Duration::from_millis(5), pack_size: 1 << 20, prepare_append: false, prepare_read: false, inline: None }
 }
 
 
