@@ -272,6 +272,15 @@ enum Cmd {
         /// promised after a crash).
         #[arg(long)]
         no_writeback_cache: bool,
+        /// close(2) of a file opened for writing returns only once the
+        /// file is as durable as fsync makes it: on a tape volume, once its
+        /// data, the metadata naming it and a catalog are on the tape. By
+        /// default close returns once the writes are in the local journal
+        /// (which survives a crash) and they reach the home in the
+        /// background; fsync and `cairn umount` wait. On a tape each such
+        /// close flushes the drive, so writers that close often slow it.
+        #[arg(long)]
+        fsync_on_close: bool,
         /// Experimental: serve FUSE requests over io_uring (Linux 6.14 or
         /// later, with `echo Y > /sys/module/fuse/parameters/enable_uring`
         /// as root first): one queue per CPU, --threads split across them,
@@ -899,7 +908,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fuse_uring, no_io_workers, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, prepare_read: read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -961,6 +970,7 @@ fn run(cli: Cli) -> Result<i32> {
                 // old size here, and reads would stop there, until evicted.
                 writeback_cache: !no_writeback_cache && !read_only,
                 fuse_uring,
+                fsync_on_close,
             };
             if !(4 << 10..=64 << 20).contains(&cache_block) {
                 bail!("--cache-block must be between 4K and 64M");

@@ -150,6 +150,9 @@ pub struct CairnFs {
     /// Where reads and fsyncs run, if not on the thread that took them
     /// from the kernel (`with_offload`).
     offload: Option<crate::offload::Offload>,
+    /// `close(2)` of a handle open for writing fsyncs the file
+    /// (`with_fsync_on_close`).
+    fsync_on_close: bool,
 }
 
 impl CairnFs {
@@ -176,6 +179,7 @@ impl CairnFs {
             source_of: DashMap::new(),
             locks: None,
             offload: None,
+            fsync_on_close: false,
         }
     }
 
@@ -197,6 +201,16 @@ impl CairnFs {
     /// `write(2)` is a round trip to the daemon.
     pub fn with_writeback_cache(mut self, on: bool) -> Self {
         self.writeback_cache = on;
+        self
+    }
+
+    /// Whether `close(2)` of a file opened for writing returns only once
+    /// the file is as durable as `fsync` makes it (default: no; the writes
+    /// are in the journal at close, and reach the home in the background).
+    /// For tape users who must know a file is on the tape when `close`
+    /// returns (docs/tape.md §2, "close").
+    pub fn with_fsync_on_close(mut self, on: bool) -> Self {
+        self.fsync_on_close = on;
         self
     }
 
@@ -734,10 +748,25 @@ impl Filesystem for CairnFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // `--fsync-on-close`: the kernel wrote the file's dirty pages back
+        // before this FLUSH; the close returns once they are durable. Only
+        // for a handle open for writing: a reader's close must not stop a
+        // streaming tape.
+        let fsync = self.fsync_on_close && fh.0 & 1 == 1;
+        if fsync && !self.vol.is_shared() {
+            let vol = self.vol.clone();
+            return self.offloaded(move || {
+                let mut t = vol.metrics().start(Op::Flush);
+                match vol.fsync(ino.0, false) {
+                    Ok(()) => reply.ok(),
+                    Err(e) => failed(&mut t, reply).error(errno("close(fsync)", ino.0, &e)),
+                }
+            });
+        }
         // On a volume other machines open too, a close commits the file
         // (close-to-open; the kernel wrote its dirty pages back before
         // sending FLUSH). Elsewhere nothing is to do at close(2): writes are
@@ -746,11 +775,16 @@ impl Filesystem for CairnFs {
         // altogether, which saves one round trip on every close (a quarter
         // of the cost of creating a file).
         if !self.vol.is_shared() {
-            reply.error(Errno::ENOSYS);
+            // Never ENOSYS with --fsync-on-close: the kernel would stop
+            // sending FLUSH for the writers' closes too.
+            match self.fsync_on_close {
+                true => reply.ok(),
+                false => reply.error(Errno::ENOSYS),
+            }
             return;
         }
         let mut t = self.vol.metrics().start(Op::Flush);
-        let committed = self.vol.close_commit(ino.0);
+        let committed = self.vol.close_commit(ino.0).and_then(|()| if fsync { self.vol.fsync(ino.0, false) } else { Ok(()) });
         // A close drops the POSIX locks its process held on the file
         // (after the commit: whoever takes the lock next reads the bytes).
         if self.locks.is_some() {

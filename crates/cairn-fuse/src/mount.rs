@@ -45,6 +45,9 @@ pub struct MountConfig {
     /// Serve requests over io_uring where the kernel offers it (see
     /// `cairn_mount::serve_over_io_uring`).
     pub fuse_uring: bool,
+    /// `close(2)` of a file opened for writing returns once the file is as
+    /// durable as `fsync` makes it (on a tape: on the tape).
+    pub fsync_on_close: bool,
 }
 
 impl MountConfig {
@@ -60,6 +63,7 @@ impl MountConfig {
             fsname: "cairn".to_string(),
             writeback_cache: true,
             fuse_uring: false,
+            fsync_on_close: false,
         }
     }
 }
@@ -122,7 +126,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     if cfg.writeback_cache && !writeback_cache {
         info!("other machines write this volume: mounting without the kernel's writeback cache");
     }
-    let mut fs = CairnFs::new(vol.clone()).with_writeback_cache(writeback_cache);
+    let mut fs = CairnFs::new(vol.clone()).with_writeback_cache(writeback_cache).with_fsync_on_close(cfg.fsync_on_close && !read_only);
     if io_workers {
         fs = fs.with_offload(threads)?;
     }

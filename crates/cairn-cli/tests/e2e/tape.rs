@@ -114,6 +114,47 @@ fn kill9_then_recover_loses_no_fsynced_byte() {
     m.umount();
 }
 
+/// `--fsync-on-close`: a file written with open/write/close is on the tape
+/// when `close` returns. The power is cut right after it (the daemon
+/// killed, the emulated drive set to lose what its buffer holds, the
+/// machine's disk gone): a fresh machine mounts the tape without a
+/// recover and reads the file byte for byte. The same close without the
+/// option returns before the tape has the file, and the power cut then
+/// loses it: the test tells the two apart.
+#[test]
+fn close_waits_for_the_tape_with_fsync_on_close() {
+    let _serial = serial();
+    let t = Tape::new("tape-close");
+    let params = t.env.path("tape").join("params.json");
+    let p = fs::read_to_string(&params).unwrap();
+    assert!(p.contains("\"host-crash\""), "{p}");
+    fs::write(&params, p.replace("\"host-crash\"", "\"power-loss\"")).unwrap();
+    let data = gen(11, 24 * MIB as usize);
+    let mut m = t.try_mount_with("a", &["--fsync-on-close"]).unwrap_or_else(|o| panic!("mount: {o}"));
+    fs::write(m.join("closed"), &data).unwrap();
+    m.kill9();
+    m.detach();
+    fs::remove_dir_all(t.dir("a")).unwrap();
+    let m = t.try_mount("b").unwrap_or_else(|o| panic!("the tape must mount as it was at the close: {o}"));
+    assert!(fs::read(m.join("closed")).unwrap() == data, "the closed file differs on the tape");
+    m.umount();
+
+    // Without the option: close returns with the file in the journal.
+    let mut m = t.mount("c");
+    fs::write(m.join("late"), gen(12, 24 * MIB as usize)).unwrap();
+    m.kill9();
+    m.detach();
+    fs::remove_dir_all(t.dir("c")).unwrap();
+    match t.try_mount("d") {
+        Ok(m) => {
+            assert!(!m.join("late").exists(), "without --fsync-on-close the power cut should have lost the file");
+            assert!(fs::read(m.join("closed")).unwrap() == data);
+            m.umount();
+        }
+        Err(out) => assert!(out.stderr.contains("recover"), "{out}"),
+    }
+}
+
 /// Four writers at different speeds (one streaming flat out, three
 /// pausing between writes of different sizes) into one tape mount: every
 /// file reads back identical from the tape alone.
