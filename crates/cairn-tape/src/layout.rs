@@ -598,6 +598,18 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
     label: &Label,
     hint: Option<u64>,
 ) -> Result<Catalog> {
+    read_catalog_passing(dev, label, hint, &mut |_, _| {})
+}
+
+/// [`read_catalog`], also handing `passed` the data blocks of the volume
+/// read with the window before the catalog (the last objects written): a
+/// caller that will read them keeps them instead of reading them again.
+pub fn read_catalog_passing<D: TapeDevice + ?Sized>(
+    dev: &mut D,
+    label: &Label,
+    hint: Option<u64>,
+    passed: &mut dyn FnMut(&BlockHeader, &[u8]),
+) -> Result<Catalog> {
     check_block_size(dev, label)?;
     if let Some(start) = hint {
         if let Ok(c) = read_catalog_at(dev, label, start, None, Vec::new()) {
@@ -689,6 +701,13 @@ pub fn read_catalog<D: TapeDevice + ?Sized>(
         });
     }
     let c = read_catalog_at(dev, label, start, Some(h.object_id), read)?;
+    for b in (from..start.max(from)).filter_map(at) {
+        if let Ok((h, payload)) = BlockHeader::decode(b) {
+            if h.kind == BlockKind::Data && h.volume_id == label.volume_id {
+                passed(&h, payload);
+            }
+        }
+    }
     if start < from {
         // Leave the tape at the end of data, where the next write starts
         // (reading on from the catalog's last block: its filemark, if any).
@@ -1039,11 +1058,19 @@ impl TapeWriter {
 /// 3.4 s at 80 MB/s, 0.7 s at LTO-9's 400 MB/s), and the tape keeps moving.
 pub const READ_THROUGH_BYTES: u64 = 256 << 20;
 
-/// Reads and drops `blocks` blocks from the current position (a gap before
-/// the next extent); false, with the tape wherever it got to, if the gap
-/// is longer than [`READ_THROUGH_BYTES`] or holds a filemark or the end of
-/// data (the caller then locates).
-fn read_through<D: TapeDevice + ?Sized>(dev: &mut D, blocks: u64, buf: &mut [u8]) -> Result<bool> {
+/// Reads `blocks` blocks from the current position (a gap before the next
+/// extent), handing each data block of the volume that checks to `passed`
+/// (its header and payload; blocks that fail their checks are skipped, as
+/// nobody asked for them); false, with the tape wherever it got to, if the
+/// gap is longer than [`READ_THROUGH_BYTES`] or holds a filemark or the end
+/// of data (the caller then locates).
+fn read_through<D: TapeDevice + ?Sized>(
+    dev: &mut D,
+    label: &Label,
+    blocks: u64,
+    buf: &mut [u8],
+    passed: &mut dyn FnMut(&BlockHeader, &[u8]),
+) -> Result<bool> {
     let bs = dev.block_size();
     if blocks * bs as u64 > READ_THROUGH_BYTES {
         return Ok(false);
@@ -1052,7 +1079,16 @@ fn read_through<D: TapeDevice + ?Sized>(dev: &mut D, blocks: u64, buf: &mut [u8]
     while left > 0 {
         let want = left.min((buf.len() / bs) as u64) as usize;
         match dev.read_blocks(&mut buf[..want * bs])? {
-            ReadOutcome::Blocks(n) => left -= n as u64,
+            ReadOutcome::Blocks(n) => {
+                left -= n as u64;
+                for b in buf[..n * bs].chunks(bs) {
+                    if let Ok((h, payload)) = BlockHeader::decode(b) {
+                        if h.kind == BlockKind::Data && h.volume_id == label.volume_id {
+                            passed(&h, payload);
+                        }
+                    }
+                }
+            }
             _ => return Ok(false),
         }
     }
@@ -1063,7 +1099,25 @@ fn read_through<D: TapeDevice + ?Sized>(dev: &mut D, blocks: u64, buf: &mut [u8]
 /// checking every block against the extent (volume, object, sequence,
 /// offset, checksum), and hands each block's payload to `sink` with its
 /// byte offset within the object.
-pub fn read_extents<D, F>(dev: &mut D, label: &Label, extents: &[Extent], mut sink: F) -> Result<()>
+pub fn read_extents<D, F>(dev: &mut D, label: &Label, extents: &[Extent], sink: F) -> Result<()>
+where
+    D: TapeDevice + ?Sized,
+    F: FnMut(&Extent, u64, &[u8]) -> Result<()>,
+{
+    read_extents_passing(dev, label, extents, sink, &mut |_, _| {})
+}
+
+/// [`read_extents`], also handing `passed` the data blocks read through
+/// between extents (a gap up to [`READ_THROUGH_BYTES`] is read rather than
+/// located over): the tape has read them anyway, and a caller that will
+/// want them keeps them instead of locating back later.
+pub fn read_extents_passing<D, F>(
+    dev: &mut D,
+    label: &Label,
+    extents: &[Extent],
+    mut sink: F,
+    passed: &mut dyn FnMut(&BlockHeader, &[u8]),
+) -> Result<()>
 where
     D: TapeDevice + ?Sized,
     F: FnMut(&Extent, u64, &[u8]) -> Result<()>,
@@ -1076,7 +1130,7 @@ where
             continue;
         }
         let at = dev.position()?;
-        if at != e.start && !(e.start > at && read_through(dev, e.start - at, &mut buf)?) {
+        if at != e.start && !(e.start > at && read_through(dev, label, e.start - at, &mut buf, passed)?) {
             dev.locate(e.start)?;
         }
         let mut done = 0u64;

@@ -111,6 +111,10 @@ pub struct StoreStats {
     /// Reads served from inline copies (the catalog's, or kept to go in it).
     #[serde(default)]
     pub reads_inline: u64,
+    /// Bytes of live objects a read passed over on the way to its data,
+    /// kept in the read buffer (counted in `bytes_read` too).
+    #[serde(default)]
+    pub bytes_passed_kept: u64,
     /// The most bytes the write queue held.
     pub peak_queue_bytes: u64,
 }
@@ -188,9 +192,10 @@ impl TapeStore {
     /// when `format_blank`.
     pub fn open(mut dev: Box<dyn TapeDevice>, opts: StoreOptions, expect: Option<VolumeId>, format_blank: bool) -> Result<TapeStore> {
         let name = dev.name().to_string();
+        let mut passed = Passed::new(opts.read_buffer / 2);
         let (label, payload, at) = match layout::read_label(dev.as_mut(), expect) {
             Ok(label) => {
-                let cat = layout::read_catalog(dev.as_mut(), &label, None).map_err(|e| layout_err(&name, e))?;
+                let cat = layout::read_catalog_passing(dev.as_mut(), &label, None, &mut |h, p| passed.add(h, p)).map_err(|e| layout_err(&name, e))?;
                 let payload = decode_catalog(&cat.bytes).map_err(|e| Error::new(ErrorKind::Corrupt, format!("{name}: damaged catalog: {e}; run `cairn tape recover` to rebuild it from the blocks")))?;
                 (label, payload, cat.append_point())
             }
@@ -203,7 +208,10 @@ impl TapeStore {
             }
             Err(e) => return Err(layout_err(&name, e)),
         };
-        Ok(Self::start(dev, opts, label, payload, at))
+        let s = Self::start(dev, opts, label, payload, at);
+        // The objects written last, read with the catalog: not read again.
+        keep_passed(&s.inner, &mut s.inner.st.lock(), passed);
+        Ok(s)
     }
 
     fn start(dev: Box<dyn TapeDevice>, opts: StoreOptions, label: Label, payload: CatalogPayload, at: AppendPoint) -> TapeStore {
@@ -474,21 +482,89 @@ fn sub_extent(e: &Extent, a: u64, b: u64, cap: u64) -> Option<Extent> {
 }
 
 /// Reads bytes `[off, off+len)` of an object (offsets past its head).
-fn read_range(dev: &mut dyn TapeDevice, label: &Label, e: &IndexEntry, off: u64, len: u64) -> layout::Result<Vec<u8>> {
+/// Data blocks a read passed over on its way to what it was asked for,
+/// gathered into runs per object: (object id, offset within the object's
+/// stored bytes, its head included, bytes). The last `budget` bytes (half
+/// the read buffer: with the buffer itself, memory stays within 1.5 times
+/// it while they are handed over) are
+/// kept (the ones nearest where the tape is going), in runs of at most
+/// [`READ_STEP`] so the oldest go a piece at a time.
+struct Passed {
+    runs: VecDeque<(u64, u64, Vec<u8>)>,
+    bytes: u64,
+    budget: u64,
+}
+
+impl Passed {
+    fn new(budget: u64) -> Self {
+        Passed { runs: VecDeque::new(), bytes: 0, budget }
+    }
+
+    fn add(&mut self, h: &layout::BlockHeader, payload: &[u8]) {
+        if payload.len() as u64 > self.budget {
+            return;
+        }
+        self.bytes += payload.len() as u64;
+        match self.runs.back_mut() {
+            Some((id, off, d)) if *id == h.object_id && *off + d.len() as u64 == h.offset && (d.len() as u64) < READ_STEP => d.extend_from_slice(payload),
+            _ => self.runs.push_back((h.object_id, h.offset, payload.to_vec())),
+        }
+        while self.bytes > self.budget {
+            let (_, _, d) = self.runs.pop_front().expect("bytes were counted");
+            self.bytes -= d.len() as u64;
+        }
+    }
+}
+
+/// Keeps what a read passed over that belongs to live objects a reader may
+/// still ask for (not kept inline, not being written): a whole-tree read
+/// in any order then passes the tape once instead of locating back for
+/// data it has already read through (docs/tape.md §8, "No over-reading").
+fn keep_passed(inner: &Inner, st: &mut State, passed: Passed) {
+    if passed.runs.is_empty() {
+        return;
+    }
+    let ids: std::collections::HashSet<u64> = passed.runs.iter().map(|r| r.0).collect();
+    let names: HashMap<u64, (String, u64)> = st
+        .index
+        .objects
+        .iter()
+        .filter(|(n, e)| !e.dead && ids.contains(&e.id) && !st.inline.contains_key(*n) && !st.in_flight.contains_key(*n))
+        .map(|(n, e)| (e.id, (n.clone(), e.head)))
+        .collect();
+    for (id, off, mut d) in passed.runs {
+        let Some((name, head)) = names.get(&id) else { continue };
+        // The object's bytes start after its head.
+        let skip = head.saturating_sub(off) as usize;
+        if skip < d.len() {
+            d.drain(..skip);
+            st.stats.bytes_passed_kept += d.len() as u64;
+            keep_read(inner, st, name, off + skip as u64 - head, d);
+        }
+    }
+}
+
+/// Reads `[off, off+len)` of an object from the tape, from the start of the
+/// block holding `off`: returns where the bytes start (at or before `off`)
+/// and the bytes. The block's earlier bytes come with the read; kept, a
+/// later read just before `off` finds them.
+fn read_range(dev: &mut dyn TapeDevice, label: &Label, e: &IndexEntry, off: u64, len: u64, passed: &mut Passed) -> layout::Result<(u64, Vec<u8>)> {
     let cap = payload_per_block(label);
-    let (a, b) = (e.head + off, e.head + off + len);
+    let (a, b) = ((e.head + off) / cap * cap, e.head + off + len);
+    let a = a.max(e.head);
     let mut subs: Vec<Extent> = e.extents.iter().filter_map(|x| sub_extent(x, a, b, cap)).collect();
     subs.sort_by_key(|x| x.start);
-    let mut out = vec![0u8; len as usize];
-    layout::read_extents(dev, label, &subs, |_, at, payload| {
+    let mut out = vec![0u8; (b - a) as usize];
+    let sink = |_: &Extent, at: u64, payload: &[u8]| {
         let (p0, p1) = (at, at + payload.len() as u64);
         let (lo, hi) = (p0.max(a), p1.min(b));
         if lo < hi {
             out[(lo - a) as usize..(hi - a) as usize].copy_from_slice(&payload[(lo - p0) as usize..(hi - p0) as usize]);
         }
         Ok(())
-    })?;
-    Ok(out)
+    };
+    layout::read_extents_passing(dev, label, &subs, sink, &mut |h, p| passed.add(h, p))?;
+    Ok((a - e.head, out))
 }
 
 /// The drive thread: writes queued objects in order; serves read batches
@@ -644,9 +720,12 @@ fn stream_ahead(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tap
     let (name, off) = (s.name.clone(), s.next);
     let cap = payload_per_block(label);
     let len = to_block_end(&e, off, READ_STEP.min(e.size - off), cap);
-    match MutexGuard::unlocked(st, || read_range(dev, label, &e, off, len)) {
-        Ok(bytes) => {
-            keep_read(inner, st, &name, off, bytes);
+    let mut passed = Passed::new(inner.opts.read_buffer / 2);
+    let read = MutexGuard::unlocked(st, || read_range(dev, label, &e, off, len, &mut passed));
+    keep_passed(inner, st, passed);
+    match read {
+        Ok((start, bytes)) => {
+            keep_read(inner, st, &name, start, bytes);
             if let Some(s) = st.stream.as_mut().filter(|s| s.name == name) {
                 s.next = off + len;
             }
@@ -692,9 +771,13 @@ fn serve_batch(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tape
             let from = r.off + out.len() as u64;
             let len = to_block_end(&e, from, (end - from).max(READ_STEP.min(e.size - from)), cap);
             st.stats.reads_from_tape += 1;
-            let bytes = MutexGuard::unlocked(st, || read_range(dev, label, &e, from, len)).map_err(|x| layout_err(&inner.describe, x).with_object(&r.name))?;
-            out.extend_from_slice(&bytes[..(end - from) as usize]);
-            keep_read(inner, st, &r.name, from, bytes);
+            tracing::debug!("{}: read {} {}+{} from the tape ({} bytes of it in memory), reading {from}+{len}", inner.describe, r.name, r.off, r.len, out.len());
+            let mut passed = Passed::new(inner.opts.read_buffer / 2);
+            let read = MutexGuard::unlocked(st, || read_range(dev, label, &e, from, len, &mut passed));
+            keep_passed(inner, st, passed);
+            let (start, bytes) = read.map_err(|x| layout_err(&inner.describe, x).with_object(&r.name))?;
+            out.extend_from_slice(&bytes[(from - start) as usize..(end - start) as usize]);
+            keep_read(inner, st, &r.name, start, bytes);
             st.stream = Some(Stream { name: r.name.clone(), next: from + len, used: end });
             Ok(out)
         })();

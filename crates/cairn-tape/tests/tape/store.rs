@@ -19,6 +19,13 @@ fn create(dir: &Path, p: EmuParams) -> TapeStore {
     TapeStore::open(Box::new(dev), opts(), None, true).unwrap()
 }
 
+/// An object as long as the window a mount reads before the catalog, put
+/// last: the objects before it are then read from where they lie, not
+/// kept from that window.
+fn filler(s: &TapeStore) {
+    s.put("zz/filler", &vec![7u8; cairn_tape::layout::CATALOG_WINDOW as usize]).unwrap();
+}
+
 fn reopen(dir: &Path) -> cairn_backend::Result<TapeStore> {
     TapeStore::open(Box::new(EmuDrive::open(dir, Clock::virtual_clock()).unwrap()), opts(), None, false)
 }
@@ -156,6 +163,7 @@ fn batched_reads_go_in_tape_order() {
     for i in 0..40u64 {
         s.put(&format!("o/{i:02}"), &bytes(i, 40_000)).unwrap();
     }
+    filler(&s);
     s.sync().unwrap();
     drop(s);
     let reqs: Vec<(String, u64, u64)> = (0..40u64).rev().step_by(3).map(|i| (format!("o/{i:02}"), 100, 30_000)).collect();
@@ -363,6 +371,7 @@ fn the_catalog_carries_the_metadata_chain_inline() {
         s.put(&format!("packs/cc/{}", &n[5..21]), &bytes(12, 100_000)).unwrap();
     }
     s.delete("meta/0000000000000001.base").unwrap(); // pruned, as the engine does
+    filler(&s);
     s.sync().unwrap();
     assert_eq!(s.stats().catalog_inline, (2, 35_000));
     drop(s);
@@ -446,6 +455,7 @@ fn an_idle_read_only_store_prepares_the_first_read() {
     for i in 0..8 {
         s.put(&format!("packs/p{i}"), &bytes(10 + i, 300_000)).unwrap();
     }
+    filler(&s);
     s.sync().unwrap();
     drop(s);
     let first_read_secs = |prepare: bool, idle_ms: u64| {
@@ -468,4 +478,56 @@ fn an_idle_read_only_store_prepares_the_first_read() {
     let early = first_read_secs(true, 0);
     assert!(early >= locate * 0.9, "{early:.2} s");
     assert!(locates(&dir) <= 3, "{} locates", locates(&dir));
+}
+
+/// A read that reads through a gap keeps the live objects it passed: read
+/// back in an order other than the tape's, every object is read from the
+/// tape once, without locating back for one passed over before.
+#[test]
+fn what_a_read_passes_over_is_kept_not_read_again() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let s = create(&dir, small_params());
+    for i in 0..6u64 {
+        s.put(&format!("packs/p{i}"), &bytes(20 + i, 300_000)).unwrap();
+    }
+    s.delete("packs/p3").unwrap();
+    filler(&s);
+    s.sync().unwrap();
+    drop(s);
+    let s = reopen(&dir).unwrap();
+    for i in [0u64, 2, 1, 5, 4] {
+        assert_eq!(s.get(&format!("packs/p{i}")).unwrap(), bytes(20 + i, 300_000), "p{i}");
+    }
+    let st = s.stats();
+    // p0, p2 (passing p1), p5 (passing p4 and the dead p3, which is not kept).
+    assert_eq!(st.reads_from_tape, 3, "{st:?}");
+    assert!(st.bytes_passed_kept >= 600_000, "{st:?}");
+    drop(s);
+    // Opening: 2 locates; p0: 1; nothing else goes back.
+    assert_eq!(locates(&dir), 3);
+}
+
+/// The objects written last lie in the window a mount reads before the
+/// catalog: they are kept, and reading them needs the drive no more.
+#[test]
+fn the_objects_read_with_the_catalog_are_kept() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let s = create(&dir, small_params());
+    filler(&s);
+    for i in 0..4u64 {
+        s.put(&format!("packs/p{i}"), &bytes(30 + i, 200_000)).unwrap();
+    }
+    s.sync().unwrap();
+    drop(s);
+    let s = reopen(&dir).unwrap();
+    for i in [3u64, 1, 0, 2] {
+        assert_eq!(s.get(&format!("packs/p{i}")).unwrap(), bytes(30 + i, 200_000), "p{i}");
+    }
+    let st = s.stats();
+    assert_eq!(st.reads_from_tape, 0, "{st:?}");
+    assert!(st.bytes_passed_kept >= 800_000, "{st:?}");
+    drop(s);
+    assert_eq!(locates(&dir), 2);
 }
