@@ -933,16 +933,15 @@ fn run(cli: Cli) -> Result<i32> {
             let fresh = FreshDir::new(target::is_url(&volume).then_some(local));
             // Opening a tape costs seconds of positioning (label, catalog at
             // the end of the data): the checks below share one open, and
-            // the daemon opens it once more after the fork (no thread, so
-            // no open store, may exist when it forks).
-            let held_tape = if cairn_engine::tape::is_tape_url(&volume) { Some(cairn_engine::tape::open(&target::canonical(&volume)?)?) } else { None };
+            // the daemon goes on with it after the fork (parked for it: no
+            // thread may exist when the process forks).
+            let held_tape = std::cell::Cell::new(if cairn_engine::tape::is_tape_url(&volume) { Some(cairn_engine::tape::open(&target::canonical(&volume)?)?) } else { None });
             let dir = target::open_dir(&volume, &cloud)?;
             // Remembered in the local directory before anything opens the
             // tape (the open finds the mirror there).
             cairn_engine::mirror::choose(&dir, &mirror)?;
             // Ask for the passphrase before going to the background.
             let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
-            drop(held_tape);
             // Checked before going to the background: a missing or refused
             // URL fails here, with the engine's own words for a missing one.
             let meta_url = meta.for_volume(&cfg)?;
@@ -1025,9 +1024,14 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(0)
             } else {
                 let log = log_file.unwrap_or_else(|| dir.join("cairn.log"));
+                cairn_engine::tape::park_for_fork();
                 let code = daemon::run_in_background(|ready| {
+                    cairn_engine::tape::resume_after_fork();
                     init_logging(cli.verbose, Some(&log))?;
                     let vol = Volume::load(&dir, opts)?;
+                    // The volume holds the tape now; the last reference
+                    // dropped at its close stops the drive.
+                    drop(held_tape.take());
                     let _control = serve(&vol)?;
                     let exporter = metrics.as_deref().map(|a| metrics::serve(&vol, a)).transpose()?;
                     let mut registration = None;
@@ -1036,7 +1040,11 @@ fn run(cli: Cli) -> Result<i32> {
                         ready()
                     })?;
                     Ok(())
-                })?;
+                });
+                // The parent: the child has the tape's drive. Dropping the
+                // parked store here would close it under the child.
+                std::mem::forget(held_tape.take());
+                let code = code?;
                 fresh.keep();
                 Ok(code)
             }

@@ -134,6 +134,26 @@ pub fn metadata_chain() -> cairn_tape::store::InlinePolicy {
     }
 }
 
+/// Parks every tape store open in this process ([`TapeStore::park`]): no
+/// thread of theirs remains, so the process may fork and the child go on
+/// with the tapes as they are ([`resume_after_fork`]) instead of opening
+/// them again, which on a full tape costs the label, a space to the end
+/// of data and the catalog's locate a second time (docs/tape.md §8). The
+/// parent must then forget its references to the stores.
+pub fn park_for_fork() {
+    for s in open_stores().lock().expect("open tapes lock").values().filter_map(Weak::upgrade) {
+        s.park();
+    }
+}
+
+/// Starts the drive threads of the stores [`park_for_fork`] parked (in the
+/// child).
+pub fn resume_after_fork() {
+    for s in open_stores().lock().expect("open tapes lock").values().filter_map(Weak::upgrade) {
+        s.unpark();
+    }
+}
+
 /// [`open`] as the engine's backend.
 pub fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
     Ok(open(url)? as Arc<dyn Backend>)

@@ -115,6 +115,9 @@ pub struct StoreStats {
     /// kept in the read buffer (counted in `bytes_read` too).
     #[serde(default)]
     pub bytes_passed_kept: u64,
+    /// Reads that joined a pass already under way (they lay ahead of it).
+    #[serde(default)]
+    pub reads_joined_pass: u64,
     /// The most bytes the write queue held.
     pub peak_queue_bytes: u64,
 }
@@ -139,8 +142,10 @@ struct State {
     /// catalog; each equals the object's bytes on (or queued for) the tape.
     inline: BTreeMap<String, Arc<Vec<u8>>>,
     /// Read data kept: (object, first byte, bytes), oldest first.
-    read_buf: VecDeque<(String, u64, Arc<Vec<u8>>)>,
-    read_buf_bytes: u64,
+    read_buf: Kept,
+    /// Data a read passed over (kept apart: it never pushes out what a
+    /// reader asked for and has not taken yet).
+    passed_buf: Kept,
     stream: Option<Stream>,
     want_sync: u64,
     synced: u64,
@@ -168,7 +173,9 @@ struct Inner {
 /// A tape behind the [`Backend`] trait.
 pub struct TapeStore {
     inner: Arc<Inner>,
-    thread: Mutex<Option<std::thread::JoinHandle<Box<dyn TapeDevice>>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<Parked>>>,
+    /// The device and writer while no drive thread runs ([`TapeStore::park`]).
+    parked: Mutex<Option<Parked>>,
     label: Label,
     data_end_at_open: u64,
 }
@@ -229,8 +236,8 @@ impl TapeStore {
                 queued_bytes: 0,
                 in_flight: HashMap::new(),
                 reads: Vec::new(),
-                read_buf: VecDeque::new(),
-                read_buf_bytes: 0,
+                read_buf: Kept::default(),
+                passed_buf: Kept::default(),
                 stream: None,
                 want_sync: 0,
                 synced: 0,
@@ -245,9 +252,40 @@ impl TapeStore {
         });
         let data_end_at_open = at.data_end;
         let writer = layout::TapeWriter::new(&label, at);
-        let (i2, l2) = (inner.clone(), label.clone());
-        let thread = std::thread::Builder::new().name("cairn-tape-drive".into()).spawn(move || drive(&i2, dev, &l2, writer)).expect("spawning the drive thread");
-        TapeStore { inner, thread: Mutex::new(Some(thread)), label, data_end_at_open }
+        let s = TapeStore { inner, thread: Mutex::new(None), parked: Mutex::new(None), label, data_end_at_open };
+        s.spawn_drive(Parked { dev, writer });
+        s
+    }
+
+    fn spawn_drive(&self, p: Parked) {
+        let (i2, l2) = (self.inner.clone(), self.label.clone());
+        let thread = std::thread::Builder::new().name("cairn-tape-drive".into()).spawn(move || drive(&i2, p.dev, &l2, p.writer)).expect("spawning the drive thread");
+        *self.thread.lock() = Some(thread);
+    }
+
+    /// Stops the drive thread after what is queued and keeps the device,
+    /// so the process holds no thread of this store: it may then fork,
+    /// and the child (only) calls [`TapeStore::unpark`] to go on with the
+    /// tape as it is, without opening it again (seconds of positioning on
+    /// a full tape). The parent must not use the store after the fork, nor
+    /// drop it (that would close the child's drive): `std::mem::forget`.
+    pub fn park(&self) {
+        let Some(t) = self.thread.lock().take() else { return };
+        {
+            let mut st = self.inner.st.lock();
+            st.stop = true;
+            self.inner.cv.notify_all();
+        }
+        let p = t.join().expect("the drive thread does not panic");
+        self.inner.st.lock().stop = false;
+        *self.parked.lock() = Some(p);
+    }
+
+    /// Starts the drive thread again after [`TapeStore::park`].
+    pub fn unpark(&self) {
+        if let Some(p) = self.parked.lock().take() {
+            self.spawn_drive(p);
+        }
     }
 
     /// The block where data ended when the tape was opened (what `tape
@@ -320,7 +358,8 @@ impl TapeStore {
             st.stop = true;
             self.inner.cv.notify_all();
         }
-        self.thread.lock().take().and_then(|t| t.join().ok())
+        let t = self.thread.lock().take();
+        t.and_then(|t| t.join().ok()).or_else(|| self.parked.lock().take()).map(|p| p.dev)
     }
 
     fn live(&self, name: &str) -> Result<IndexEntry> {
@@ -387,7 +426,7 @@ fn memory_prefix(st: &State, name: &str, off: u64, end: u64) -> Vec<u8> {
     let mut out = Vec::new();
     let mut at = off;
     while at < end {
-        let Some(piece) = st.read_buf.iter().rev().find(|(n, s, d)| n == name && *s <= at && at < s + d.len() as u64) else { break };
+        let Some(piece) = st.read_buf.find(name, at).or_else(|| st.passed_buf.find(name, at)) else { break };
         let a = (at - piece.1) as usize;
         let b = ((end - piece.1) as usize).min(piece.2.len());
         out.extend_from_slice(&piece.2[a..b]);
@@ -482,6 +521,31 @@ fn sub_extent(e: &Extent, a: u64, b: u64, cap: u64) -> Option<Extent> {
 }
 
 /// Reads bytes `[off, off+len)` of an object (offsets past its head).
+/// Object bytes kept in memory, oldest first: (object, first byte, bytes).
+#[derive(Default)]
+struct Kept {
+    pieces: VecDeque<(String, u64, Arc<Vec<u8>>)>,
+    bytes: u64,
+}
+
+impl Kept {
+    /// Keeps `bytes` at `off` of `name`, dropping the oldest pieces beyond
+    /// `bound` bytes.
+    fn push(&mut self, name: &str, off: u64, bytes: Vec<u8>, bound: u64) {
+        self.bytes += bytes.len() as u64;
+        self.pieces.push_back((name.to_string(), off, Arc::new(bytes)));
+        while self.bytes > bound {
+            let (_, _, old) = self.pieces.pop_front().expect("bytes were counted");
+            self.bytes -= old.len() as u64;
+        }
+    }
+
+    /// The newest piece of `name` holding byte `at`.
+    fn find(&self, name: &str, at: u64) -> Option<&(String, u64, Arc<Vec<u8>>)> {
+        self.pieces.iter().rev().find(|(n, s, d)| n == name && *s <= at && at < s + d.len() as u64)
+    }
+}
+
 /// Data blocks a read passed over on its way to what it was asked for,
 /// gathered into runs per object: (object id, offset within the object's
 /// stored bytes, its head included, bytes). The last `budget` bytes (half
@@ -539,7 +603,8 @@ fn keep_passed(inner: &Inner, st: &mut State, passed: Passed) {
         if skip < d.len() {
             d.drain(..skip);
             st.stats.bytes_passed_kept += d.len() as u64;
-            keep_read(inner, st, name, off + skip as u64 - head, d);
+            st.stats.bytes_read += d.len() as u64;
+            st.passed_buf.push(name, off + skip as u64 - head, d, inner.opts.read_buffer / 2);
         }
     }
 }
@@ -571,7 +636,13 @@ fn read_range(dev: &mut dyn TapeDevice, label: &Label, e: &IndexEntry, off: u64,
 /// in position order; writes the catalog when a sync asks; streams the
 /// current read ahead when nothing else needs the drive. Returns the
 /// device when stopped.
-fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer: layout::TapeWriter) -> Box<dyn TapeDevice> {
+/// What the drive thread holds, given back when it stops.
+struct Parked {
+    dev: Box<dyn TapeDevice>,
+    writer: layout::TapeWriter,
+}
+
+fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer: layout::TapeWriter) -> Parked {
     let name = dev.name().to_string();
     let mut st = inner.st.lock();
     loop {
@@ -631,8 +702,12 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
             continue;
         }
         if !st.reads.is_empty() {
+            // A batch gathers while requests keep coming (each within the
+            // window of the last), up to eight windows from the first: a
+            // reader whose open took longer than the others still joins.
             let oldest = st.reads.iter().map(|r| r.at).min().expect("not empty");
-            let due = oldest + inner.opts.batch_window;
+            let newest = st.reads.iter().map(|r| r.at).max().expect("not empty");
+            let due = (newest + inner.opts.batch_window).min(oldest + 8 * inner.opts.batch_window);
             if Instant::now() < due && !st.stop && st.want_sync == st.synced {
                 inner.cv.wait_until(&mut st, due);
                 continue;
@@ -673,7 +748,7 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
             continue;
         }
         if st.stop {
-            return dev;
+            return Parked { dev, writer };
         }
         if stream_ahead(inner, &mut st, dev.as_mut(), label) {
             inner.cv.notify_all();
@@ -740,12 +815,7 @@ fn stream_ahead(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tap
 
 fn keep_read(inner: &Inner, st: &mut State, name: &str, off: u64, bytes: Vec<u8>) {
     st.stats.bytes_read += bytes.len() as u64;
-    st.read_buf_bytes += bytes.len() as u64;
-    st.read_buf.push_back((name.to_string(), off, Arc::new(bytes)));
-    while st.read_buf_bytes > inner.opts.read_buffer {
-        let (_, _, old) = st.read_buf.pop_front().expect("bytes were counted");
-        st.read_buf_bytes -= old.len() as u64;
-    }
+    st.read_buf.push(name, off, bytes, inner.opts.read_buffer);
 }
 
 /// Serves a batch in order of tape position, each read taking at least one
@@ -756,7 +826,22 @@ fn serve_batch(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tape
         st.index.objects.get(&r.name).and_then(|e| e.extents.iter().find_map(|x| sub_extent(x, e.head + r.off, e.head + r.off + 1, cap)).map(|x| x.start)).unwrap_or(u64::MAX)
     };
     batch.sort_by_cached_key(|r| pos(st, r));
-    for r in batch {
+    batch.reverse();
+    // One pass up the tape (an elevator): a request that arrives while
+    // the pass is under way joins it if it lies ahead of where the tape
+    // is; one behind waits for the next pass.
+    let mut at = 0u64;
+    while let Some(r) = batch.pop() {
+        at = at.max(pos(st, &r).min(u64::MAX - 1));
+        if !st.reads.is_empty() {
+            let (ahead, behind): (Vec<_>, Vec<_>) = std::mem::take(&mut st.reads).into_iter().partition(|q| pos(st, q) >= at);
+            st.reads = behind;
+            if !ahead.is_empty() {
+                st.stats.reads_joined_pass += ahead.len() as u64;
+                batch.extend(ahead);
+                batch.sort_by_cached_key(|q| std::cmp::Reverse(pos(st, q)));
+            }
+        }
         let res = (|| {
             if let Some(d) = from_memory(st, &r.name, r.off, r.len) {
                 return Ok(d);
@@ -782,6 +867,8 @@ fn serve_batch(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tape
             Ok(out)
         })();
         *r.done.lock() = Some(res);
+        // Its reader goes on now, not at the end of the pass.
+        inner.cv.notify_all();
     }
 }
 

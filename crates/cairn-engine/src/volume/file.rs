@@ -731,10 +731,17 @@ impl Volume {
     /// two average chunks to start; at most eight of the largest chunks on
     /// a local disk (enough for several direct reads in flight: the page
     /// cache no longer reads ahead of them) and sixteen where every request
-    /// crosses a network.
+    /// crosses a network. On a tape, where every request that misses may
+    /// cost a locate, the largest at once: a file read whole is then asked
+    /// of the store in its first runs, which join the batch of every other
+    /// reader's and are read in one pass in tape order.
     pub(crate) fn read_ahead_windows(&self) -> (u64, u64) {
         let c = &self.cfg.chunker;
-        let most = if self.backend.capabilities().remote { 16 } else { 8 } * c.max as u64;
+        let caps = self.backend.capabilities();
+        let most = if caps.remote { 16 } else { 8 } * c.max as u64;
+        if !caps.cheap_ranged_reads {
+            return (most, most);
+        }
         ((2 * c.avg as u64).min(most), most)
     }
 

@@ -177,6 +177,10 @@ pub struct Volume {
     /// The threads prefetch reads wait on (a bucket's or a local disk's;
     /// a tape's run on rayon's pool).
     pub(crate) fetchers: workers::Workers,
+    /// Prefetch reads of a store where a read positions the medium (a
+    /// tape): many at once, so the store sees every reader's request and
+    /// serves them in one pass in position order.
+    pub(crate) tape_fetchers: workers::Workers,
     /// Inodes the kernel holds (a FUSE mount's lookup counts).
     pub(crate) kernel_refs: kernel_refs::KernelRefs,
     pub(crate) pack_names: DashMap<u64, Arc<str>>,
@@ -351,6 +355,7 @@ impl Volume {
             pack_buffers: Arc::new(buffers::BufferPool::new(3)),
             uploader: workers::Workers::new("cairn-upload", 4),
             fetchers: workers::Workers::new("cairn-fetch", PREFETCH_THREADS),
+            tape_fetchers: workers::Workers::new("cairn-tape-fetch", TAPE_FETCH_THREADS),
             kernel_refs: Default::default(),
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
@@ -916,7 +921,15 @@ impl Volume {
                     Ok(())
                 });
             } else {
-                rayon::spawn(job);
+                // A tape: the store batches what arrives together and
+                // reads it in tape order; on rayon's pool (one thread per
+                // core) two requests reached it at a time, and 40 whole
+                // files read at once went as 20 batches of two, locating
+                // back and forth (docs/tape.md §8, "Batched reads").
+                let _ = self.tape_fetchers.submit(move || {
+                    job();
+                    Ok(())
+                });
             }
         }
     }
@@ -1006,6 +1019,10 @@ const PREFETCH_RUN_TAPE: u64 = 16 << 20;
 const PREFETCH_RUN_REMOTE: u64 = 64 << 20;
 /// Prefetch reads from a bucket or a local store in flight at once.
 const PREFETCH_THREADS: usize = 4;
+/// Prefetch reads from a tape in flight at once: as many as the FUSE
+/// workers a tape mount has by default, so every reader's run can join
+/// the store's batch.
+const TAPE_FETCH_THREADS: usize = 32;
 
 impl Drop for Volume {
     fn drop(&mut self) {

@@ -130,6 +130,50 @@ fn a_full_tape_mounts_in_two_locates_on_a_fresh_machine() {
     w.close().unwrap();
 }
 
+/// docs/tape.md §8, "Batched reads": files read whole at once by many
+/// readers on a fresh machine reach the store together and are read in
+/// one pass up the tape: a locate to the first, then reading on, however
+/// the files lie (here every other one of 40, written in turn with
+/// others). On rayon's two threads, two requests reached the store at a
+/// time and the pass broke into many, each locating back.
+#[test]
+fn files_read_at_once_are_read_in_one_pass() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    init_tape(&t.path().join("a"), &url);
+    let v = mount(&t.path().join("a"), &url);
+    let mut files = Vec::new();
+    for i in 0..40u64 {
+        let data = random_bytes(500 + i, 150_000 + 7_000 * i as usize);
+        let ino = mkfile(&v, ROOT_INO, &format!("f{i}"), &data);
+        v.fsync(ino, false).unwrap();
+        files.push((format!("f{i}"), data));
+    }
+    v.close().unwrap();
+    drop(v);
+    let dir = Path::new(url.strip_prefix("tape-emu:").unwrap());
+    let w = mount(&t.path().join("b"), &url);
+    // Every other file, the last first.
+    let picks: Vec<&(String, Vec<u8>)> = files.iter().rev().step_by(2).collect();
+    std::thread::scope(|s| {
+        for (name, data) in &picks {
+            let w = &w;
+            s.spawn(move || {
+                let ino = lookup_path(w, name);
+                assert!(read_all(w, ino) == *data, "{name} differs");
+            });
+        }
+    });
+    let stats = tape::open(&url).unwrap().stats();
+    w.close().unwrap();
+    drop(w);
+    let s = cairn_tape::Session::read(dir).expect("the mount's session");
+    // Two to open (the end of data, the catalog's window), one to the
+    // first file; then the tape reads on.
+    assert!(s.stats.locates <= 3, "{} locates: {stats:?}", s.stats.locates);
+}
+
 /// `kill -9` after fsyncs: the appends erased the catalog, so the tape
 /// does not mount; `recover` rebuilds it from the blocks, and every
 /// fsync'd file is intact on a machine with only the tape.
