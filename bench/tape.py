@@ -236,6 +236,10 @@ def render(rows, b, summary, h):
             rate = mb(r["bytes"], r["seconds"])
             b(f"| {r['batch']} | {r['seconds']:.1f} s | {rate:.1f} MB/s | {rate / fifo:.2f}x | {r.get('session', {}).get('locates', 'n/a')} |")
         b("")
+        top = max(pmr, key=lambda r: r["batch"])
+        ratio = mb(top["bytes"], top["seconds"]) / fifo
+        summary.append((f"Tape VI/VII: {top['batch']} whole-file reads at once vs one at a time", ">= 4x faster",
+                        f"{ratio:.2f}x ({top.get('session', {}).get('locates', '?')} locates)", ratio >= 4))
     b("Commands:")
     b("")
     for line in code(cmds_for(rows, "tape")):

@@ -37,6 +37,17 @@ enum Cmd {
     /// incompressible data in memory. Prints a JSON object of medians on
     /// stdout; progress goes to stderr.
     Ingest(IngestArgs),
+    /// Prices reading one file back from a tape layout with the emulated
+    /// drive's timing model (docs/tape.md, B3: the default drive, virtual
+    /// clock): a tape of `blocks` blocks is written, the drive is put at
+    /// the end of data (where a mount leaves it), then the file's runs are
+    /// read in file order, each located to (`locate`, as LTFS reads an
+    /// extent) or, when it lies less than 256 MiB ahead, read on to
+    /// (`read-through`, as Cairn's store does); and reading through from
+    /// the file's first block (`streaming`). Reads a JSON layout
+    /// `{"block_size": N, "blocks": N, "runs": [[start, count], ...]}` on
+    /// stdin; prints seconds, locates and the rate for both ways.
+    TapePrice,
 }
 
 #[derive(clap::Args)]
@@ -62,6 +73,7 @@ struct IngestArgs {
 fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Ingest(a) => ingest(&a),
+        Cmd::TapePrice => tape_price(),
     }
 }
 
@@ -308,5 +320,77 @@ fn ingest(a: &IngestArgs) -> Result<()> {
         "pipeline_overlapped_pct_of_slowest": round1(100.0 * get("pipeline_overlapped") / slowest_mbps),
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+#[derive(serde::Deserialize)]
+struct TapeLayout {
+    block_size: u32,
+    blocks: u64,
+    runs: Vec<(u64, u64)>,
+}
+
+/// `cairn-bench tape-price` (see [`Cmd::TapePrice`]).
+fn tape_price() -> Result<()> {
+    use cairn_tape::{Clock, EmuDrive, EmuParams, ReadOutcome, TapeDevice, VirtualClock};
+    let l: TapeLayout = serde_json::from_reader(std::io::stdin())?;
+    let bs = l.block_size as usize;
+    if bs == 0 || l.runs.iter().any(|&(s, n)| n == 0 || s + n > l.blocks) {
+        bail!("the layout's runs must be non-empty and lie within its {} blocks", l.blocks);
+    }
+    let file_bytes: u64 = l.runs.iter().map(|r| r.1).sum::<u64>() * bs as u64;
+    let t = tempfile::tempdir()?;
+    let params = EmuParams { block_size: l.block_size, ..EmuParams::default() };
+    let vc = VirtualClock::new();
+    let mut dev = EmuDrive::create(&t.path().join("tape"), params, Clock::Virtual(vc.clone()))?;
+    let batch = vec![0u8; 64 * bs];
+    let mut left = l.blocks;
+    while left > 0 {
+        let n = left.min(64);
+        dev.write_blocks(&batch[..n as usize * bs])?;
+        left -= n;
+    }
+    dev.flush()?;
+    let mut out = Map::new();
+    let mut buf = vec![0u8; 64 * bs];
+    for policy in ["locate", "read-through", "streaming"] {
+        // From the end of data (where a mount leaves the tape); `streaming`
+        // starts at the file's first block, reading through: what the
+        // layout costs once the file is reached.
+        match policy {
+            "streaming" => dev.locate(l.runs[0].0)?,
+            _ => dev.space_to_eod()?,
+        }
+        let (t0, l0) = (vc.now(), dev.stats().locates);
+        for &(start, count) in &l.runs {
+            let at = dev.position()?;
+            let through = policy != "locate" && start > at && (start - at) * bs as u64 <= 256 << 20;
+            if through {
+                let mut gap = start - at;
+                while gap > 0 {
+                    let n = gap.min(64) as usize;
+                    if !matches!(dev.read_blocks(&mut buf[..n * bs])?, ReadOutcome::Blocks(_)) {
+                        bail!("the gap before block {start} is not all blocks");
+                    }
+                    gap -= n as u64;
+                }
+            } else if at != start {
+                dev.locate(start)?;
+            }
+            let mut left = count;
+            while left > 0 {
+                let n = left.min(64) as usize;
+                match dev.read_blocks(&mut buf[..n * bs])? {
+                    ReadOutcome::Blocks(k) => left -= k as u64,
+                    _ => bail!("run at block {start} is not all blocks"),
+                }
+            }
+        }
+        let secs = vc.now() - t0;
+        out.insert(policy.into(), json!({"seconds": secs, "locates": dev.stats().locates - l0, "mb_per_s": file_bytes as f64 / secs / 1e6}));
+    }
+    out.insert("file_bytes".into(), json!(file_bytes));
+    out.insert("runs".into(), json!(l.runs.len()));
+    println!("{}", Value::Object(out));
     Ok(())
 }

@@ -531,3 +531,30 @@ fn the_objects_read_with_the_catalog_are_kept() {
     drop(s);
     assert_eq!(locates(&dir), 2);
 }
+
+/// A parked store (its drive thread stopped, so a process may fork) keeps
+/// the tape as it is: unparked, it reads and writes on, and what it wrote
+/// after is on the tape.
+#[test]
+fn a_parked_store_goes_on_without_reopening() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let s = create(&dir, small_params());
+    s.put("packs/a", &bytes(1, 50_000)).unwrap();
+    s.sync().unwrap();
+    drop(s);
+    let s = reopen(&dir).unwrap();
+    s.park();
+    s.park(); // twice is harmless
+    s.unpark();
+    assert_eq!(s.get("packs/a").unwrap(), bytes(1, 50_000));
+    s.put("packs/b", &bytes(2, 30_000)).unwrap();
+    s.sync().unwrap();
+    s.park();
+    drop(s); // a parked store closes its drive when dropped
+    let s = reopen(&dir).unwrap();
+    assert_eq!(s.get("packs/b").unwrap(), bytes(2, 30_000));
+    drop(s);
+    // The store opened once: two locates to open, none to go on after.
+    assert!(locates(&dir) <= 3, "{}", locates(&dir));
+}
