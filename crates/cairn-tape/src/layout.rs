@@ -40,6 +40,11 @@ pub const BLOCK_MAGIC: &[u8; 4] = b"CTB1";
 /// Magic of the catalog frame.
 pub const CATALOG_MAGIC: &[u8; 8] = b"CRNCATLG";
 const CATALOG_FRAME_LEN: usize = 48;
+/// A catalog frame may declare at most this many bytes: a hostile tape's
+/// catalog is refused at its first block rather than read into memory.
+/// (A full LTO-9 of 128 MiB packs indexes in a few MiB; the inline
+/// objects add at most 64 MiB.)
+pub const CATALOG_MAX: u64 = 512 << 20;
 /// Blocks per device call when writing or reading runs.
 const BATCH_BLOCKS: usize = 32;
 
@@ -783,6 +788,12 @@ fn read_catalog_at<D: TapeDevice + ?Sized>(
                 ));
             }
             framed.extend_from_slice(payload);
+            if framed.len() >= 16 {
+                let declared = u64_at(&framed, 8);
+                if declared > CATALOG_MAX || framed.len() as u64 > CATALOG_FRAME_LEN as u64 + declared {
+                    return Err(damaged(dev, pos, format!("the catalog runs past its declared length ({declared} bytes; at most {CATALOG_MAX})")));
+                }
+            }
             seq += 1;
             if h.last {
                 if i + 1 != n || read.len() != 0 {

@@ -338,6 +338,38 @@ fn a_catalog_overwritten_with_garbage_is_refused() {
     assert_eq!(report.complete().count(), 3);
 }
 
+/// A catalog whose blocks run past the length its frame declares (or that
+/// declares more than a catalog may hold) is refused at the block where
+/// it does, not read whole into memory first.
+#[test]
+fn a_catalog_longer_than_it_declares_is_refused_where_it_overruns() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tape");
+    let (mut dev, _vc) = emu(&dir, small_params());
+    let l = label();
+    let c = layout::format(&mut dev, &l, b"").unwrap();
+    let start = c.start;
+    let cap = (BS - layout::HEADER_LEN) as u64;
+    // Two blocks' worth less 100 bytes: the second block overruns it.
+    for (declared, bad_at) in [(2 * cap - 48 - 100, 1u64), (layout::CATALOG_MAX + 1, 0)] {
+        dev.locate(start).unwrap();
+        let cap = cap as usize;
+        let mut framed = b"CRNCATLG".to_vec();
+        framed.extend_from_slice(&declared.to_le_bytes());
+        framed.resize(3 * cap, 0x55);
+        let mut blocks = vec![0u8; 3 * BS];
+        for (i, p) in framed.chunks(cap).enumerate() {
+            let h = BlockHeader { kind: BlockKind::Catalog, last: i == 2, volume_id: VOL, object_id: 1, seq: i as u64, offset: (i * cap) as u64, payload_len: p.len() as u32 };
+            h.encode(p, &mut blocks[i * BS..(i + 1) * BS]);
+        }
+        dev.write_blocks(&blocks).unwrap();
+        dev.write_filemarks(1).unwrap();
+        let e = layout::read_catalog(&mut dev, &l, None).unwrap_err();
+        assert!(matches!(e, LayoutError::DamagedCatalog { position, .. } if position == start + bad_at), "{declared}: {e}");
+        assert!(e.to_string().contains("declared length"), "{e}");
+    }
+}
+
 #[test]
 fn a_damaged_data_block_is_named_on_read() {
     let t = tempfile::tempdir().unwrap();
