@@ -169,9 +169,14 @@ fn files_read_at_once_are_read_in_one_pass() {
     w.close().unwrap();
     drop(w);
     let s = cairn_tape::Session::read(dir).expect("the mount's session");
-    // Two to open (the end of data, the catalog's window), one to the
-    // first file; then the tape reads on.
-    assert!(s.stats.locates <= 3, "{} locates: {stats:?}", s.stats.locates);
+    // Two to open (the end of data, the catalog's window), then one per
+    // pass up the tape: every request that arrived together, and every
+    // one that arrived ahead of a pass under way, went in that pass. How
+    // many passes it takes depends on when the threads run (this test's
+    // batch window is 2 ms, and the suite loads the machine); with all
+    // requests together it is one (section 15: 40 reads, 3 locates).
+    assert!(s.stats.locates <= 2 + stats.read_batches, "{} locates: {stats:?}", s.stats.locates);
+    assert!(stats.read_batches < picks.len() as u64, "{stats:?}");
 }
 
 /// `kill -9` after fsyncs: the appends erased the catalog, so the tape
