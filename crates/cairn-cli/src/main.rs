@@ -124,13 +124,14 @@ enum Cmd {
         /// evicted, and writers wait when they fill it during an outage).
         #[arg(long, default_value = "10G", value_parser = size::parse)]
         cache_dir_size: u64,
-        /// Volume in a bucket: the least a read miss fetches, in aligned
-        /// blocks of a pack (one ranged GET per run of missing blocks).
-        /// Smaller blocks download less around each miss (the bill's
-        /// transfer), larger ones bring more neighbours along; `cairn sim
-        /// --pack-block` compares them on a recorded trace. Changing it
-        /// empties the clean part of the cache.
-        #[arg(long, default_value = "64K", value_parser = size::parse)]
+        /// Volume in a bucket: what a read miss fetches. 0 (the default):
+        /// exactly the bytes the read needs that the cache does not hold,
+        /// two such gaps closer than a GET's price in transfer in one
+        /// ranged GET. SIZE (4K to 64M): each gap rounded out to aligned
+        /// blocks of SIZE, which brings neighbours along at the price of
+        /// their transfer; `cairn sim --pack-block` compares them on a
+        /// recorded trace.
+        #[arg(long, default_value = "0", value_parser = size::parse)]
         cache_block: u64,
         /// Volume in a bucket: when fsync returns. `local`: the data is safe
         /// in the local journal and is uploaded in the background (within
@@ -627,10 +628,10 @@ enum Cmd {
         /// With --live: the cache's size (default: the live cache's).
         #[arg(long, value_parser = size::parse)]
         capacity: Option<u64>,
-        /// The `cairn` layout's fetch unit (the live cache's default block
-        /// by default; a mount's is `--cache-block`): smaller blocks fetch
-        /// less around each miss.
-        #[arg(long, default_value = "64K", value_parser = size::parse)]
+        /// The `cairn` layout's fetch alignment, as a mount's `--cache-block`:
+        /// 0 (the live cache's default) fetches exactly what a read misses;
+        /// SIZE rounds each miss out to aligned blocks of SIZE.
+        #[arg(long, default_value = "0", value_parser = size::parse)]
         pack_block: u64,
         /// Print as JSON.
         #[arg(long)]
@@ -971,8 +972,8 @@ fn run(cli: Cli) -> Result<i32> {
                 fuse_uring,
                 fsync_on_close,
             };
-            if !(4 << 10..=64 << 20).contains(&cache_block) {
-                bail!("--cache-block must be between 4K and 64M");
+            if cache_block != 0 && !(4 << 10..=64 << 20).contains(&cache_block) {
+                bail!("--cache-block must be 0 (exact) or between 4K and 64M");
             }
             let cloud_opts = cairn_engine::cloud::CloudOptions {
                 cache_bytes: cache_dir_size,

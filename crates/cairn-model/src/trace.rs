@@ -68,7 +68,7 @@ pub enum CacheEvent {
     Kept,
     /// The pack's copies left the cache.
     Dropped,
-    /// A cached block present when tracing began.
+    /// A cached extent present when tracing began.
     Held,
 }
 
@@ -157,8 +157,13 @@ pub enum Event {
     },
     /// Tracing of the disk cache began.
     CacheOpened {
+        /// The cache's fetch alignment (0: a miss fetches exactly what it
+        /// asks; traces before 2026-11-29: its aligned block size).
         block: u64,
         capacity: u64,
+        /// Two missing ranges of a read this close shared one GET (0 in
+        /// traces before 2026-11-29).
+        merge: u64,
     },
     /// The size of `pack`, before its first read event.
     CacheSize {
@@ -186,7 +191,7 @@ impl Record {
             Event::Chunk { chunk, pack, offset, len } => (CHUNK, 0, [chunk, pack, offset, len]),
             Event::Pack { pack, size } => (PACK, 0, [pack, size, 0, 0]),
             Event::Cache { event, pack, offset, len, group } => (CACHE, event.code(), [pack, offset, len, group]),
-            Event::CacheOpened { block, capacity } => (CACHE, OPENED, [0, block, capacity, 0]),
+            Event::CacheOpened { block, capacity, merge } => (CACHE, OPENED, [0, block, capacity, merge]),
             Event::CacheSize { pack, size } => (CACHE, SIZE, [pack, 0, size, 0]),
         };
         let mut b = [0u8; RECORD_LEN];
@@ -247,8 +252,7 @@ impl Record {
                 Event::Pack { pack: a, size: bb }
             }
             CACHE => match flags {
-                OPENED if bb == 0 => return Err(bad("a cache with block size 0".into())),
-                OPENED => Event::CacheOpened { block: bb, capacity: c },
+                OPENED => Event::CacheOpened { block: bb, capacity: c, merge: d },
                 SIZE => {
                     range(0, c)?;
                     Event::CacheSize { pack: a, size: c }
@@ -494,7 +498,9 @@ mod tests {
             Event::Read { ino: 7, offset: 100, len: 200 },
             Event::Truncate { ino: 7, size: 10 },
             Event::Remove { ino: 7 },
-            Event::CacheOpened { block: 4 << 20, capacity: 8 << 20 },
+            Event::CacheOpened { block: 4 << 20, capacity: 8 << 20, merge: 0 },
+            // A cache fetching exact ranges (since 2026-11-29).
+            Event::CacheOpened { block: 0, capacity: 8 << 20, merge: 4772 },
             Event::Cache { event: CacheEvent::Held, pack: 5, offset: 4 << 20, len: 100, group: 0 },
             Event::Cache { event: CacheEvent::Queued, pack: 0xab12, offset: 0, len: 1 << 20, group: 0 },
             Event::Cache { event: CacheEvent::Uploaded, pack: 0xab12, offset: 0, len: 1 << 20, group: 0 },
@@ -604,13 +610,6 @@ mod tests {
         check(&|r| r[32..40].copy_from_slice(&MAX_END.to_le_bytes()), "past the largest file");
         check(&|r| r[40..48].copy_from_slice(&(MAX_LEN + 1).to_le_bytes()), "longer than 16 TiB");
         check(&|r| (r[0], r[1]) = (CACHE, 10), "unknown cache event 10");
-        check(
-            &|r| {
-                (r[0], r[1]) = (CACHE, OPENED);
-                r[24..32].fill(0);
-            },
-            "block size 0",
-        );
     }
 
     /// Files reach 2^63 - 1 bytes: ranges and sizes up to there are read

@@ -3,13 +3,15 @@
 //! layout's operations in batches (several caches replay one batch at once
 //! on their own threads).
 
-use crate::layout::Unit;
+use crate::layout::{Unit, RANGE};
 use crate::model::Io;
+use cairn_model::cache::extent::{self, FetchRules};
 use cairn_model::cache::kd::{IoWindows, KdPolicy, Metric};
 use cairn_model::cache::{CachePolicy, Lru};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 
 /// The policies the simulator knows, by name: LRU, Coral's kd-tree, and
 /// the kd-tree on t_i, t_b or h alone (seed 004, fig. 12–13).
@@ -94,6 +96,17 @@ pub struct Counts {
     pub evictions: u64,
 }
 
+/// The extents a cache of the `cairn` layout holds, as the live disk
+/// cache does: per object, offset → (end, key); and where each key is.
+struct Extents {
+    rules: FetchRules,
+    /// Pack sizes (alignment stops at a pack's end).
+    sizes: Arc<HashMap<u64, u64>>,
+    objects: HashMap<u64, BTreeMap<u64, (u64, u64)>>,
+    at: HashMap<u64, (u64, u64)>,
+    next_key: u64,
+}
+
 /// A cache of units (see the module docs).
 pub(crate) struct SimCache {
     policy: Policy,
@@ -102,12 +115,21 @@ pub(crate) struct SimCache {
     held: HashMap<u64, u64>,
     bytes: u64,
     missing: Vec<Unit>,
+    /// Set when the layout's units are [`RANGE`] requests.
+    extents: Option<Extents>,
     pub counts: Counts,
 }
 
 impl SimCache {
     pub fn new(policy: Policy, capacity: u64) -> SimCache {
-        SimCache { policy, capacity, held: HashMap::new(), bytes: 0, missing: Vec::new(), counts: Counts::default() }
+        SimCache { policy, capacity, held: HashMap::new(), bytes: 0, missing: Vec::new(), extents: None, counts: Counts::default() }
+    }
+
+    /// A cache whose units are range requests, planned as the live disk
+    /// cache plans them.
+    pub fn with_extents(mut self, rules: FetchRules, sizes: Arc<HashMap<u64, u64>>) -> SimCache {
+        self.extents = Some(Extents { rules, sizes, objects: HashMap::new(), at: HashMap::new(), next_key: 0 });
+        self
     }
 
     pub fn run(&mut self, b: &Batch) {
@@ -136,7 +158,61 @@ impl SimCache {
         }
     }
 
+    /// Holds `[start, start+len)` of `obj` as a new extent.
+    fn add_extent(&mut self, obj: u64, start: u64, len: u64, group: u64) {
+        let x = self.extents.as_mut().expect("an extent cache");
+        let key = x.next_key;
+        x.next_key += 1;
+        x.objects.entry(obj).or_default().insert(start, (start + len, key));
+        x.at.insert(key, (obj, start));
+        self.insert(&Unit { key, obj, start, len }, group);
+    }
+
+    /// A read (or, `admit`, a write) of range requests against the extents.
+    fn ranges(&mut self, units: &[Unit], group: u64, local: bool, admit: bool) {
+        if units.is_empty() && !local {
+            return;
+        }
+        if !admit {
+            self.counts.reads += 1;
+        }
+        let none = BTreeMap::new();
+        let mut hit = true;
+        for u in units {
+            debug_assert_eq!(u.key, RANGE);
+            let x = self.extents.as_mut().expect("an extent cache");
+            let end = u.start + u.len;
+            let size = x.sizes.get(&u.obj).copied().unwrap_or(end).max(end);
+            let held = x.objects.entry(u.obj).or_default();
+            // What is written is admitted exactly; a read's gaps follow the
+            // fetch rules.
+            let rules = if admit { FetchRules::default() } else { x.rules };
+            let p = extent::plan(held, |v| v.0, &none, u.start, end, size, rules);
+            let cached: Vec<u64> = p.cached.iter().map(|s| held[s].1).collect();
+            for k in cached {
+                self.touch(k, group);
+            }
+            for g in p.gets {
+                hit = false;
+                if !admit {
+                    self.counts.gets += 1;
+                    self.counts.bytes_down += g.range.1 - g.range.0;
+                }
+                for (s, e) in g.extents {
+                    self.add_extent(u.obj, s, e - s, group);
+                }
+            }
+        }
+        if hit && !admit {
+            self.counts.hits += 1;
+        }
+        self.evict();
+    }
+
     fn read(&mut self, units: &[Unit], group: u64, local: bool) {
+        if self.extents.is_some() {
+            return self.ranges(units, group, local, false);
+        }
         if units.is_empty() && !local {
             return;
         }
@@ -169,6 +245,9 @@ impl SimCache {
     }
 
     fn admit(&mut self, units: &[Unit], group: u64) {
+        if self.extents.is_some() {
+            return self.ranges(units, group, false, true);
+        }
         for u in units {
             if self.held.contains_key(&u.key) {
                 self.touch(u.key, group);
@@ -188,6 +267,13 @@ impl SimCache {
             if let Some(n) = self.held.remove(&v) {
                 self.bytes -= n;
                 self.counts.evictions += 1;
+            }
+            if let Some(x) = &mut self.extents {
+                if let Some((obj, start)) = x.at.remove(&v) {
+                    if let Some(m) = x.objects.get_mut(&obj) {
+                        m.remove(&start);
+                    }
+                }
             }
         }
     }

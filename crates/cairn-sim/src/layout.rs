@@ -2,9 +2,13 @@
 //! units (what its cache holds, what its GETs fetch) and uploads (its PUTs
 //! and stored bytes):
 //!
-//! - `cairn`: the recorded placement; a unit is a 4 MiB block of a pack,
-//!   as the live disk cache fetches; each pack is PUT once, as the S3
-//!   backend sends it (multipart from 16 MiB).
+//! - `cairn`: the recorded placement, fetched as the live disk cache
+//!   fetches: a read asks for runs of adjacent chunks of a pack (at most
+//!   16, as the engine's reads do), and the cache fetches the gaps its
+//!   extents leave (`cairn_model::cache::extent`; the units of a read are
+//!   these [`RANGE`] requests, planned by each cache against what it
+//!   holds); each pack is PUT once, as the S3 backend sends it (multipart
+//!   from 16 MiB), and cached whole.
 //! - `cairn-segment`: the recorded placement; a unit is a segment, the run
 //!   of one file's chunks that lie next to each other in one pack.
 //! - `bluesky`: every write appended to a log in request order (no dedup,
@@ -17,8 +21,13 @@ use crate::model::{Model, Step};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
-/// The default cache unit of the `cairn` layout: the live disk cache's block.
+/// The default fetch alignment of the `cairn` layout: the live disk
+/// cache's (0: exact).
 pub const PACK_BLOCK: u64 = cairn_model::cache::DEFAULT_BLOCK;
+/// The key of a unit that is a request for a range, not a cache unit.
+pub(crate) const RANGE: u64 = u64::MAX;
+/// The most chunks one read of a pack asks for (`Volume`'s coalescing).
+const MAX_RUN: usize = 16;
 /// The cache unit of the `bluesky` layout.
 pub const LOG_BLOCK: u64 = 32 << 10;
 
@@ -114,18 +123,12 @@ pub(crate) struct Layout {
     end: u64,
     /// Packs read that the trace did not see uploaded: stored throughout.
     older: HashSet<u64>,
-    /// The `cairn` layout's fetch unit.
-    pack_block: u64,
 }
 
 impl Layout {
+    /// A layout (the `cairn` kind's fetch rules are its caches').
     pub fn new(kind: LayoutKind, end: u64) -> Layout {
-        Layout::with_block(kind, end, PACK_BLOCK)
-    }
-
-    /// A layout whose `cairn` kind fetches blocks of `pack_block` bytes.
-    pub fn with_block(kind: LayoutKind, end: u64, pack_block: u64) -> Layout {
-        Layout { kind, keys: HashMap::new(), up: Uploads::default(), end, older: HashSet::new(), pack_block: pack_block.max(1) }
+        Layout { kind, keys: HashMap::new(), up: Uploads::default(), end, older: HashSet::new() }
     }
 
     fn unit(&mut self, obj: u64, start: u64, len: u64) -> Unit {
@@ -149,13 +152,11 @@ impl Layout {
         }
     }
 
-    /// The units holding a stored chunk (pack, offset, len).
+    /// The units holding a stored chunk (pack, offset, len); for `cairn`,
+    /// the chunk itself (its data set counts bytes, not units).
     fn chunk_units(&mut self, (pack, off, len): (u64, u64, u64), packs: &Packs, out: &mut Vec<Unit>) {
         match self.kind {
-            LayoutKind::Cairn => {
-                let size = packs.sizes.get(&pack).copied().unwrap_or(off + len);
-                self.blocks(pack, off, len, size, self.pack_block, out);
-            }
+            LayoutKind::Cairn => out.push(self.unit(pack, off, len)),
             LayoutKind::CairnSegment => {
                 let seg = packs.segments.get(&pack).and_then(|segs| {
                     let i = segs.partition_point(|&(s, _)| s <= off);
@@ -179,7 +180,29 @@ impl Layout {
                 }
                 false
             }
-            _ => {
+            LayoutKind::Cairn => {
+                let mut chunks = s.chunk_reads.clone();
+                chunks.sort_unstable();
+                chunks.dedup();
+                let mut run = 0;
+                for (pack, off, len) in chunks {
+                    if !packs.new.contains(&pack) {
+                        self.older.insert(pack);
+                    }
+                    match out.last_mut() {
+                        Some(u) if u.obj == pack && u.start + u.len == off && run < MAX_RUN => {
+                            u.len += len;
+                            run += 1;
+                        }
+                        _ => {
+                            out.push(Unit { key: RANGE, obj: pack, start: off, len });
+                            run = 1;
+                        }
+                    }
+                }
+                return s.journal_read;
+            }
+            LayoutKind::CairnSegment => {
                 for &c in &s.chunk_reads {
                     if !packs.new.contains(&c.0) {
                         self.older.insert(c.0);
@@ -205,13 +228,16 @@ impl Layout {
             (_, Some((pack, size))) => self.pack_units(pack, size, packs, out),
             (_, None) => {}
         }
-        sort_units(out);
+        if self.kind != LayoutKind::Cairn {
+            sort_units(out);
+        }
     }
 
-    /// Every unit of a new pack of `size` bytes.
+    /// Every unit of a new pack of `size` bytes (`cairn`: the whole pack,
+    /// a range its caches keep as one extent).
     pub fn pack_units(&mut self, pack: u64, size: u64, packs: &Packs, out: &mut Vec<Unit>) {
         match (self.kind, packs.segments.get(&pack)) {
-            (LayoutKind::Cairn, _) => self.blocks(pack, 0, size, size, self.pack_block, out),
+            (LayoutKind::Cairn, _) => out.push(Unit { key: RANGE, obj: pack, start: 0, len: size }),
             (LayoutKind::CairnSegment, Some(segs)) => {
                 for &(s, e) in segs {
                     out.push(self.unit(pack, s, e - s));
@@ -280,6 +306,7 @@ fn sort_units(v: &mut Vec<Unit>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Io;
 
     #[test]
     fn segments_are_runs_of_one_files_chunks() {
@@ -297,20 +324,27 @@ mod tests {
     }
 
     #[test]
-    fn blocks_of_packs_and_puts_of_packs() {
+    fn reads_of_packs_are_runs_of_chunks_and_packs_go_up_whole() {
         let mb = 1 << 20;
         let mut p = Packs::default();
         p.sizes.insert(9, 10 * mb);
-        let mut l = Layout::with_block(LayoutKind::Cairn, 2_000_000_000, 4 * mb);
+        p.new.insert(9);
+        let mut l = Layout::new(LayoutKind::Cairn, 2_000_000_000);
         let mut out = Vec::new();
-        // A chunk across the first block boundary: blocks 0 and 1.
-        l.units_of_chunk((9, 4 * mb - 10, 20), &p, &mut out);
-        assert_eq!(out.iter().map(|u| (u.start, u.len)).collect::<Vec<_>>(), vec![(0, 4 * mb), (4 * mb, 4 * mb)]);
-        // Writing the pack caches its three blocks (the last one short).
+        // Chunks of pack 9 at 0, 100 and 200 (adjacent), 400, and 20
+        // adjacent ones from 1000: four requests, the last two split at
+        // 16 chunks; a chunk read twice is asked once.
+        let mut chunks = vec![(9, 200, 100), (9, 0, 100), (9, 100, 100), (9, 400, 10), (9, 0, 100)];
+        chunks.extend((0..20).map(|i| (9, 1000 + 10 * i, 10)));
+        let s = Step { io: Some(Io::Read), chunk_reads: chunks, ..Step::default() };
+        assert!(!l.read_units(&s, &p, &mut out));
+        let got: Vec<(u64, u64, u64)> = out.iter().map(|u| (u.key, u.start, u.len)).collect();
+        assert_eq!(got, vec![(RANGE, 0, 300), (RANGE, 400, 10), (RANGE, 1000, 160), (RANGE, 1160, 40)]);
+        // Writing the pack caches it whole.
         let s = Step { pack: Some((9, 10 * mb)), ..Step::default() };
         l.write_units(&s, &p, &mut out);
         l.uploaded(&s, 1_000_000_000);
-        assert_eq!(out.iter().map(|u| u.len).collect::<Vec<_>>(), vec![4 * mb, 4 * mb, 2 * mb]);
+        assert_eq!(out.iter().map(|u| (u.key, u.start, u.len)).collect::<Vec<_>>(), vec![(RANGE, 0, 10 * mb)]);
         // 10 MiB goes up in one PUT; 64 MiB in a multipart upload of 8 parts.
         l.uploaded(&Step { pack: Some((10, 64 * mb)), ..Step::default() }, 2_000_000_000);
         let up = l.finish(&Model::new(), &p);

@@ -146,6 +146,10 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
     }
     let s = survey::survey(path)?;
     let end = s.summary.duration_ns;
+    // The live cache's rules: the alignment asked for, gaps closer than a
+    // GET's price in transfer merged.
+    let rules = cairn_model::cache::extent::FetchRules { align: o.pack_block, merge_below: cairn_model::cache::extent::merge_below(o.prices.per_1000_requests.get, o.prices.transfer_down_per_gb) };
+    let sizes = std::sync::Arc::new(s.packs.sizes.clone());
     let mut lanes: Vec<Lane> = o
         .layouts
         .iter()
@@ -155,10 +159,14 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
             for name in &o.policies {
                 for &pct in &o.cache_percents {
                     let capacity = (data as f64 * pct / 100.0) as u64;
-                    caches.push((name.clone(), pct, capacity, SimCache::new(Policy::named(name).expect("checked above"), capacity)));
+                    let mut c = SimCache::new(Policy::named(name).expect("checked above"), capacity);
+                    if kind == LayoutKind::Cairn {
+                        c = c.with_extents(rules, sizes.clone());
+                    }
+                    caches.push((name.clone(), pct, capacity, c));
                 }
             }
-            Lane { layout: Layout::with_block(kind, end, o.pack_block), caches, batch: Batch::default() }
+            Lane { layout: Layout::new(kind, end), caches, batch: Batch::default() }
         })
         .collect();
     let mut model = Model::new();

@@ -1,16 +1,19 @@
 //! The live run's own cache, replayed: the trace's CACHE records through a
 //! model of the disk cache's bookkeeping (`cairn_engine::cache::disk`):
-//! blocks of packs fetched by one ranged GET per run of missing blocks,
-//! whole copies of packs written, the outbox's bytes taking room from clean
-//! ones, victims from the policy. At the live run's capacity and policy it
-//! gives the live hit ratio; at others, what that run would have had.
+//! extents of packs fetched as the disk cache plans them (the same
+//! function, `cairn_model::cache::extent`, at the alignment and merge
+//! distance the trace's OPENED record gives), whole copies of packs
+//! written, the outbox's bytes taking room from clean ones, victims from
+//! the policy. At the live run's capacity and policy it gives the live hit
+//! ratio; at others, what that run would have had.
 
 use crate::cache::Policy;
 use crate::model::Io;
 use crate::SimError;
+use cairn_model::cache::extent::{self, FetchRules};
 use cairn_model::trace::{CacheEvent, Event, TraceReader};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 /// What a replay of the live cache found, next to what the live run
@@ -19,6 +22,7 @@ use std::path::Path;
 pub struct LiveReport {
     pub policy: String,
     pub capacity: u64,
+    /// The live cache's fetch alignment (0: exact).
     pub block: u64,
     /// Pack reads replayed: served locally, or fetching.
     pub hits: u64,
@@ -49,14 +53,16 @@ struct Obj {
     size: Option<u64>,
     /// Bytes in the outbox.
     dirty: Option<u64>,
-    /// Slot (block index, or [`WHOLE`]) → key.
-    slots: HashMap<u64, u64>,
+    /// The whole copy's key.
+    whole: Option<u64>,
+    /// Extents: offset → (end, key).
+    extents: BTreeMap<u64, (u64, u64)>,
 }
 
 /// The model of the disk cache (see the module docs).
 struct LiveCache {
     policy: Policy,
-    block: u64,
+    rules: FetchRules,
     capacity: u64,
     objects: HashMap<u64, Obj>,
     /// Key → (pack, slot, bytes).
@@ -71,7 +77,9 @@ impl LiveCache {
     fn add(&mut self, pack: u64, slot: u64, bytes: u64, group: u64) {
         let key = self.next_key;
         self.next_key += 1;
-        if let Some(old) = self.objects.entry(pack).or_default().slots.insert(slot, key) {
+        let o = self.objects.entry(pack).or_default();
+        let old = if slot == WHOLE { o.whole.replace(key) } else { o.extents.insert(slot, (slot + bytes, key)).map(|(_, k)| k) };
+        if let Some(old) = old {
             self.policy.policy.removed(old);
             if let Some((_, _, b)) = self.entries.remove(&old) {
                 self.clean -= b;
@@ -92,8 +100,12 @@ impl LiveCache {
         };
         self.clean -= bytes;
         if let Some(o) = self.objects.get_mut(&pack) {
-            if o.slots.get(&slot) == Some(&key) {
-                o.slots.remove(&slot);
+            if slot == WHOLE {
+                if o.whole == Some(key) {
+                    o.whole = None;
+                }
+            } else if o.extents.get(&slot).is_some_and(|(_, k)| *k == key) {
+                o.extents.remove(&slot);
             }
         }
         true
@@ -115,7 +127,7 @@ impl LiveCache {
         let Some(o) = self.objects.get_mut(&pack) else {
             return;
         };
-        let keys: Vec<u64> = o.slots.values().copied().collect();
+        let keys: Vec<u64> = o.whole.iter().copied().chain(o.extents.values().map(|(_, k)| *k)).collect();
         self.dirty -= o.dirty.take().unwrap_or(0);
         for k in keys {
             self.remove(k);
@@ -123,45 +135,36 @@ impl LiveCache {
     }
 
     fn read(&mut self, pack: u64, off: u64, len: u64, group: u64) {
-        let b = self.block;
         let o = self.objects.entry(pack).or_default();
         let size = o.size.unwrap_or(0).max(off + len);
-        let whole = o.slots.get(&WHOLE).copied();
         if o.dirty.is_some() || len == 0 {
             self.r.hits += 1;
             return;
         }
-        let mut touched = Vec::new();
-        let mut missing = Vec::new();
-        match whole {
-            Some(k) => touched.push(k),
+        let (touched, gets) = match o.whole {
+            Some(k) => (vec![k], Vec::new()),
             None => {
-                for idx in off / b..=(off + len - 1) / b {
-                    match o.slots.get(&idx) {
-                        Some(&k) => touched.push(k),
-                        None => missing.push(idx),
-                    }
-                }
+                let p = extent::plan(&o.extents, |v| v.0, &BTreeMap::new(), off, off + len, size, self.rules);
+                (p.cached.iter().map(|s| o.extents[s].1).collect(), p.gets)
             }
-        }
+        };
         for k in touched {
             self.policy.policy.accessed(k);
             if group != 0 {
                 self.policy.policy.grouped(k, group);
             }
         }
-        if missing.is_empty() {
+        if gets.is_empty() {
             self.r.hits += 1;
             return;
         }
         self.r.misses += 1;
-        for (i, &idx) in missing.iter().enumerate() {
-            if i == 0 || missing[i - 1] + 1 != idx {
-                self.r.gets += 1;
+        for g in gets {
+            self.r.gets += 1;
+            self.r.bytes_fetched += g.range.1 - g.range.0;
+            for (s, e) in g.extents {
+                self.add(pack, s, e - s, group);
             }
-            let bytes = b.min(size - idx * b);
-            self.r.bytes_fetched += bytes;
-            self.add(pack, idx, bytes, group);
         }
         self.evict();
     }
@@ -180,7 +183,7 @@ impl LiveCache {
                     }
                     self.read(pack, offset, len, group);
                 }
-                CacheEvent::Held => self.add(pack, offset / self.block, len, 0),
+                CacheEvent::Held => self.add(pack, offset, len, 0),
                 CacheEvent::Queued => {
                     self.detach(pack);
                     let o = self.objects.entry(pack).or_default();
@@ -208,11 +211,11 @@ pub fn replay_live(path: &Path, policy: &str, capacity: Option<u64>) -> Result<L
     let p = Policy::named(policy).ok_or_else(|| SimError::Invalid(format!("unknown policy {policy:?} (known: {})", crate::POLICIES.join(", "))))?;
     let mut reader = TraceReader::open(path)?;
     // Everything before OPENED is no cache's business.
-    let (block, live_capacity) = loop {
+    let (block, live_capacity, merge) = loop {
         match reader.next().transpose()? {
             Some(r) => {
-                if let Event::CacheOpened { block, capacity } = r.event {
-                    break (block, capacity);
+                if let Event::CacheOpened { block, capacity, merge } = r.event {
+                    break (block, capacity, merge);
                 }
             }
             None => return Err(SimError::Invalid(format!("{} holds no cache records (the trace of a volume in a bucket has them)", path.display()))),
@@ -233,7 +236,7 @@ pub fn replay_live(path: &Path, policy: &str, capacity: Option<u64>) -> Result<L
         recorded_misses: 0,
         recorded_hit_ratio: 0.0,
     };
-    let mut c = LiveCache { policy: p, block, capacity, objects: HashMap::new(), entries: HashMap::new(), next_key: 0, clean: 0, dirty: 0, r };
+    let mut c = LiveCache { policy: p, rules: FetchRules { align: block, merge_below: merge }, capacity, objects: HashMap::new(), entries: HashMap::new(), next_key: 0, clean: 0, dirty: 0, r };
     for rec in reader {
         c.apply(&rec?.event);
     }
@@ -252,9 +255,11 @@ mod tests {
         Event::Cache { event, pack, offset, len, group: 1 }
     }
 
-    /// A cache of two 100-byte blocks, LRU, by hand: blocks of pack 1 read
-    /// 0 1 0 2 1; a read across blocks 3-4 fetches both in one GET; a
-    /// pack in the outbox takes room from clean blocks and reads locally.
+    /// A cache of 200 bytes fetching 100-byte aligned extents, LRU, by
+    /// hand: extents of pack 1 read 0 1 0 2 1; a read across blocks 3-4
+    /// fetches one 150-byte extent (clamped to the pack's end) in one GET;
+    /// a pack in the outbox takes room from clean extents and reads
+    /// locally.
     #[test]
     fn the_disk_cache_replayed_by_hand() {
         let d = tempfile::tempdir().unwrap();
@@ -263,29 +268,30 @@ mod tests {
         use CacheEvent::*;
         let events = vec![
             Event::Write { ino: 1, offset: 0, len: 1 },
-            Event::CacheOpened { block: 100, capacity: 200 },
+            Event::CacheOpened { block: 100, capacity: 200, merge: 0 },
             Event::CacheSize { pack: 1, size: 450 },
             cache(Miss, 1, 0, 10),     // fetch 0: {0}
             cache(Miss, 1, 150, 10),   // fetch 1: {0 1}
             cache(Hit, 1, 20, 10),     // {1 0}
             cache(Miss, 1, 250, 10),   // fetch 2, evict 1: {0 2}
             cache(Miss, 1, 120, 10),   // fetch 1, evict 0: {2 1}
-            cache(Miss, 1, 350, 90),   // fetch 3 and 4 (50 bytes) in one GET, evict 2 and 1: {3 4}
-            cache(Queued, 2, 0, 60),   // 60 dirty: 150 clean > 140, evict 3: {4}
+            cache(Miss, 1, 350, 90),   // fetch [300, 450) in one GET, evict 2 and 1: {3}
+            cache(Queued, 2, 0, 60),   // 60 dirty: 150 clean > 140, evict 3: {}
             cache(Outbox, 2, 0, 60),   // local
-            cache(Uploaded, 2, 0, 60), // whole copy, clean 110: {4 2*}
+            cache(Uploaded, 2, 0, 60), // whole copy, clean 60: {2*}
             cache(Hit, 2, 5, 5),
-            cache(Hit, 1, 420, 10),
+            cache(Hit, 1, 420, 10),    // the live cache had kept [400, 450) as a block: fetch it
+
         ];
         w.record_all(events);
         w.flush().unwrap();
         let r = replay_live(&p, "lru", None).unwrap();
         assert_eq!((r.capacity, r.block), (200, 100));
-        assert_eq!((r.hits, r.misses, r.gets, r.evictions), (4, 5, 5, 5));
-        assert_eq!(r.bytes_fetched, 100 * 5 + 50);
+        assert_eq!((r.hits, r.misses, r.gets, r.evictions), (3, 6, 6, 5));
+        assert_eq!(r.bytes_fetched, 100 * 4 + 150 + 50);
         assert_eq!((r.recorded_hits, r.recorded_misses), (4, 5));
-        // At 100 bytes: block 1 evicts block 0 before its hit, and the
-        // outbox evicts block 4 before its.
+        // At 100 bytes: extent 1 evicts extent 0 before its hit, and the
+        // 150-byte extent does not stay.
         let r = replay_live(&p, "lru", Some(100)).unwrap();
         assert_eq!((r.hits, r.misses), (2, 7));
         assert!(replay_live(&p, "nope", None).is_err());

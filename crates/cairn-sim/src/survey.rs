@@ -117,6 +117,10 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
         let mut l = Layout::new(kind, 0);
         let (mut seen, mut bytes) = (HashSet::new(), 0);
         for &c in &read_chunks {
+            if kind == LayoutKind::Cairn && packs.new.contains(&c.0) {
+                // Counted with its pack, which is cached whole.
+                continue;
+            }
             l.units_of_chunk(c, &packs, &mut scratch);
             count(&mut seen, &mut bytes, &scratch);
         }

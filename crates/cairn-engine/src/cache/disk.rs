@@ -16,10 +16,14 @@
 //!   of a pack, goes to the remote synchronously (its error is returned),
 //!   then keeps a clean copy.
 //! - Reads of a pack are served from the outbox file, a whole-object copy
-//!   (`DIR/data/<name>@all`) or cached blocks of `block` bytes
-//!   (`DIR/data/<name>@<index>`). Missing blocks are fetched with one ranged
-//!   GET per contiguous run; two readers missing the same block cause one
-//!   GET. Sizes come from the outbox, memory, or one `size` per object.
+//!   (`DIR/data/<name>@all`) or cached extents (`DIR/data/<name>@<offset>+<len>`:
+//!   disjoint ranges, each fetched at once and evicted whole). A miss
+//!   fetches exactly the gaps of the read that no extent holds (rounded out
+//!   to `block` if set), two gaps closer than a GET's worth of transfer in
+//!   one ranged GET (`cairn_model::cache::extent`, shared with the
+//!   simulator; docs/frugal.md §6); two readers missing the same bytes
+//!   cause one GET. Sizes come from the outbox, memory, or one `size` per
+//!   object.
 //! - Clean bytes stay within `capacity` minus the dirty bytes; victims come
 //!   from the [`CachePolicy`] and are never outbox objects. A read tells
 //!   the policy which file it is for when its thread says so
@@ -31,8 +35,8 @@
 //!   sealed): the cache never holds plaintext the bucket does not.
 //! - Reopen: the outbox is queued again, oldest first by mtime; clean files
 //!   are re-admitted least recently modified first (a hit refreshes a file's
-//!   mtime at most once a minute), but only after a clean shutdown with the
-//!   same block size (`DIR/clean`, written when the cache is dropped):
+//!   mtime at most once a minute), but only after a clean shutdown of a
+//!   cache of this format (`DIR/clean`, written when the cache is dropped):
 //!   clean files are not fsynced when written, so after a crash they may be
 //!   empty or short and are discarded. `.tmp` leftovers are deleted.
 //! - No lock is held across file I/O or remote requests; a name whose files
@@ -40,11 +44,12 @@
 //!   fetched or deleted is marked in the index, and others wait for it.
 
 use super::policy::{CachePolicy, Lru};
+use cairn_model::cache::extent::{self, FetchRules, Span};
 use crate::trace::{pack_id, CacheEvent, Event, TraceWriter};
 use cairn_backend::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -53,12 +58,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-/// The default fetch granularity (why this size: its definition).
+/// The default fetch alignment: none (why: its definition).
 pub use cairn_model::cache::DEFAULT_BLOCK;
 
 /// The names this cache handles; everything else passes through.
 const PACKS: &str = "packs/";
-/// The slot of a whole-object entry (block slots are block indices).
+/// The slot of a whole-object entry (an extent's slot is its offset).
 const ALL: u64 = u64::MAX;
 /// A hit refreshes its file's mtime at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
@@ -89,8 +94,11 @@ pub struct DiskCacheOptions {
     pub dir: PathBuf,
     /// Bound on clean plus dirty bytes.
     pub capacity: u64,
-    /// Fetch granularity in bytes.
+    /// A miss's fetch is rounded out to multiples of this (0: exact).
     pub block: u64,
+    /// Two missing ranges of one read at most this far apart go in one
+    /// GET ([`extent::merge_below`] of the volume's prices).
+    pub merge_below: u64,
     /// When a `put` of a pack returns.
     pub durability: Durability,
     /// Upload threads (at least one is started).
@@ -98,10 +106,16 @@ pub struct DiskCacheOptions {
 }
 
 impl DiskCacheOptions {
-    /// Options with the defaults: 4 MiB blocks, local durability, two
-    /// uploaders.
+    /// Options with the defaults: exact fetches, merged at AWS prices,
+    /// local durability, two uploaders.
     pub fn new(dir: impl Into<PathBuf>, capacity: u64) -> Self {
-        DiskCacheOptions { dir: dir.into(), capacity, block: DEFAULT_BLOCK, durability: Durability::Local, uploaders: 2 }
+        let p = cairn_model::prices::Prices::aws();
+        let merge_below = extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb);
+        DiskCacheOptions { dir: dir.into(), capacity, block: DEFAULT_BLOCK, merge_below, durability: Durability::Local, uploaders: 2 }
+    }
+
+    fn rules(&self) -> FetchRules {
+        FetchRules { align: self.block, merge_below: self.merge_below }
     }
 }
 
@@ -147,9 +161,10 @@ struct Counters {
     upload_retries: AtomicU64,
 }
 
-/// One clean file: a block or a whole object.
+/// One clean file: an extent or a whole object.
 struct Entry {
     name: String,
+    /// The extent's offset, or [`ALL`].
     slot: u64,
     bytes: u64,
     /// When its mtime was last set (approximately).
@@ -170,11 +185,13 @@ struct Obj {
     payer: Option<cairn_backend::Subsystem>,
     /// Policy key of the whole-object entry.
     whole: Option<u64>,
-    /// Block index → policy key.
-    blocks: BTreeMap<u64, u64>,
-    /// Slots whose files are being created (a fetch) or deleted (an
-    /// eviction): nobody else touches them until released.
-    claimed: BTreeSet<u64>,
+    /// Extents: offset → (end, policy key). Disjoint.
+    extents: BTreeMap<u64, (u64, u64)>,
+    /// Ranges whose files are being created (a fetch) or deleted (an
+    /// eviction), offset → end (the whole copy's: `ALL` → `ALL`); nobody
+    /// else touches them until released. Disjoint from each other and
+    /// from the extents.
+    claimed: BTreeMap<u64, u64>,
     /// A put, delete or upload is replacing the object's files: others wait.
     busy: bool,
 }
@@ -210,14 +227,14 @@ impl State {
     fn obj(&mut self, name: &str) -> &mut Obj {
         if !self.objects.contains_key(name) {
             let version = self.bump();
-            let o = Obj { version, size: None, dirty: None, payer: None, whole: None, blocks: BTreeMap::new(), claimed: BTreeSet::new(), busy: false };
+            let o = Obj { version, size: None, dirty: None, payer: None, whole: None, extents: BTreeMap::new(), claimed: BTreeMap::new(), busy: false };
             self.objects.insert(name.to_string(), o);
         }
         self.objects.get_mut(name).expect("just inserted")
     }
 
     /// Nobody is replacing the object's files or fetching or deleting any
-    /// of its blocks.
+    /// of its extents.
     fn free(&self, name: &str) -> bool {
         self.objects.get(name).is_none_or(|o| !o.busy && o.claimed.is_empty())
     }
@@ -231,7 +248,7 @@ impl State {
         let key = self.next_key;
         self.next_key += 1;
         let o = self.obj(name);
-        let old = if slot == ALL { o.whole.replace(key) } else { o.blocks.insert(slot, key) };
+        let old = if slot == ALL { o.whole.replace(key) } else { o.extents.insert(slot, (slot + bytes, key)).map(|(_, k)| k) };
         if let Some(old) = old {
             self.policy.removed(old);
             if let Some(e) = self.entries.remove(&old) {
@@ -255,31 +272,32 @@ impl State {
                 if o.whole == Some(key) {
                     o.whole = None;
                 }
-            } else if o.blocks.get(&e.slot) == Some(&key) {
-                o.blocks.remove(&e.slot);
+            } else if o.extents.get(&e.slot).is_some_and(|(_, k)| *k == key) {
+                o.extents.remove(&e.slot);
             }
         }
         Some(e)
     }
 
-    /// Drops every clean entry of `name`; returns their slots.
-    fn detach_clean(&mut self, name: &str) -> Vec<u64> {
+    /// Drops every clean entry of `name`; returns their (slot, bytes).
+    fn detach_clean(&mut self, name: &str) -> Vec<(u64, u64)> {
         let Some(o) = self.objects.get(name) else { return Vec::new() };
-        let keys: Vec<u64> = o.whole.iter().chain(o.blocks.values()).copied().collect();
-        keys.into_iter().filter_map(|k| self.remove_entry(k)).map(|e| e.slot).collect()
+        let keys: Vec<u64> = o.whole.iter().copied().chain(o.extents.values().map(|(_, k)| *k)).collect();
+        keys.into_iter().filter_map(|k| self.remove_entry(k)).map(|e| (e.slot, e.bytes)).collect()
     }
 
-    /// Drops entry `key` and claims its slot until its file is deleted, so
+    /// Drops entry `key` and claims its range until its file is deleted, so
     /// that nobody creates the file anew before the deletion.
-    fn remove_claimed(&mut self, key: u64) -> Option<(String, u64)> {
+    fn remove_claimed(&mut self, key: u64) -> Option<Victim> {
         let e = self.remove_entry(key)?;
-        self.obj(&e.name).claimed.insert(e.slot);
-        Some((e.name, e.slot))
+        let end = if e.slot == ALL { ALL } else { e.slot + e.bytes };
+        self.obj(&e.name).claimed.insert(e.slot, end);
+        Some(Victim { name: e.name, slot: e.slot, bytes: e.bytes })
     }
 
     /// Evicts the policy's victims while clean bytes exceed what the dirty
     /// ones leave of the capacity.
-    fn evict(&mut self, capacity: u64, evictions: &AtomicU64) -> Vec<(String, u64)> {
+    fn evict(&mut self, capacity: u64, evictions: &AtomicU64) -> Vec<Victim> {
         let mut out = Vec::new();
         while self.clean_bytes > capacity.saturating_sub(self.dirty_bytes + self.reserved) {
             let Some(k) = self.policy.victim() else { break };
@@ -301,6 +319,13 @@ impl State {
         self.dirty_bytes -= bytes;
         Some(bytes)
     }
+}
+
+/// A clean file being deleted, its range claimed meanwhile.
+struct Victim {
+    name: String,
+    slot: u64,
+    bytes: u64,
 }
 
 struct Inner {
@@ -347,22 +372,31 @@ fn is_leftover(file: &str) -> bool {
     file.contains('@') && file.ends_with(".tmp")
 }
 
-/// `(name, slot)` of a data file `<escaped name>@<index>` or `@all`.
-fn parse_data_file(file: &str) -> Option<(String, u64)> {
+/// `(name, slot, extent length)` of a data file `<escaped name>@<offset>+<len>`
+/// (an extent: its length is not 0 and it ends before 2^63) or
+/// `<escaped name>@all` (length None).
+fn parse_data_file(file: &str) -> Option<(String, u64, Option<u64>)> {
     let (esc, slot) = file.rsplit_once('@')?;
-    let slot = match slot {
-        "all" => ALL,
-        s if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.parse().ok().filter(|i| *i != ALL)?,
-        _ => return None,
+    let number = |s: &str| (!s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u64>().ok()).flatten();
+    let (slot, len) = match slot {
+        "all" => (ALL, None),
+        s => {
+            let (off, len) = s.split_once('+')?;
+            let (off, len) = (number(off)?, number(len)?);
+            if len == 0 || off.checked_add(len)? > i64::MAX as u64 {
+                return None;
+            }
+            (off, Some(len))
+        }
     };
-    Some((unescape(esc)?, slot))
+    Some((unescape(esc)?, slot, len))
 }
 
-fn slot_name(slot: u64) -> String {
+fn slot_name(slot: u64, bytes: u64) -> String {
     if slot == ALL {
         "all".to_string()
     } else {
-        slot.to_string()
+        format!("{slot}+{bytes}")
     }
 }
 
@@ -388,10 +422,42 @@ fn instant_of(mtime: SystemTime) -> Instant {
     Instant::now().checked_sub(age).unwrap_or_else(Instant::now)
 }
 
-/// Bytes of `[off, end)` that fall in block `idx`, as a range of the block.
-fn piece_of_block(idx: u64, block: u64, off: u64, end: u64) -> (u64, u64) {
-    let start = idx * block;
-    (off.max(start) - start, end.min(start + block) - start)
+/// The parts of `[off, end)` that no collected piece (offset → bytes;
+/// pieces may overlap) covers, in order.
+fn uncovered(pieces: &BTreeMap<u64, Vec<u8>>, off: u64, end: u64) -> Vec<Span> {
+    let mut out = Vec::new();
+    let mut at = off;
+    for (&s, p) in pieces.range(..end) {
+        let e = s + p.len() as u64;
+        if e <= at {
+            continue;
+        }
+        if s > at {
+            out.push((at, s));
+        }
+        at = e;
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
+}
+
+/// `[off, end)` assembled from pieces that cover it (they may overlap).
+fn assemble(pieces: &BTreeMap<u64, Vec<u8>>, off: u64, end: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity((end - off) as usize);
+    let mut at = off;
+    while at < end {
+        let (&s, p) = pieces.range(..=at).next_back().expect("pieces cover the read");
+        let e = (s + p.len() as u64).min(end);
+        assert!(e > at, "pieces cover the read");
+        out.extend_from_slice(&p[(at - s) as usize..(e - s) as usize]);
+        at = e;
+    }
+    out
 }
 
 /// How a read will be served this round.
@@ -399,8 +465,9 @@ enum Plan {
     /// One file holds the whole object: the outbox file (`key` None) or a
     /// clean whole copy.
     Whole { path: PathBuf, key: Option<u64> },
-    /// Blocks: read these cached ones, fetch the claimed ones.
-    Blocks { reads: Vec<(u64, u64)>, claims: Vec<u64> },
+    /// Read these cached extents (offset, bytes, key); fetch these GETs,
+    /// whose extents are claimed.
+    Extents { reads: Vec<(u64, u64, u64)>, gets: Vec<extent::Get> },
     /// Everything was collected: assemble.
     Done,
 }
@@ -414,8 +481,8 @@ impl Inner {
         self.outbox_dir.join(escape(name))
     }
 
-    fn data_path(&self, name: &str, slot: u64) -> PathBuf {
-        self.data_dir.join(format!("{}@{}", escape(name), slot_name(slot)))
+    fn data_path(&self, name: &str, slot: u64, bytes: u64) -> PathBuf {
+        self.data_dir.join(format!("{}@{}", escape(name), slot_name(slot, bytes)))
     }
 
     fn dirty_bound(&self) -> u64 {
@@ -472,13 +539,13 @@ impl Inner {
         self.work.notify_all();
     }
 
-    /// Deletes the files of claimed slots, then releases the claims.
-    fn unlink_claimed(&self, victims: Vec<(String, u64)>) {
+    /// Deletes the files of claimed ranges, then releases the claims.
+    fn unlink_claimed(&self, victims: Vec<Victim>) {
         if victims.is_empty() {
             return;
         }
-        for (name, slot) in &victims {
-            let p = self.data_path(name, *slot);
+        for Victim { name, slot, bytes } in &victims {
+            let p = self.data_path(name, *slot, *bytes);
             if let Err(e) = fs::remove_file(&p) {
                 if e.kind() != io::ErrorKind::NotFound {
                     tracing::warn!("removing cache file {}: {e}", p.display());
@@ -486,20 +553,20 @@ impl Inner {
             }
         }
         let mut st = self.lock();
-        for (name, slot) in &victims {
-            if let Some(o) = st.objects.get_mut(name) {
-                o.claimed.remove(slot);
+        for v in &victims {
+            if let Some(o) = st.objects.get_mut(&v.name) {
+                o.claimed.remove(&v.slot);
             }
         }
         drop(st);
         self.changed.notify_all();
     }
 
-    /// Deletes the clean files of `slots` of `name` (the caller holds the
-    /// name busy, so nobody recreates them meanwhile).
-    fn unlink_slots(&self, name: &str, slots: &[u64]) {
-        for s in slots {
-            let p = self.data_path(name, *s);
+    /// Deletes the clean files `(slot, bytes)` of `name` (the caller
+    /// holds the name busy, so nobody recreates them meanwhile).
+    fn unlink_slots(&self, name: &str, slots: &[(u64, u64)]) {
+        for (s, b) in slots {
+            let p = self.data_path(name, *s, *b);
             if let Err(e) = fs::remove_file(&p) {
                 if e.kind() != io::ErrorKind::NotFound {
                     tracing::warn!("removing cache file {}: {e}", p.display());
@@ -559,9 +626,9 @@ impl Inner {
     // ---- reads ----
 
     fn read_pack(&self, name: &str, off: u64, len: u64) -> Result<Vec<u8>> {
-        let b = self.opts.block;
-        // Pieces of the request collected so far, by block, and the object
-        // version they belong to.
+        let rules = self.opts.rules();
+        // Pieces of the request collected so far, by offset in the object
+        // (they may overlap), and the object version they belong to.
         let mut pieces: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         let mut version = 0;
         let mut missed = false;
@@ -574,7 +641,6 @@ impl Inner {
             if len == 0 {
                 return Ok(Vec::new());
             }
-            let (first, last) = (off / b, (end - 1) / b);
             let mut touch = Vec::new();
             let plan = {
                 let mut st = self.lock();
@@ -591,7 +657,7 @@ impl Inner {
                     pieces.clear();
                     version = cur;
                 }
-                match self.plan(&mut st, name, first..=last, &pieces, &mut touch) {
+                match self.plan(&mut st, name, off, end, size, rules, &pieces, &mut touch) {
                     Some(p) => p,
                     None => {
                         // Another thread is fetching (or deleting) what we
@@ -605,20 +671,16 @@ impl Inner {
                     }
                 }
             };
-            for slot in touch {
+            for (slot, bytes) in touch {
                 // Approximate recency that survives a restart (see open).
-                let _ = File::options().write(true).open(self.data_path(name, slot)).and_then(|f| f.set_modified(SystemTime::now()));
+                let _ = File::options().write(true).open(self.data_path(name, slot, bytes)).and_then(|f| f.set_modified(SystemTime::now()));
             }
             match plan {
                 Plan::Done => {
                     let c = if missed { &self.n.misses } else { &self.n.hits };
                     c.fetch_add(1, Ordering::Relaxed);
                     self.trace_read(if missed { CacheEvent::Miss } else { CacheEvent::Hit }, name, size, off, len);
-                    let mut out = Vec::with_capacity(len as usize);
-                    for p in pieces.values() {
-                        out.extend_from_slice(p);
-                    }
-                    return Ok(out);
+                    return Ok(assemble(&pieces, off, end));
                 }
                 Plan::Whole { path, key } => match read_at(&path, off, len, size) {
                     Ok(data) => {
@@ -649,28 +711,28 @@ impl Inner {
                         vanished += 1;
                     }
                 },
-                Plan::Blocks { reads, claims } => {
-                    for (idx, k) in reads {
-                        let (lo, hi) = piece_of_block(idx, b, off, end);
-                        let block_len = b.min(size - idx * b);
-                        match read_at(&self.data_path(name, idx), lo, hi - lo, block_len) {
+                Plan::Extents { reads, gets } => {
+                    for (start, bytes, k) in reads {
+                        let (lo, hi) = (off.max(start), end.min(start + bytes));
+                        let path = self.data_path(name, start, bytes);
+                        match read_at(&path, lo - start, hi - lo, bytes) {
                             Ok(p) => {
-                                pieces.insert(idx, p);
+                                pieces.insert(lo, p);
                             }
                             Err(e) => {
                                 // Evicted meanwhile (then it is no longer
                                 // indexed) or damaged: fetch it again.
                                 if !matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof) {
-                                    tracing::warn!("reading cache file {}: {e}; fetching again", self.data_path(name, idx).display());
+                                    tracing::warn!("reading cache file {}: {e}; fetching again", path.display());
                                 }
                                 self.discard(k);
                                 vanished += 1;
                             }
                         }
                     }
-                    if !claims.is_empty() {
+                    if !gets.is_empty() {
                         missed = true;
-                        self.fetch(name, size, &claims, off, end, &mut pieces)?;
+                        self.fetch(name, &gets, off, end, &mut pieces)?;
                     }
                 }
             }
@@ -680,11 +742,13 @@ impl Inner {
         }
     }
 
-    /// Decides how to serve blocks `want` of `name` (known to the index),
-    /// claiming the missing blocks nobody else is working on; None: wait for
-    /// the others. A cached entry it will read counts as accessed; those due
-    /// a touch of their mtime are added to `touch`.
-    fn plan(&self, st: &mut State, name: &str, want: std::ops::RangeInclusive<u64>, pieces: &BTreeMap<u64, Vec<u8>>, touch: &mut Vec<u64>) -> Option<Plan> {
+    /// Decides how to serve `[off, end)` of `name` (known to the index, of
+    /// `size` bytes), beyond the `pieces` already collected: the extents to
+    /// read, and the gaps to fetch, which it claims; None: wait for the
+    /// others. A cached entry it will read counts as accessed; those due a
+    /// touch of their mtime are added to `touch` as (slot, bytes).
+    #[allow(clippy::too_many_arguments)]
+    fn plan(&self, st: &mut State, name: &str, off: u64, end: u64, size: u64, rules: FetchRules, pieces: &BTreeMap<u64, Vec<u8>>, touch: &mut Vec<(u64, u64)>) -> Option<Plan> {
         let State { objects, entries, policy, .. } = st;
         let o = objects.get_mut(name).expect("the caller found it");
         let group = super::policy::current_group();
@@ -696,7 +760,7 @@ impl Inner {
             if let Some(e) = entries.get_mut(&key) {
                 if e.touched.elapsed() >= TOUCH_EVERY {
                     e.touched = Instant::now();
-                    touch.push(slot);
+                    touch.push((slot, e.bytes));
                 }
             }
         };
@@ -705,42 +769,43 @@ impl Inner {
         }
         if let Some(k) = o.whole {
             hit(k, ALL);
-            return Some(Plan::Whole { path: self.data_path(name, ALL), key: Some(k) });
+            return Some(Plan::Whole { path: self.data_path(name, ALL, 0), key: Some(k) });
         }
-        let (mut reads, mut claims, mut others) = (Vec::new(), Vec::new(), false);
-        for idx in want {
-            if pieces.contains_key(&idx) {
-                continue;
+        if o.busy {
+            // A put, delete or upload is replacing the object's files.
+            return None;
+        }
+        let (mut reads, mut gets, mut others) = (Vec::new(), Vec::new(), false);
+        for (a, b) in uncovered(pieces, off, end) {
+            let p = extent::plan(&o.extents, |v| v.0, &o.claimed, a, b, size, rules);
+            others |= p.waiting;
+            for s in p.cached {
+                let (e, k) = o.extents[&s];
+                if !reads.iter().any(|r: &(u64, u64, u64)| r.0 == s) {
+                    hit(k, s);
+                    reads.push((s, e - s, k));
+                }
             }
-            if let Some(&k) = o.blocks.get(&idx) {
-                hit(k, idx);
-                reads.push((idx, k));
-            } else if o.busy || o.claimed.contains(&idx) {
-                others = true;
-            } else {
-                claims.push(idx);
+            for g in p.gets {
+                for &(s, e) in &g.extents {
+                    o.claimed.insert(s, e);
+                }
+                gets.push(g);
             }
         }
-        if reads.is_empty() && claims.is_empty() {
+        if reads.is_empty() && gets.is_empty() {
             return if others { None } else { Some(Plan::Done) };
         }
-        o.claimed.extend(claims.iter().copied());
-        Some(Plan::Blocks { reads, claims })
+        Some(Plan::Extents { reads, gets })
     }
 
-    /// Fetches the claimed blocks, one ranged GET per contiguous run, keeps
-    /// the request's pieces of them, caches them, and releases the claims.
-    fn fetch(&self, name: &str, size: u64, claims: &[u64], off: u64, end: u64, pieces: &mut BTreeMap<u64, Vec<u8>>) -> Result<()> {
-        let b = self.opts.block;
+    /// Sends the GETs, keeps the request's pieces of what they bring,
+    /// caches each claimed extent, and releases the claims.
+    fn fetch(&self, name: &str, gets: &[extent::Get], off: u64, end: u64, pieces: &mut BTreeMap<u64, Vec<u8>>) -> Result<()> {
         let mut written = Vec::new();
         let mut result = Ok(());
-        let mut i = 0;
-        while i < claims.len() {
-            let mut j = i;
-            while j + 1 < claims.len() && claims[j + 1] == claims[j] + 1 {
-                j += 1;
-            }
-            let (start, stop) = (claims[i] * b, ((claims[j] + 1) * b).min(size));
+        for g in gets {
+            let (start, stop) = g.range;
             self.n.remote_gets.fetch_add(1, Ordering::Relaxed);
             let data = match self.remote.get_range(name, start, stop - start) {
                 Ok(d) if d.len() as u64 == stop - start => d,
@@ -754,31 +819,33 @@ impl Inner {
                 }
             };
             self.n.bytes_fetched.fetch_add(data.len() as u64, Ordering::Relaxed);
-            for &idx in &claims[i..=j] {
-                let (bs, be) = (idx * b - start, ((idx + 1) * b).min(size) - start);
-                let block = &data[bs as usize..be as usize];
-                let (lo, hi) = piece_of_block(idx, b, off, end);
-                pieces.insert(idx, block[lo as usize..hi as usize].to_vec());
+            for &(s, e) in &g.extents {
+                let bytes = &data[(s - start) as usize..(e - start) as usize];
+                let (lo, hi) = (off.max(s), end.min(e));
+                if lo < hi {
+                    pieces.insert(lo, bytes[(lo - s) as usize..(hi - s) as usize].to_vec());
+                }
                 // No fsync: clean data can be fetched again (see open).
-                match self.write_atomic(&self.data_path(name, idx), block, false) {
-                    Ok(()) => written.push((idx, block.len() as u64)),
-                    Err((e, _)) => tracing::warn!("caching block {idx} of {name}: {e}"),
+                match self.write_atomic(&self.data_path(name, s, e - s), bytes, false) {
+                    Ok(()) => written.push((s, e - s)),
+                    Err((err, _)) => tracing::warn!("caching bytes {s}..{e} of {name}: {err}"),
                 }
             }
-            i = j + 1;
         }
         let group = super::policy::current_group();
         let mut st = self.lock();
         let now = Instant::now();
-        for (idx, bytes) in written {
-            let key = st.add_entry(name, idx, bytes, now);
+        for (s, bytes) in written {
+            let key = st.add_entry(name, s, bytes, now);
             if let Some(g) = group {
                 st.policy.grouped(key, g);
             }
         }
         if let Some(o) = st.objects.get_mut(name) {
-            for c in claims {
-                o.claimed.remove(c);
+            for g in gets {
+                for (s, _) in &g.extents {
+                    o.claimed.remove(s);
+                }
             }
             // The remembered size was stale: the object is gone.
             if matches!(&result, Err(e) if e.kind() == ErrorKind::NotFound) && o.dirty.is_none() {
@@ -872,7 +939,7 @@ impl Inner {
             }
         }
         let cached = r.is_ok() && {
-            match self.write_atomic(&self.data_path(name, ALL), data, false) {
+            match self.write_atomic(&self.data_path(name, ALL, 0), data, false) {
                 Ok(()) => true,
                 Err((e, _)) => {
                     tracing::warn!("caching {name}: {e}");
@@ -1048,7 +1115,7 @@ impl Inner {
     /// link: the same inode, so no copy, and its data is already fsynced).
     fn finish_upload(&self, name: &str, seq: u64, bytes: u64) {
         let path = self.outbox_path(name);
-        let whole = self.data_path(name, ALL);
+        let whole = self.data_path(name, ALL, 0);
         let tmp = self.tmp_path(&whole);
         let linked = fs::hard_link(&path, &tmp).and_then(|()| fs::rename(&tmp, &whole));
         if let Err(e) = &linked {
@@ -1080,7 +1147,7 @@ impl Inner {
 
     /// Makes every clean file durable and records it (see open).
     fn mark_clean(&self) {
-        let paths: Vec<PathBuf> = self.lock().entries.values().map(|e| self.data_path(&e.name, e.slot)).collect();
+        let paths: Vec<PathBuf> = self.lock().entries.values().map(|e| self.data_path(&e.name, e.slot, e.bytes)).collect();
         for p in &paths {
             match File::open(p).and_then(|f| f.sync_all()) {
                 Ok(()) => {}
@@ -1092,7 +1159,7 @@ impl Inner {
             }
         }
         let marker = self.opts.dir.join(CLEAN_MARKER);
-        let r = fsync_dir(&self.data_dir).map_err(|e| (e, false)).and_then(|()| self.write_atomic(&marker, marker_text(self.opts.block).as_bytes(), true));
+        let r = fsync_dir(&self.data_dir).map_err(|e| (e, false)).and_then(|()| self.write_atomic(&marker, MARKER_TEXT.as_bytes(), true));
         if let Err((e, _)) = r {
             tracing::warn!("writing {}: {e}", marker.display());
         }
@@ -1112,9 +1179,10 @@ fn start_writeback(f: &File) {
     }
 }
 
-fn marker_text(block: u64) -> String {
-    format!("block {block}\n")
-}
+/// What the clean marker says: the cache's format. Version 2 holds
+/// extents; version 1 (`block N`, until 2026-11-29) held aligned blocks
+/// and is discarded.
+const MARKER_TEXT: &str = "cache 2\n";
 
 /// One file found in a cache directory at open.
 struct Found {
@@ -1136,6 +1204,11 @@ fn scan(dir: &Path, what: &str) -> Result<Vec<(String, PathBuf, fs::Metadata)>> 
         }
     }
     Ok(out)
+}
+
+/// Whether `[s, e)` overlaps one of `extents` (offset → (end, key)).
+fn overlaps(extents: &BTreeMap<u64, (u64, u64)>, s: u64, e: u64) -> bool {
+    extents.range(..e).next_back().is_some_and(|(_, (end, _))| *end > s)
 }
 
 fn remove_quietly(p: &Path) {
@@ -1160,18 +1233,17 @@ impl CachedBackend {
 
     /// [`open`](Self::open) with another eviction policy.
     pub fn with_policy(remote: Arc<dyn Backend>, opts: DiskCacheOptions, policy: Box<dyn CachePolicy>) -> Result<Arc<CachedBackend>> {
-        if opts.block == 0 {
-            return Err(Error::new(ErrorKind::Permanent, "the cache's block size must not be 0"));
-        }
         let outbox_dir = opts.dir.join("outbox");
         let data_dir = opts.dir.join("data");
         for d in [&opts.dir, &outbox_dir, &data_dir] {
             crate::fsutil::create_private_dir_all(d).map_err(|e| Error::from_io(&format!("creating {}", d.display()), e))?;
         }
-        // Clean files are trusted only after a clean shutdown with the same
-        // block size; the marker goes before anything is written again.
+        // Clean files are trusted only after a clean shutdown of a cache of
+        // this format; the marker goes before anything is written again.
         let marker = opts.dir.join(CLEAN_MARKER);
-        let trusted = fs::read_to_string(&marker).is_ok_and(|t| t == marker_text(opts.block));
+        let said = fs::read_to_string(&marker).ok();
+        let trusted = said.as_deref() == Some(MARKER_TEXT);
+        let older_format = said.is_some_and(|t| t.starts_with("block "));
         match fs::remove_file(&marker) {
             Ok(()) => fsync_dir(&opts.dir).map_err(|e| Error::from_io(&format!("fsync {}", opts.dir.display()), e))?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -1198,14 +1270,20 @@ impl CachedBackend {
                 remove_quietly(&path);
                 continue;
             }
-            let Some((name, slot)) = parse_data_file(&file) else {
-                tracing::warn!("ignoring {} in the cache: not a cache file", path.display());
+            let Some((name, slot, len)) = parse_data_file(&file) else {
+                if older_format {
+                    // A block of the cache's first format (`<name>@<index>`).
+                    discarded += 1;
+                    remove_quietly(&path);
+                } else {
+                    tracing::warn!("ignoring {} in the cache: not a cache file", path.display());
+                }
                 continue;
             };
-            // A block is never empty nor longer than a block; the outbox's
-            // copy of an object wins over cached ones (a crash between an
-            // upload's link and the outbox file's removal).
-            let bad_size = slot != ALL && (md.len() == 0 || md.len() > opts.block);
+            // An extent is as long as its name says; the outbox's copy of
+            // an object wins over cached ones (a crash between an upload's
+            // link and the outbox file's removal).
+            let bad_size = len.is_some_and(|l| l != md.len());
             if !trusted || bad_size || queued.contains(name.as_str()) {
                 discarded += u64::from(!queued.contains(name.as_str()));
                 remove_quietly(&path);
@@ -1214,7 +1292,8 @@ impl CachedBackend {
             data.push(Found { name, slot, bytes: md.len(), mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH), path });
         }
         if discarded > 0 {
-            tracing::warn!("{}: discarded {discarded} cached files (no clean shutdown with {}-byte blocks recorded); they are fetched again as needed", opts.dir.display(), opts.block);
+            let why = if older_format { "the cache's first format, aligned blocks, replaced by extents on 2026-11-29" } else { "no clean shutdown recorded" };
+            tracing::warn!("{}: discarded {discarded} cached files ({why}); they are fetched again as needed", opts.dir.display());
         }
         // Least recently modified first, so that the policy's order
         // approximates the last session's.
@@ -1245,19 +1324,18 @@ impl CachedBackend {
             st.dirty_bytes += f.bytes;
         }
         for f in &data {
+            if f.slot != ALL && st.objects.get(&f.name).is_some_and(|o| overlaps(&o.extents, f.slot, f.slot + f.bytes)) {
+                // Extents of one object never overlap; a directory where
+                // two do was not written by this cache. Keep the older.
+                tracing::warn!("{}: overlaps another cached extent; discarded", f.path.display());
+                remove_quietly(&f.path);
+                continue;
+            }
             st.add_entry(&f.name, f.slot, f.bytes, instant_of(f.mtime));
-            // The sizes the files tell: a whole copy's, and a short block's
-            // (only the last block of an object is short).
-            let size = if f.slot == ALL {
-                Some(f.bytes)
-            } else if f.bytes < opts.block {
-                Some(f.slot * opts.block + f.bytes)
-            } else {
-                None
-            };
+            // A whole copy tells the object's size.
             let o = st.obj(&f.name);
-            if o.size.is_none() {
-                o.size = size;
+            if f.slot == ALL && o.size.is_none() {
+                o.size = Some(f.bytes);
             }
         }
         if !outbox.is_empty() {
@@ -1297,14 +1375,13 @@ impl CachedBackend {
     /// what it holds (docs/trace.md, CACHE).
     pub fn set_trace(&self, t: Arc<TraceWriter>) {
         let inner = &self.inner;
-        let b = inner.opts.block;
         let st = inner.lock();
-        let mut events = vec![Event::CacheOpened { block: b, capacity: inner.opts.capacity }];
+        let mut events = vec![Event::CacheOpened { block: inner.opts.block, capacity: inner.opts.capacity, merge: inner.opts.merge_below }];
         // Keys grow with admissions: the policy's order.
         let mut held: Vec<(&u64, &Entry)> = st.entries.iter().collect();
         held.sort_unstable_by_key(|(k, _)| **k);
         for (_, e) in held {
-            let (event, offset) = if e.slot == ALL { (CacheEvent::Kept, 0) } else { (CacheEvent::Held, e.slot * b) };
+            let (event, offset) = if e.slot == ALL { (CacheEvent::Kept, 0) } else { (CacheEvent::Held, e.slot) };
             events.push(Event::Cache { event, pack: pack_id(&e.name), offset, len: e.bytes, group: 0 });
         }
         for name in st.outbox.values() {
@@ -1341,7 +1418,7 @@ impl CachedBackend {
     }
 
     /// Whether bytes `[off, off+len)` of `name` are here (in the outbox, a
-    /// whole cached object, or every block): reading them costs the bucket
+    /// whole cached object, or extents): reading them costs the bucket
     /// nothing (the cleaner's cost of cleaning, docs/frugal.md §5).
     pub fn holds(&self, name: &str, off: u64, len: u64) -> bool {
         let st = self.inner.lock();
@@ -1349,8 +1426,9 @@ impl CachedBackend {
         if o.dirty.is_some() || o.whole.is_some() {
             return true;
         }
-        let b = self.inner.opts.block;
-        len > 0 && (off / b..=(off + len - 1) / b).all(|i| o.blocks.contains_key(&i))
+        let none = BTreeMap::new();
+        let size = o.size.unwrap_or(u64::MAX);
+        len > 0 && off.checked_add(len).is_some_and(|end| extent::plan(&o.extents, |v| v.0, &none, off, end, size, FetchRules::default()).gets.is_empty())
     }
 
     /// Whether `name` is written but not yet uploaded.
@@ -1513,9 +1591,12 @@ mod tests {
         let name = "packs/00/ab-c_d.e";
         assert_eq!(escape(name), "packs~00~ab-c_d.e");
         assert_eq!(unescape(&escape(name)).as_deref(), Some(name));
-        assert_eq!(parse_data_file(&format!("{}@all", escape(name))), Some((name.to_string(), ALL)));
-        assert_eq!(parse_data_file(&format!("{}@17", escape(name))), Some((name.to_string(), 17)));
-        for bad in ["packs~x", "packs~x@", "packs~x@1x", "packs~x@-1", "config@all", "packs~~x@1", "packs~x@18446744073709551615"] {
+        assert_eq!(parse_data_file(&format!("{}@all", escape(name))), Some((name.to_string(), ALL, None)));
+        assert_eq!(parse_data_file(&format!("{}@17+4096", escape(name))), Some((name.to_string(), 17, Some(4096))));
+        assert_eq!(slot_name(17, 4096), "17+4096");
+        // The first format's blocks (`@<index>`) are not extents; an extent
+        // is never empty and ends before 2^63.
+        for bad in ["packs~x", "packs~x@", "packs~x@17", "packs~x@1x+2", "packs~x@-1+2", "packs~x@1+0", "packs~x@1+", "packs~x@+1", "config@all", "packs~~x@1+1", "packs~x@9223372036854775807+1", "packs~x@18446744073709551615+1", "packs~x@1+2+3"] {
             assert_eq!(parse_data_file(bad), None, "{bad}");
         }
         // A pack may be named *.tmp; a temporary file always has an '@'.
@@ -1527,11 +1608,17 @@ mod tests {
     }
 
     #[test]
-    fn pieces_of_blocks_cover_the_request() {
-        // [10, 250) over blocks of 100: 90 bytes of block 0, all of 1, 50 of 2.
-        assert_eq!(piece_of_block(0, 100, 10, 250), (10, 100));
-        assert_eq!(piece_of_block(1, 100, 10, 250), (0, 100));
-        assert_eq!(piece_of_block(2, 100, 10, 250), (0, 50));
+    fn overlapping_pieces_assemble_the_request() {
+        let mut pieces = BTreeMap::new();
+        assert_eq!(uncovered(&pieces, 10, 250), vec![(10, 250)]);
+        pieces.insert(10u64, (10u8..60).collect::<Vec<u8>>());
+        pieces.insert(40u64, (40u8..120).collect::<Vec<u8>>());
+        pieces.insert(150u64, (150u8..250).collect::<Vec<u8>>());
+        assert_eq!(uncovered(&pieces, 10, 250), vec![(120, 150)]);
+        pieces.insert(120u64, (120u8..150).collect::<Vec<u8>>());
+        assert!(uncovered(&pieces, 10, 250).is_empty());
+        assert_eq!(assemble(&pieces, 10, 250), (10u8..250).collect::<Vec<u8>>());
+        assert_eq!(assemble(&pieces, 45, 46), vec![45]);
     }
 
     /// The temporary file of an outbox write carries the pid and a

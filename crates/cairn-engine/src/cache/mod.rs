@@ -6,7 +6,7 @@
 
 pub mod disk;
 // The policies live in `cairn-model`, shared with the simulator.
-pub use cairn_model::cache::{kd, policy};
+pub use cairn_model::cache::{extent, kd, policy};
 
 pub use disk::{CacheStats, CachedBackend, DiskCacheOptions, Durability};
 pub use kd::{IoWindows, KdPolicy};

@@ -54,13 +54,16 @@ pub fn trash_version(name: &str) -> Option<u64> {
     rest.split('-').next()?.parse().ok()
 }
 
+/// The fetch alignment of a tape's read cache (a bucket's is exact).
+const TAPE_CACHE_BLOCK: u64 = 64 << 10;
+
 /// Settings of a mount of a cloud volume.
 #[derive(Clone, Debug)]
 pub struct CloudOptions {
     /// Bound on the local pack cache (clean and not yet uploaded bytes).
     pub cache_bytes: u64,
-    /// What a read miss fetches at least: aligned blocks of this many bytes
-    /// of a pack (one ranged GET per run of missing blocks).
+    /// A read miss's fetch is rounded out to aligned blocks of this many
+    /// bytes of a pack; 0 (the default): exactly what the read needs.
     pub cache_block: u64,
     /// When fsync returns: data safe locally, or in the bucket.
     pub durability: Durability,
@@ -386,7 +389,18 @@ impl Cloud {
     /// Opens the cache in front of the bucket, with the policy `opts`
     /// choose (a KD one reads the volume's request counts from `io`).
     pub fn open_cache(layout: &Layout, remote: Arc<dyn Backend>, opts: &CloudOptions, io: Option<IoWindows>) -> Result<Arc<CachedBackend>> {
-        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block: opts.cache_block, durability: opts.durability, uploaders: 2 };
+        // Two gaps of a read closer than a GET's price in transfer go in
+        // one GET, at the prices the cleaner weighs too.
+        let p = &opts.gc_prices;
+        let (mut block, mut merge_below) = (opts.cache_block, crate::cache::extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb));
+        if !remote.capabilities().cheap_ranged_reads {
+            // A tape is not billed per request: its reads go through the
+            // store's own batching and keeping of what a pass reads over
+            // (docs/tape.md §8), tuned with 64 KiB blocks.
+            block = if block == 0 { TAPE_CACHE_BLOCK } else { block };
+            merge_below = 0;
+        }
+        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block, merge_below, durability: opts.durability, uploaders: 2 };
         Ok(CachedBackend::with_policy(remote, d, opts.cache_policy.build(io))?)
     }
 }

@@ -150,8 +150,10 @@ fn bytes(seed: u64, len: u64) -> Vec<u8> {
     v
 }
 
+/// A cache fetching blocks of `block` (0: exact ranges), never merging
+/// two gaps of a read into one GET.
 fn opts(dir: &Path, capacity: u64, block: u64, durability: Durability) -> DiskCacheOptions {
-    DiskCacheOptions { dir: dir.to_path_buf(), capacity, block, durability, uploaders: 2 }
+    DiskCacheOptions { dir: dir.to_path_buf(), capacity, block, merge_below: 0, durability, uploaders: 2 }
 }
 
 fn eventually(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
@@ -217,13 +219,14 @@ fn the_backend_contract_holds_through_the_cache() {
     }
 }
 
-/// A first read makes one GET (and one size request), the same read none;
-/// a read over three missing blocks one GET, and over two separate runs
-/// of missing blocks two; the last block is clamped to the object's end
-/// and reading past it fails without a request. A reopened cache serves
-/// all of it without a GET, and knows the size from the short last block.
+/// A first read makes one GET (and one size request) of exactly its bytes,
+/// the same read none; a read over held extents fetches only the gaps
+/// between them, one GET each, or one GET for gaps closer than the merge
+/// distance; aligned fetches round out, clamped to the object's end;
+/// reading past the end fails without a request. A reopened cache serves
+/// all of it without a GET (one size request per object).
 #[test]
-fn reads_go_through_the_cache_in_coalesced_blocks_and_survive_a_reopen() {
+fn reads_fetch_exactly_their_gaps_and_survive_a_reopen() {
     const B: u64 = 64 * KIB;
     const A: &str = "packs/00/a";
     let d = tempfile::tempdir().unwrap();
@@ -231,39 +234,67 @@ fn reads_go_through_the_cache_in_coalesced_blocks_and_survive_a_reopen() {
     let data = bytes(1, 16 * B + 1000);
     mem.put(A, &data).unwrap();
     let probe = Probe::new(mem.clone());
-    let c = CachedBackend::open(probe.clone(), opts(d.path(), 64 << 20, B, Durability::Local)).unwrap();
+    let c = CachedBackend::open(probe.clone(), opts(d.path(), 64 << 20, 0, Durability::Local)).unwrap();
 
     let reads = [(100, 1000), (2 * B + 5, 2 * B + 10), (0, 6 * B), (16 * B + 990, 10)];
     assert_eq!(c.get_range(A, 100, 1000).unwrap(), range(&data, 100, 1000));
-    assert_eq!((probe.gets(), probe.heads()), (1, 1));
+    assert_eq!((probe.gets(), probe.heads(), c.stats().bytes_fetched), (1, 1, 1000));
     let before = probe.total();
     assert_eq!(c.get_range(A, 100, 1000).unwrap(), range(&data, 100, 1000));
     assert_eq!(probe.total(), before, "a cached read reached the remote");
 
     assert_eq!(c.get_range(A, 2 * B + 5, 2 * B + 10).unwrap(), range(&data, 2 * B + 5, 2 * B + 10));
-    assert_eq!(probe.gets(), 2, "three missing blocks in a row take one GET");
-    assert_eq!(c.stats().bytes_fetched, 4 * B);
+    assert_eq!((probe.gets(), c.stats().bytes_fetched), (2, 1000 + 2 * B + 10));
+    // [0, 6B) over extents [100, 1100) and [2B+5, 4B+15): three gaps.
     assert_eq!(c.get_range(A, 0, 6 * B).unwrap(), range(&data, 0, 6 * B));
-    assert_eq!(probe.gets(), 4, "blocks 1 and 5 were missing: two runs, two GETs");
+    assert_eq!(probe.gets(), 5, "three gaps, three GETs");
+    assert_eq!(c.stats().bytes_fetched, 6 * B, "a byte was fetched twice");
     assert_eq!(c.get_range(A, 16 * B + 990, 10).unwrap(), range(&data, 16 * B + 990, 10));
-    assert_eq!(c.stats().bytes_fetched, 6 * B + 1000, "the last block was not clamped to the object's end");
+    assert_eq!(c.stats().bytes_fetched, 6 * B + 10);
     let e = c.get_range(A, 16 * B + 995, 10).unwrap_err();
     assert_eq!((e.kind(), e.object()), (ErrorKind::OutOfRange, Some(A)), "{e}");
-    assert_eq!(probe.gets(), 5);
+    assert_eq!(probe.gets(), 6);
     let s = c.stats();
-    assert_eq!((s.hits, s.misses, s.remote_gets), (1, 4, 5), "{s:?}");
+    assert_eq!((s.hits, s.misses, s.remote_gets), (1, 4, 6), "{s:?}");
     drop(c);
 
     let probe = Probe::new(mem.clone());
-    let c = CachedBackend::open(probe.clone(), opts(d.path(), 64 << 20, B, Durability::Local)).unwrap();
+    let c = CachedBackend::open(probe.clone(), opts(d.path(), 64 << 20, 0, Durability::Local)).unwrap();
     for (off, len) in reads {
         assert_eq!(c.get_range(A, off, len).unwrap(), range(&data, off, len));
     }
-    assert_eq!((probe.gets(), probe.heads()), (0, 0), "a reopened cache went to the remote");
+    assert_eq!((probe.gets(), probe.heads()), (0, 1), "a reopened cache fetched what it held");
     assert_eq!(c.stats().hits, reads.len() as u64);
-    // Blocks 6..=15 are the one missing run of a whole read.
+    // [6B, 16B+990) is the one gap of a whole read.
     assert_eq!(c.get(A).unwrap(), data);
     assert_eq!(probe.gets(), 1);
+    drop(c);
+
+    // Gaps closer than the merge distance share a GET; the held bytes
+    // between are downloaded but not kept twice.
+    let d = tempfile::tempdir().unwrap();
+    let probe = Probe::new(mem.clone());
+    let c = CachedBackend::open(probe.clone(), DiskCacheOptions { merge_below: 2000, ..opts(d.path(), 64 << 20, 0, Durability::Local) }).unwrap();
+    c.get_range(A, 1000, 1000).unwrap();
+    c.get_range(A, 3000, 1000).unwrap();
+    assert_eq!(c.get_range(A, 0, 5000).unwrap(), range(&data, 0, 5000));
+    assert_eq!((probe.gets(), c.stats().bytes_fetched), (3, 2000 + 5000), "gaps [0,1000) [2000,3000) [4000,5000) in one GET");
+    assert_eq!(files_in(&d.path().join("data")).len(), 5);
+    drop(c);
+
+    // Aligned to B: a miss rounds out to its blocks, the last clamped to
+    // the object's end, but never over what is held.
+    let d = tempfile::tempdir().unwrap();
+    let probe = Probe::new(mem.clone());
+    let c = CachedBackend::open(probe.clone(), opts(d.path(), 64 << 20, B, Durability::Local)).unwrap();
+    assert_eq!(c.get_range(A, 100, 1000).unwrap(), range(&data, 100, 1000));
+    assert_eq!(c.get_range(A, 16 * B + 990, 10).unwrap(), range(&data, 16 * B + 990, 10));
+    assert_eq!(c.stats().bytes_fetched, B + 1000);
+    assert_eq!(c.get_range(A, B - 10, 20).unwrap(), range(&data, B - 10, 20));
+    assert_eq!(c.stats().bytes_fetched, 2 * B + 1000);
+    let mut want = [format!("packs~00~a@0+{B}"), format!("packs~00~a@{}+{B}", B), format!("packs~00~a@{}+1000", 16 * B)];
+    want.sort();
+    assert_eq!(files_in(&d.path().join("data")), want);
 }
 
 /// With the store down, puts of packs return at once and are read back
@@ -402,7 +433,9 @@ fn eviction_keeps_the_cache_within_capacity_and_never_drops_dirty_objects() {
         assert!(c.stats().clean_bytes <= 4 * B, "{:?}", c.stats());
     }
     assert_eq!(c.stats().evictions, 60);
-    assert_eq!(files_in(&d.path().join("data")), (60..64).map(|i| format!("packs~big@{i}")).collect::<Vec<_>>());
+    let mut want: Vec<String> = (60..64).map(|i| format!("packs~big@{}+{B}", i * B)).collect();
+    want.sort();
+    assert_eq!(files_in(&d.path().join("data")), want);
     assert_eq!(probe.gets(), 64);
     assert_eq!(c.get_range("packs/big", 5, 10).unwrap(), range(&big, 5, 10));
     assert_eq!(probe.gets(), 65, "block 0 was evicted");
@@ -546,10 +579,12 @@ fn deleting_a_pending_pack_keeps_it_out_of_the_store() {
     assert_eq!(probe.puts(), 1);
 }
 
-/// Clean files are trusted only after a clean shutdown with the same block
-/// size: after a crash (the cache is leaked, never dropped) or with another
-/// block size they are fetched again, correctly. Temporary leftovers are
-/// deleted at open; a pack whose name ends in `.tmp` is not one.
+/// Clean files are trusted only after a clean shutdown of a cache of this
+/// format: after a crash (the cache is leaked, never dropped) or in a
+/// directory of the first format (aligned blocks, `<name>@<index>`) they
+/// are fetched again, correctly; extents are trusted whatever the
+/// alignment. Temporary leftovers are deleted at open; a pack whose name
+/// ends in `.tmp` is not one.
 #[test]
 fn the_clean_cache_is_trusted_only_after_a_clean_shutdown() {
     const B: u64 = 16 * KIB;
@@ -575,7 +610,18 @@ fn the_clean_cache_is_trusted_only_after_a_clean_shutdown() {
     drop(c);
     let (c, probe) = open(B / 2);
     assert_eq!(c.get("packs/a").unwrap(), data);
-    assert_eq!(probe.gets(), 1, "blocks of another size were trusted");
+    assert_eq!(probe.gets(), 0, "extents of another alignment were not trusted");
+    drop(c);
+    // A directory of the first format: its marker and a block file.
+    for f in files_in(&d.path().join("data")) {
+        std::fs::remove_file(d.path().join("data").join(f)).unwrap();
+    }
+    std::fs::write(d.path().join("clean"), format!("block {B}\n")).unwrap();
+    std::fs::write(d.path().join("data/packs~a@0"), range(&data, 0, B)).unwrap();
+    let (c, probe) = open(B);
+    assert!(files_in(&d.path().join("data")).is_empty(), "a block of the first format was kept");
+    assert_eq!(c.get("packs/a").unwrap(), data);
+    assert_eq!(probe.gets(), 1);
     drop(c);
 
     std::fs::write(d.path().join("data/packs~x@3@99.1.tmp"), b"junk").unwrap();
@@ -607,13 +653,14 @@ fn recency_survives_a_reopen_through_file_times() {
     }
     drop(c);
     for (block, age) in [(1, 300), (0, 200), (2, 100)] {
-        let f = std::fs::File::options().write(true).open(d.path().join(format!("data/packs~a@{block}"))).unwrap();
+        let f = std::fs::File::options().write(true).open(d.path().join(format!("data/packs~a@{}+{B}", block * B))).unwrap();
         f.set_modified(SystemTime::now() - Duration::from_secs(age)).unwrap();
     }
     let probe = Probe::new(mem.clone());
     let c = CachedBackend::open(probe.clone(), opts(d.path(), 3 * B, B, Durability::Local)).unwrap();
     assert_eq!(c.get_range("packs/a", 3 * B, 10).unwrap(), range(&data, 3 * B, 10));
-    assert_eq!(files_in(&d.path().join("data")), ["packs~a@0", "packs~a@2", "packs~a@3"], "not the least recently modified block was evicted");
+    let want = [format!("packs~a@0+{B}"), format!("packs~a@{}+{B}", 2 * B), format!("packs~a@{}+{B}", 3 * B)];
+    assert_eq!(files_in(&d.path().join("data")), want, "not the least recently modified block was evicted");
     assert_eq!(c.get_range("packs/a", 0, 10).unwrap(), range(&data, 0, 10));
     assert_eq!(probe.gets(), 1);
 }

@@ -2,18 +2,18 @@
 //! simulator's: the [`CachePolicy`] seam, [`Lru`], and Coral's kd-tree
 //! policy ([`kd`]).
 
+pub mod extent;
 pub mod kd;
 pub mod policy;
 
 pub use kd::{IoWindows, KdPolicy};
 pub use policy::{CachePolicy, Lru};
 
-/// The disk cache's default fetch granularity. Small: at AWS prices a MiB
-/// downloaded costs what 220 GETs do, so a miss should bring little beyond
-/// what was asked; sequential readers still get large reads, since
-/// read-ahead asks for runs of adjacent chunks at once
-/// (`Volume::prefetch`). Simulated on recorded traces (docs/frugal.md §3):
-/// an untar and a read of every file cost least with 64 KiB blocks (4 MiB
-/// blocks: 240x more), a webserver-like random read of whole files half of
-/// what 256 KiB cost.
-pub const DEFAULT_BLOCK: u64 = 64 << 10;
+/// The disk cache's default fetch alignment: none. A miss fetches exactly
+/// the bytes asked for (docs/frugal.md §6): at AWS prices a GET costs what
+/// 4.7 KB of transfer does, so rounding a 16 KiB read out to 64 KiB blocks
+/// downloaded three times its price in bytes. Sequential readers still get
+/// large reads, since read-ahead asks for runs of adjacent chunks at once
+/// (`Volume::prefetch`). `--cache-block` rounds misses out to aligned
+/// blocks instead (`cairn sim --pack-block` compares them on a trace).
+pub const DEFAULT_BLOCK: u64 = 0;
