@@ -133,6 +133,13 @@ enum Cmd {
         /// recorded trace.
         #[arg(long, default_value = "0", value_parser = size::parse)]
         cache_block: u64,
+        /// Volume in a bucket: a miss that starts where the pack's last GET
+        /// ended (a reader going through files flushed together, e.g. one
+        /// directory's) fetches this much more, so the next files come in
+        /// the same GET; a random reader's misses are fetched exactly. 0
+        /// turns it off.
+        #[arg(long, default_value = "256K", value_parser = size::parse)]
+        cache_ahead: u64,
         /// Volume in a bucket: when fsync returns. `local`: the data is safe
         /// in the local journal and is uploaded in the background (within
         /// about 10 s while the bucket answers). `remote`: the pack and the
@@ -633,6 +640,11 @@ enum Cmd {
         /// SIZE rounds each miss out to aligned blocks of SIZE.
         #[arg(long, default_value = "0", value_parser = size::parse)]
         pack_block: u64,
+        /// The `cairn` layout's read-ahead within a pack, as a mount's
+        /// `--cache-ahead`: a miss starting where the pack's last GET ended
+        /// fetches this much more (0: none).
+        #[arg(long, default_value = "256K", value_parser = size::parse)]
+        pack_ahead: u64,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -909,7 +921,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, cache_ahead, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace, pass } => {
             cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, prepare_read: read_only, ..Default::default() }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
@@ -975,9 +987,13 @@ fn run(cli: Cli) -> Result<i32> {
             if cache_block != 0 && !(4 << 10..=64 << 20).contains(&cache_block) {
                 bail!("--cache-block must be 0 (exact) or between 4K and 64M");
             }
+            if cache_ahead > 64 << 20 {
+                bail!("--cache-ahead must be at most 64M");
+            }
             let cloud_opts = cairn_engine::cloud::CloudOptions {
                 cache_bytes: cache_dir_size,
                 cache_block,
+                cache_ahead,
                 durability: match durability {
                     DurabilityArg::Local => cairn_engine::cache::disk::Durability::Local,
                     DurabilityArg::Remote => cairn_engine::cache::disk::Durability::Remote,
@@ -1328,9 +1344,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Sim { trace, cache_sizes, policies, layouts, prices, live, capacity, pack_block, json } => {
+        Cmd::Sim { trace, cache_sizes, policies, layouts, prices, live, capacity, pack_block, pack_ahead, json } => {
             init_logging(cli.verbose, None)?;
-            sim::run(sim::Args { trace: &trace, cache_sizes, policies, layouts, prices: &prices, live, capacity, pack_block, json })
+            sim::run(sim::Args { trace: &trace, cache_sizes, policies, layouts, prices: &prices, live, capacity, pack_block, pack_ahead, json })
         }
         Cmd::Meta { op } => {
             init_logging(cli.verbose, None)?;

@@ -78,6 +78,8 @@ pub struct Metrics {
     /// Lookups in the memory cache of decoded chunks.
     pub(crate) chunk_hits: AtomicU64,
     pub(crate) chunk_misses: AtomicU64,
+    /// Reads answered from the kept last pages of chunks.
+    pub(crate) tail_hits: AtomicU64,
 }
 
 impl Metrics {
@@ -137,6 +139,7 @@ impl Metrics {
             flushes: g(&self.flushes),
             chunk_cache_hits: g(&self.chunk_hits),
             chunk_cache_misses: g(&self.chunk_misses),
+            chunk_tail_hits: g(&self.tail_hits),
             ..Default::default()
         }
     }
@@ -204,6 +207,10 @@ pub struct Snapshot {
     pub flushes: u64,
     pub chunk_cache_hits: u64,
     pub chunk_cache_misses: u64,
+    /// Reads answered from the last pages of chunks kept in memory (the
+    /// kernel's read before an append), without the chunk.
+    #[serde(default)]
+    pub chunk_tail_hits: u64,
     /// The pack cache of a volume in a bucket (reads served locally or not,
     /// bytes fetched, evictions); zero for a local volume.
     pub pack_cache_hits: u64,

@@ -46,6 +46,9 @@ pub const MAX_LEN: u64 = 16 << 40;
 
 /// PLACE flag: an extent committed before tracing began.
 const DESCRIBED: u8 = 1;
+/// READ flag: answered from the last pages of chunks kept in memory, no
+/// chunk read (since 2026-11-29).
+const KEPT: u8 = 1;
 
 /// CACHE event numbers (the record's flags byte).
 const OPENED: u8 = 7;
@@ -115,6 +118,14 @@ pub enum Event {
         offset: u64,
         len: u64,
     },
+    /// A read answered from the last pages of chunks the mount keeps in
+    /// memory (the kernel's read of a partial last page before an append):
+    /// it needed no chunk.
+    ReadKept {
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
     Write {
         ino: u64,
         offset: u64,
@@ -164,6 +175,9 @@ pub enum Event {
         /// Two missing ranges of a read this close shared one GET (0 in
         /// traces before 2026-11-29).
         merge: u64,
+        /// A miss continuing the pack's last GET fetched this much more
+        /// (0 in traces before 2026-11-29).
+        ahead: u64,
     },
     /// The size of `pack`, before its first read event.
     CacheSize {
@@ -184,6 +198,7 @@ impl Record {
     pub fn encode(&self) -> [u8; RECORD_LEN] {
         let (kind, flags, f) = match self.event {
             Event::Read { ino, offset, len } => (READ, 0, [ino, offset, len, 0]),
+            Event::ReadKept { ino, offset, len } => (READ, KEPT, [ino, offset, len, 0]),
             Event::Write { ino, offset, len } => (WRITE, 0, [ino, offset, len, 0]),
             Event::Truncate { ino, size } => (TRUNCATE, 0, [ino, size, 0, 0]),
             Event::Remove { ino } => (REMOVE, 0, [ino, 0, 0, 0]),
@@ -191,7 +206,7 @@ impl Record {
             Event::Chunk { chunk, pack, offset, len } => (CHUNK, 0, [chunk, pack, offset, len]),
             Event::Pack { pack, size } => (PACK, 0, [pack, size, 0, 0]),
             Event::Cache { event, pack, offset, len, group } => (CACHE, event.code(), [pack, offset, len, group]),
-            Event::CacheOpened { block, capacity, merge } => (CACHE, OPENED, [0, block, capacity, merge]),
+            Event::CacheOpened { block, capacity, merge, ahead } => (CACHE, OPENED, [ahead, block, capacity, merge]),
             Event::CacheSize { pack, size } => (CACHE, SIZE, [pack, 0, size, 0]),
         };
         let mut b = [0u8; RECORD_LEN];
@@ -217,6 +232,7 @@ impl Record {
         };
         let allowed = match kind {
             PLACE => DESCRIBED,
+            READ => KEPT,
             CACHE => u8::MAX, // the event, checked below
             _ => 0,
         };
@@ -226,7 +242,9 @@ impl Record {
         let event = match kind {
             READ | WRITE => {
                 range(bb, c)?;
-                if kind == READ {
+                if kind == READ && flags & KEPT != 0 {
+                    Event::ReadKept { ino: a, offset: bb, len: c }
+                } else if kind == READ {
                     Event::Read { ino: a, offset: bb, len: c }
                 } else {
                     Event::Write { ino: a, offset: bb, len: c }
@@ -252,7 +270,7 @@ impl Record {
                 Event::Pack { pack: a, size: bb }
             }
             CACHE => match flags {
-                OPENED => Event::CacheOpened { block: bb, capacity: c, merge: d },
+                OPENED => Event::CacheOpened { block: bb, capacity: c, merge: d, ahead: a },
                 SIZE => {
                     range(0, c)?;
                     Event::CacheSize { pack: a, size: c }
@@ -496,11 +514,12 @@ mod tests {
             Event::Place { ino: 7, offset: 0, len: 4096, chunk: 3, described: false },
             Event::Place { ino: 9, offset: 10, len: 5, chunk: 0, described: true },
             Event::Read { ino: 7, offset: 100, len: 200 },
+            Event::ReadKept { ino: 7, offset: 4096, len: 100 },
             Event::Truncate { ino: 7, size: 10 },
             Event::Remove { ino: 7 },
-            Event::CacheOpened { block: 4 << 20, capacity: 8 << 20, merge: 0 },
+            Event::CacheOpened { block: 4 << 20, capacity: 8 << 20, merge: 0, ahead: 0 },
             // A cache fetching exact ranges (since 2026-11-29).
-            Event::CacheOpened { block: 0, capacity: 8 << 20, merge: 4772 },
+            Event::CacheOpened { block: 0, capacity: 8 << 20, merge: 4772, ahead: 256 << 10 },
             Event::Cache { event: CacheEvent::Held, pack: 5, offset: 4 << 20, len: 100, group: 0 },
             Event::Cache { event: CacheEvent::Queued, pack: 0xab12, offset: 0, len: 1 << 20, group: 0 },
             Event::Cache { event: CacheEvent::Uploaded, pack: 0xab12, offset: 0, len: 1 << 20, group: 0 },

@@ -52,6 +52,9 @@ pub struct Options {
     pub prices: Prices,
     /// The `cairn` layout's fetch unit (the live cache's block by default).
     pub pack_block: u64,
+    /// The `cairn` layout's read-ahead within a pack (the live cache's
+    /// `--cache-ahead`).
+    pub pack_ahead: u64,
 }
 
 /// What one layout, policy and cache size cost.
@@ -148,7 +151,11 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
     let end = s.summary.duration_ns;
     // The live cache's rules: the alignment asked for, gaps closer than a
     // GET's price in transfer merged.
-    let rules = cairn_model::cache::extent::FetchRules { align: o.pack_block, merge_below: cairn_model::cache::extent::merge_below(o.prices.per_1000_requests.get, o.prices.transfer_down_per_gb) };
+    let rules = cairn_model::cache::extent::FetchRules {
+        align: o.pack_block,
+        merge_below: cairn_model::cache::extent::merge_below(o.prices.per_1000_requests.get, o.prices.transfer_down_per_gb),
+        ahead: o.pack_ahead,
+    };
     let sizes = std::sync::Arc::new(s.packs.sizes.clone());
     let mut lanes: Vec<Lane> = o
         .layouts

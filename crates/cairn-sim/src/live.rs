@@ -55,6 +55,8 @@ struct Obj {
     dirty: Option<u64>,
     /// The whole copy's key.
     whole: Option<u64>,
+    /// Where its last GET ended.
+    last_end: Option<u64>,
     /// Extents: offset → (end, key).
     extents: BTreeMap<u64, (u64, u64)>,
 }
@@ -144,7 +146,8 @@ impl LiveCache {
         let (touched, gets) = match o.whole {
             Some(k) => (vec![k], Vec::new()),
             None => {
-                let p = extent::plan(&o.extents, |v| v.0, &BTreeMap::new(), off, off + len, size, self.rules);
+                let p = extent::plan(&o.extents, |v| v.0, &BTreeMap::new(), o.last_end, off, off + len, size, self.rules);
+                o.last_end = p.gets.last().map(|g| g.range.1).or(o.last_end);
                 (p.cached.iter().map(|s| o.extents[s].1).collect(), p.gets)
             }
         };
@@ -171,7 +174,7 @@ impl LiveCache {
 
     fn apply(&mut self, e: &Event) {
         match *e {
-            Event::Read { .. } => self.policy.note(Io::Read),
+            Event::Read { .. } | Event::ReadKept { .. } => self.policy.note(Io::Read),
             Event::Write { .. } => self.policy.note(Io::Write),
             Event::CacheSize { pack, size } => self.objects.entry(pack).or_default().size = Some(size),
             Event::Cache { event, pack, offset, len, group } => match event {
@@ -211,11 +214,11 @@ pub fn replay_live(path: &Path, policy: &str, capacity: Option<u64>) -> Result<L
     let p = Policy::named(policy).ok_or_else(|| SimError::Invalid(format!("unknown policy {policy:?} (known: {})", crate::POLICIES.join(", "))))?;
     let mut reader = TraceReader::open(path)?;
     // Everything before OPENED is no cache's business.
-    let (block, live_capacity, merge) = loop {
+    let (block, live_capacity, merge, ahead) = loop {
         match reader.next().transpose()? {
             Some(r) => {
-                if let Event::CacheOpened { block, capacity, merge } = r.event {
-                    break (block, capacity, merge);
+                if let Event::CacheOpened { block, capacity, merge, ahead } = r.event {
+                    break (block, capacity, merge, ahead);
                 }
             }
             None => return Err(SimError::Invalid(format!("{} holds no cache records (the trace of a volume in a bucket has them)", path.display()))),
@@ -236,7 +239,7 @@ pub fn replay_live(path: &Path, policy: &str, capacity: Option<u64>) -> Result<L
         recorded_misses: 0,
         recorded_hit_ratio: 0.0,
     };
-    let mut c = LiveCache { policy: p, rules: FetchRules { align: block, merge_below: merge }, capacity, objects: HashMap::new(), entries: HashMap::new(), next_key: 0, clean: 0, dirty: 0, r };
+    let mut c = LiveCache { policy: p, rules: FetchRules { align: block, merge_below: merge, ahead }, capacity, objects: HashMap::new(), entries: HashMap::new(), next_key: 0, clean: 0, dirty: 0, r };
     for rec in reader {
         c.apply(&rec?.event);
     }
@@ -268,7 +271,7 @@ mod tests {
         use CacheEvent::*;
         let events = vec![
             Event::Write { ino: 1, offset: 0, len: 1 },
-            Event::CacheOpened { block: 100, capacity: 200, merge: 0 },
+            Event::CacheOpened { block: 100, capacity: 200, merge: 0, ahead: 0 },
             Event::CacheSize { pack: 1, size: 450 },
             cache(Miss, 1, 0, 10),     // fetch 0: {0}
             cache(Miss, 1, 150, 10),   // fetch 1: {0 1}

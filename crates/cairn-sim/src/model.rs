@@ -228,11 +228,15 @@ impl Model {
     pub fn apply(&mut self, e: &Event, s: &mut Step) {
         s.clear();
         match *e {
-            Event::Read { ino, offset, len } => {
+            Event::Read { ino, offset, len } | Event::ReadKept { ino, offset, len } => {
                 s.io = Some(Io::Read);
                 s.ino = ino;
                 let end = offset + len;
-                if let Some(m) = self.cairn.get(&ino) {
+                if matches!(e, Event::ReadKept { .. }) {
+                    // Cairn answered it from memory (the last pages of
+                    // chunks it keeps); the log has no such pages.
+                    s.journal_read = true;
+                } else if let Some(m) = self.cairn.get(&ino) {
                     m.overlaps(offset, end, |_, _, v| match v {
                         Stored::Journal => s.journal_read = true,
                         Stored::Chunk(c) => match self.chunks.get(&c) {
@@ -378,6 +382,11 @@ mod tests {
         m.apply(&Event::Place { ino: 1, offset: 1000, len: 100, chunk: 8, described: false }, &mut s);
         m.apply(&Event::Read { ino: 1, offset: 900, len: 300 }, &mut s);
         assert_eq!((s.chunk_reads.clone(), s.journal_read), (vec![(9, 24, 500), (9, 524, 300)], false));
+        // The same bytes answered from the kept last pages: no chunk for
+        // Cairn, the log's bytes for BlueSky.
+        m.apply(&Event::ReadKept { ino: 1, offset: 1000, len: 100 }, &mut s);
+        assert_eq!((s.io, s.chunk_reads.is_empty(), s.journal_read), (Some(Io::Read), true, true));
+        assert_eq!(s.log_reads.iter().map(|r| r.2).sum::<u64>(), 100);
         m.apply(&Event::Place { ino: 1, offset: 0, len: 2000, chunk: 0, described: false }, &mut s);
         m.apply(&Event::Read { ino: 1, offset: 0, len: 2000 }, &mut s);
         assert!(s.chunk_reads.is_empty());

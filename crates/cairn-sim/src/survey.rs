@@ -74,7 +74,7 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
         summary.records += 1;
         summary.duration_ns = summary.duration_ns.max(r.time);
         match r.event {
-            Event::Read { len, .. } => (summary.reads, summary.bytes_read) = (summary.reads + 1, summary.bytes_read + len),
+            Event::Read { len, .. } | Event::ReadKept { len, .. } => (summary.reads, summary.bytes_read) = (summary.reads + 1, summary.bytes_read + len),
             Event::Write { len, .. } => (summary.writes, summary.bytes_written) = (summary.writes + 1, summary.bytes_written + len),
             Event::Place { ino, chunk, .. } if chunk != 0 => {
                 owners.entry(chunk).or_insert(ino);

@@ -47,7 +47,7 @@ fn run(percent: f64) -> Vec<Row> {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options { cache_percents: vec![percent], policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB }; // the hand computations below are in 4 MiB blocks
+    let o = Options { cache_percents: vec![percent], policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 }; // the hand computations below are in 4 MiB blocks
     let r = simulate(&p, &o).unwrap();
     assert_eq!((r.summary.records, r.summary.duration_ns, r.summary.reads, r.summary.writes), (12, 5 * SEC, 3, 2));
     let sets: Vec<(LayoutKind, u64)> = r.data_sets.iter().map(|d| (d.layout, d.bytes)).collect();
@@ -111,7 +111,7 @@ fn bad_options_and_traces_are_refused() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options { cache_percents: vec![10.0], policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB };
+    let o = Options { cache_percents: vec![10.0], policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("unknown policy"));
     let o = Options { cache_percents: vec![0.0], policies: vec!["lru".into()], ..o };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("not a positive"));

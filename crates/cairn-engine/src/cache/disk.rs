@@ -58,8 +58,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-/// The default fetch alignment: none (why: its definition).
-pub use cairn_model::cache::DEFAULT_BLOCK;
+/// The default fetch alignment (none) and read-ahead within a pack (why:
+/// their definitions).
+pub use cairn_model::cache::{DEFAULT_AHEAD, DEFAULT_BLOCK};
 
 /// The names this cache handles; everything else passes through.
 const PACKS: &str = "packs/";
@@ -99,6 +100,9 @@ pub struct DiskCacheOptions {
     /// Two missing ranges of one read at most this far apart go in one
     /// GET ([`extent::merge_below`] of the volume's prices).
     pub merge_below: u64,
+    /// A miss that starts where the object's last GET ended fetches this
+    /// much more (a scan of the files a pack holds).
+    pub ahead: u64,
     /// When a `put` of a pack returns.
     pub durability: Durability,
     /// Upload threads (at least one is started).
@@ -111,11 +115,11 @@ impl DiskCacheOptions {
     pub fn new(dir: impl Into<PathBuf>, capacity: u64) -> Self {
         let p = cairn_model::prices::Prices::aws();
         let merge_below = extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb);
-        DiskCacheOptions { dir: dir.into(), capacity, block: DEFAULT_BLOCK, merge_below, durability: Durability::Local, uploaders: 2 }
+        DiskCacheOptions { dir: dir.into(), capacity, block: DEFAULT_BLOCK, merge_below, ahead: DEFAULT_AHEAD, durability: Durability::Local, uploaders: 2 }
     }
 
     fn rules(&self) -> FetchRules {
-        FetchRules { align: self.block, merge_below: self.merge_below }
+        FetchRules { align: self.block, merge_below: self.merge_below, ahead: self.ahead }
     }
 }
 
@@ -194,6 +198,8 @@ struct Obj {
     claimed: BTreeMap<u64, u64>,
     /// A put, delete or upload is replacing the object's files: others wait.
     busy: bool,
+    /// Where the last GET of the object ended (the read-ahead rule).
+    last_end: Option<u64>,
 }
 
 struct State {
@@ -227,7 +233,7 @@ impl State {
     fn obj(&mut self, name: &str) -> &mut Obj {
         if !self.objects.contains_key(name) {
             let version = self.bump();
-            let o = Obj { version, size: None, dirty: None, payer: None, whole: None, extents: BTreeMap::new(), claimed: BTreeMap::new(), busy: false };
+            let o = Obj { version, size: None, dirty: None, payer: None, whole: None, extents: BTreeMap::new(), claimed: BTreeMap::new(), busy: false, last_end: None };
             self.objects.insert(name.to_string(), o);
         }
         self.objects.get_mut(name).expect("just inserted")
@@ -777,7 +783,7 @@ impl Inner {
         }
         let (mut reads, mut gets, mut others) = (Vec::new(), Vec::new(), false);
         for (a, b) in uncovered(pieces, off, end) {
-            let p = extent::plan(&o.extents, |v| v.0, &o.claimed, a, b, size, rules);
+            let p = extent::plan(&o.extents, |v| v.0, &o.claimed, o.last_end, a, b, size, rules);
             others |= p.waiting;
             for s in p.cached {
                 let (e, k) = o.extents[&s];
@@ -846,6 +852,9 @@ impl Inner {
                 for (s, _) in &g.extents {
                     o.claimed.remove(s);
                 }
+            }
+            if result.is_ok() {
+                o.last_end = gets.last().map(|g| g.range.1);
             }
             // The remembered size was stale: the object is gone.
             if matches!(&result, Err(e) if e.kind() == ErrorKind::NotFound) && o.dirty.is_none() {
@@ -1376,7 +1385,7 @@ impl CachedBackend {
     pub fn set_trace(&self, t: Arc<TraceWriter>) {
         let inner = &self.inner;
         let st = inner.lock();
-        let mut events = vec![Event::CacheOpened { block: inner.opts.block, capacity: inner.opts.capacity, merge: inner.opts.merge_below }];
+        let mut events = vec![Event::CacheOpened { block: inner.opts.block, capacity: inner.opts.capacity, merge: inner.opts.merge_below, ahead: inner.opts.ahead }];
         // Keys grow with admissions: the policy's order.
         let mut held: Vec<(&u64, &Entry)> = st.entries.iter().collect();
         held.sort_unstable_by_key(|(k, _)| **k);
@@ -1428,7 +1437,7 @@ impl CachedBackend {
         }
         let none = BTreeMap::new();
         let size = o.size.unwrap_or(u64::MAX);
-        len > 0 && off.checked_add(len).is_some_and(|end| extent::plan(&o.extents, |v| v.0, &none, off, end, size, FetchRules::default()).gets.is_empty())
+        len > 0 && off.checked_add(len).is_some_and(|end| extent::plan(&o.extents, |v| v.0, &none, None, off, end, size, FetchRules::default()).gets.is_empty())
     }
 
     /// Whether `name` is written but not yet uploaded.

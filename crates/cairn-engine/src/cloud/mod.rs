@@ -65,6 +65,8 @@ pub struct CloudOptions {
     /// A read miss's fetch is rounded out to aligned blocks of this many
     /// bytes of a pack; 0 (the default): exactly what the read needs.
     pub cache_block: u64,
+    /// A miss continuing a pack's last GET fetches this much more.
+    pub cache_ahead: u64,
     /// When fsync returns: data safe locally, or in the bucket.
     pub durability: Durability,
     /// How often metadata changes are shipped (at most this much is lost
@@ -93,7 +95,7 @@ pub struct CloudOptions {
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::open::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::open::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
     }
 }
 
@@ -392,15 +394,16 @@ impl Cloud {
         // Two gaps of a read closer than a GET's price in transfer go in
         // one GET, at the prices the cleaner weighs too.
         let p = &opts.gc_prices;
-        let (mut block, mut merge_below) = (opts.cache_block, crate::cache::extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb));
+        let (mut block, mut merge_below, mut ahead) = (opts.cache_block, crate::cache::extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb), opts.cache_ahead);
         if !remote.capabilities().cheap_ranged_reads {
             // A tape is not billed per request: its reads go through the
             // store's own batching and keeping of what a pass reads over
             // (docs/tape.md §8), tuned with 64 KiB blocks.
             block = if block == 0 { TAPE_CACHE_BLOCK } else { block };
             merge_below = 0;
+            ahead = 0;
         }
-        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block, merge_below, durability: opts.durability, uploaders: 2 };
+        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block, merge_below, ahead, durability: opts.durability, uploaders: 2 };
         Ok(CachedBackend::with_policy(remote, d, opts.cache_policy.build(io))?)
     }
 }

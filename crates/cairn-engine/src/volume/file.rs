@@ -813,6 +813,12 @@ impl Volume {
         // The pack cache learns which file its blocks are read for.
         let _for = crate::cache::policy::reading_for(ino);
         if let [ReadPart::Chunk { id, off, len }] = parts[..] {
+            if let Some(b) = self.kept_tail(id, off, len) {
+                if let Some(t) = &self.trace {
+                    t.record(Event::ReadKept { ino, offset, len });
+                }
+                return Ok(ReadBytes::Owned(b));
+            }
             let (c, r) = self.chunk_slice(id, off, len)?;
             if let Some(t) = &self.trace {
                 t.record(Event::Read { ino, offset, len });
@@ -831,10 +837,13 @@ impl Volume {
                     buf.resize(at + len as usize, 0);
                     self.journal.read(&file, &loc, &mut buf[at..])?;
                 }
-                ReadPart::Chunk { id, off, len } => {
-                    let (c, r) = self.chunk_slice(id, off, len)?;
-                    buf.extend_from_slice(&c[r]);
-                }
+                ReadPart::Chunk { id, off, len } => match self.kept_tail(id, off, len) {
+                    Some(b) => buf.extend_from_slice(&b),
+                    None => {
+                        let (c, r) = self.chunk_slice(id, off, len)?;
+                        buf.extend_from_slice(&c[r]);
+                    }
+                },
             }
         }
         // Once done, so the CHUNK records of what it fetched come first.
@@ -842,6 +851,17 @@ impl Volume {
             t.record(Event::Read { ino, offset, len: buf.len() as u64 });
         }
         Ok(ReadBytes::Owned(buf))
+    }
+
+    /// The bytes `[off, off + len)` of chunk `id` from its kept last page,
+    /// when they lie there and the chunk itself is not in memory.
+    fn kept_tail(&self, id: u64, off: u64, len: u64) -> Option<Vec<u8>> {
+        if self.cache.contains(id) {
+            return None;
+        }
+        let b = self.tails.get(id, off, len)?;
+        self.metrics.tail_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(b)
     }
 
     /// The bytes `[off, off + len)` of chunk `id`; an extent past the

@@ -197,6 +197,8 @@ impl<'a> Batch<'a> {
             if out[i] == 0 {
                 out[i] = self.by_hash[h];
             }
+            // A file's partial last page may be read before an append.
+            vol.tails.keep(out[i], chunks[i]);
         }
         self.chunked_bytes += total as u64;
         self.chunks_stored += chunks.len() as u64;

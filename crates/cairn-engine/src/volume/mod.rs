@@ -20,6 +20,7 @@ mod ship;
 mod open_files;
 mod bill;
 mod locks;
+mod tails;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
@@ -166,6 +167,10 @@ pub struct Volume {
     pub(crate) journal: Journal,
     pub(crate) files: DashMap<Ino, Arc<FileState>>,
     pub(crate) cache: ChunkCache,
+    /// The last page of chunks stored or fetched, where a read costs a
+    /// request: the kernel's read of a file's partial last page before an
+    /// append is answered without one.
+    pub(crate) tails: tails::ChunkTails,
     /// Chunking windows of the flush, kept for reuse.
     pub(crate) windows: buffers::BufferPool,
     /// Pack builders' buffers, given back by the upload threads.
@@ -338,6 +343,10 @@ impl Volume {
         // Other machines' changes are followed from here on (each open
         // reads the log first, `catch_up`).
         let changes = if cfg.meta == crate::config::MetaKind::Postgres { Some(follow::FollowState::at(meta.store().change_cursor()?)) } else { None };
+        // Where a read costs a request (a bucket, a tape), the last page of
+        // each chunk is kept for the kernel's read before an append.
+        let caps = backend.capabilities();
+        let tail_bytes = if cloud.is_some() || caps.remote || !caps.cheap_ranged_reads { tails::DEFAULT_BYTES } else { 0 };
         let vol = Arc::new(Volume {
             changes,
             layout,
@@ -349,6 +358,7 @@ impl Volume {
             journal,
             files: DashMap::new(),
             cache: ChunkCache::new(opts.cache_bytes),
+            tails: tails::ChunkTails::new(tail_bytes),
             // Two windows are live at once (one cut while the other is hashed).
             windows: buffers::BufferPool::new(2),
             // One building, two uploading.
@@ -836,6 +846,7 @@ impl Volume {
                 tracing::warn!("{e}");
                 e
             })?;
+        self.tails.keep(id, &data);
         let data = Arc::new(data);
         self.cache.insert(id, data.clone());
         Ok(data)

@@ -151,9 +151,9 @@ fn bytes(seed: u64, len: u64) -> Vec<u8> {
 }
 
 /// A cache fetching blocks of `block` (0: exact ranges), never merging
-/// two gaps of a read into one GET.
+/// two gaps of a read into one GET nor reading ahead.
 fn opts(dir: &Path, capacity: u64, block: u64, durability: Durability) -> DiskCacheOptions {
-    DiskCacheOptions { dir: dir.to_path_buf(), capacity, block, merge_below: 0, durability, uploaders: 2 }
+    DiskCacheOptions { dir: dir.to_path_buf(), capacity, block, merge_below: 0, ahead: 0, durability, uploaders: 2 }
 }
 
 fn eventually(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {

@@ -26,6 +26,7 @@ mod sequential;
 mod tape;
 mod inspect;
 mod sim_live;
+mod appends;
 mod postgres;
 mod pg_bucket;
 mod shared_writers;

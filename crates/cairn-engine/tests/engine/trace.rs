@@ -86,7 +86,7 @@ fn a_cloud_mount_records_what_it_did() {
     drop(cache); // records the clean shutdown: the next mount keeps what is cached
 
     let ev = events(&t.path().join("one"));
-    assert_eq!(ev[0], Event::CacheOpened { block: cairn_engine::cache::disk::DEFAULT_BLOCK, capacity: 4 << 20, merge: 4772 });
+    assert_eq!(ev[0], Event::CacheOpened { block: cairn_engine::cache::disk::DEFAULT_BLOCK, capacity: 4 << 20, merge: 4772, ahead: cairn_engine::cache::disk::DEFAULT_AHEAD });
     // (The flush at unmount commits the truncated file again.)
     let before_truncate = ev.iter().position(|e| matches!(e, Event::Truncate { .. })).unwrap();
     for (&ino, &size) in inos.iter().zip(&sizes) {

@@ -13,6 +13,12 @@
 //! - two gaps whose distance is at most `merge_below` bytes go in one
 //!   ranged GET, the bytes between them downloaded and dropped: a GET
 //!   costs what that much transfer does ([`merge_below`]);
+//! - a gap that starts where the object's last GET ended (within
+//!   `merge_below`) is a reader going through the object in order (a scan
+//!   of files flushed together, which lie next to each other in a pack):
+//!   it is extended by `ahead` bytes, so the files after it come in the
+//!   same GET. A random reader's gap starts anywhere and is fetched
+//!   exactly;
 //! - each gap becomes one extent. Extents are never merged nor split.
 
 use std::collections::BTreeMap;
@@ -27,6 +33,8 @@ pub struct FetchRules {
     pub align: u64,
     /// Gaps at most this far apart share one GET.
     pub merge_below: u64,
+    /// A gap continuing the object's last GET is extended by this much.
+    pub ahead: u64,
 }
 
 /// The bytes of transfer that cost what one GET does, at a GET price and
@@ -82,9 +90,11 @@ fn start_from<V>(map: &BTreeMap<u64, V>, at: u64) -> Option<u64> {
 
 /// Plans a read of `[off, end)` of an object of `size` bytes (`end` ≤
 /// `size`), given its held extents (`held`, start → value, `held_end` the
-/// value's end) and the ranges others are fetching (`busy`, start → end).
-/// Both maps hold disjoint spans.
-pub fn plan<V>(held: &BTreeMap<u64, V>, held_end: impl Fn(&V) -> u64, busy: &BTreeMap<u64, u64>, off: u64, end: u64, size: u64, rules: FetchRules) -> FetchPlan {
+/// value's end), the ranges others are fetching (`busy`, start → end) and
+/// where the object's last GET ended (`last_end`). Both maps hold
+/// disjoint spans.
+#[allow(clippy::too_many_arguments)]
+pub fn plan<V>(held: &BTreeMap<u64, V>, held_end: impl Fn(&V) -> u64, busy: &BTreeMap<u64, u64>, last_end: Option<u64>, off: u64, end: u64, size: u64, rules: FetchRules) -> FetchPlan {
     let mut p = FetchPlan::default();
     if off >= end {
         return p;
@@ -118,8 +128,10 @@ pub fn plan<V>(held: &BTreeMap<u64, V>, held_end: impl Fn(&V) -> u64, busy: &BTr
         let floor = end_before(held, &held_end, g.0 + 1).max(end_before(busy, &busy_end, g.0 + 1));
         let floor = if floor > g.0 { g.0 } else { floor };
         let ceil = [start_from(held, g.1), start_from(busy, g.1), Some(size.max(g.1))].into_iter().flatten().min().unwrap_or(g.1);
+        let in_order = rules.ahead > 0 && last_end.is_some_and(|l| g.0 >= l && g.0 - l <= rules.merge_below);
         g.0 = (g.0 - g.0 % align).max(floor);
-        g.1 = g.1.div_ceil(align).saturating_mul(align).min(ceil).max(g.1);
+        let want = if in_order { g.1.saturating_add(rules.ahead) } else { g.1 };
+        g.1 = want.div_ceil(align).saturating_mul(align).min(ceil).max(g.1);
     }
     for g in gaps {
         match p.gets.last_mut() {
@@ -143,12 +155,12 @@ mod tests {
     }
 
     fn exact() -> FetchRules {
-        FetchRules { align: 0, merge_below: 0 }
+        FetchRules { align: 0, merge_below: 0, ahead: 0 }
     }
 
     #[test]
     fn a_cold_read_fetches_exactly_what_it_asks() {
-        let p = plan(&held(&[]), |e| *e, &BTreeMap::new(), 100, 300, 1000, exact());
+        let p = plan(&held(&[]), |e| *e, &BTreeMap::new(), None, 100, 300, 1000, exact());
         assert_eq!(p, FetchPlan { cached: vec![], waiting: false, gets: vec![Get { range: (100, 300), extents: vec![(100, 300)] }] });
     }
 
@@ -156,14 +168,14 @@ mod tests {
     fn held_extents_are_read_and_the_gaps_fetched() {
         // Held [0,50) [120,200) [250,260); read [40, 300).
         let h = held(&[(0, 50), (120, 200), (250, 260)]);
-        let p = plan(&h, |e| *e, &BTreeMap::new(), 40, 300, 1000, exact());
+        let p = plan(&h, |e| *e, &BTreeMap::new(), None, 40, 300, 1000, exact());
         assert_eq!(p.cached, vec![0, 120, 250]);
         let ext: Vec<Span> = p.gets.iter().flat_map(|g| g.extents.clone()).collect();
         assert_eq!(ext, vec![(50, 120), (200, 250), (260, 300)]);
         assert_eq!(p.gets.len(), 3);
         // With holes of up to 50 bytes merged: one GET over [50, 300),
         // the held bytes between downloaded again but not kept twice.
-        let p = plan(&h, |e| *e, &BTreeMap::new(), 40, 300, 1000, FetchRules { align: 0, merge_below: 80 });
+        let p = plan(&h, |e| *e, &BTreeMap::new(), None, 40, 300, 1000, FetchRules { align: 0, merge_below: 80, ahead: 0 });
         assert_eq!(p.gets, vec![Get { range: (50, 300), extents: vec![(50, 120), (200, 250), (260, 300)] }]);
     }
 
@@ -172,19 +184,40 @@ mod tests {
         let h = held(&[(0, 70)]);
         let busy: BTreeMap<u64, u64> = [(300, 350)].into_iter().collect();
         // [80, 90) rounds to [64, 128) but stops at the held extent's end.
-        let p = plan(&h, |e| *e, &busy, 80, 90, 1000, FetchRules { align: 64, merge_below: 0 });
+        let p = plan(&h, |e| *e, &busy, None, 80, 90, 1000, FetchRules { align: 64, merge_below: 0, ahead: 0 });
         assert_eq!(p.gets[0].range, (70, 128));
         // [260, 280) rounds to [256, 320) but stops where the busy range starts.
-        let p = plan(&h, |e| *e, &busy, 260, 280, 1000, FetchRules { align: 64, merge_below: 0 });
+        let p = plan(&h, |e| *e, &busy, None, 260, 280, 1000, FetchRules { align: 64, merge_below: 0, ahead: 0 });
         assert_eq!(p.gets[0].range, (256, 300));
         assert!(!p.waiting);
         // Near the end of a 990-byte object.
-        let p = plan(&h, |e| *e, &busy, 970, 980, 990, FetchRules { align: 64, merge_below: 0 });
+        let p = plan(&h, |e| *e, &busy, None, 970, 980, 990, FetchRules { align: 64, merge_below: 0, ahead: 0 });
         assert_eq!(p.gets[0].range, (960, 990));
         // A read overlapping the busy range waits for it, fetching the rest.
-        let p = plan(&h, |e| *e, &busy, 340, 400, 1000, FetchRules { align: 64, merge_below: 0 });
+        let p = plan(&h, |e| *e, &busy, None, 340, 400, 1000, FetchRules { align: 64, merge_below: 0, ahead: 0 });
         assert!(p.waiting);
         assert_eq!(p.gets[0].range, (350, 448));
+    }
+
+    #[test]
+    fn a_gap_continuing_the_last_get_reads_ahead() {
+        let rules = FetchRules { align: 0, merge_below: 10, ahead: 1000 };
+        let h = held(&[(0, 100)]);
+        // The last GET ended at 100; a read at 105 (a blob header apart)
+        // reads 1,000 bytes more, up to the object's end or the next held
+        // extent.
+        let p = plan(&h, |e| *e, &BTreeMap::new(), Some(100), 105, 200, 5000, rules);
+        assert_eq!(p.gets[0].range, (105, 1200));
+        let p = plan(&h, |e| *e, &BTreeMap::new(), Some(100), 105, 200, 600, rules);
+        assert_eq!(p.gets[0].range, (105, 600));
+        let h2 = held(&[(0, 100), (700, 800)]);
+        let p = plan(&h2, |e| *e, &BTreeMap::new(), Some(100), 105, 200, 5000, rules);
+        assert_eq!(p.gets[0].range, (105, 700));
+        // Elsewhere, or with no GET before: exactly what is asked.
+        let p = plan(&h, |e| *e, &BTreeMap::new(), Some(100), 300, 400, 5000, rules);
+        assert_eq!(p.gets[0].range, (300, 400));
+        let p = plan(&h, |e| *e, &BTreeMap::new(), None, 105, 200, 5000, rules);
+        assert_eq!(p.gets[0].range, (105, 200));
     }
 
     #[test]
@@ -204,6 +237,7 @@ mod tests {
         fn plans_cover_reads_without_overlap(
             spans in proptest::collection::vec((0u64..400, 1u64..60, any::<bool>()), 0..12),
             off in 0u64..500, len in 0u64..200, align in 0u64..100, merge in 0u64..50,
+            ahead in 0u64..100, last in proptest::option::of(0u64..500),
         ) {
             let size = 500u64;
             let end = (off + len).min(size);
@@ -217,7 +251,7 @@ mod tests {
                 owner[s as usize..e as usize].fill(if is_busy { 2 } else { 1 });
                 if is_busy { b.insert(s, e); } else { h.insert(s, e); }
             }
-            let p = plan(&h, |e| *e, &b, off, end, size, FetchRules { align, merge_below: merge });
+            let p = plan(&h, |e| *e, &b, last, off, end, size, FetchRules { align, merge_below: merge, ahead });
             for g in &p.gets {
                 for &(s, e) in &g.extents {
                     prop_assert!(s < e && e <= size && g.range.0 <= s && e <= g.range.1);

@@ -17,3 +17,10 @@ pub use policy::{CachePolicy, Lru};
 /// (`Volume::prefetch`). `--cache-block` rounds misses out to aligned
 /// blocks instead (`cairn sim --pack-block` compares them on a trace).
 pub const DEFAULT_BLOCK: u64 = 0;
+
+/// How much more a miss fetches when it starts where the pack's last GET
+/// ended: a reader going through the files a pack holds in order (the
+/// files of a directory, flushed together) gets the next ones in the same
+/// GET, where fetching each exactly cost a GET and a round trip per file
+/// (docs/frugal.md §6). A random reader is not affected.
+pub const DEFAULT_AHEAD: u64 = 256 << 10;
