@@ -103,8 +103,8 @@ struct Extents {
     /// Pack sizes (alignment stops at a pack's end).
     sizes: Arc<HashMap<u64, u64>>,
     objects: HashMap<u64, BTreeMap<u64, (u64, u64)>>,
-    /// Object → where its last GET ended.
-    last_end: HashMap<u64, u64>,
+    /// Object → where its last GET ended, and the file it was for.
+    last_get: HashMap<u64, (u64, u64)>,
     at: HashMap<u64, (u64, u64)>,
     next_key: u64,
 }
@@ -130,7 +130,7 @@ impl SimCache {
     /// A cache whose units are range requests, planned as the live disk
     /// cache plans them.
     pub fn with_extents(mut self, rules: FetchRules, sizes: Arc<HashMap<u64, u64>>) -> SimCache {
-        self.extents = Some(Extents { rules, sizes, objects: HashMap::new(), last_end: HashMap::new(), at: HashMap::new(), next_key: 0 });
+        self.extents = Some(Extents { rules, sizes, objects: HashMap::new(), last_get: HashMap::new(), at: HashMap::new(), next_key: 0 });
         self
     }
 
@@ -189,9 +189,10 @@ impl SimCache {
             // What is written is admitted exactly; a read's gaps follow the
             // fetch rules.
             let rules = if admit { FetchRules::default() } else { x.rules };
-            let p = extent::plan(held, |v| v.0, &none, x.last_end.get(&u.obj).copied(), u.start, end, size, rules);
+            let after = extent::continuing(x.last_get.get(&u.obj).copied(), group);
+            let p = extent::plan(held, |v| v.0, &none, after, u.start, end, size, rules);
             if let (false, Some(g)) = (admit, p.gets.last()) {
-                x.last_end.insert(u.obj, g.range.1);
+                x.last_get.insert(u.obj, (g.range.1, group));
             }
             let cached: Vec<u64> = p.cached.iter().map(|s| held[s].1).collect();
             for k in cached {

@@ -55,8 +55,8 @@ struct Obj {
     dirty: Option<u64>,
     /// The whole copy's key.
     whole: Option<u64>,
-    /// Where its last GET ended.
-    last_end: Option<u64>,
+    /// Where its last GET ended, and the file it was for.
+    last_get: Option<(u64, u64)>,
     /// Extents: offset → (end, key).
     extents: BTreeMap<u64, (u64, u64)>,
 }
@@ -146,8 +146,11 @@ impl LiveCache {
         let (touched, gets) = match o.whole {
             Some(k) => (vec![k], Vec::new()),
             None => {
-                let p = extent::plan(&o.extents, |v| v.0, &BTreeMap::new(), o.last_end, off, off + len, size, self.rules);
-                o.last_end = p.gets.last().map(|g| g.range.1).or(o.last_end);
+                let after = extent::continuing(o.last_get, group);
+                let p = extent::plan(&o.extents, |v| v.0, &BTreeMap::new(), after, off, off + len, size, self.rules);
+                if let Some(g) = p.gets.last() {
+                    o.last_get = Some((g.range.1, group));
+                }
                 (p.cached.iter().map(|s| o.extents[s].1).collect(), p.gets)
             }
         };

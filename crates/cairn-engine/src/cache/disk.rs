@@ -198,8 +198,9 @@ struct Obj {
     claimed: BTreeMap<u64, u64>,
     /// A put, delete or upload is replacing the object's files: others wait.
     busy: bool,
-    /// Where the last GET of the object ended (the read-ahead rule).
-    last_end: Option<u64>,
+    /// Where the last GET of the object ended, and the file it was for
+    /// (the read-ahead rule).
+    last_get: Option<(u64, u64)>,
 }
 
 struct State {
@@ -233,7 +234,7 @@ impl State {
     fn obj(&mut self, name: &str) -> &mut Obj {
         if !self.objects.contains_key(name) {
             let version = self.bump();
-            let o = Obj { version, size: None, dirty: None, payer: None, whole: None, extents: BTreeMap::new(), claimed: BTreeMap::new(), busy: false, last_end: None };
+            let o = Obj { version, size: None, dirty: None, payer: None, whole: None, extents: BTreeMap::new(), claimed: BTreeMap::new(), busy: false, last_get: None };
             self.objects.insert(name.to_string(), o);
         }
         self.objects.get_mut(name).expect("just inserted")
@@ -783,7 +784,8 @@ impl Inner {
         }
         let (mut reads, mut gets, mut others) = (Vec::new(), Vec::new(), false);
         for (a, b) in uncovered(pieces, off, end) {
-            let p = extent::plan(&o.extents, |v| v.0, &o.claimed, o.last_end, a, b, size, rules);
+            let after = extent::continuing(o.last_get, group.unwrap_or(0));
+            let p = extent::plan(&o.extents, |v| v.0, &o.claimed, after, a, b, size, rules);
             others |= p.waiting;
             for s in p.cached {
                 let (e, k) = o.extents[&s];
@@ -853,8 +855,8 @@ impl Inner {
                     o.claimed.remove(s);
                 }
             }
-            if result.is_ok() {
-                o.last_end = gets.last().map(|g| g.range.1);
+            if let (Ok(()), Some(g)) = (&result, gets.last()) {
+                o.last_get = Some((g.range.1, group.unwrap_or(0)));
             }
             // The remembered size was stale: the object is gone.
             if matches!(&result, Err(e) if e.kind() == ErrorKind::NotFound) && o.dirty.is_none() {

@@ -14,11 +14,14 @@
 //!   ranged GET, the bytes between them downloaded and dropped: a GET
 //!   costs what that much transfer does ([`merge_below`]);
 //! - a gap that starts where the object's last GET ended (within
-//!   `merge_below`) is a reader going through the object in order (a scan
-//!   of files flushed together, which lie next to each other in a pack):
-//!   it is extended by `ahead` bytes, so the files after it come in the
-//!   same GET. A random reader's gap starts anywhere and is fetched
-//!   exactly;
+//!   `merge_below`), that GET having been for another file, is a reader
+//!   going through the object's files in order (a scan of files flushed
+//!   together, which lie next to each other in a pack): it is extended by
+//!   `ahead` bytes, so the files after it come in the same GET. The
+//!   caller says where that GET ended only when it was for another file
+//!   ([`continuing`]): within one file, the engine's own read-ahead asks
+//!   for the runs ahead. A random reader's gap starts anywhere and is
+//!   fetched exactly;
 //! - each gap becomes one extent. Extents are never merged nor split.
 
 use std::collections::BTreeMap;
@@ -88,11 +91,18 @@ fn start_from<V>(map: &BTreeMap<u64, V>, at: u64) -> Option<u64> {
     map.range(at..).next().map(|(s, _)| *s)
 }
 
+/// Where the object's last GET ended, if it was for another file than
+/// this read's: `last` is that GET's (end, file), `group` this read's file
+/// (0: unknown, which never continues anything).
+pub fn continuing(last: Option<(u64, u64)>, group: u64) -> Option<u64> {
+    last.filter(|&(_, g)| g != 0 && group != 0 && g != group).map(|(e, _)| e)
+}
+
 /// Plans a read of `[off, end)` of an object of `size` bytes (`end` ≤
 /// `size`), given its held extents (`held`, start → value, `held_end` the
 /// value's end), the ranges others are fetching (`busy`, start → end) and
-/// where the object's last GET ended (`last_end`). Both maps hold
-/// disjoint spans.
+/// where the object's last GET for another file ended (`last_end`,
+/// [`continuing`]). Both maps hold disjoint spans.
 #[allow(clippy::too_many_arguments)]
 pub fn plan<V>(held: &BTreeMap<u64, V>, held_end: impl Fn(&V) -> u64, busy: &BTreeMap<u64, u64>, last_end: Option<u64>, off: u64, end: u64, size: u64, rules: FetchRules) -> FetchPlan {
     let mut p = FetchPlan::default();
@@ -218,6 +228,15 @@ mod tests {
         assert_eq!(p.gets[0].range, (300, 400));
         let p = plan(&h, |e| *e, &BTreeMap::new(), None, 105, 200, 5000, rules);
         assert_eq!(p.gets[0].range, (105, 200));
+    }
+
+    #[test]
+    fn only_a_get_for_another_file_is_continued() {
+        assert_eq!(continuing(Some((100, 7)), 8), Some(100));
+        assert_eq!(continuing(Some((100, 7)), 7), None, "the same file: its own read-ahead");
+        assert_eq!(continuing(Some((100, 0)), 8), None);
+        assert_eq!(continuing(Some((100, 7)), 0), None);
+        assert_eq!(continuing(None, 8), None);
     }
 
     #[test]
