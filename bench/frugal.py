@@ -5,22 +5,10 @@ from Cairn's own traces and JuiceFS measured on the same server; stdlib
 only). Each command prints one JSON object, or exits non-zero with a
 message naming what failed.
 
-  frugal.py filebench PERSONALITY DIR [--phase setup|run|all] [--seed N]
-                      [--files N] [--mean BYTES] [--iterations N] [--no-drop]
-        one of Filebench's personalities (fileserver, webserver, varmail:
-        the flowops of workloads/*.f in filebench's repository, in order)
-        in DIR, one thread, every random choice from --seed, so that every
-        run and every system does the same operations on the same bytes.
-        `setup` makes the filesets (Filebench's preallocation), `run` does
-        --iterations loops of the personality's flowops (replaying the
-        setup's choices without touching DIR first, so the two phases can
-        run as separate commands). Unless --no-drop, each file's pages are
-        dropped from the kernel's page cache when it is closed
-        (posix_fadvise DONTNEED, after a reopen for a written file), so each
-        read reaches the file system as it would with a bounded cache.
-  frugal.py plan PERSONALITY [options as above]
-        the same operations without a file system: the bytes written (every
-        byte written is new: the data set) and read, per phase
+  frugal.py fb-compact RUN.json [--data-bytes N]
+        the fields the report uses of one bench/filebench/run.sh result (the
+        real Filebench's settings, its IO summary, and operations and bytes
+        per flowop type over the run), with the data set in bytes if given
   frugal.py kernel-tar TXZ EVERY LIST OUT.tar
         one plain tar of the kernel source TXZ: the files and symlinks of
         every EVERY-th directory (section 12's sample) and every file named
@@ -71,286 +59,34 @@ import time
 MiB = 1 << 20
 KiB = 1 << 10
 
-# --- Filebench's personalities ------------------------------------------------
-# From filebench/filebench, workloads/{fileserver,webserver,varmail}.f. The
-# sizes are the .f files' except where noted: `files` and `mean` are this
-# section's defaults (run.sh's FR_* variables override them), scaled so that
-# each data set is a few hundred MB: large against a cache block (2% of it
-# holds at least one 4 MiB block of a log) and small enough for JuiceFS, which writes and
-# reads every file with requests of its own, to finish in minutes.
-PERSONALITIES = {
-    # fileserver.f: nfiles 10000, meandirwidth 20, filesize gamma(mean 128k,
-    # gamma 1.5), iosize 1m, meanappendsize 16k, prealloc 80, 50 threads
-    "fileserver": {"files": 1600, "mean": 128 * KiB, "gamma": 1.5, "dirwidth": 20, "iosize": MiB,
-                   "append": 16 * KiB, "prealloc": 80, "iterations": 600, "of_files": 10000, "of_mean": 128 * KiB},
-    # webserver.f: nfiles 1000, meandirwidth 20, filesize gamma(mean 16k,
-    # gamma 1.5), iosize 1m, meanappendsize 16k, bigfileset prealloc 100
-    # (read only), logfiles one file, 100 threads
-    "webserver": {"files": 2000, "mean": 128 * KiB, "gamma": 1.5, "dirwidth": 20, "iosize": MiB,
-                  "append": 16 * KiB, "prealloc": 100, "iterations": 120, "of_files": 1000, "of_mean": 16 * KiB},
-    # varmail.f: nfiles 1000, meandirwidth 1000000 (one directory), filesize
-    # gamma(mean 16k, gamma 1.5), iosize 1m, meanappendsize 16k, prealloc 80,
-    # 16 threads
-    "varmail": {"files": 2000, "mean": 128 * KiB, "gamma": 1.5, "dirwidth": 1000000, "iosize": MiB,
-                "append": 16 * KiB, "prealloc": 80, "iterations": 600, "of_files": 1000, "of_mean": 16 * KiB},
-}
+# --- the real Filebench's results (bench/filebench/run.sh) ------------------------
 
-# The flowops of each personality's thread, in order (one iteration).
-FLOWOPS = {
-    "fileserver": ["createfile", "writewholefile", "closefile", "openfile", "appendfilerand", "closefile",
-                   "openfile", "readwholefile", "closefile", "deletefile", "statfile"],
-    "webserver": ["openfile", "readwholefile", "closefile"] * 10 + ["appendfilerand(logfiles)"],
-    "varmail": ["deletefile", "createfile", "appendfilerand", "fsync", "closefile",
-                "openfile", "readwholefile", "appendfilerand", "fsync", "closefile",
-                "openfile", "readwholefile", "closefile"],
-}
+# What each flowop type does to bytes: read, written, or neither.
+FB_READS = {"read", "readwholefile"}
+FB_WRITES = {"write", "writewholefile", "appendfile", "appendfilerand"}
 
 
-class Fileset:
-    """A Filebench fileset: ENTRIES names with a size each (drawn once, as
-    Filebench does when it defines the set), some of them existing."""
-
-    def __init__(self, root, name, entries, mean, gamma, dirwidth, prealloc, rng):
-        self.root, self.name = root, name
-        self.sizes = [int(rng.gammavariate(gamma, mean / gamma)) for _ in range(entries)]
-        self.paths = []
-        for i in range(entries):
-            d = f"d{i // dirwidth:04d}" if dirwidth < entries else ""
-            self.paths.append(os.path.join(name, d, f"f{i:06d}") if d else os.path.join(name, f"f{i:06d}"))
-        self.dirs = sorted({os.path.dirname(p) for p in self.paths})
-        n = entries * prealloc // 100
-        self.exist, self.absent = list(range(n)), list(range(n, entries))
-        self.cur = {}  # entry -> its current size (appends grow it)
-
-    @staticmethod
-    def _take(lst, rng):
-        """A uniformly random element, removed (swap with the last)."""
-        i = rng.randrange(len(lst))
-        lst[i], lst[-1] = lst[-1], lst[i]
-        return lst.pop()
-
-    def pick_existing(self, rng):
-        return self.exist[rng.randrange(len(self.exist))] if self.exist else None
-
-    def take_absent(self, rng):
-        if not self.absent:
-            return None
-        e = self._take(self.absent, rng)
-        self.exist.append(e)
-        return e
-
-    def take_existing(self, rng):
-        if not self.exist:
-            return None
-        e = self._take(self.exist, rng)
-        self.absent.append(e)
-        return e
-
-
-class Runner:
-    """Executes (or, without a directory, only counts) the flowops."""
-
-    def __init__(self, root, rng, data_rng, drop, io):
-        self.root, self.rng, self.data, self.drop, self.io = root, rng, data_rng, drop, io
-        self.ops = {}
-        self.written = self.read = 0
-
-    def count(self, op):
-        self.ops[op] = self.ops.get(op, 0) + 1
-
-    def path(self, fs, e):
-        return os.path.join(self.root, fs.paths[e])
-
-    def _drop(self, path):
-        if self.drop:
-            fd = os.open(path, os.O_RDONLY)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.close(fd)
-
-    def write_whole(self, fs, e, iosize, fsync=False):
-        """createfile + writewholefile + closefile."""
-        n = fs.sizes[e]
-        fs.cur[e] = n
-        self.written += n
-        self.count("createfile")
-        self.count("writewholefile")
-        self.count("closefile")
-        if not self.io:
-            return
-        p = self.path(fs, e)
-        fd = os.open(p, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
-        left = n
-        while left > 0:
-            k = min(iosize, left)
-            os.write(fd, self.data.randbytes(k))
-            left -= k
-        if fsync:
-            os.fsync(fd)
-        os.close(fd)
-        self._drop(p)
-
-    def append(self, fs, e, maxsize, fd=None):
-        """appendfilerand: 0..maxsize bytes (Filebench's fb_random64 with a
-        rounding of 1; a zero-length append is skipped) at the end."""
-        n = self.rng.randint(0, maxsize)
-        self.count("appendfilerand")
-        if n == 0:
-            return
-        fs.cur[e] = fs.cur.get(e, 0) + n
-        self.written += n
-        if self.io:
-            os.write(fd, self.data.randbytes(n))
-
-    def read_whole(self, fs, e, iosize, fd):
-        """readwholefile: to the end in iosize reads."""
-        self.count("readwholefile")
-        n = fs.cur.get(e, 0)
-        self.read += n
-        if not self.io:
-            return
-        os.lseek(fd, 0, os.SEEK_SET)
-        got = 0
-        while True:
-            b = os.read(fd, iosize)
-            if not b:
-                break
-            got += len(b)
-        if got != n:
-            sys.exit(f"{self.path(fs, e)}: read {got} bytes, expected {n}")
-
-    def open(self, fs, e, append=False):
-        self.count("openfile")
-        if not self.io:
-            return None
-        return os.open(self.path(fs, e), (os.O_RDWR | os.O_APPEND) if append else os.O_RDWR)
-
-    def close(self, fs, e, fd, written):
-        self.count("closefile")
-        if not self.io:
-            return
-        if self.drop and not written:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-        if written:
-            self._drop(self.path(fs, e))
-
-    def fsync(self, fd):
-        self.count("fsync")
-        if self.io:
-            os.fsync(fd)
-
-    def delete(self, fs):
-        e = fs.take_existing(self.rng)
-        self.count("deletefile")
-        if e is None:
-            return
-        fs.cur.pop(e, None)
-        if self.io:
-            os.unlink(self.path(fs, e))
-
-    def stat(self, fs):
-        e = fs.pick_existing(self.rng)
-        self.count("statfile")
-        if e is not None and self.io:
-            os.stat(self.path(fs, e))
-
-
-def personality(name, a):
-    p = dict(PERSONALITIES[name])
-    for k in ("files", "mean", "iterations"):
-        if getattr(a, k) is not None:
-            p[k] = getattr(a, k)
-    return p
-
-
-def filebench(name, root, a, io=True):
-    p = personality(name, a)
-    rng = random.Random(a.seed)
-    data = random.Random(a.seed + 1_000_003)
-    sets = [Fileset(root, "bigfileset", p["files"], p["mean"], p["gamma"], p["dirwidth"], p["prealloc"], rng)]
-    if name == "webserver":
-        sets.append(Fileset(root, "logfiles", 1, p["mean"], p["gamma"], p["dirwidth"], 100, rng))
-    big = sets[0]
-    out = {"personality": name, "seed": a.seed, "files": p["files"], "mean": p["mean"], "gamma": p["gamma"],
-           "dirwidth": p["dirwidth"], "prealloc": p["prealloc"], "iosize": p["iosize"], "append": p["append"],
-           "iterations": p["iterations"], "of_files": p["of_files"], "of_mean": p["of_mean"],
-           "flowops": FLOWOPS[name], "drop": not a.no_drop}
-    phases = ["setup", "run"] if a.phase == "all" else [a.phase]
-
-    # setup: Filebench's preallocation (each existing entry written whole)
-    r = Runner(root, rng, data, not a.no_drop, io and "setup" in phases)
-    t0 = time.perf_counter()
-    if r.io:
-        for fs in sets:
-            for d in fs.dirs:
-                os.makedirs(os.path.join(root, d), exist_ok=True)
-    for fs in sets:
-        for e in sorted(fs.exist):
-            r.write_whole(fs, e, p["iosize"])
-    if r.io:
-        os.sync()
-    out["setup"] = {"seconds": time.perf_counter() - t0, "ops": r.ops, "written": r.written, "read": r.read,
-                    "files_after": sum(len(fs.exist) for fs in sets)}
-
-    # run: the personality's flowops, --iterations times
-    r = Runner(root, rng, data, not a.no_drop, io and "run" in phases)
-    t0 = time.perf_counter()
-    log_fd = None
-    if name == "webserver" and r.io:
-        log_fd = os.open(r.path(sets[1], 0), os.O_WRONLY | os.O_APPEND)
-    for _ in range(p["iterations"]):
-        if name == "fileserver":
-            e = big.take_absent(rng)
-            if e is not None:
-                r.write_whole(big, e, p["iosize"])
-            e = big.pick_existing(rng)
-            fd = r.open(big, e, append=True)
-            r.append(big, e, p["append"], fd)
-            r.close(big, e, fd, written=True)
-            e = big.pick_existing(rng)
-            fd = r.open(big, e)
-            r.read_whole(big, e, p["iosize"], fd)
-            r.close(big, e, fd, written=False)
-            r.delete(big)
-            r.stat(big)
-        elif name == "webserver":
-            for _ in range(10):
-                e = big.pick_existing(rng)
-                fd = r.open(big, e)
-                r.read_whole(big, e, p["iosize"], fd)
-                r.close(big, e, fd, written=False)
-            r.append(sets[1], 0, p["append"], log_fd)
-        elif name == "varmail":
-            r.delete(big)
-            e = big.take_absent(rng)
-            # createfile + appendfilerand + fsync + closefile: a new mail
-            r.count("createfile")
-            fs_fd = None
-            if r.io:
-                fs_fd = os.open(r.path(big, e), os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_APPEND, 0o644)
-            big.cur[e] = 0
-            r.append(big, e, p["append"], fs_fd)
-            r.fsync(fs_fd)
-            r.close(big, e, fs_fd, written=True)
-            e = big.pick_existing(rng)
-            fd = r.open(big, e, append=True)
-            r.read_whole(big, e, p["iosize"], fd)
-            r.append(big, e, p["append"], fd)
-            r.fsync(fd)
-            r.close(big, e, fd, written=True)
-            e = big.pick_existing(rng)
-            fd = r.open(big, e)
-            r.read_whole(big, e, p["iosize"], fd)
-            r.close(big, e, fd, written=False)
-    if log_fd is not None:
-        os.close(log_fd)
-        r._drop(r.path(sets[1], 0))
-    out["run"] = {"seconds": time.perf_counter() - t0, "ops": r.ops, "written": r.written, "read": r.read,
-                  "files_after": sum(len(fs.exist) for fs in sets)}
-    out["data_bytes"] = out["setup"]["written"] + out["run"]["written"]
-    for ph in ("setup", "run"):
-        if ph not in phases or not io:
-            out[ph].pop("seconds")
+def fb_compact(path, data_bytes=None):
+    """The fields the report uses of a run.sh result."""
+    r = json.load(open(path))
+    secs = r.get("measured_s") or 0
+    ops, read, written = {}, 0.0, 0.0
+    for f in r.get("flowops", []):
+        t = f.get("type", f.get("name", "?"))
+        ops[t] = ops.get(t, 0) + int(f.get("ops", 0))
+        mib = f.get("mib_per_s", 0) * secs * MiB
+        if t in FB_READS:
+            read += mib
+        elif t in FB_WRITES:
+            written += mib
+    out = {k: r.get(k) for k in ("personality", "runtime_s", "data", "filebench_version", "variables", "filesets",
+                                 "prealloc_s", "measured_s", "ops", "ops_per_s", "read_mib_per_s", "write_mib_per_s",
+                                 "mean_latency_ms")}
+    out["ops_by_type"] = ops
+    out["bytes_read"] = int(read)
+    out["bytes_written"] = int(written)
+    if data_bytes is not None:
+        out["data_bytes"] = data_bytes
     return out
 
 
@@ -593,9 +329,9 @@ def billrow(prices_json, count_json, cairn_cost=None, jfs=()):
 # --- report ----------------------------------------------------------------------
 
 WORKLOADS = [("kernel", "kernel: untar, checksum (cold), build"), ("fileserver", "fileserver"),
-             ("webserver", "webserver"), ("varmail", "varmail")]
+             ("webserver", "webserver"), ("varmail", "varmail"), ("netsfs", "netsfs")]
 POLICY_NAMES = {"lru": "LRU", "kd": "KD", "ti": "t_i alone", "tb": "t_b alone", "h": "h alone"}
-LAYOUT_NAMES = {"cairn": "Cairn (BLOCK blocks of packs)", "cairn-segment": "Cairn, segments",
+LAYOUT_NAMES = {"cairn": "Cairn (BLOCK of packs)", "cairn-segment": "Cairn, segments",
                 "bluesky": "BlueSky-like log (4 MiB objects, 32 KiB ranged GETs)"}
 
 
@@ -647,7 +383,9 @@ def render(rows, b, summary, h):
     wls = [(w, n) for w, n in WORKLOADS if any(r.get("workload") == w for r in phases)]
     nan = float("nan")
     blk = size_bytes(st.get("block", "256K"))
-    lname = lambda lay: LAYOUT_NAMES[lay].replace("BLOCK", human(blk))
+    # What the live cache (and the cairn layout) fetches on a miss.
+    fetch_unit = "extents" if blk == 0 else f"{human(blk)}-aligned extents"
+    lname = lambda lay: LAYOUT_NAMES[lay].replace("BLOCK", fetch_unit)
 
     def usd(x):
         if x != x:
@@ -703,21 +441,32 @@ def render(rows, b, summary, h):
               f"unmount; a fresh mount with an empty cache; `md5sum` of every file; `{st.get('kbuild', '?')}` | "
               f"{human(k.get('file_bytes', 0))} + the build's | every file, then the build's reads | |")
             continue
-        fb = s
-        ops = fb.get("run", {}).get("ops", {})
-        b(f"| {w} | Filebench's `{w}.f`: {fb.get('files', 0):,} files (gamma, mean {human(fb.get('mean', 0))}, "
-          f"shape {fb.get('gamma', '?')}; Filebench: {fb.get('of_files', 0):,} of {human(fb.get('of_mean', 0))}), "
-          f"{fb.get('prealloc', '?')}% made first; then {fb.get('iterations', 0):,} loops of "
-          f"{', '.join(dict.fromkeys(fb.get('flowops', [])))} "
-          f"({', '.join(f'{v:,} {k}' for k, v in sorted(ops.items()))}); one thread, seed {fb.get('seed', '?')} | "
-          f"{human(fb.get('data_bytes', 0))} | {human(fb.get('run', {}).get('read', 0))} | |")
+        runs = [r for r in fr if r.get("kind") == "frugal_filebench" and r.get("workload") == w]
+        v = s.get("variables", {})
+        ops = {}
+        for r in runs:
+            for k, n in r.get("ops_by_type", {}).items():
+                ops.setdefault(k, []).append(n)
+        written = med([r.get("bytes_written", 0) for r in runs]) if runs else nan
+        read = med([r.get("bytes_read", 0) for r in runs]) if runs else nan
+        rate = ", ".join(f"{r.get('fs')}{' ' + r['policy'] if r.get('policy') else ''} {r.get('ops_per_s', 0):,.0f}" for r in runs)
+        rt = runs[0].get("runtime_s") if runs else "?"
+        b(f"| {w} | Filebench {s.get('filebench_version', '?')}'s stock `{w}.f`: {int(v.get('nfiles', 0)):,} files, "
+          f"{v.get('nthreads', '?')} threads, {rt} s after the files are made "
+          f"({human(s.get('data_bytes', 0))}); flowops per run (median): "
+          f"{', '.join(f'{int(med(n)):,} {k}' for k, n in sorted(ops.items()))}; ops/s: {rate} | "
+          f"{human(s.get('data_bytes', 0))} + {human(written)} | {human(read)} | |")
     b("")
-    b("Filebench's sizes are kept except the number of files and, for webserver and varmail, the mean file "
-      "size (16 KiB in the .f files), raised so that each data set is a few hundred MB: 2% of it (the smallest "
-      "cache of fig. 12) then holds dozens of Cairn's cache blocks and at least one 4 MiB object of a log, while the file count stays "
-      "where JuiceFS, which writes and reads each file with requests of its own (about 10 ms each on moto), "
-      "finishes in minutes. Each file's pages are dropped from the kernel's page cache when the generator "
-      "closes it (`posix_fadvise(DONTNEED)`), so reads reach the file system.")
+    b("The real Filebench (`bench/filebench/build.sh` builds it from its repository; `bench/filebench/run.sh` "
+      "runs one stock personality, changing only its `set` lines: the directory, `nfiles`, `nthreads` and the run "
+      "time; the diff is in each run's log). The numbers of files are lowered from the .f files' so that JuiceFS, "
+      "which writes and reads each file with requests of its own, and Cairn through the simulated WAN each "
+      "finish a personality in minutes; file sizes, flowops and their mix are Filebench's own. Filebench "
+      "writes only zero bytes, which a deduplicating, compressing store barely keeps and a BlueSky-like log "
+      "stores in full; with `--data random` every byte it writes to a file is pseudo-random instead (a "
+      "preloaded library, `bench/filebench/build.sh`), so every layout stores what it is given. The caches are "
+      "dropped between the files' creation and the timed run. Data written and read are Filebench's "
+      "per-flowop rates times the run time.")
     b("")
     for line in code(part("workloads")):
         b(line)
@@ -729,7 +478,9 @@ def render(rows, b, summary, h):
     b(f"### 14.2 The bill (fig. 9): Cairn against a BlueSky-like layout, and JuiceFS")
     b("")
     b("From each Cairn run's trace, `cairn sim` replays the same file requests against three layouts "
-      f"(Cairn's recorded packs fetched by aligned {human(blk)} blocks, as the live cache does (`--cache-block`, `cairn sim --pack-block`); the same packs fetched by "
+      f"(Cairn's recorded packs fetched as the live cache fetches them: {'exactly the bytes a read misses' if blk == 0 else f'misses rounded out to {human(blk)}'}, "
+      "gaps closer than a GET's price in transfer in one GET, and a miss continuing the pack's last GET reading "
+      "ahead (`--cache-block`, `--cache-ahead`; `cairn sim --pack-block`, `--pack-ahead`); the same packs fetched by "
       "segments; and a BlueSky-like log: every write appended in request order, no dedup or compression, sealed "
       "into 4 MiB objects, a miss fetching the missing 32 KiB blocks of one object by one ranged GET per run), "
       f"each with each policy at cache sizes of {', '.join(f'{x:g}' for x in sz)}% of that layout's data set. "
@@ -858,7 +609,7 @@ def render(rows, b, summary, h):
     b("")
     b("`cairn sim` on the LRU run's trace: the hit ratio (reads served by the cache ÷ reads) of each policy, KD "
       "and its three metrics alone (t_i: the file's last access; t_b: the block's; h: hotness), at each cache "
-      f"size, for Cairn's layout ({human(blk)} blocks, as the live cache), and LRU and KD for the other two layouts. "
+      f"size, for Cairn's layout ({fetch_unit}, as the live cache), and LRU and KD for the other two layouts. "
       "Spread: the largest minus the smallest hit ratio of a row over the sizes (seed 004: KD's is smaller). "
       "The live column is the live cache of each run (`cairn stats`: hits ÷ (hits + misses)) at its bound"
       + (f" ({live_pct}%)" if live_pct else "") + "; `cairn sim --live` replays the live cache's own records through "
@@ -878,7 +629,7 @@ def render(rows, b, summary, h):
         b("")
         b("| layout | policy | " + " | ".join(f"{s:g}%" for s in sizes) + " | spread | live |")
         b("|---|---|" + "---:|" * len(sizes) + "---:|---:|")
-        for lay, unit in (("cairn", blk), ("bluesky", 32 * KiB)):
+        for lay, unit in (("cairn", blk or 64 * KiB), ("bluesky", 32 * KiB)):
             cb = [m.get((lay, "lru", s), {}).get("cache_bytes", nan) for s in sizes]
             b(f"| ({lname(lay).split(' (')[0]}: cache size, in {human(unit)} blocks) | | "
               + " | ".join("n/a" if x != x else f"{human(x)} ({x / unit:,.0f})" for x in cb) + " | | |")
@@ -1051,7 +802,7 @@ def render(rows, b, summary, h):
     b("")
     b("```")
     for r in fr:
-        if r.get("kind") in ("frugal_setup", "frugal_phase", "frugal_bill", "frugal_live", "frugal_gc_setup", "frugal_gc_phase", "frugal_gc_bill"):
+        if r.get("kind") in ("frugal_setup", "frugal_phase", "frugal_filebench", "frugal_bill", "frugal_live", "frugal_gc_setup", "frugal_gc_phase", "frugal_gc_bill"):
             b(json.dumps(r))
     b("```")
     b("")
@@ -1065,17 +816,9 @@ def main(args=None):
     import argparse
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("filebench", "plan"):
-        f = sub.add_parser(name)
-        f.add_argument("personality", choices=sorted(PERSONALITIES))
-        if name == "filebench":
-            f.add_argument("dir")
-        f.add_argument("--phase", choices=["setup", "run", "all"], default="all")
-        f.add_argument("--seed", type=int, default=14)
-        f.add_argument("--files", type=int)
-        f.add_argument("--mean", type=int)
-        f.add_argument("--iterations", type=int)
-        f.add_argument("--no-drop", action="store_true")
+    fc = sub.add_parser("fb-compact")
+    fc.add_argument("run")
+    fc.add_argument("--data-bytes", type=int)
     k = sub.add_parser("kernel-tar")
     k.add_argument("src")
     k.add_argument("every", type=int)
@@ -1118,10 +861,8 @@ def main(args=None):
     bl.add_argument("--cairn")
     bl.add_argument("--jfs", nargs="*", default=[])
     a = p.parse_args(args)
-    if a.cmd == "filebench":
-        print(json.dumps(filebench(a.personality, a.dir, a)))
-    elif a.cmd == "plan":
-        print(json.dumps(filebench(a.personality, None, a, io=False)))
+    if a.cmd == "fb-compact":
+        print(json.dumps(fb_compact(a.run, a.data_bytes)))
     elif a.cmd == "kernel-tar":
         kernel_tar(a.src, a.every, a.list, a.dst)
     elif a.cmd == "kbuild-list":

@@ -22,6 +22,10 @@
 # the cleaner, doing the same rewrites at the same time, sampled every second.
 
 FR=("${PY[@]}" "$BENCH_DIR/frugal.py")
+# The real Filebench (bench/filebench/build.sh builds it from its repository),
+# run by bench/filebench/run.sh: a stock personality, only its set lines changed.
+FR_FB=$BENCH_DIR/filebench/run.sh
+FR_FB_BIN=${FILEBENCH_DIR:-/var/tmp/filebench}/prefix/bin/filebench
 FR_KBUILD_LIST=$BENCH_DIR/frugal-kbuild.txt
 FR_KBUILD_DEFCONFIG="make -s defconfig"
 FR_KBUILD_MAKE="make -s -j2 lib/math/ lib/crypto/"
@@ -51,6 +55,9 @@ frugal_check_tools() {
     fi
     [[ -f $FR_KBUILD_LIST ]] || die "section frugal needs $FR_KBUILD_LIST (python3 bench/frugal.py kbuild-list $DP_KERNEL_TXZ /var/tmp/kbuild $FR_KBUILD_LIST -- '$FR_KBUILD_DEFCONFIG && $FR_KBUILD_MAKE')"
     [[ -f $DP_KERNEL_TXZ ]] || die "section frugal needs $DP_KERNEL_TXZ: apt-get install linux-source-6.1 (Debian package)"
+    if [[ " $FR_WORKLOADS " =~ \ (fileserver|webserver|varmail|netsfs)\  ]]; then
+        [[ -x $FR_FB_BIN ]] || die "section frugal needs Filebench at $FR_FB_BIN: bench/filebench/build.sh (builds filebench/filebench from its repository; FILEBENCH_GIT=URL or directory of a mirror)"
+    fi
     MOTO=$(moto_bin)
     [[ -n $MOTO ]] || die "section frugal needs moto_server: pip install 'moto[server]' (for $(python3 -c 'import sys; print(sys.executable)'))"
     JUICEFS=$(juicefs_bin)
@@ -128,14 +135,15 @@ fr_cap_mib() { # WORKLOAD
     if [[ $1 == kernel ]]; then bytes=$FR_KERNEL_BYTES; else bytes=${FR_DATA[$1]}; fi
     "${PY[@]}" -c 'import sys; print(max(8, round(int(sys.argv[1]) * float(sys.argv[2]) / 100 / 1048576)))' "$bytes" "$FR_CACHE_PCT"
 }
-fr_fb_args() { # PERSONALITY: files and iterations from FR_FILEBENCH
-    local x
+fr_fb_args() { # PERSONALITY: bench/filebench/run.sh's options from FR_FILEBENCH (personality:nfiles:nthreads:seconds)
+    local x f t r
     for x in $FR_FILEBENCH; do
         [[ ${x%%:*} == "$1" ]] || continue
-        IFS=: read -r _ f i <<< "$x"
-        echo "--files $f --iterations $i --seed $FR_SEED"
+        IFS=: read -r _ f t r <<< "$x"
+        echo "--nfiles $f --nthreads $t --runtime $r --data $FR_FB_DATA"
         return
     done
+    die "FR_FILEBENCH has no entry for $1"
 }
 
 # The workload itself, in MNT (the file system mounted, caches dropped).
@@ -156,11 +164,13 @@ fr_workload() { # FS POLICY WORKLOAD RUN COLD_FN
         fr_phase "$fs" "$pol" "$w" defconfig "$run" -- sh -c "cd '$MNT/$FR_TOP' && $FR_KBUILD_DEFCONFIG"
         fr_phase "$fs" "$pol" "$w" build "$run" -- sh -c "cd '$MNT/$FR_TOP' && $FR_KBUILD_MAKE"
     else
+        # Filebench creates its files, the caches are dropped, then it runs
+        # for its run time; its own JSON says how long each part took.
+        local out=$SCRATCH/fb-$fs-${pol:-x}-$w-$run.json
         # shellcheck disable=SC2046
-        fr_phase "$fs" "$pol" "$w" setup "$run" -- "${FR[@]}" filebench "$w" "$MNT/fb" --phase setup $(fr_fb_args "$w")
-        drop_caches
-        # shellcheck disable=SC2046
-        fr_phase "$fs" "$pol" "$w" run "$run" -- "${FR[@]}" filebench "$w" "$MNT/fb" --phase run $(fr_fb_args "$w")
+        fr_phase "$fs" "$pol" "$w" filebench "$run" -- "$FR_FB" "$w" "$MNT/fb" "$out" $(fr_fb_args "$w") --after-setup "sync; echo 3 > /proc/sys/vm/drop_caches"
+        record kind=frugal_filebench fs="$fs" ${pol:+policy="$pol"} workload="$w" run="$run" "$("${FR[@]}" fb-compact "$out")"
+        log "14. frugal run $run $w $fs${pol:+ $pol}: $(json_get "$(cat "$out")" ops_per_s) ops/s, $(json_get "$(cat "$out")" prealloc_s) s to create the files"
     fi
 }
 
@@ -367,11 +377,23 @@ if [[ " $FR_WORKLOADS " == *" kernel "* ]]; then
 else
     tree='{}'
 fi
-for w in fileserver webserver varmail; do
+for w in fileserver webserver varmail netsfs; do
     [[ " $FR_WORKLOADS " == *" $w "* ]] || continue
+    # Each personality's data set, which sizes the caches: its files made on
+    # the scratch disk (the same Filebench, the same settings), measured
+    # right after they are made.
+    rm -rf "$SCRATCH/fb-plan"
     # shellcheck disable=SC2046
-    r=$("${FR[@]}" plan "$w" $(fr_fb_args "$w")) || die "frugal.py plan $w failed"
-    FR_DATA[$w]=$(json_get "$r" data_bytes)
+    # (Only the files matter here: a one-second run that stops early on the
+    # fast local disk is no failure.)
+    rm -f "$SCRATCH/fb-plan-$w.du"
+    "$FR_FB" "$w" "$SCRATCH/fb-plan" "$SCRATCH/fb-plan-$w.json" $(fr_fb_args "$w") --runtime 1 \
+        --after-setup "du -sb $SCRATCH/fb-plan > $SCRATCH/fb-plan-$w.du" > "$SCRATCH/fb-plan.out" 2>&1 || true
+    [[ -s $SCRATCH/fb-plan-$w.du && -s $SCRATCH/fb-plan-$w.json ]] ||
+        { tail -n 20 "$SCRATCH/fb-plan.out" >&2; die "Filebench's $w could not make its files on the scratch disk"; }
+    FR_DATA[$w]=$(awk '{print $1; exit}' "$SCRATCH/fb-plan-$w.du")
+    rm -rf "$SCRATCH/fb-plan"
+    r=$("${FR[@]}" fb-compact "$SCRATCH/fb-plan-$w.json" --data-bytes "${FR_DATA[$w]}") || die "frugal.py fb-compact $w failed"
     plans+="${plans:+, }\"$w\": $r"
 done
 
@@ -403,9 +425,10 @@ fr_cmd workloads "tar xf $FR_TAR -C $MNT; UNMOUNT    # kernel: untar, umount"
 fr_cmd workloads "# mount again, cold: Cairn with a new, empty --cache-dir $SCRATCH/fr-cache-b (trace TRACE2), JuiceFS with its --cache-dir emptied"
 fr_cmd workloads "cd $MNT/$FR_TOP && find . -type f -print0 | sort -z | xargs -0 md5sum    # kernel: checksum"
 fr_cmd workloads "cd $MNT/$FR_TOP && $FR_KBUILD_DEFCONFIG; $FR_KBUILD_MAKE    # kernel: defconfig, build"
+fr_cmd workloads "bench/filebench/build.sh    # Filebench $(cd "$(dirname "$FR_FB_BIN")/../src" 2>/dev/null && git log -1 --format=%h 2>/dev/null || echo '?'), not timed"
 for x in $FR_FILEBENCH; do
     [[ " $FR_WORKLOADS " == *" ${x%%:*} "* ]] || continue
-    fr_cmd workloads "python3 bench/frugal.py filebench ${x%%:*} $MNT/fb --phase setup $(fr_fb_args "${x%%:*}"); drop_caches; ... --phase run ...    # ${x%%:*}"
+    fr_cmd workloads "bench/filebench/run.sh ${x%%:*} $MNT/fb OUT.json $(fr_fb_args "${x%%:*}") --after-setup 'sync; echo 3 > /proc/sys/vm/drop_caches'    # ${x%%:*}"
 done
 fr_cmd bill "cairn cost s3://BUCKET/vol --cache-dir CACHE --endpoint \$WAN --json    # after the unmount: the live bill"
 fr_cmd bill "python3 bench/cloud.py count $SCRATCH/wan.log FROM TO    # the WAN proxy's count (Cairn), $SCRATCH/proxy.log for JuiceFS"

@@ -228,10 +228,10 @@ if [[ $QUICK == 1 ]]; then
     MOUNT_FILES=256 MOUNT_MIB=64 MOUNT_RUNS=1
     DP_RUNS=1 DP_SEQ_MIB=128 DP_TREE_EVERY=100 DP_PM_FILES=200 DP_PM_TX=500 DP_DBENCH_S=10 DP_RAND_MIB=64 DP_RAND_S=5
     CL_RUNS=1 CL_FILE_RUNS=1 CL_FILE_BUDGET_S=0 CL_SEQ_MIB=128 CL_SMALL_FILES=1000 CL_TREE_EVERY=100 CL_MOUNT_FILES="1000 10000"
-    FR_RUNS=1 FR_WORKLOADS="kernel fileserver webserver varmail" FR_TREE_EVERY=64 FR_FILEBENCH="fileserver:400:100 webserver:400:30 varmail:400:60"
+    FR_RUNS=1 FR_WORKLOADS="kernel fileserver webserver varmail netsfs" FR_TREE_EVERY=64 FR_FILEBENCH="fileserver:1000:8:10 webserver:500:16:10 varmail:500:8:10 netsfs:500:1:10" FR_FB_DATA=random
     TP_RUNS=1 TP_RAW_MIB=256 TP_FILE_MIB=64 TP_MAX_WRITERS=2 TP_PM_FILES=40 TP_PM_MIN=256 TP_PM_MAX=4096 TP_PM_READS=10 TP_PM_BATCHES="1 10"
     SH_FILES=200 SH_MOUNTS="1 2 4" SH_VIS_TRIALS=20 SH_SEQ_MOUNTS="1 4" SH_SEQ_MIB=32 SH_DEDUP_MIB=64
-    FR_CACHE_PCT=10 FR_BLOCK=64K FR_ALT_BLOCKS="256K 1M" FR_MEM=16M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
+    FR_CACHE_PCT=10 FR_BLOCK=0 FR_ALT_BLOCKS="64K 256K" FR_MEM=1M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
     FR_GC="4:4:1048576:0.5:262144:1" FR_GC_FACTOR=10000 FR_GC_INTERVAL=5 FR_GC_TAIL=10
 else
     INGEST_MIB=1024 INGEST_RUNS=5 SEQ_MIB=2048 SEQ_RUNS=3 META_FILES=20000 META_RUNS=5 DEDUP_MIB=256 DEDUP_RUNS=3
@@ -273,15 +273,17 @@ else
     # files and the untar get up to CL_FILE_RUNS runs, but runs after the
     # first only while the section has taken less than CL_FILE_BUDGET_S.
     CL_RUNS=3 CL_FILE_RUNS=3 CL_FILE_BUDGET_S=900 CL_SEQ_MIB=2048 CL_SMALL_FILES=10000 CL_TREE_EVERY=16 CL_MOUNT_FILES="1000 10000 100000"
-    # Section 14 (bench/frugal.sh). FR_FILEBENCH: PERSONALITY:FILES:ITERATIONS
-    # (bench/frugal.py has each personality's other sizes). FR_GC: seed 004
+    # Section 14 (bench/frugal.sh). FR_FILEBENCH: PERSONALITY:NFILES:NTHREADS:SECONDS
+    # of the real Filebench's stock personalities (the .f files' other settings
+    # are kept); FR_FB_DATA=random: the bytes it writes are random, not zeros
+    # (bench/filebench/run.sh --data). FR_GC: seed 004
     # §4.3.3's cleaning workload as SETS:FILES:FILE_BYTES:FRACTION:REGION:PERIOD
     # (10 sets of 8 files of 2 MiB; half of it rewritten, 1 MiB a second in
     # 32 KiB writes). FR_GC_FACTOR multiplies the storage price the cleaner
     # weighs, so that theorem 1's moment comes within the run.
-    FR_RUNS=1 FR_WORKLOADS="kernel fileserver webserver varmail" FR_TREE_EVERY=16
-    FR_FILEBENCH="fileserver:1600:600 webserver:2000:120 varmail:2000:600"
-    FR_CACHE_PCT=10 FR_BLOCK=64K FR_ALT_BLOCKS="256K 1M" FR_MEM=16M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
+    FR_RUNS=1 FR_WORKLOADS="kernel fileserver webserver varmail netsfs" FR_TREE_EVERY=16
+    FR_FILEBENCH="fileserver:1500:50:60 webserver:4000:100:60 varmail:4000:16:60 netsfs:4000:1:60" FR_FB_DATA=random
+    FR_CACHE_PCT=10 FR_BLOCK=0 FR_ALT_BLOCKS="64K 256K" FR_MEM=1M FR_LATENCY_MS=40 FR_MBIT=100 FR_SIM_SIZES=2,5,10,15,20 FR_SEED=14
     FR_GC="10:8:2097152:0.5:1048576:1" FR_GC_FACTOR=10000 FR_GC_INTERVAL=5 FR_GC_TAIL=30
     # Section 15 (bench/tape.sh). The PostMark-like set is HPTFS's shape
     # (1,000 files of 256 KiB-30 MiB, 100 reads) scaled to the time a run
