@@ -233,11 +233,15 @@ impl Layout {
         }
     }
 
-    /// Every unit of a new pack of `size` bytes (`cairn`: the whole pack,
-    /// a range its caches keep as one extent).
+    /// Every unit of a new pack of `size` bytes (`cairn`: ranges of
+    /// `KEEP_PIECE` bytes, which its caches keep as extents, as the live
+    /// cache keeps a pack it uploaded).
     pub fn pack_units(&mut self, pack: u64, size: u64, packs: &Packs, out: &mut Vec<Unit>) {
         match (self.kind, packs.segments.get(&pack)) {
-            (LayoutKind::Cairn, _) => out.push(Unit { key: RANGE, obj: pack, start: 0, len: size }),
+            (LayoutKind::Cairn, _) => {
+                let p = cairn_model::cache::KEEP_PIECE;
+                out.extend((0..size.div_ceil(p)).map(|i| Unit { key: RANGE, obj: pack, start: i * p, len: p.min(size - i * p) }));
+            }
             (LayoutKind::CairnSegment, Some(segs)) => {
                 for &(s, e) in segs {
                     out.push(self.unit(pack, s, e - s));
@@ -340,16 +344,20 @@ mod tests {
         assert!(!l.read_units(&s, &p, &mut out));
         let got: Vec<(u64, u64, u64)> = out.iter().map(|u| (u.key, u.start, u.len)).collect();
         assert_eq!(got, vec![(RANGE, 0, 300), (RANGE, 400, 10), (RANGE, 1000, 160), (RANGE, 1160, 40)]);
-        // Writing the pack caches it whole.
-        let s = Step { pack: Some((9, 10 * mb)), ..Step::default() };
+        // Writing the pack caches it in pieces (the last one short).
+        let s = Step { pack: Some((9, 10 * mb + 100)), ..Step::default() };
         l.write_units(&s, &p, &mut out);
         l.uploaded(&s, 1_000_000_000);
-        assert_eq!(out.iter().map(|u| (u.key, u.start, u.len)).collect::<Vec<_>>(), vec![(RANGE, 0, 10 * mb)]);
+        let piece = cairn_model::cache::KEEP_PIECE;
+        assert_eq!(out.len() as u64, (10 * mb).div_ceil(piece) + 1);
+        assert!(out.iter().all(|u| u.key == RANGE));
+        assert_eq!((out[0].start, out[0].len), (0, piece));
+        assert_eq!((out.last().unwrap().start, out.last().unwrap().len), (10 * mb, 100));
         // 10 MiB goes up in one PUT; 64 MiB in a multipart upload of 8 parts.
         l.uploaded(&Step { pack: Some((10, 64 * mb)), ..Step::default() }, 2_000_000_000);
         let up = l.finish(&Model::new(), &p);
-        assert_eq!((up.puts, up.posts, up.bytes_up), (1 + 8, 2, 74 * mb));
+        assert_eq!((up.puts, up.posts, up.bytes_up), (1 + 8, 2, 74 * mb + 100));
         // 10 MiB stored for the last second, the 64 MiB for none.
-        assert_eq!(up.byte_seconds, (10 * mb) as f64);
+        assert_eq!(up.byte_seconds, (10 * mb + 100) as f64);
     }
 }

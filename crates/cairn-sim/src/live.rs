@@ -11,6 +11,7 @@ use crate::cache::Policy;
 use crate::model::Io;
 use crate::SimError;
 use cairn_model::cache::extent::{self, FetchRules};
+use cairn_model::cache::KEEP_PIECE;
 use cairn_model::trace::{CacheEvent, Event, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -198,9 +199,16 @@ impl LiveCache {
                     self.evict();
                 }
                 CacheEvent::Uploaded | CacheEvent::Kept => {
+                    // Kept as pieces, each evicted on its own (the disk
+                    // cache's `KEEP_PIECE`).
                     self.detach(pack);
                     self.objects.entry(pack).or_default().size = Some(len);
-                    self.add(pack, WHOLE, len, 0);
+                    let mut off = 0;
+                    while off < len {
+                        let n = KEEP_PIECE.min(len - off);
+                        self.add(pack, off, n, 0);
+                        off += n;
+                    }
                     self.evict();
                 }
                 CacheEvent::Dropped => self.detach(pack),

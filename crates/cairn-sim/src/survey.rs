@@ -125,8 +125,14 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
             count(&mut seen, &mut bytes, &scratch);
         }
         for &p in &packs.new {
+            let size = packs.sizes.get(&p).copied().unwrap_or(0);
+            if kind == LayoutKind::Cairn {
+                // Its units are ranges, not keys: the whole pack.
+                bytes += size;
+                continue;
+            }
             scratch.clear();
-            l.pack_units(p, packs.sizes.get(&p).copied().unwrap_or(0), &packs, &mut scratch);
+            l.pack_units(p, size, &packs, &mut scratch);
             count(&mut seen, &mut bytes, &scratch);
         }
         data.insert(kind, bytes);

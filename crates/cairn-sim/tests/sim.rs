@@ -51,7 +51,7 @@ fn run(percent: f64) -> Vec<Row> {
     let r = simulate(&p, &o).unwrap();
     assert_eq!((r.summary.records, r.summary.duration_ns, r.summary.reads, r.summary.writes), (12, 5 * SEC, 3, 2));
     let sets: Vec<(LayoutKind, u64)> = r.data_sets.iter().map(|d| (d.layout, d.bytes)).collect();
-    // cairn: the pack, cached whole; segments: file 1's 6 MiB and file 2's
+    // cairn: the pack, cached as written; segments: file 1's 6 MiB and file 2's
     // 1 MiB; bluesky: the 7 MiB written, 224 blocks of 32 KiB.
     assert_eq!(sets, vec![(LayoutKind::Cairn, 7 * MB + 100), (LayoutKind::CairnSegment, 7 * MB), (LayoutKind::BlueSky, 7 * MB)]);
     r.rows
@@ -62,13 +62,14 @@ fn three_layouts_by_hand() {
     let rows = run(60.0);
     let [cairn, seg, blue] = [&rows[0], &rows[1], &rows[2]];
 
-    // cairn, 4.2 MiB, misses rounded out to 4 MiB: the pack, cached whole
-    // as it is written, is larger than the cache and goes. File 2 reads
-    // chunk 3 (pack bytes 6-7 MiB): one GET of [4 MiB, the pack's end).
-    // File 1 at 5 MiB (chunk 2, 3-6 MiB) holds 4-6 and fetches [0, 4 MiB),
-    // which evicts the other extent. File 1 at 0 (chunk 1) is held: a hit.
+    // cairn, 4.2 MiB (4,404,079 bytes), misses rounded out to 4 MiB: the
+    // pack is cached as it is written, in 64 KiB pieces, and LRU keeps the
+    // last 67 full pieces and the 100-byte one: [2,949,120, the end). File
+    // 2 (chunk 3, pack bytes 6-7 MiB) and file 1 at 5 MiB (chunk 2, 3-6
+    // MiB) hit; file 1 at 0 (chunk 1, 0-3 MiB) fetches [0, 2,949,120),
+    // rounded down to 0 and stopped at the held piece, in one GET.
     assert_eq!(cairn.cache_bytes, ((7 * MB + 100) as f64 * 0.6) as u64);
-    assert_eq!((cairn.reads, cairn.hits, cairn.gets, cairn.bytes_down), (3, 1, 2, 7 * MB + 100));
+    assert_eq!((cairn.reads, cairn.hits, cairn.gets, cairn.bytes_down), (3, 2, 1, 45 * 65536));
     assert_eq!((cairn.puts, cairn.posts, cairn.bytes_up), (1, 0, 7 * MB + 100));
 
     // cairn-segment, 4.2 MiB: segment B (file 2, 1 MiB) stays, A (file 1,
@@ -90,9 +91,9 @@ fn three_layouts_by_hand() {
     let gb_months = |byte_secs: f64| byte_secs / cairn_model::prices::GB / cairn_model::prices::MONTH_SECS;
     assert!((cairn.storage_gb_months - gb_months((7 * MB + 100) as f64 * 3.0)).abs() < 1e-15);
     assert!((blue.storage_gb_months - gb_months((4 * MB) as f64 * 4.0)).abs() < 1e-15);
-    // Requests at AWS's prices: two GETs and a PUT.
-    assert!((cairn.cost_requests - (2.0 * 0.0004 + 0.005) / 1000.0).abs() < 1e-12);
-    let down = (7 * MB + 100) as f64 / cairn_model::prices::GB * 0.09;
+    // Requests at AWS's prices: a GET and a PUT.
+    assert!((cairn.cost_requests - (0.0004 + 0.005) / 1000.0).abs() < 1e-12);
+    let down = (45 * 65536) as f64 / cairn_model::prices::GB * 0.09;
     assert!((cairn.cost_transfer - down).abs() < 1e-12);
     assert!((cairn.cost - (cairn.cost_requests + cairn.cost_transfer + cairn.cost_storage)).abs() < 1e-12);
 }

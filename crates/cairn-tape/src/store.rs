@@ -133,6 +133,10 @@ struct Stream {
 
 struct State {
     index: Index,
+    /// Object id → the name whose index entry has that id: what a pass
+    /// read over is looked up by id (`keep_passed`), per run, not by a
+    /// walk of the whole index.
+    by_id: HashMap<u64, String>,
     queue: VecDeque<Job>,
     queued_bytes: u64,
     /// Objects put and not yet on tape (queued or being written): readable.
@@ -223,6 +227,7 @@ impl TapeStore {
 
     fn start(dev: Box<dyn TapeDevice>, opts: StoreOptions, label: Label, payload: CatalogPayload, at: AppendPoint) -> TapeStore {
         let CatalogPayload { index, inline } = payload;
+        let by_id = index.objects.iter().map(|(n, e)| (e.id, n.clone())).collect();
         let inline = inline.into_iter().map(|(n, d)| (n, Arc::new(d))).collect();
         let want_prepare = opts.prepare_append || opts.prepare_read;
         let describe = format!("tape {} (volume {})", dev.name(), label.volume_id);
@@ -231,6 +236,7 @@ impl TapeStore {
             opts,
             st: Mutex::new(State {
                 index,
+                by_id,
                 inline,
                 queue: VecDeque::new(),
                 queued_bytes: 0,
@@ -588,23 +594,21 @@ fn keep_passed(inner: &Inner, st: &mut State, passed: Passed) {
     if passed.runs.is_empty() {
         return;
     }
-    let ids: std::collections::HashSet<u64> = passed.runs.iter().map(|r| r.0).collect();
-    let names: HashMap<u64, (String, u64)> = st
-        .index
-        .objects
-        .iter()
-        .filter(|(n, e)| !e.dead && ids.contains(&e.id) && !st.inline.contains_key(*n) && !st.in_flight.contains_key(*n))
-        .map(|(n, e)| (e.id, (n.clone(), e.head)))
-        .collect();
     for (id, off, mut d) in passed.runs {
-        let Some((name, head)) = names.get(&id) else { continue };
+        // A live object's copy that no inline copy or queued put answers.
+        let Some(name) = st.by_id.get(&id) else { continue };
+        let Some(head) = st.index.objects.get(name).filter(|e| !e.dead && e.id == id).map(|e| e.head) else { continue };
+        if st.inline.contains_key(name) || st.in_flight.contains_key(name) {
+            continue;
+        }
+        let name = name.clone();
         // The object's bytes start after its head.
         let skip = head.saturating_sub(off) as usize;
         if skip < d.len() {
             d.drain(..skip);
             st.stats.bytes_passed_kept += d.len() as u64;
             st.stats.bytes_read += d.len() as u64;
-            st.passed_buf.push(name, off + skip as u64 - head, d, inner.opts.read_buffer / 2);
+            st.passed_buf.push(&name, off + skip as u64 - head, d, inner.opts.read_buffer / 2);
         }
     }
 }
@@ -674,7 +678,9 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
                         if !old.dead {
                             st.index.replaced_bytes += old.size;
                         }
+                        st.by_id.remove(&old.id);
                     }
+                    st.by_id.insert(job.id, job.name.clone());
                     st.stats.bytes_written += size;
                     st.stats.objects_written += 1;
                     st.dirty = true;

@@ -58,9 +58,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-/// The default fetch alignment (none) and read-ahead within a pack (why:
-/// their definitions).
-pub use cairn_model::cache::{DEFAULT_AHEAD, DEFAULT_BLOCK};
+/// The default fetch alignment (none) and read-ahead within a pack, and
+/// the pieces an uploaded object is kept in (why: their definitions).
+pub use cairn_model::cache::{DEFAULT_AHEAD, DEFAULT_BLOCK, KEEP_PIECE};
 
 /// The names this cache handles; everything else passes through.
 const PACKS: &str = "packs/";
@@ -949,21 +949,14 @@ impl Inner {
                 tracing::warn!("removing {}: {e}", p.display());
             }
         }
-        let cached = r.is_ok() && {
-            match self.write_atomic(&self.data_path(name, ALL, 0), data, false) {
-                Ok(()) => true,
-                Err((e, _)) => {
-                    tracing::warn!("caching {name}: {e}");
-                    false
-                }
-            }
-        };
+        let pieces = if r.is_ok() { self.write_pieces(name, data) } else { Vec::new() };
         let mut st = self.lock();
-        if cached {
-            st.add_entry(name, ALL, data.len() as u64, Instant::now());
+        if r.is_ok() {
+            let now = Instant::now();
+            for &(off, len) in &pieces {
+                st.add_entry(name, off, len, now);
+            }
             self.trace(CacheEvent::Kept, name, data.len() as u64);
-        } else if r.is_ok() {
-            self.trace(CacheEvent::Dropped, name, 0);
         }
         let victims = st.evict(self.opts.capacity, &self.n.evictions);
         self.release(st, name);
@@ -1070,7 +1063,7 @@ impl Inner {
             let r = match fs::read(&path) {
                 Ok(data) => {
                     let _who = payer.map(cairn_backend::meter::tag);
-                    self.remote.put(&name, &data).map(|()| data.len() as u64)
+                    self.remote.put(&name, &data).map(|()| data)
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     // Someone removed the file behind our back: nothing is
@@ -1098,11 +1091,11 @@ impl Inner {
                 continue;
             }
             match r {
-                Ok(bytes) => {
+                Ok(data) => {
                     drop(st);
                     backoff = FIRST_BACKOFF;
                     self.n.upload.ok();
-                    self.finish_upload(&name, seq, bytes);
+                    self.finish_upload(&name, seq, &data);
                 }
                 Err(e) => {
                     self.n.upload_retries.fetch_add(1, Ordering::Relaxed);
@@ -1122,26 +1115,36 @@ impl Inner {
         }
     }
 
-    /// An uploaded outbox file becomes a clean whole-object entry (a hard
-    /// link: the same inode, so no copy, and its data is already fsynced).
-    fn finish_upload(&self, name: &str, seq: u64, bytes: u64) {
-        let path = self.outbox_path(name);
-        let whole = self.data_path(name, ALL, 0);
-        let tmp = self.tmp_path(&whole);
-        let linked = fs::hard_link(&path, &tmp).and_then(|()| fs::rename(&tmp, &whole));
-        if let Err(e) = &linked {
-            let _ = fs::remove_file(&tmp);
-            tracing::warn!("caching uploaded {name}: {e}");
+    /// Writes `data`, the bytes of object `name`, as extent files of
+    /// [`KEEP_PIECE`] bytes (not fsynced: clean data); returns the pieces
+    /// written, (offset, bytes).
+    fn write_pieces(&self, name: &str, data: &[u8]) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for (i, piece) in data.chunks(KEEP_PIECE as usize).enumerate() {
+            let off = i as u64 * KEEP_PIECE;
+            match self.write_atomic(&self.data_path(name, off, piece.len() as u64), piece, false) {
+                Ok(()) => out.push((off, piece.len() as u64)),
+                Err((e, _)) => tracing::warn!("caching bytes {off}+{} of {name}: {e}", piece.len()),
+            }
         }
+        out
+    }
+
+    /// An uploaded outbox object stays cached as pieces of [`KEEP_PIECE`]
+    /// bytes, each evicted on its own (kept whole, one pack took most of a
+    /// small cache at once and was evicted whole, the parts being read with
+    /// the rest); the outbox file goes.
+    fn finish_upload(&self, name: &str, seq: u64, data: &[u8]) {
+        let path = self.outbox_path(name);
+        let pieces = self.write_pieces(name, data);
         let mut st = self.lock();
         debug_assert!(st.objects.get(name).and_then(|o| o.dirty).is_some_and(|d| d.0 == seq), "an outbox object changed during its upload");
         st.drop_dirty(name);
-        if linked.is_ok() {
-            st.add_entry(name, ALL, bytes, Instant::now());
-            self.trace(CacheEvent::Uploaded, name, bytes);
-        } else {
-            self.trace(CacheEvent::Dropped, name, 0);
+        let now = Instant::now();
+        for &(off, len) in &pieces {
+            st.add_entry(name, off, len, now);
         }
+        self.trace(CacheEvent::Uploaded, name, data.len() as u64);
         self.n.uploads.fetch_add(1, Ordering::Relaxed);
         let victims = st.evict(self.opts.capacity, &self.n.evictions);
         drop(st);

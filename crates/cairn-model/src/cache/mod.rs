@@ -24,3 +24,11 @@ pub const DEFAULT_BLOCK: u64 = 0;
 /// GET, where fetching each exactly cost a GET and a round trip per file
 /// (docs/frugal.md §6). A random reader is not affected.
 pub const DEFAULT_AHEAD: u64 = 256 << 10;
+
+/// A pack written (uploaded, or put directly) stays in the disk cache as
+/// extents of this size, each evicted on its own. Kept whole, a 16 MiB
+/// pack took most of a cache of a few tens of MiB at once and left it
+/// whole, the few files read from it keeping all of it: section 14's
+/// fileserver then downloaded 1.5 times the BlueSky-like log's bytes,
+/// which keeps its log in 32 KiB blocks.
+pub const KEEP_PIECE: u64 = 64 << 10;
