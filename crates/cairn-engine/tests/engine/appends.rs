@@ -4,37 +4,19 @@
 //! keeps the last page of every chunk it stored or fetched, so that read
 //! costs no GET of the chunk, and a trace says so (READ with flag KEPT).
 
-use cairn_backend::Backend;
-use cairn_engine::cloud::{self, CloudOptions};
+use cairn_engine::cloud::CloudOptions;
 use cairn_engine::trace::{Event, TraceReader};
-use cairn_engine::{init_cloud, Caller, ChunkerParams, FileKind, InitOptions, InjectedBackend, OpenOptions, Volume, ROOT_INO};
-use cairn_testing::MemoryBackend;
-use std::sync::Arc;
+use cairn_engine::{Caller, FileKind, InjectedBackend, OpenOptions, Volume, ROOT_INO};
 use std::time::Duration;
 
-const URL: &str = "s3://bucket/vol";
-
-fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use crate::common::{memory_cloud_volume, random_bytes as bytes};
 
 #[test]
 fn the_page_read_before_an_append_costs_no_get() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().join("vol");
     let trace = d.path().join("trace");
-    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    let chunker = ChunkerParams { min: 4 << 10, avg: 16 << 10, max: 64 << 10, ..Default::default() };
-    init_cloud(&dir, URL, None, None, &InitOptions { chunker, pack_target: Some(1 << 20), backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap();
-    cloud::attach(&dir, URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+    let bucket = memory_cloud_volume(&dir);
     let opts = |trace: Option<std::path::PathBuf>| OpenOptions {
         backend: Some(InjectedBackend(bucket.clone())),
         // No decoded chunks kept in memory to speak of, and a pack cache

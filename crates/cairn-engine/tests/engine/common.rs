@@ -139,3 +139,13 @@ pub fn pg_schema_exists(id: &str) -> bool {
     out == "1"
 }
 
+
+/// A volume at `dir` in an in-memory bucket (`s3://bucket/vol`), with
+/// small chunks and 1 MiB packs, attached to this machine; the bucket.
+pub fn memory_cloud_volume(dir: &Path) -> Arc<dyn cairn_backend::Backend> {
+    const URL: &str = "s3://bucket/vol";
+    let bucket: Arc<dyn cairn_backend::Backend> = Arc::new(cairn_testing::MemoryBackend::new());
+    init_cloud(dir, URL, None, None, &InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap();
+    cloud::attach(dir, URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+    bucket
+}

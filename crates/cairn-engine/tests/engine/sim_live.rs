@@ -5,14 +5,10 @@
 //! the cache itself counted. (Here, not in cairn-sim, so that the
 //! simulator's own tests build without the engine.)
 
-use cairn_backend::Backend;
-use cairn_engine::cloud::{self, CloudOptions};
-use cairn_engine::{init_cloud, Caller, ChunkerParams, FileKind, InitOptions, InjectedBackend, OpenOptions, Volume, ROOT_INO};
-use cairn_testing::MemoryBackend;
-use std::sync::Arc;
+use cairn_engine::cloud::CloudOptions;
+use cairn_engine::{Caller, FileKind, InjectedBackend, OpenOptions, Volume, ROOT_INO};
 use std::time::Duration;
 
-const URL: &str = "s3://bucket/vol";
 const CACHE: u64 = 8 << 20;
 
 /// xorshift64: deterministic, no dependency.
@@ -46,10 +42,7 @@ fn the_live_replay_reproduces_the_live_hit_ratio() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().join("vol");
     let trace = d.path().join("trace");
-    let bucket: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    let chunker = ChunkerParams { min: 4 << 10, avg: 16 << 10, max: 64 << 10, ..Default::default() };
-    init_cloud(&dir, URL, None, None, &InitOptions { chunker, pack_target: Some(1 << 20), backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap();
-    cloud::attach(&dir, URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
+    let bucket = crate::common::memory_cloud_volume(&dir);
     let opts = OpenOptions {
         backend: Some(InjectedBackend(bucket.clone())),
         // Nearly no decoded chunks in memory: reads reach the pack cache.
