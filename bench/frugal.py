@@ -295,7 +295,7 @@ def compact_sim(path):
     """A `cairn sim --json` report without what the report does not use."""
     d = json.load(open(path))
     keep = ("layout", "policy", "cache_percent", "cache_bytes", "reads", "hits", "hit_ratio", "gets", "puts", "posts",
-            "bytes_down", "bytes_up", "cost_requests", "cost_transfer", "cost_storage", "cost")
+            "bytes_down", "bytes_up", "cost_requests", "cost_transfer", "cost_storage", "cost", "at_capacity")
     return {"summary": d.get("summary", {}), "data_sets": d.get("data_sets", []), "prices": d.get("prices", {}),
             "rows": [{k: r.get(k) for k in keep} for r in d.get("rows", [])]}
 
@@ -342,13 +342,17 @@ def size_bytes(s):
     return int(float(s[:-1]) * mult) if mult else int(s)
 
 
-def _merge_sims(sims):
+def _merge_sims(sims, at_capacity=False):
     """The rows of several traces of one workload and run (the kernel's two
-    mounts), summed per (layout, policy, cache percent)."""
+    mounts), summed per (layout, policy, cache percent); with at_capacity,
+    the rows of the caches of the live cache's size instead, per (layout,
+    policy, "live")."""
     out = {}
     for s in sims:
         for r in s["rows"]:
-            k = (r["layout"], r["policy"], r["cache_percent"])
+            if bool(r.get("at_capacity")) != at_capacity:
+                continue
+            k = (r["layout"], r["policy"], "live" if at_capacity else r["cache_percent"])
             if k not in out:
                 out[k] = dict(r)
             else:
@@ -581,6 +585,40 @@ def render(rows, b, summary, h):
         b("The same ratio (Cairn's layout with KD ÷ the BlueSky-like log with LRU, requests and transfer as the "
           "simulator prices them) at each cache size: " + "; ".join(by_size) + ".")
         b("")
+    # the live bill against the simulated one at the live cache's size
+    cmp_rows = []
+    for w, n in wls:
+        for pol in ("lru", "kd"):
+            ss = [r for r in sims if r["workload"] == w and r["live_policy"] == pol]
+            m = _merge_sims(ss, at_capacity=True) if ss else {}
+            sim = m.get(("cairn", pol, "live"))
+            bl = [r for r in bills if r["workload"] == w and r["fs"] == "cairn" and r.get("policy") == pol and r.get("own")]
+            if not sim or not bl:
+                continue
+            data_subs = ("write", "read_miss", "prefetch")
+            live = med([sum(x.get("cost", 0) for x in r["own"].get("subsystems", []) if x.get("subsystem") in data_subs) for r in bl])
+            simc = sim.get("cost_requests", 0) + sim.get("cost_transfer", 0)
+            cmp_rows.append((n, POLICY_NAMES[pol], human(sim.get("cache_bytes", 0)), simc, live))
+    if cmp_rows:
+        b("The live bill against the simulated one at the live cache's own size (`cairn sim --capacity`, Cairn's "
+          "layout with the live run's policy; the live side counts the data's requests and bytes only: the writes' "
+          "uploads, the read misses and prefetches, as `cairn cost` splits them by subsystem, without the metadata "
+          "versions and the lease, which the simulator leaves out):")
+        b("")
+        b("| workload | policy | cache | simulated | live | live ÷ simulated |")
+        b("|---|---|---:|---:|---:|---:|")
+        worst = 0.0
+        for n, p, cap, simc, live in cmp_rows:
+            r = live / simc if simc else nan
+            if r == r:
+                worst = max(worst, abs(r - 1))
+            b(f"| {n} | {p} | {cap} | {usd(simc)} | {usd(live)} | {ratio(live, simc)} |")
+        b("")
+        ok = worst <= 0.05
+        b(f"Largest difference: {100 * worst:.1f}%; target (issue 28): within 5%: {met(ok)}.")
+        b("")
+        summary.append(("frugal (section 14): live bill vs simulated at the live cache's size (Cairn's layout)",
+                        "within 5%", f"largest difference {100 * worst:.1f}%", ok))
     # requests behind the live bills
     if bills:
         b("Requests behind the live bills (the proxy's count from before `cairn init` / `juicefs format` to after "

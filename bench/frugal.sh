@@ -223,7 +223,7 @@ fr_cairn() { # WORKLOAD POLICY RUN
         [[ -f $tr ]] || continue
         i=$((i + 1))
         t=$(now)
-        "$CAIRN" sim "$tr" --cache-sizes "$FR_SIM_SIZES" --pack-block "$FR_BLOCK" --json > "$SCRATCH/fr-sim.json" 2> "$SCRATCH/fr-sim.err" ||
+        "$CAIRN" sim "$tr" --cache-sizes "$FR_SIM_SIZES" --capacity "${FR_CAP}M" --pack-block "$FR_BLOCK" --json > "$SCRATCH/fr-sim.json" 2> "$SCRATCH/fr-sim.err" ||
             { tail -n 5 "$SCRATCH/fr-sim.err" >&2; die "cairn sim $tr failed"; }
         record kind=frugal_sim workload="$w" live_policy="$FR_POL" run="$run" trace="$i" trace_bytes="$(stat -c %s "$tr")" \
             sim_seconds="$(elapsed "$t" "$(now)")" "$("${FR[@]}" compact-sim "$SCRATCH/fr-sim.json")"
@@ -425,7 +425,7 @@ fr_cmd workloads "tar xf $FR_TAR -C $MNT; UNMOUNT    # kernel: untar, umount"
 fr_cmd workloads "# mount again, cold: Cairn with a new, empty --cache-dir $SCRATCH/fr-cache-b (trace TRACE2), JuiceFS with its --cache-dir emptied"
 fr_cmd workloads "cd $MNT/$FR_TOP && find . -type f -print0 | sort -z | xargs -0 md5sum    # kernel: checksum"
 fr_cmd workloads "cd $MNT/$FR_TOP && $FR_KBUILD_DEFCONFIG; $FR_KBUILD_MAKE    # kernel: defconfig, build"
-fr_cmd workloads "bench/filebench/build.sh    # Filebench $(cd "$(dirname "$FR_FB_BIN")/../src" 2>/dev/null && git log -1 --format=%h 2>/dev/null || echo '?'), not timed"
+fr_cmd workloads "bench/filebench/build.sh    # Filebench $(cd "$(dirname "$FR_FB_BIN")/../../src" 2>/dev/null && git log -1 --format=%h 2>/dev/null || echo '?'), not timed"
 for x in $FR_FILEBENCH; do
     [[ " $FR_WORKLOADS " == *" ${x%%:*} "* ]] || continue
     fr_cmd workloads "bench/filebench/run.sh ${x%%:*} $MNT/fb OUT.json $(fr_fb_args "${x%%:*}") --after-setup 'sync; echo 3 > /proc/sys/vm/drop_caches'    # ${x%%:*}"
@@ -433,7 +433,7 @@ done
 fr_cmd bill "cairn cost s3://BUCKET/vol --cache-dir CACHE --endpoint \$WAN --json    # after the unmount: the live bill"
 fr_cmd bill "python3 bench/cloud.py count $SCRATCH/wan.log FROM TO    # the WAN proxy's count (Cairn), $SCRATCH/proxy.log for JuiceFS"
 fr_cmd bill "python3 bench/frugal.py jfs-stats $MNT    # JuiceFS's own counters, before each unmount"
-fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --pack-block $FR_BLOCK --json    # every layout (cairn, cairn-segment, bluesky) and policy (lru, kd, ti, tb, h); the kernel's two traces summed"
+fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --capacity CAP --pack-block $FR_BLOCK --json    # every layout (cairn, cairn-segment, bluesky) and policy (lru, kd, ti, tb, h); the kernel's two traces summed"
 fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --layouts cairn --policies lru,kd --pack-block B --json    # B = $FR_ALT_BLOCKS: other fetch units"
 fr_cmd sim "cairn sim TRACE --live --policies lru,kd --json"
 fr_cmd sim "cairn stats s3://BUCKET/vol --cache-dir CACHE --endpoint \$WAN --json    # before the unmount: the live cache's hits and misses"

@@ -633,6 +633,10 @@ enum Cmd {
         #[arg(long)]
         live: bool,
         /// With --live: the cache's size (default: the live cache's).
+        /// Without: each layout is also simulated with a cache of exactly
+        /// this size (e.g. the live cache's, to set the simulated bill of
+        /// Cairn's layout beside the live one), in rows marked
+        /// `at_capacity`.
         #[arg(long, value_parser = size::parse)]
         capacity: Option<u64>,
         /// The `cairn` layout's fetch alignment, as a mount's `--cache-block`:

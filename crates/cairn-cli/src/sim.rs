@@ -38,7 +38,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     let prices = cairn_engine::cost::Prices::load(a.prices)?;
-    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, policies: a.policies, layouts, prices, pack_block: a.pack_block, pack_ahead: a.pack_ahead })?;
+    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, cache_bytes: a.capacity, policies: a.policies, layouts, prices, pack_block: a.pack_block, pack_ahead: a.pack_ahead })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

@@ -46,6 +46,9 @@ pub enum SimError {
 pub struct Options {
     /// Cache sizes in percent of each layout's data set.
     pub cache_percents: Vec<f64>,
+    /// Also each layout with a cache of exactly this many bytes (the live
+    /// cache's size: its rows are marked `at_capacity`).
+    pub cache_bytes: Option<u64>,
     /// Policy names (of [`POLICIES`]).
     pub policies: Vec<String>,
     pub layouts: Vec<LayoutKind>,
@@ -64,6 +67,9 @@ pub struct Row {
     pub policy: String,
     pub cache_percent: f64,
     pub cache_bytes: u64,
+    /// The cache was `Options::cache_bytes` bytes, not a percentage.
+    #[serde(default)]
+    pub at_capacity: bool,
     /// Reads of stored data, and those that needed no GET.
     pub reads: u64,
     pub hits: u64,
@@ -105,7 +111,8 @@ const BATCH: usize = 1 << 15;
 /// capacity), and the operations waiting for them.
 struct Lane {
     layout: Layout,
-    caches: Vec<(String, f64, u64, SimCache)>,
+    /// (policy, percent, bytes, sized by `Options::cache_bytes`, cache)
+    caches: Vec<(String, f64, u64, bool, SimCache)>,
     batch: Batch,
 }
 
@@ -131,7 +138,7 @@ fn run_caches(lanes: &mut [Lane]) {
     let mut work: Vec<(&Batch, &mut SimCache)> = Vec::new();
     for l in lanes.iter_mut() {
         let batch = &l.batch;
-        work.extend(l.caches.iter_mut().map(|c| (batch, &mut c.3)));
+        work.extend(l.caches.iter_mut().map(|c| (batch, &mut c.4)));
     }
     work.into_par_iter().for_each(|(b, c)| c.run(b));
     for l in lanes {
@@ -164,13 +171,21 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
             let data = s.data_set(kind);
             let mut caches = Vec::new();
             for name in &o.policies {
+                if let Some(b) = o.cache_bytes {
+                    let pct = if data == 0 { 0.0 } else { b as f64 * 100.0 / data as f64 };
+                    let mut c = SimCache::new(Policy::named(name).expect("checked above"), b);
+                    if kind == LayoutKind::Cairn {
+                        c = c.with_extents(rules, sizes.clone());
+                    }
+                    caches.push((name.clone(), pct, b, true, c));
+                }
                 for &pct in &o.cache_percents {
                     let capacity = (data as f64 * pct / 100.0) as u64;
                     let mut c = SimCache::new(Policy::named(name).expect("checked above"), capacity);
                     if kind == LayoutKind::Cairn {
                         c = c.with_extents(rules, sizes.clone());
                     }
-                    caches.push((name.clone(), pct, capacity, c));
+                    caches.push((name.clone(), pct, capacity, false, c));
                 }
             }
             Lane { layout: Layout::new(kind, end), caches, batch: Batch::default() }
@@ -193,8 +208,10 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
     let mut rows = Vec::new();
     for l in &mut lanes {
         let up = l.layout.finish(&model, &s.packs);
-        for (policy, pct, capacity, c) in &l.caches {
-            rows.push(row(l.layout.kind, policy, *pct, *capacity, &c.counts, &up, &o.prices));
+        for (policy, pct, capacity, at_capacity, c) in &l.caches {
+            let mut r = row(l.layout.kind, policy, *pct, *capacity, &c.counts, &up, &o.prices);
+            r.at_capacity = *at_capacity;
+            rows.push(r);
         }
     }
     let data_sets = o.layouts.iter().map(|&layout| DataSet { layout, bytes: s.data_set(layout) }).collect();
@@ -213,6 +230,7 @@ fn row(layout: LayoutKind, policy: &str, pct: f64, capacity: u64, c: &Counts, up
         policy: policy.to_string(),
         cache_percent: pct,
         cache_bytes: capacity,
+        at_capacity: false,
         reads: c.reads,
         hits: c.hits,
         hit_ratio: if c.reads == 0 { 0.0 } else { c.hits as f64 / c.reads as f64 },

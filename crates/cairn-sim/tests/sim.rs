@@ -47,7 +47,7 @@ fn run(percent: f64) -> Vec<Row> {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options { cache_percents: vec![percent], policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 }; // the hand computations below are in 4 MiB blocks
+    let o = Options { cache_percents: vec![percent], cache_bytes: None, policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 }; // the hand computations below are in 4 MiB blocks
     let r = simulate(&p, &o).unwrap();
     assert_eq!((r.summary.records, r.summary.duration_ns, r.summary.reads, r.summary.writes), (12, 5 * SEC, 3, 2));
     let sets: Vec<(LayoutKind, u64)> = r.data_sets.iter().map(|d| (d.layout, d.bytes)).collect();
@@ -112,11 +112,30 @@ fn bad_options_and_traces_are_refused() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options { cache_percents: vec![10.0], policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
+    let o = Options { cache_percents: vec![10.0], cache_bytes: None, policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("unknown policy"));
     let o = Options { cache_percents: vec![0.0], policies: vec!["lru".into()], ..o };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("not a positive"));
     std::fs::write(&p, b"not a trace at all, no").unwrap();
     let o = Options { cache_percents: vec![10.0], ..o };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("not a Cairn trace"));
+}
+
+/// A cache of exactly `cache_bytes` gives the same counts as the percentage
+/// that comes to the same bytes, in rows marked `at_capacity`.
+#[test]
+fn a_cache_of_given_bytes_is_the_percentage_of_the_same_size() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t");
+    write_trace(&p, &trace());
+    let bytes = ((7 * MB + 100) as f64 * 0.6) as u64;
+    let o = Options { cache_percents: vec![60.0], cache_bytes: Some(bytes), policies: vec!["lru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
+    let rows = simulate(&p, &o).unwrap().rows;
+    assert_eq!(rows.len(), 2);
+    let (fixed, pct): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.at_capacity);
+    let (f, q) = (fixed[0], pct[0]);
+    assert_eq!((f.cache_bytes, q.cache_bytes), (bytes, bytes));
+    assert!((f.cache_percent - 60.0).abs() < 1e-3, "{}", f.cache_percent);
+    assert_eq!((f.reads, f.hits, f.gets, f.bytes_down), (q.reads, q.hits, q.gets, q.bytes_down));
+    assert!(!q.at_capacity);
 }
