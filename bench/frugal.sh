@@ -223,13 +223,13 @@ fr_cairn() { # WORKLOAD POLICY RUN
         [[ -f $tr ]] || continue
         i=$((i + 1))
         t=$(now)
-        "$CAIRN" sim "$tr" --cache-sizes "$FR_SIM_SIZES" --capacity "${FR_CAP}M" --pack-block "$FR_BLOCK" --json > "$SCRATCH/fr-sim.json" 2> "$SCRATCH/fr-sim.err" ||
+        "$CAIRN" sim "$tr" --cache-sizes "$FR_SIM_SIZES" --cache-of bluesky --capacity "${FR_CAP}M" --pack-block "$FR_BLOCK" --json > "$SCRATCH/fr-sim.json" 2> "$SCRATCH/fr-sim.err" ||
             { tail -n 5 "$SCRATCH/fr-sim.err" >&2; die "cairn sim $tr failed"; }
         record kind=frugal_sim workload="$w" live_policy="$FR_POL" run="$run" trace="$i" trace_bytes="$(stat -c %s "$tr")" \
             sim_seconds="$(elapsed "$t" "$(now)")" "$("${FR[@]}" compact-sim "$SCRATCH/fr-sim.json")"
         # Cairn's layout with other fetch units (what --cache-block would change)
         for b in $FR_ALT_BLOCKS; do
-            "$CAIRN" sim "$tr" --cache-sizes "$FR_SIM_SIZES" --layouts cairn --policies lru,kd --pack-block "$b" --json > "$SCRATCH/fr-sim.json" 2> "$SCRATCH/fr-sim.err" ||
+            "$CAIRN" sim "$tr" --cache-sizes "$FR_SIM_SIZES" --cache-of bluesky --layouts cairn --policies lru,kd --pack-block "$b" --json > "$SCRATCH/fr-sim.json" 2> "$SCRATCH/fr-sim.err" ||
                 { tail -n 5 "$SCRATCH/fr-sim.err" >&2; die "cairn sim $tr --pack-block $b failed"; }
             record kind=frugal_sim_alt workload="$w" live_policy="$FR_POL" run="$run" trace="$i" block="$b" "$("${FR[@]}" compact-sim "$SCRATCH/fr-sim.json")"
         done
@@ -433,8 +433,8 @@ done
 fr_cmd bill "cairn cost s3://BUCKET/vol --cache-dir CACHE --endpoint \$WAN --json    # after the unmount: the live bill"
 fr_cmd bill "python3 bench/cloud.py count $SCRATCH/wan.log FROM TO    # the WAN proxy's count (Cairn), $SCRATCH/proxy.log for JuiceFS"
 fr_cmd bill "python3 bench/frugal.py jfs-stats $MNT    # JuiceFS's own counters, before each unmount"
-fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --capacity CAP --pack-block $FR_BLOCK --json    # every layout (cairn, cairn-segment, bluesky) and policy (lru, kd, ti, tb, h); the kernel's two traces summed"
-fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --layouts cairn --policies lru,kd --pack-block B --json    # B = $FR_ALT_BLOCKS: other fetch units"
+fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --cache-of bluesky --capacity CAP --pack-block $FR_BLOCK --json    # every layout (cairn, cairn-segment, bluesky) and policy (lru, kd, ti, tb, h); the kernel's two traces summed"
+fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --cache-of bluesky --layouts cairn --policies lru,kd --pack-block B --json    # B = $FR_ALT_BLOCKS: other fetch units"
 fr_cmd sim "cairn sim TRACE --live --policies lru,kd --json"
 fr_cmd sim "cairn stats s3://BUCKET/vol --cache-dir CACHE --endpoint \$WAN --json    # before the unmount: the live cache's hits and misses"
 

@@ -122,6 +122,8 @@ enum Cmd {
         /// Volume in a bucket: bound on the local pack cache in --cache-dir
         /// (fetched packs and packs not yet uploaded; the latter are never
         /// evicted, and writers wait when they fill it during an outage).
+        /// The journal of written data not yet packed gets a quarter of it
+        /// (at most 2G), and at least room for two packs.
         #[arg(long, default_value = "10G", value_parser = size::parse)]
         cache_dir_size: u64,
         /// Volume in a bucket: what a read miss fetches. 0 (the default):
@@ -602,15 +604,17 @@ enum Cmd {
     /// GETs, PUTs, bytes down and up, and the bill (requests, transfer, and
     /// storage for the trace's duration).
     ///
-    /// Layouts: `cairn` (the recorded placement; the cache fetches 4 MiB
-    /// blocks of packs, as the live cache), `cairn-segment` (the recorded
+    /// Layouts: `cairn` (the recorded placement; the cache fetches what a
+    /// read misses, as the live cache: see --pack-block and --pack-ahead),
+    /// `cairn-segment` (the recorded
     /// placement; a miss fetches each needed segment, the run of one file's
     /// chunks in one pack, adjacent ones in one GET), `bluesky` (writes
     /// appended to a log in request order, no dedup or compression, sealed
     /// into 4 MiB objects; a miss fetches the missing 32 KiB blocks of an
     /// object, one GET per run). Every layout caches what it writes. Cache
     /// sizes are percentages of each layout's data set (the distinct stored
-    /// bytes the trace reads or writes). With --live, the live cache's own
+    /// bytes the trace reads or writes), or with --cache-of of one size for
+    /// every layout (the same cache in bytes). With --live, the live cache's own
     /// records are replayed instead: the hit ratio the mount had, or would
     /// have had with another policy or --capacity.
     Sim {
@@ -619,6 +623,12 @@ enum Cmd {
         /// Cache sizes, in percent of the data set.
         #[arg(long, default_value = "2,5,10,20", value_delimiter = ',')]
         cache_sizes: Vec<f64>,
+        /// The cache sizes are percentages of SIZE, or of the data set of
+        /// LAYOUT (`bluesky`: the distinct bytes the trace reads or writes,
+        /// as written), for every layout: each gets the same cache in bytes.
+        /// Without it, of each layout's own data set.
+        #[arg(long, value_name = "SIZE|LAYOUT")]
+        cache_of: Option<String>,
         /// Eviction policies: lru, kd (Coral's kd-tree), and kd on one
         /// metric alone: ti (file recency), tb (block recency), h (hotness).
         #[arg(long, default_value = "lru,kd,ti,tb,h", value_delimiter = ',')]
@@ -1348,9 +1358,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Sim { trace, cache_sizes, policies, layouts, prices, live, capacity, pack_block, pack_ahead, json } => {
+        Cmd::Sim { trace, cache_sizes, cache_of, policies, layouts, prices, live, capacity, pack_block, pack_ahead, json } => {
             init_logging(cli.verbose, None)?;
-            sim::run(sim::Args { trace: &trace, cache_sizes, policies, layouts, prices: &prices, live, capacity, pack_block, pack_ahead, json })
+            sim::run(sim::Args { trace: &trace, cache_sizes, cache_of, policies, layouts, prices: &prices, live, capacity, pack_block, pack_ahead, json })
         }
         Cmd::Meta { op } => {
             init_logging(cli.verbose, None)?;

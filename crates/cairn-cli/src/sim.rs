@@ -3,13 +3,14 @@
 
 use crate::size::human;
 use anyhow::{bail, Result};
-use cairn_sim::{LayoutKind, LiveReport, Options, Report};
+use cairn_sim::{LayoutKind, LiveReport, Options, PercentOf, Report};
 use std::path::Path;
 
 /// What `cairn sim` was asked.
 pub struct Args<'a> {
     pub trace: &'a Path,
     pub cache_sizes: Vec<f64>,
+    pub cache_of: Option<String>,
     pub policies: Vec<String>,
     pub layouts: Vec<String>,
     pub prices: &'a str,
@@ -37,8 +38,15 @@ pub fn run(a: Args) -> Result<i32> {
             None => bail!("unknown layout {l:?} (known: {})", LayoutKind::ALL.map(LayoutKind::name).join(", ")),
         }
     }
+    let percent_of = match a.cache_of.as_deref() {
+        None => None,
+        Some(s) => Some(match LayoutKind::parse(s) {
+            Some(k) => PercentOf::DataSetOf(k),
+            None => PercentOf::Bytes(crate::size::parse(s).map_err(|e| anyhow::anyhow!("--cache-of {s:?}: neither a layout ({}) nor a size: {e}", LayoutKind::ALL.map(LayoutKind::name).join(", ")))?),
+        }),
+    };
     let prices = cairn_engine::cost::Prices::load(a.prices)?;
-    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, cache_bytes: a.capacity, policies: a.policies, layouts, prices, pack_block: a.pack_block, pack_ahead: a.pack_ahead })?;
+    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, percent_of, cache_bytes: a.capacity, policies: a.policies, layouts, prices, pack_block: a.pack_block, pack_ahead: a.pack_ahead })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

@@ -8,7 +8,7 @@
 //!   extents leave (`cairn_model::cache::extent`; the units of a read are
 //!   these [`RANGE`] requests, planned by each cache against what it
 //!   holds); each pack is PUT once, as the S3 backend sends it (multipart
-//!   from 16 MiB), and cached whole.
+//!   from 100 MiB), and cached in 64 KiB pieces, as the live cache keeps it.
 //! - `cairn-segment`: the recorded placement; a unit is a segment, the run
 //!   of one file's chunks that lie next to each other in one pack.
 //! - `bluesky`: every write appended to a log in request order (no dedup,
@@ -353,11 +353,13 @@ mod tests {
         assert!(out.iter().all(|u| u.key == RANGE));
         assert_eq!((out[0].start, out[0].len), (0, piece));
         assert_eq!((out.last().unwrap().start, out.last().unwrap().len), (10 * mb, 100));
-        // 10 MiB goes up in one PUT; 64 MiB in a multipart upload of 8 parts.
+        // 10 MiB goes up in one PUT, and so does 64 MiB; 128 MiB in a
+        // multipart upload of 8 parts.
         l.uploaded(&Step { pack: Some((10, 64 * mb)), ..Step::default() }, 2_000_000_000);
+        l.uploaded(&Step { pack: Some((11, 128 * mb)), ..Step::default() }, 2_000_000_000);
         let up = l.finish(&Model::new(), &p);
-        assert_eq!((up.puts, up.posts, up.bytes_up), (1 + 8, 2, 74 * mb + 100));
-        // 10 MiB stored for the last second, the 64 MiB for none.
+        assert_eq!((up.puts, up.posts, up.bytes_up), (1 + 1 + 8, 2, 202 * mb + 100));
+        // 10 MiB stored for the last second, the others for none.
         assert_eq!(up.byte_seconds, (10 * mb + 100) as f64);
     }
 }

@@ -44,8 +44,10 @@ pub enum SimError {
 /// What to simulate.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Cache sizes in percent of each layout's data set.
+    /// Cache sizes in percent of each layout's data set...
     pub cache_percents: Vec<f64>,
+    /// ...or of one size for every layout (the same cache in bytes).
+    pub percent_of: Option<PercentOf>,
     /// Also each layout with a cache of exactly this many bytes (the live
     /// cache's size: its rows are marked `at_capacity`).
     pub cache_bytes: Option<u64>,
@@ -58,6 +60,16 @@ pub struct Options {
     /// The `cairn` layout's read-ahead within a pack (the live cache's
     /// `--cache-ahead`).
     pub pack_ahead: u64,
+}
+
+/// What the cache percentages are of, when every layout gets the same
+/// cache in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PercentOf {
+    Bytes(u64),
+    /// This layout's data set (`bluesky`: the distinct bytes the trace
+    /// reads or writes, as they are, no dedup or compression).
+    DataSetOf(LayoutKind),
 }
 
 /// What one layout, policy and cache size cost.
@@ -164,6 +176,11 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
         ahead: o.pack_ahead,
     };
     let sizes = std::sync::Arc::new(s.packs.sizes.clone());
+    let basis = |kind| match o.percent_of {
+        None => s.data_set(kind),
+        Some(PercentOf::Bytes(b)) => b,
+        Some(PercentOf::DataSetOf(k)) => s.data_set(k),
+    };
     let mut lanes: Vec<Lane> = o
         .layouts
         .iter()
@@ -180,7 +197,7 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
                     caches.push((name.clone(), pct, b, true, c));
                 }
                 for &pct in &o.cache_percents {
-                    let capacity = (data as f64 * pct / 100.0) as u64;
+                    let capacity = (basis(kind) as f64 * pct / 100.0) as u64;
                     let mut c = SimCache::new(Policy::named(name).expect("checked above"), capacity);
                     if kind == LayoutKind::Cairn {
                         c = c.with_extents(rules, sizes.clone());

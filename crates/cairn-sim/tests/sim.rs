@@ -2,7 +2,7 @@
 
 use cairn_model::prices::Prices;
 use cairn_model::trace::{Event, Record, HEADER_LEN, MAGIC, RECORD_LEN, VERSION};
-use cairn_sim::{simulate, LayoutKind, Options, Row};
+use cairn_sim::{simulate, LayoutKind, Options, PercentOf, Row};
 use std::path::Path;
 
 const MB: u64 = 1 << 20;
@@ -47,7 +47,7 @@ fn run(percent: f64) -> Vec<Row> {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options { cache_percents: vec![percent], cache_bytes: None, policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 }; // the hand computations below are in 4 MiB blocks
+    let o = Options { cache_percents: vec![percent], percent_of: None, cache_bytes: None, policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 }; // the hand computations below are in 4 MiB blocks
     let r = simulate(&p, &o).unwrap();
     assert_eq!((r.summary.records, r.summary.duration_ns, r.summary.reads, r.summary.writes), (12, 5 * SEC, 3, 2));
     let sets: Vec<(LayoutKind, u64)> = r.data_sets.iter().map(|d| (d.layout, d.bytes)).collect();
@@ -112,7 +112,7 @@ fn bad_options_and_traces_are_refused() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options { cache_percents: vec![10.0], cache_bytes: None, policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
+    let o = Options { cache_percents: vec![10.0], percent_of: None, cache_bytes: None, policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("unknown policy"));
     let o = Options { cache_percents: vec![0.0], policies: vec!["lru".into()], ..o };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("not a positive"));
@@ -129,7 +129,7 @@ fn a_cache_of_given_bytes_is_the_percentage_of_the_same_size() {
     let p = d.path().join("t");
     write_trace(&p, &trace());
     let bytes = ((7 * MB + 100) as f64 * 0.6) as u64;
-    let o = Options { cache_percents: vec![60.0], cache_bytes: Some(bytes), policies: vec!["lru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
+    let o = Options { cache_percents: vec![60.0], percent_of: None, cache_bytes: Some(bytes), policies: vec!["lru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
     let rows = simulate(&p, &o).unwrap().rows;
     assert_eq!(rows.len(), 2);
     let (fixed, pct): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.at_capacity);
@@ -138,4 +138,31 @@ fn a_cache_of_given_bytes_is_the_percentage_of_the_same_size() {
     assert!((f.cache_percent - 60.0).abs() < 1e-3, "{}", f.cache_percent);
     assert_eq!((f.reads, f.hits, f.gets, f.bytes_down), (q.reads, q.hits, q.gets, q.bytes_down));
     assert!(!q.at_capacity);
+}
+
+/// `percent_of` sizes every layout's cache from one number of bytes, so
+/// the layouts are compared with the same cache (issue 28), and a
+/// percentage of it replays as that many bytes would.
+#[test]
+fn percentages_of_one_size_give_every_layout_the_same_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t");
+    write_trace(&p, &trace());
+    let of = 20 * MB;
+    let o = Options { cache_percents: vec![25.0], percent_of: Some(PercentOf::Bytes(of)), cache_bytes: Some((of as f64 * 25.0 / 100.0) as u64), policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
+    let r = simulate(&p, &o).unwrap();
+    // The layouts' own data sets differ, so only `percent_of` makes the sizes equal.
+    assert!(r.data_sets.iter().any(|d| d.bytes != r.data_sets[0].bytes), "{:?}", r.data_sets);
+    for layout in LayoutKind::ALL {
+        let rows: Vec<&Row> = r.rows.iter().filter(|x| x.layout == layout).collect();
+        assert_eq!(rows.len(), 2);
+        let (fixed, pct): (Vec<&Row>, Vec<&Row>) = rows.into_iter().partition(|x| x.at_capacity);
+        assert_eq!(pct[0].cache_bytes, (of as f64 * 25.0 / 100.0) as u64, "{layout:?}");
+        assert_eq!((fixed[0].hits, fixed[0].gets, fixed[0].bytes_down), (pct[0].hits, pct[0].gets, pct[0].bytes_down), "{layout:?}");
+    }
+    // Of a layout's data set: that layout's rows are as without the option.
+    let blue = r.data_sets.iter().find(|d| d.layout == LayoutKind::BlueSky).unwrap().bytes;
+    let o = Options { percent_of: Some(PercentOf::DataSetOf(LayoutKind::BlueSky)), cache_bytes: None, ..o };
+    let r = simulate(&p, &o).unwrap();
+    assert!(r.rows.iter().all(|x| x.cache_bytes == (blue as f64 * 25.0 / 100.0) as u64), "{:?}", r.rows);
 }
