@@ -2,6 +2,7 @@
 //! started by scripts/test.sh, which exports where it listens).
 
 use cairn_backend::{Backend, ErrorKind, RetryPolicy, Retrying, S3Backend, S3Location};
+use cairn_model::prices::{MULTIPART_MIN, PART_SIZE};
 
 /// The server scripts/test.sh started: `CAIRN_TEST_S3_ENDPOINT` and a
 /// bucket that exists there, `CAIRN_TEST_S3_BUCKET`.
@@ -41,14 +42,15 @@ fn conformance_at_the_bucket_root_behind_retries() {
     cairn_backend::conformance::run_all(&Retrying::new(b, RetryPolicy::quick()));
 }
 
-/// Packs of 16 MiB or more go up in parts; ranges across part edges read back.
+/// Objects of `MULTIPART_MIN` (100 MiB) or more go up in parts; ranges
+/// across part edges read back.
 #[test]
 fn large_objects_go_up_in_parts_and_read_back_by_range() {
     let b = backend("multipart");
-    let data: Vec<u8> = (0..(20u32 << 20)).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let data = pattern(MULTIPART_MIN + (4 << 20));
     b.put("packs/00/big", &data).unwrap();
     assert_eq!(b.size("packs/00/big").unwrap(), data.len() as u64);
-    let at = (8 << 20) - 100;
+    let at = PART_SIZE - 100;
     assert_eq!(b.get_range("packs/00/big", at, 300).unwrap(), &data[at as usize..at as usize + 300]);
     assert!(b.get("packs/00/big").unwrap() == data);
 }
@@ -74,25 +76,33 @@ fn an_unreachable_endpoint_is_transient() {
 }
 
 /// Every HTTP request is counted, by kind and by the subsystem the thread
-/// works for: a multipart upload is a POST, a PUT per 8 MiB part and a
-/// POST; a listing a LIST per 1,000 keys; failed requests count too.
+/// works for: a multipart upload is a POST, a PUT per 16 MiB part and a
+/// POST; a pack of 20 MiB one PUT; a listing a LIST per 1,000 keys; failed
+/// requests count too.
 #[test]
 fn every_request_is_counted_as_sent() {
     use cairn_backend::meter::{self, RequestKind as K, Subsystem};
     let b = backend("meter");
     let m = b.meter().clone();
     m.take();
-    let big: Vec<u8> = (0..(20u32 << 20)).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let huge = pattern(MULTIPART_MIN + 1);
+    let big = pattern(20 << 20);
     {
         let _w = meter::tag(Subsystem::Write);
+        b.put("packs/00/huge", &huge).unwrap();
         b.put("packs/00/big", &big).unwrap();
         b.put("packs/00/small", b"hello").unwrap();
     }
     let n = m.take();
+    let parts = huge.len().div_ceil(PART_SIZE as usize) as u64;
+    assert_eq!(parts, 7);
     assert_eq!(n.get(Subsystem::Write, K::Post).requests, 2, "create and complete");
-    assert_eq!(n.get(Subsystem::Write, K::Put).requests, 3 + 1, "three parts and a small object");
-    assert_eq!(n.get(Subsystem::Write, K::Put).bytes, big.len() as u64 + 5);
+    assert_eq!(n.get(Subsystem::Write, K::Put).requests, parts + 2, "the parts, a 20 MiB pack and a small object");
+    assert_eq!(n.get(Subsystem::Write, K::Put).bytes, (huge.len() + big.len()) as u64 + 5);
     assert_eq!(n.iter().count(), 2, "{n:?}");
+    drop(huge);
+    b.delete("packs/00/huge").unwrap();
+    m.take();
     {
         let _r = meter::tag(Subsystem::ReadMiss);
         assert_eq!(b.get_range("packs/00/big", 10, 100).unwrap().len(), 100);
@@ -121,4 +131,9 @@ fn every_request_is_counted_as_sent() {
     let r = Retrying::new(b, RetryPolicy::quick());
     assert_eq!(r.put_if_absent("packs/00/big", b"x").unwrap_err().kind(), ErrorKind::AlreadyExists);
     assert_eq!(m.take().total(K::Put).requests, 1);
+}
+
+/// Bytes that do not repeat within a part (so a part mixed up shows).
+fn pattern(len: u64) -> Vec<u8> {
+    (0..len as u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect()
 }

@@ -274,7 +274,8 @@ mod tests {
         let p = Prices::aws();
         assert_eq!(upload_cost(&p, 0), 0.0);
         assert!((upload_cost(&p, 1 << 20) - 0.005 / 1000.0).abs() < 1e-12);
-        // 64 MiB: create + complete (POST) and 8 parts (PUT).
-        assert!((upload_cost(&p, 64 << 20) - 10.0 * 0.005 / 1000.0).abs() < 1e-12);
+        // 64 MiB: one PUT; 128 MiB: create + complete (POST) and 8 parts (PUT).
+        assert!((upload_cost(&p, 64 << 20) - 0.005 / 1000.0).abs() < 1e-12);
+        assert!((upload_cost(&p, 128 << 20) - 10.0 * 0.005 / 1000.0).abs() < 1e-12);
     }
 }

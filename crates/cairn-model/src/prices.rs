@@ -12,10 +12,14 @@ pub const GB: f64 = (1u64 << 30) as f64;
 /// A billing month: 730 hours (365 days / 12).
 pub const MONTH_SECS: f64 = 730.0 * 3600.0;
 
-/// Objects at least this large go up in parts (a multipart upload).
-pub const MULTIPART_MIN: u64 = 16 << 20;
+/// Objects at least this large go up in parts (a multipart upload). A
+/// bucket's packs (16 MiB by default, a little more with the blob that
+/// fills them) go in one PUT: as parts each would cost five requests
+/// (POST, three PUTs, POST) where one does. S3 takes up to 5 GiB in one
+/// PUT and advises parts from 100 MB.
+pub const MULTIPART_MIN: u64 = 100 << 20;
 /// The size of each part of a multipart upload.
-pub const PART_SIZE: u64 = 8 << 20;
+pub const PART_SIZE: u64 = 16 << 20;
 
 /// The requests a successful put of `len` bytes sends, as (PUT, POST): one
 /// PUT below the multipart threshold, else a POST to create the upload, a
@@ -208,9 +212,11 @@ mod tests {
     fn puts_count_their_parts() {
         assert_eq!(put_requests(0), (1, 0));
         assert_eq!(put_requests(MULTIPART_MIN - 1), (1, 0));
-        assert_eq!(put_requests(MULTIPART_MIN), (2, 2));
-        assert_eq!(put_requests(MULTIPART_MIN + 1), (3, 2));
-        assert_eq!(put_requests(64 << 20), (8, 2));
+        assert_eq!(put_requests(MULTIPART_MIN), (7, 2));
+        assert_eq!(put_requests(112 << 20), (7, 2));
+        assert_eq!(put_requests((112 << 20) + 1), (8, 2));
+        // A bucket's pack, a little over its 16 MiB target: one PUT.
+        assert_eq!(put_requests(20 << 20), (1, 0));
     }
 
     #[test]
