@@ -58,9 +58,12 @@ impl Volume {
                 c.cache.set_trace(t.clone());
             }
             // The journal is local dirty data too: within the cache's bound,
-            // so an outage blocks writers once the cache is full.
+            // so an outage blocks writers once the cache is full; but with
+            // room for two packs (one filling while the last uploads), or a
+            // small cache would cut every pack short at a quarter of itself
+            // (each a PUT; docs/frugal.md §7).
             opts.journal_limit = if c.cache.capabilities().cheap_ranged_reads {
-                opts.journal_limit.min(opts.cloud.cache_bytes / 4)
+                opts.journal_limit.min((opts.cloud.cache_bytes / 4).max(2 * cfg.pack_target))
             } else {
                 // On a tape the journal is where each stream's run gathers
                 // (docs/tape.md §2): the larger, the longer the runs.

@@ -451,7 +451,16 @@ impl Volume {
         // Past half the journal's limit, closed files go whatever their age,
         // before writers have to wait for room.
         let pressure = self.journal.bytes() > self.opts.journal_limit / 2;
+        // In a bucket, where every pack is a PUT, rounds are grouped
+        // (docs/frugal.md §7): one that age starts also takes the files at
+        // least half that old, so rounds come about every half age with
+        // what was written meanwhile, not every flusher tick (500 ms) with
+        // the few files that just crossed the age; and once the closed
+        // files' dirty bytes fill a pack, a round takes them all.
+        let grouped = self.cloud.is_some() && !sequential && only.is_none();
         let mut chosen: Vec<Arc<FileState>> = Vec::new();
+        let (mut half_old, mut closed) = (Vec::new(), Vec::new());
+        let mut closed_bytes = 0;
         for e in self.files.iter() {
             if only.is_some_and(|i| i != *e.key()) {
                 continue;
@@ -460,10 +469,27 @@ impl Volume {
             if g.evicted || !g.is_dirty() {
                 continue;
             }
-            let old = g.dirty_since.is_some_and(|t| t.elapsed() >= age);
+            let dirty_for = g.dirty_since.map(|t| t.elapsed());
+            let old = dirty_for.is_some_and(|d| d >= age);
             if all || g.due || old || g.dirty_bytes >= flush_bytes || (pressure && g.open == 0) {
                 chosen.push(e.value().clone());
+            } else if grouped {
+                if g.open == 0 {
+                    closed_bytes += g.dirty_bytes;
+                }
+                if dirty_for.is_some_and(|d| d >= age / 2) {
+                    half_old.push(e.value().clone());
+                } else if g.open == 0 {
+                    closed.push(e.value().clone());
+                }
             }
+        }
+        let fills_a_pack = grouped && closed_bytes >= self.cfg.pack_target;
+        if !chosen.is_empty() || fills_a_pack {
+            chosen.append(&mut half_old);
+        }
+        if fills_a_pack {
+            chosen.append(&mut closed);
         }
         let mut fed = 0;
         if sequential && only.is_none() {

@@ -143,9 +143,14 @@ pub fn pg_schema_exists(id: &str) -> bool {
 /// A volume at `dir` in an in-memory bucket (`s3://bucket/vol`), with
 /// small chunks and 1 MiB packs, attached to this machine; the bucket.
 pub fn memory_cloud_volume(dir: &Path) -> Arc<dyn cairn_backend::Backend> {
+    memory_cloud_volume_packing(dir, 1 << 20)
+}
+
+/// [`memory_cloud_volume`] with packs of `pack_target` bytes.
+pub fn memory_cloud_volume_packing(dir: &Path, pack_target: u64) -> Arc<dyn cairn_backend::Backend> {
     const URL: &str = "s3://bucket/vol";
     let bucket: Arc<dyn cairn_backend::Backend> = Arc::new(cairn_testing::MemoryBackend::new());
-    init_cloud(dir, URL, None, None, &InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap();
+    init_cloud(dir, URL, None, None, &InitOptions { chunker: small_chunks(), pack_target: Some(pack_target), backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap();
     cloud::attach(dir, URL, None, None, Some(&InjectedBackend(bucket.clone()))).unwrap();
     bucket
 }

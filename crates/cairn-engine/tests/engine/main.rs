@@ -27,6 +27,7 @@ mod tape;
 mod inspect;
 mod sim_live;
 mod appends;
+mod rounds;
 mod postgres;
 mod pg_bucket;
 mod shared_writers;
