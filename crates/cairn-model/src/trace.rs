@@ -65,9 +65,10 @@ pub enum CacheEvent {
     Outbox,
     /// The pack entered the outbox.
     Queued,
-    /// The pack was uploaded from the outbox and kept whole.
+    /// The pack was uploaded from the outbox and kept, in pieces of
+    /// `cache::KEEP_PIECE` bytes.
     Uploaded,
-    /// The pack, put to the bucket directly, was kept whole.
+    /// The pack, put to the bucket directly, was kept in such pieces.
     Kept,
     /// The pack's copies left the cache.
     Dropped,

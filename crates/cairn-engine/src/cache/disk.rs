@@ -783,13 +783,15 @@ impl Inner {
             return None;
         }
         let (mut reads, mut gets, mut others) = (Vec::new(), Vec::new(), false);
+        // An extent can serve two gaps of the request: read (and hit) once.
+        let mut read_slots = std::collections::HashSet::new();
         for (a, b) in uncovered(pieces, off, end) {
             let after = extent::continuing(o.last_get, group.unwrap_or(0));
             let p = extent::plan(&o.extents, |v| v.0, &o.claimed, after, a, b, size, rules);
             others |= p.waiting;
             for s in p.cached {
                 let (e, k) = o.extents[&s];
-                if !reads.iter().any(|r: &(u64, u64, u64)| r.0 == s) {
+                if read_slots.insert(s) {
                     hit(k, s);
                     reads.push((s, e - s, k));
                 }

@@ -107,6 +107,10 @@ pub struct FlushReport {
     pub patches: u64,
 }
 
+/// A grouped round (in a bucket) takes files up to this many packs' worth
+/// of dirty bytes, oldest first.
+const ROUND_PACKS: u64 = 2;
+
 /// Steps of fewer bytes hash and encode their chunks on the calling thread.
 const PARALLEL_MIN_BYTES: usize = 1 << 20;
 
@@ -458,8 +462,10 @@ impl Volume {
         // the few files that just crossed the age; and once the closed
         // files' dirty bytes fill a pack, a round takes them all.
         let grouped = self.cloud.is_some() && !sequential && only.is_none();
-        let mut chosen: Vec<Arc<FileState>> = Vec::new();
-        let (mut half_old, mut closed) = (Vec::new(), Vec::new());
+        // (dirty since, dirty bytes, file)
+        type Cand = (Option<std::time::Instant>, u64, Arc<FileState>);
+        let mut picked: Vec<Cand> = Vec::new();
+        let (mut half_old, mut closed): (Vec<Cand>, Vec<Cand>) = (Vec::new(), Vec::new());
         let mut closed_bytes = 0;
         for e in self.files.iter() {
             if only.is_some_and(|i| i != *e.key()) {
@@ -471,26 +477,44 @@ impl Volume {
             }
             let dirty_for = g.dirty_since.map(|t| t.elapsed());
             let old = dirty_for.is_some_and(|d| d >= age);
+            let cand = (g.dirty_since, g.dirty_bytes, e.value().clone());
             if all || g.due || old || g.dirty_bytes >= flush_bytes || (pressure && g.open == 0) {
-                chosen.push(e.value().clone());
+                picked.push(cand);
             } else if grouped {
                 if g.open == 0 {
                     closed_bytes += g.dirty_bytes;
                 }
                 if dirty_for.is_some_and(|d| d >= age / 2) {
-                    half_old.push(e.value().clone());
+                    half_old.push(cand);
                 } else if g.open == 0 {
-                    closed.push(e.value().clone());
+                    closed.push(cand);
                 }
             }
         }
         let fills_a_pack = grouped && closed_bytes >= self.cfg.pack_target;
-        if !chosen.is_empty() || fills_a_pack {
-            chosen.append(&mut half_old);
+        if !picked.is_empty() || fills_a_pack {
+            picked.append(&mut half_old);
         }
         if fills_a_pack {
-            chosen.append(&mut closed);
+            picked.append(&mut closed);
         }
+        if grouped && !all {
+            // A round holds its files' flush locks (a delete or truncate of
+            // one waits) until its packs are in the outbox, which a small
+            // cache lets in one at a time as uploads drain: a grouped round
+            // takes the oldest files up to ROUND_PACKS packs' worth, and the
+            // rest go in the next round.
+            picked.sort_by_key(|c| c.0);
+            let mut bytes = 0;
+            let keep = picked.iter().take_while(|c| {
+                let under = bytes < ROUND_PACKS * self.cfg.pack_target;
+                bytes += c.1;
+                under
+            });
+            let n = keep.count();
+            picked.truncate(n);
+        }
+        let mut chosen: Vec<Arc<FileState>> = picked.into_iter().map(|c| c.2).collect();
         let mut fed = 0;
         if sequential && only.is_none() {
             if chosen.is_empty() && !all {

@@ -94,3 +94,30 @@ fn a_small_cache_leaves_the_journal_room_for_two_packs() {
     assert_eq!(v.status().journal_limit, 256 << 20);
     v.close().unwrap();
 }
+
+#[test]
+fn a_grouped_round_takes_at_most_two_packs_of_files() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("vol");
+    let bucket = memory_cloud_volume(&dir); // 1 MiB packs
+    let v = open(&dir, &bucket, Duration::from_secs(3600), 64 << 20);
+    // Three packs' worth of closed files: more than one round may take.
+    let file = 512u64 << 10;
+    for i in 0..6 {
+        write_closed(&v, &format!("f{i}"), i, file as usize);
+    }
+    // The rounds run here (the background flusher may take one first: it
+    // follows the same rule). Each takes the oldest files up to two packs.
+    let mut taken = 0;
+    while v.status().dirty_files > 0 {
+        let r = v.flush_due().unwrap();
+        assert!(r.chunked_bytes <= 2 * (1 << 20), "a round took {} bytes", r.chunked_bytes);
+        taken += r.files;
+        if r.files == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert!(taken > 0, "the background flusher took every round");
+    assert!(v.metrics_snapshot().flushes >= 2);
+    v.close().unwrap();
+}
