@@ -466,7 +466,7 @@ mod tests {
         assert_eq!(put_requests(0), (1, 0));
         assert_eq!(put_requests(MULTIPART_MIN as u64 - 1), (1, 0));
         let parts = |n: usize| vec![0u8; n].chunks(PART_SIZE).count() as u64;
-        for n in [MULTIPART_MIN, MULTIPART_MIN + 1, 64 << 20, (64 << 20) + 5] {
+        for n in [MULTIPART_MIN, MULTIPART_MIN + 1, 128 << 20, (128 << 20) + 5] {
             assert_eq!(put_requests(n as u64), (parts(n), 2), "{n}");
         }
     }
