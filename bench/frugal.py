@@ -480,7 +480,10 @@ def render(rows, b, summary, h):
                 ops.setdefault(k, []).append(n)
         written = med([r.get("bytes_written", 0) for r in runs]) if runs else nan
         read = med([r.get("bytes_read", 0) for r in runs]) if runs else nan
-        rate = ", ".join(f"{r.get('fs')}{' ' + r['policy'] if r.get('policy') else ''} {r.get('ops_per_s', 0):,.0f}" for r in runs)
+        by_sys = {}
+        for r in runs:
+            by_sys.setdefault(f"{r.get('fs')}{' ' + r['policy'] if r.get('policy') else ''}", []).append(r.get("ops_per_s", 0))
+        rate = ", ".join(f"{k} {med(v):,.0f}" for k, v in by_sys.items()) + (" (medians)" if len(runs) > len(by_sys) else "")
         rt = runs[0].get("runtime_s") if runs else "?"
         b(f"| {w} | Filebench {s.get('filebench_version', '?')}'s stock `{w}.f`: {int(v.get('nfiles', 0)):,} files, "
           f"{v.get('nthreads', '?')} threads, {rt} s after the files are made "
