@@ -462,8 +462,8 @@ impl Volume {
         // the few files that just crossed the age; and once the closed
         // files' dirty bytes fill a pack, a round takes them all.
         let grouped = self.cloud.is_some() && !sequential && only.is_none();
-        // (dirty since, dirty bytes, file)
-        type Cand = (Option<std::time::Instant>, u64, Arc<FileState>);
+        // (not due, dirty since, dirty bytes, file)
+        type Cand = (bool, Option<std::time::Instant>, u64, Arc<FileState>);
         let mut picked: Vec<Cand> = Vec::new();
         let (mut half_old, mut closed): (Vec<Cand>, Vec<Cand>) = (Vec::new(), Vec::new());
         let mut closed_bytes = 0;
@@ -477,7 +477,7 @@ impl Volume {
             }
             let dirty_for = g.dirty_since.map(|t| t.elapsed());
             let old = dirty_for.is_some_and(|d| d >= age);
-            let cand = (g.dirty_since, g.dirty_bytes, e.value().clone());
+            let cand = (!g.due, g.dirty_since, g.dirty_bytes, e.value().clone());
             if all || g.due || old || g.dirty_bytes >= flush_bytes || (pressure && g.open == 0) {
                 picked.push(cand);
             } else if grouped {
@@ -503,18 +503,19 @@ impl Volume {
             // one waits) until its packs are in the outbox, which a small
             // cache lets in one at a time as uploads drain: a grouped round
             // takes the oldest files up to ROUND_PACKS packs' worth, and the
-            // rest go in the next round.
-            picked.sort_by_key(|c| c.0);
+            // rest go in the next round. A file someone waits for (due: a
+            // close on a shared volume) always goes.
+            picked.sort_by_key(|c| (c.0, c.1));
             let mut bytes = 0;
             let keep = picked.iter().take_while(|c| {
-                let under = bytes < ROUND_PACKS * self.cfg.pack_target;
-                bytes += c.1;
+                let under = !c.0 || bytes < ROUND_PACKS * self.cfg.pack_target;
+                bytes += c.2;
                 under
             });
             let n = keep.count();
             picked.truncate(n);
         }
-        let mut chosen: Vec<Arc<FileState>> = picked.into_iter().map(|c| c.2).collect();
+        let mut chosen: Vec<Arc<FileState>> = picked.into_iter().map(|c| c.3).collect();
         let mut fed = 0;
         if sequential && only.is_none() {
             if chosen.is_empty() && !all {

@@ -109,7 +109,9 @@ fn a_grouped_round_takes_at_most_two_packs_of_files() {
     // The rounds run here (the background flusher may take one first: it
     // follows the same rule). Each takes the oldest files up to two packs.
     let mut taken = 0;
+    let end = Instant::now() + Duration::from_secs(30);
     while v.status().dirty_files > 0 {
+        assert!(Instant::now() < end, "closed files filling three packs were never taken");
         let r = v.flush_due().unwrap();
         assert!(r.chunked_bytes <= 2 * (1 << 20), "a round took {} bytes", r.chunked_bytes);
         taken += r.files;
