@@ -187,22 +187,22 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
         .map(|&kind| {
             let data = s.data_set(kind);
             let mut caches = Vec::new();
+            let cache = |name: &str, capacity: u64| {
+                let c = SimCache::new(Policy::named(name).expect("checked above"), capacity);
+                if kind == LayoutKind::Cairn {
+                    c.with_extents(rules, sizes.clone())
+                } else {
+                    c
+                }
+            };
             for name in &o.policies {
                 if let Some(b) = o.cache_bytes {
                     let pct = if data == 0 { 0.0 } else { b as f64 * 100.0 / data as f64 };
-                    let mut c = SimCache::new(Policy::named(name).expect("checked above"), b);
-                    if kind == LayoutKind::Cairn {
-                        c = c.with_extents(rules, sizes.clone());
-                    }
-                    caches.push((name.clone(), pct, b, true, c));
+                    caches.push((name.clone(), pct, b, true, cache(name, b)));
                 }
                 for &pct in &o.cache_percents {
                     let capacity = (basis(kind) as f64 * pct / 100.0) as u64;
-                    let mut c = SimCache::new(Policy::named(name).expect("checked above"), capacity);
-                    if kind == LayoutKind::Cairn {
-                        c = c.with_extents(rules, sizes.clone());
-                    }
-                    caches.push((name.clone(), pct, capacity, false, c));
+                    caches.push((name.clone(), pct, capacity, false, cache(name, capacity)));
                 }
             }
             Lane { layout: Layout::new(kind, end), caches, batch: Batch::default() }
