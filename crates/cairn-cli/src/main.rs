@@ -659,6 +659,25 @@ enum Cmd {
         /// fetches this much more (0: none).
         #[arg(long, default_value = "256K", value_parser = size::parse)]
         pack_ahead: u64,
+        /// The order of files within each flush round's packs (the cairn
+        /// layouts): `recorded` (as the flusher wrote them), `kd` (by each
+        /// file's last read before the round, Coral's t_i), `next-read` (by
+        /// each file's first read after the round: an oracle, the most any
+        /// order can give).
+        #[arg(long, default_value = "recorded", value_name = "recorded|kd|next-read")]
+        pack_order: String,
+        /// Open packs (the cairn layouts): each round's chunks are appended
+        /// to the pack still open in the outbox, sealed and uploaded once
+        /// it holds SIZE (e.g. the volume's pack size), or at the first
+        /// round --open-pack-age or more after it opened, or at the trace's
+        /// end. 0: every round seals its own packs, as recorded.
+        #[arg(long, default_value = "0", value_parser = size::parse, value_name = "SIZE")]
+        open_packs: u64,
+        /// With --open-packs: the most seconds a pack stays open (a mount
+        /// ships metadata every --meta-interval, 5 s by default, and a
+        /// version may not name a pack the bucket does not hold).
+        #[arg(long, default_value = "5", value_name = "SECS")]
+        open_pack_age: f64,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -1358,9 +1377,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Sim { trace, cache_sizes, cache_of, policies, layouts, prices, live, capacity, pack_block, pack_ahead, json } => {
+        Cmd::Sim { trace, cache_sizes, cache_of, policies, layouts, prices, live, capacity, pack_block, pack_ahead, pack_order, open_packs, open_pack_age, json } => {
             init_logging(cli.verbose, None)?;
-            sim::run(sim::Args { trace: &trace, cache_sizes, cache_of, policies, layouts, prices: &prices, live, capacity, pack_block, pack_ahead, json })
+            sim::run(sim::Args { trace: &trace, cache_sizes, cache_of, policies, layouts, prices: &prices, live, capacity, pack_block, pack_ahead, pack_order: &pack_order, open_packs, open_pack_age, json })
         }
         Cmd::Meta { op } => {
             init_logging(cli.verbose, None)?;

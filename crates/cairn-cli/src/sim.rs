@@ -3,7 +3,7 @@
 
 use crate::size::human;
 use anyhow::{bail, Result};
-use cairn_sim::{LayoutKind, LiveReport, Options, PercentOf, Report};
+use cairn_sim::{LayoutKind, LiveReport, Options, PackOrder, PercentOf, Repacking, Report};
 use std::path::Path;
 
 /// What `cairn sim` was asked.
@@ -18,6 +18,9 @@ pub struct Args<'a> {
     pub capacity: Option<u64>,
     pub pack_block: u64,
     pub pack_ahead: u64,
+    pub pack_order: &'a str,
+    pub open_packs: u64,
+    pub open_pack_age: f64,
     pub json: bool,
 }
 
@@ -45,8 +48,15 @@ pub fn run(a: Args) -> Result<i32> {
             None => PercentOf::Bytes(crate::size::parse(s).map_err(|e| anyhow::anyhow!("--cache-of {s:?}: neither a layout ({}) nor a size: {e}", LayoutKind::ALL.map(LayoutKind::name).join(", ")))?),
         }),
     };
+    let Some(order) = PackOrder::parse(a.pack_order) else {
+        bail!("unknown --pack-order {:?} (known: {})", a.pack_order, PackOrder::ALL.map(PackOrder::name).join(", "));
+    };
+    if !(a.open_pack_age.is_finite() && a.open_pack_age >= 0.0) {
+        bail!("--open-pack-age must be a number of seconds, not {}", a.open_pack_age);
+    }
+    let repacking = Repacking { order, open_target: a.open_packs, open_age_ns: (a.open_pack_age * 1e9) as u64 };
     let prices = cairn_engine::cost::Prices::load(a.prices)?;
-    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, percent_of, cache_bytes: a.capacity, policies: a.policies, layouts, prices, pack_block: a.pack_block, pack_ahead: a.pack_ahead })?;
+    let r = cairn_sim::simulate(a.trace, &Options { cache_percents: a.cache_sizes, percent_of, cache_bytes: a.capacity, policies: a.policies, layouts, prices, pack_block: a.pack_block, pack_ahead: a.pack_ahead, repacking })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

@@ -388,6 +388,20 @@ impl<R: Read> Iterator for TraceReader<R> {
     }
 }
 
+/// Writes a whole trace file of `records` (header starting at Unix time
+/// `start_unix_ns`): for tools and tests that make traces by hand.
+pub fn write_trace(path: &Path, start_unix_ns: u64, records: &[Record]) -> io::Result<()> {
+    let mut b = Vec::with_capacity(HEADER_LEN + records.len() * RECORD_LEN);
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&(RECORD_LEN as u32).to_le_bytes());
+    b.extend_from_slice(&start_unix_ns.to_le_bytes());
+    for r in records {
+        b.extend_from_slice(&r.encode());
+    }
+    std::fs::write(path, b)
+}
+
 /// The pack id of a pack name (docs/trace.md): the first 16 hex digits of
 /// its last component, else the first 8 bytes of its BLAKE3 hash.
 pub fn pack_id(name: &str) -> u64 {

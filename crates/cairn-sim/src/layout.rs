@@ -219,13 +219,17 @@ impl Layout {
     /// The units a step stored (cached as written), sorted by place.
     pub fn write_units(&mut self, s: &Step, packs: &Packs, out: &mut Vec<Unit>) {
         out.clear();
-        match (self.kind, s.pack) {
+        match (self.kind, &s.pack) {
             (LayoutKind::BlueSky, _) => {
                 for &(obj, off, len) in &s.log_writes {
                     self.blocks(obj, off, len, u64::MAX, LOG_BLOCK, out);
                 }
             }
-            (_, Some((pack, size))) => self.pack_units(pack, size, packs, out),
+            (_, Some(step)) => {
+                for &(pack, start, len) in &step.cached {
+                    self.pack_units(pack, start, len, packs, out);
+                }
+            }
             (_, None) => {}
         }
         if self.kind != LayoutKind::Cairn {
@@ -233,17 +237,19 @@ impl Layout {
         }
     }
 
-    /// Every unit of a new pack of `size` bytes (`cairn`: ranges of
-    /// `KEEP_PIECE` bytes, which its caches keep as extents, as the live
-    /// cache keeps a pack it uploaded).
-    pub fn pack_units(&mut self, pack: u64, size: u64, packs: &Packs, out: &mut Vec<Unit>) {
+    /// Every unit of `[start, start+len)` of a new pack (`cairn`: ranges
+    /// of `KEEP_PIECE` bytes, which its caches keep as extents, as the live
+    /// cache keeps a pack it uploaded; `cairn-segment`: the segments
+    /// starting there).
+    pub fn pack_units(&mut self, pack: u64, start: u64, len: u64, packs: &Packs, out: &mut Vec<Unit>) {
         match (self.kind, packs.segments.get(&pack)) {
             (LayoutKind::Cairn, _) => {
                 let p = cairn_model::cache::KEEP_PIECE;
-                out.extend((0..size.div_ceil(p)).map(|i| Unit { key: RANGE, obj: pack, start: i * p, len: p.min(size - i * p) }));
+                out.extend((0..len.div_ceil(p)).map(|i| Unit { key: RANGE, obj: pack, start: start + i * p, len: p.min(len - i * p) }));
             }
             (LayoutKind::CairnSegment, Some(segs)) => {
-                for &(s, e) in segs {
+                let from = segs.partition_point(|&(s, _)| s < start);
+                for &(s, e) in segs[from..].iter().take_while(|&&(s, _)| s < start + len) {
                     out.push(self.unit(pack, s, e - s));
                 }
             }
@@ -253,13 +259,17 @@ impl Layout {
 
     /// The objects a step uploaded at `time`.
     pub fn uploaded(&mut self, s: &Step, time: u64) {
-        match (self.kind, s.pack) {
+        match (self.kind, &s.pack) {
             (LayoutKind::BlueSky, _) => {
                 for &(_, size) in &s.sealed {
                     self.upload(size, time);
                 }
             }
-            (_, Some((_, size))) => self.upload(size, time),
+            (_, Some(step)) => {
+                for &(_, size) in &step.puts {
+                    self.upload(size, time);
+                }
+            }
             (_, None) => {}
         }
     }
@@ -292,6 +302,10 @@ impl Layout {
                 self.up.byte_seconds += model.prior.bytes as f64 * secs;
             }
             _ => {
+                // Open packs sealed at the unmount.
+                for &(_, size) in &model.plan.at_end {
+                    self.upload(size, self.end);
+                }
                 let older: u64 = self.older.iter().map(|p| packs.sizes.get(p).copied().unwrap_or(0)).sum();
                 self.up.byte_seconds += older as f64 * secs;
             }
@@ -311,6 +325,7 @@ fn sort_units(v: &mut Vec<Unit>) {
 mod tests {
     use super::*;
     use crate::model::Io;
+    use crate::repack::PackStep;
 
     #[test]
     fn segments_are_runs_of_one_files_chunks() {
@@ -345,7 +360,7 @@ mod tests {
         let got: Vec<(u64, u64, u64)> = out.iter().map(|u| (u.key, u.start, u.len)).collect();
         assert_eq!(got, vec![(RANGE, 0, 300), (RANGE, 400, 10), (RANGE, 1000, 160), (RANGE, 1160, 40)]);
         // Writing the pack caches it in pieces (the last one short).
-        let s = Step { pack: Some((9, 10 * mb + 100)), ..Step::default() };
+        let s = Step { pack: Some(PackStep::whole(9, 10 * mb + 100)), ..Step::default() };
         l.write_units(&s, &p, &mut out);
         l.uploaded(&s, 1_000_000_000);
         let piece = cairn_model::cache::KEEP_PIECE;
@@ -355,8 +370,8 @@ mod tests {
         assert_eq!((out.last().unwrap().start, out.last().unwrap().len), (10 * mb, 100));
         // 10 MiB goes up in one PUT, and so does 64 MiB; 128 MiB in a
         // multipart upload of 8 parts.
-        l.uploaded(&Step { pack: Some((10, 64 * mb)), ..Step::default() }, 2_000_000_000);
-        l.uploaded(&Step { pack: Some((11, 128 * mb)), ..Step::default() }, 2_000_000_000);
+        l.uploaded(&Step { pack: Some(PackStep::whole(10, 64 * mb)), ..Step::default() }, 2_000_000_000);
+        l.uploaded(&Step { pack: Some(PackStep::whole(11, 128 * mb)), ..Step::default() }, 2_000_000_000);
         let up = l.finish(&Model::new(), &p);
         assert_eq!((up.puts, up.posts, up.bytes_up), (1 + 1 + 8, 2, 202 * mb + 100));
         // 10 MiB stored for the last second, the others for none.

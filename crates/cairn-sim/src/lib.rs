@@ -16,11 +16,13 @@ mod cache;
 mod layout;
 mod live;
 mod model;
+mod repack;
 mod survey;
 
 pub use cache::{Counts, POLICIES};
 pub use layout::{LayoutKind, Uploads, LOG_BLOCK, PACK_BLOCK};
 pub use live::{replay_live, LiveReport};
+pub use repack::{PackOrder, Repacking};
 pub use survey::Summary;
 
 use cache::{Batch, Op, Policy, SimCache};
@@ -60,6 +62,8 @@ pub struct Options {
     /// The `cairn` layout's read-ahead within a pack (the live cache's
     /// `--cache-ahead`).
     pub pack_ahead: u64,
+    /// How the rounds are packed (default: as recorded).
+    pub repacking: Repacking,
 }
 
 /// What the cache percentages are of, when every layout gets the same
@@ -166,7 +170,8 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
     if let Some(p) = o.cache_percents.iter().find(|p| !(p.is_finite() && **p > 0.0)) {
         return Err(SimError::Invalid(format!("cache size {p}% is not a positive percentage")));
     }
-    let s = survey::survey(path)?;
+    let plan = std::sync::Arc::new(if o.repacking.is_recorded() { repack::Plan::default() } else { repack::plan(path, &o.repacking)? });
+    let s = survey::survey(path, &plan)?;
     let end = s.summary.duration_ns;
     // The live cache's rules: the alignment asked for, gaps closer than a
     // GET's price in transfer merged.
@@ -208,7 +213,7 @@ pub fn simulate(path: &Path, o: &Options) -> Result<Report, SimError> {
             Lane { layout: Layout::new(kind, end), caches, batch: Batch::default() }
         })
         .collect();
-    let mut model = Model::new();
+    let mut model = Model::with_plan(plan);
     let mut step = Step::default();
     let mut scratch = Vec::new();
     for (i, r) in TraceReader::open(path)?.enumerate() {

@@ -4,8 +4,10 @@
 //! landed), and where each chunk is stored. Each record yields a [`Step`]:
 //! what a read needs, what a write stored.
 
+use crate::repack::{PackStep, Plan};
 use cairn_model::trace::Event;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// BlueSky seals its log into objects of this size.
 pub const LOG_OBJECT: u64 = 4 << 20;
@@ -182,8 +184,8 @@ pub(crate) struct Step {
     pub journal_read: bool,
     /// Cairn: chunks a read needs whose place the trace never said.
     pub unlocated: u64,
-    /// Cairn: a new pack, (id, size).
-    pub pack: Option<(u64, u64)>,
+    /// Cairn: bytes written into packs and packs sealed (a PACK record).
+    pub pack: Option<PackStep>,
     /// BlueSky: log ranges a read needs, as (object, offset, len).
     pub log_reads: Vec<(u64, u64, u64)>,
     /// BlueSky: log ranges a write filled, and the objects it sealed.
@@ -217,11 +219,19 @@ pub(crate) struct Model {
     /// trace first describes it (whole files, in the order first read):
     /// stored from the start, never uploaded during the trace.
     pub prior: Log,
+    /// Where the rounds' chunks go (empty: as recorded).
+    pub plan: Arc<Plan>,
 }
 
 impl Model {
+    #[cfg(test)]
     pub fn new() -> Model {
-        Model { cairn: HashMap::new(), blue: HashMap::new(), chunks: HashMap::new(), log: Log::default(), prior: Log { base: PRIOR, ..Log::default() } }
+        Model::with_plan(Arc::default())
+    }
+
+    /// A model whose rounds are packed by `plan`.
+    pub fn with_plan(plan: Arc<Plan>) -> Model {
+        Model { cairn: HashMap::new(), blue: HashMap::new(), chunks: HashMap::new(), log: Log::default(), prior: Log { base: PRIOR, ..Log::default() }, plan }
     }
 
     /// Applies one record; `s` says what it did.
@@ -299,10 +309,12 @@ impl Model {
                     });
                 }
             }
-            Event::Chunk { chunk, pack, offset, len } => {
-                self.chunks.insert(chunk, (pack, offset, len));
+            Event::Chunk { .. } => {
+                if let Event::Chunk { chunk, pack, offset, len } = self.plan.moved(e) {
+                    self.chunks.insert(chunk, (pack, offset, len));
+                }
             }
-            Event::Pack { pack, size } => s.pack = Some((pack, size)),
+            Event::Pack { pack, size } => s.pack = Some(self.plan.step(pack, size)),
             Event::Cache { .. } | Event::CacheOpened { .. } | Event::CacheSize { .. } => {}
         }
     }

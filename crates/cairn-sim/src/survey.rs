@@ -5,11 +5,13 @@
 
 use crate::layout::{Layout, LayoutKind, Packs};
 use crate::model::{Io, Model, Step};
+use crate::repack::Plan;
 use crate::SimError;
 use cairn_model::trace::{CacheEvent, Event, TraceReader};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 /// What a trace holds.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -52,8 +54,9 @@ fn count(seen: &mut HashSet<u64>, bytes: &mut u64, units: &[crate::layout::Unit]
     }
 }
 
-/// Reads the whole trace once (see the module docs).
-pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
+/// Reads the whole trace once (see the module docs), its rounds packed by
+/// `plan`.
+pub(crate) fn survey(path: &Path, plan: &Arc<Plan>) -> Result<Survey, SimError> {
     let mut reader = TraceReader::open(path)?;
     let mut summary = Summary { start_unix_ns: reader.start_unix_ns(), ..Summary::default() };
     let mut packs = Packs::default();
@@ -66,14 +69,14 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
     // BlueSky's units need nothing from later records: counted as we go.
     let mut blue = Layout::new(LayoutKind::BlueSky, 0);
     let (mut blue_seen, mut blue_bytes) = (HashSet::new(), 0);
-    let mut model = Model::new();
+    let mut model = Model::with_plan(plan.clone());
     let mut step = Step::default();
     let mut scratch = Vec::new();
     for r in reader.by_ref() {
         let r = r?;
         summary.records += 1;
         summary.duration_ns = summary.duration_ns.max(r.time);
-        match r.event {
+        match plan.moved(&r.event) {
             Event::Read { len, .. } | Event::ReadKept { len, .. } => (summary.reads, summary.bytes_read) = (summary.reads + 1, summary.bytes_read + len),
             Event::Write { len, .. } => (summary.writes, summary.bytes_written) = (summary.writes + 1, summary.bytes_written + len),
             Event::Place { ino, chunk, .. } if chunk != 0 => {
@@ -83,8 +86,10 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
                 places.insert((pack, offset, len, chunk));
             }
             Event::Pack { pack, size } => {
-                recorded.insert(pack, size);
-                packs.new.insert(pack);
+                for (pack, size) in plan.step(pack, size).puts {
+                    recorded.insert(pack, size);
+                    packs.new.insert(pack);
+                }
             }
             Event::CacheSize { pack, size } | Event::Cache { event: CacheEvent::Queued | CacheEvent::Uploaded | CacheEvent::Kept, pack, len: size, .. } => {
                 recorded.insert(pack, size);
@@ -102,6 +107,10 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
         count(&mut blue_seen, &mut blue_bytes, &scratch);
     }
     summary.torn_tail = reader.torn_tail();
+    for &(pack, size) in &plan.at_end {
+        recorded.insert(pack, size);
+        packs.new.insert(pack);
+    }
     // A pack is at least as long as its chunks say.
     for &(pack, off, len, _) in &places {
         let size = packs.sizes.entry(pack).or_insert(0);
@@ -132,7 +141,7 @@ pub(crate) fn survey(path: &Path) -> Result<Survey, SimError> {
                 continue;
             }
             scratch.clear();
-            l.pack_units(p, size, &packs, &mut scratch);
+            l.pack_units(p, 0, size, &packs, &mut scratch);
             count(&mut seen, &mut bytes, &scratch);
         }
         data.insert(kind, bytes);

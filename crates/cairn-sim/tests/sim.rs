@@ -1,8 +1,8 @@
 //! `simulate` on hand-made traces whose every figure is worked out by hand.
 
 use cairn_model::prices::Prices;
-use cairn_model::trace::{Event, Record, HEADER_LEN, MAGIC, RECORD_LEN, VERSION};
-use cairn_sim::{simulate, LayoutKind, Options, PercentOf, Row};
+use cairn_model::trace::{Event, Record};
+use cairn_sim::{simulate, LayoutKind, Options, PercentOf, Repacking, Row};
 use std::path::Path;
 
 const MB: u64 = 1 << 20;
@@ -10,15 +10,8 @@ const SEC: u64 = 1_000_000_000;
 
 /// A trace file of `(time, event)` records.
 fn write_trace(path: &Path, records: &[(u64, Event)]) {
-    let mut b = Vec::with_capacity(HEADER_LEN + records.len() * RECORD_LEN);
-    b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&VERSION.to_le_bytes());
-    b.extend_from_slice(&(RECORD_LEN as u32).to_le_bytes());
-    b.extend_from_slice(&1u64.to_le_bytes());
-    for &(time, event) in records {
-        b.extend_from_slice(&Record { time, event }.encode());
-    }
-    std::fs::write(path, b).unwrap();
+    let records: Vec<Record> = records.iter().map(|&(time, event)| Record { time, event }).collect();
+    cairn_model::trace::write_trace(path, 1, &records).unwrap();
 }
 
 /// File 1 writes 6 MiB, file 2 1 MiB; a flush packs them into one pack
@@ -47,7 +40,7 @@ fn run(percent: f64) -> Vec<Row> {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options { cache_percents: vec![percent], percent_of: None, cache_bytes: None, policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 }; // the hand computations below are in 4 MiB blocks
+    let o = Options { cache_percents: vec![percent], percent_of: None, cache_bytes: None, policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0, repacking: Default::default() }; // the hand computations below are in 4 MiB blocks
     let r = simulate(&p, &o).unwrap();
     assert_eq!((r.summary.records, r.summary.duration_ns, r.summary.reads, r.summary.writes), (12, 5 * SEC, 3, 2));
     let sets: Vec<(LayoutKind, u64)> = r.data_sets.iter().map(|d| (d.layout, d.bytes)).collect();
@@ -112,7 +105,7 @@ fn bad_options_and_traces_are_refused() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("t");
     write_trace(&p, &trace());
-    let o = Options { cache_percents: vec![10.0], percent_of: None, cache_bytes: None, policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
+    let o = Options { cache_percents: vec![10.0], percent_of: None, cache_bytes: None, policies: vec!["mru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0, repacking: Default::default() };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("unknown policy"));
     let o = Options { cache_percents: vec![0.0], policies: vec!["lru".into()], ..o };
     assert!(simulate(&p, &o).unwrap_err().to_string().contains("not a positive"));
@@ -129,7 +122,7 @@ fn a_cache_of_given_bytes_is_the_percentage_of_the_same_size() {
     let p = d.path().join("t");
     write_trace(&p, &trace());
     let bytes = ((7 * MB + 100) as f64 * 0.6) as u64;
-    let o = Options { cache_percents: vec![60.0], percent_of: None, cache_bytes: Some(bytes), policies: vec!["lru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
+    let o = Options { cache_percents: vec![60.0], percent_of: None, cache_bytes: Some(bytes), policies: vec!["lru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0, repacking: Default::default() };
     let rows = simulate(&p, &o).unwrap().rows;
     assert_eq!(rows.len(), 2);
     let (fixed, pct): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.at_capacity);
@@ -149,7 +142,7 @@ fn percentages_of_one_size_give_every_layout_the_same_cache() {
     let p = d.path().join("t");
     write_trace(&p, &trace());
     let of = 20 * MB;
-    let o = Options { cache_percents: vec![25.0], percent_of: Some(PercentOf::Bytes(of)), cache_bytes: Some((of as f64 * 25.0 / 100.0) as u64), policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0 };
+    let o = Options { cache_percents: vec![25.0], percent_of: Some(PercentOf::Bytes(of)), cache_bytes: Some((of as f64 * 25.0 / 100.0) as u64), policies: vec!["lru".into()], layouts: LayoutKind::ALL.to_vec(), prices: Prices::aws(), pack_block: 4 * MB, pack_ahead: 0, repacking: Default::default() };
     let r = simulate(&p, &o).unwrap();
     // The layouts' own data sets differ, so only `percent_of` makes the sizes equal.
     assert!(r.data_sets.iter().any(|d| d.bytes != r.data_sets[0].bytes), "{:?}", r.data_sets);
@@ -165,4 +158,48 @@ fn percentages_of_one_size_give_every_layout_the_same_cache() {
     let o = Options { percent_of: Some(PercentOf::DataSetOf(LayoutKind::BlueSky)), cache_bytes: None, ..o };
     let r = simulate(&p, &o).unwrap();
     assert!(r.rows.iter().all(|x| x.cache_bytes == (blue as f64 * 25.0 / 100.0) as u64), "{:?}", r.rows);
+}
+
+/// Five rounds a second apart, each one 1 MiB file in its own pack, then
+/// each file read back: as recorded that is five PUTs; with open packs of
+/// 3 MiB the first three rounds share one pack (sealed when the third
+/// fills it) and the last two another, sealed at the trace's end. Every
+/// layout with the whole data set cached reads nothing from the bucket,
+/// and what is stored is the same bytes plus one header and index fewer
+/// per merge.
+#[test]
+fn open_packs_merge_rounds_into_fewer_puts() {
+    let mut ev = Vec::new();
+    for i in 0..5u64 {
+        let (t, pack, chunk, ino) = ((i + 1) * SEC, 100 + i, 10 + i, 1 + i);
+        ev.push((t, Event::Write { ino, offset: 0, len: MB }));
+        ev.push((t, Event::Pack { pack, size: 24 + MB + 85 }));
+        ev.push((t, Event::Chunk { chunk, pack, offset: 24, len: MB }));
+        ev.push((t, Event::Place { ino, offset: 0, len: MB, chunk, described: false }));
+    }
+    for ino in 1..=5 {
+        ev.push((10 * SEC, Event::Read { ino, offset: 0, len: MB }));
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t");
+    write_trace(&p, &ev);
+    let o = |repacking| Options { cache_percents: vec![100.0], percent_of: None, cache_bytes: None, policies: vec!["lru".into()], layouts: vec![LayoutKind::Cairn, LayoutKind::CairnSegment], prices: Prices::aws(), pack_block: 0, pack_ahead: 0, repacking };
+    let recorded = simulate(&p, &o(Repacking::default())).unwrap();
+    let open = Repacking { open_target: 3 * MB, open_age_ns: 30 * SEC, ..Repacking::default() };
+    let merged = simulate(&p, &o(open)).unwrap();
+    for (r, m) in recorded.rows.iter().zip(&merged.rows) {
+        assert_eq!((r.puts, m.puts), (5, 2), "{:?}", r.layout);
+        assert_eq!((m.reads, m.hits, m.gets), (5, 5, 0), "{:?}", m.layout);
+        // Two packs: 3 and 2 chunks, one header and index each.
+        assert_eq!(m.bytes_up, 5 * MB + 2 * (24 + 36) + 5 * 49, "{:?}", m.layout);
+        assert_eq!(r.bytes_up, 5 * (24 + MB + 85));
+    }
+    // The second pack goes up at the end (10 s), so it is stored for no time.
+    let secs = |gb_months: f64| gb_months * cairn_model::prices::GB * cairn_model::prices::MONTH_SECS;
+    let want = (3 * MB + 24 + 36 + 3 * 49) as f64 * 7.0;
+    assert!((secs(merged.rows[0].storage_gb_months) - want).abs() < 1.0, "{} {}", secs(merged.rows[0].storage_gb_months), want);
+    // Packs open at most half a second: every round seals the pack the
+    // round before opened: one PUT per round again, each a round late.
+    let aged = simulate(&p, &o(Repacking { open_age_ns: SEC / 2, ..open })).unwrap();
+    assert_eq!(aged.rows[0].puts, 5);
 }
