@@ -392,6 +392,16 @@ def _merge_sims(sims, at_capacity=False):
     return out
 
 
+def packing_label(p):
+    """FR_ALT_PACKINGS's `order=ORDER` or `open=SIZE`, in words."""
+    k, _, v = p.partition("=")
+    if k == "order":
+        return {"kd": "files in KD order (t_i) in a round's packs", "next-read": "files in next-read order (an oracle)"}.get(v, f"order {v}")
+    if k == "open":
+        return f"open packs ({v}, at most 5 s)"
+    return p
+
+
 def render(rows, b, summary, h):
     """Appends section 14 to the report body (b: append a line; summary:
     (what, target, result, met) tuples; h: fsbench's helpers)."""
@@ -406,7 +416,8 @@ def render(rows, b, summary, h):
     phases = [r for r in fr if r.get("kind") == "frugal_phase"]
     bills = [r for r in fr if r.get("kind") == "frugal_bill"]
     sims = [r for r in fr if r.get("kind") == "frugal_sim"]
-    alts = [r for r in fr if r.get("kind") == "frugal_sim_alt"]
+    alts = [r for r in fr if r.get("kind") == "frugal_sim_alt" and not r.get("packing")]
+    packings = [r for r in fr if r.get("kind") == "frugal_sim_alt" and r.get("packing")]
     lives = [r for r in fr if r.get("kind") == "frugal_live"]
     gcs = [r for r in fr if r.get("kind") == "frugal_gc"]
     gcset = next((r for r in fr if r.get("kind") == "frugal_gc_setup"), {})
@@ -567,6 +578,12 @@ def render(rows, b, summary, h):
                     alt[(blk_, pol_)] = _merge_sims(ss)
         for blk_ in reversed(alt_blocks):
             lines.insert(4, (f"Cairn layout, {human(size_bytes(blk_))} blocks, KD (sim)", ("alt", blk_), "kd"))
+        for pk_ in sorted({r["packing"] for r in packings if r["workload"] == w}):
+            for pol_ in ("lru", "kd"):
+                ss = [r for r in packings if r["workload"] == w and r["live_policy"] == pol_ and r["packing"] == pk_]
+                if ss:
+                    alt[(pk_, pol_)] = _merge_sims(ss)
+            lines.insert(len(lines) - 1, (f"Cairn layout, {packing_label(pk_)}, KD (sim)", ("alt", pk_), "kd"))
         first = True
         for label, lay, pol in lines:
             if isinstance(lay, tuple):
@@ -631,6 +648,47 @@ def render(rows, b, summary, h):
         b("")
         summary.append(("frugal (section 14): Cairn's layout + KD ÷ BlueSky-like log + LRU at every size 2–20% (sim, same cache in bytes)",
                         "< 1 everywhere, mean ≤ 0.60", res, ok))
+    # Coral's layout decisions tried in the simulator (docs/frugal.md §7)
+    if packings:
+        sizes_ = sorted({k[2] for s in sims for k in _sum_traces([s], False)})
+        b("Coral's layout decisions (§3.2, §3.4.2), tried on the LRU runs' traces before the flusher is changed "
+          "(`cairn sim --pack-order`, `--open-packs`): each flush round's packs re-cut with the files in another "
+          "order (KD's t_i, the file's last read before the round; or the first read after it, an oracle no flusher "
+          "has, the most any order can give), or rounds appended to one open pack sealed at 16 MiB or at the first "
+          "round 5 s after it opened (a metadata version, shipped every 5 s, may not name a pack the bucket lacks). "
+          "Cairn's layout with KD: PUTs, hit ratio, and bill ÷ the BlueSky-like log with LRU at each size "
+          "(medians over runs).")
+        b("")
+        for line in code([c for c in part("sim") if "--pack-order" in c]):
+            b(line)
+        b("")
+        b("| workload | packing | PUTs | " + " | ".join(f"hit {s:g}%" for s in sizes_) + " | "
+          + " | ".join(f"bill ÷ log {s:g}%" for s in sizes_) + " |")
+        b("|---|---|---:|" + "---:|" * (2 * len(sizes_)))
+        for w, n in wls:
+            ss = [r for r in sims if r["workload"] == w and r["live_policy"] == "lru"]
+            if not ss:
+                continue
+            base_ = _merge_sims(ss)
+            variants = [("as recorded (inode order, sealed per round)", base_)]
+            for pk_ in sorted({r["packing"] for r in packings if r["workload"] == w}):
+                ps = [r for r in packings if r["workload"] == w and r["live_policy"] == "lru" and r["packing"] == pk_]
+                if ps:
+                    variants.append((packing_label(pk_), _merge_sims(ps)))
+            first = True
+            for label, m in variants:
+                row_ = [m.get(("cairn", "kd", s)) for s in sizes_]
+                if not any(row_):
+                    continue
+                puts = next((r["puts"] for r in row_ if r), nan)
+                hits = " | ".join(pct(r["hit_ratio"]) if r else "—" for r in row_)
+                bills_ = []
+                for s, r in zip(sizes_, row_):
+                    l_ = base_.get(("bluesky", "lru", s))
+                    bills_.append(ratio(r["cost_requests"] + r["cost_transfer"], l_["cost_requests"] + l_["cost_transfer"]) if r and l_ else "—")
+                b(f"| {n if first else ''} | {label} | {puts:.0f} | {hits} | {' | '.join(bills_)} |")
+                first = False
+        b("")
     # the live bill against the simulated one at the live cache's size
     cmp_rows = []
     for w, n in wls:

@@ -233,6 +233,19 @@ fr_cairn() { # WORKLOAD POLICY RUN
                 { tail -n 5 "$SCRATCH/fr-sim.err" >&2; die "cairn sim $tr --pack-block $b failed"; }
             record kind=frugal_sim_alt workload="$w" live_policy="$FR_POL" run="$run" trace="$i" block="$b" "$("${FR[@]}" compact-sim "$SCRATCH/fr-sim.json")"
         done
+        # Cairn's layout with its rounds packed otherwise (docs/frugal.md §7):
+        # files in another order within a round's packs, or open packs
+        local p popt
+        for p in $FR_ALT_PACKINGS; do
+            case $p in
+                order=*) popt=(--pack-order "${p#order=}") ;;
+                open=*) popt=(--open-packs "${p#open=}") ;;
+                *) die "FR_ALT_PACKINGS: $p is neither order=ORDER nor open=SIZE" ;;
+            esac
+            "$CAIRN" sim "$tr" --cache-sizes "$FR_SIM_SIZES" --cache-of bluesky --layouts cairn --policies lru,kd --pack-block "$FR_BLOCK" "${popt[@]}" --json > "$SCRATCH/fr-sim.json" 2> "$SCRATCH/fr-sim.err" ||
+                { tail -n 5 "$SCRATCH/fr-sim.err" >&2; die "cairn sim $tr ${popt[*]} failed"; }
+            record kind=frugal_sim_alt workload="$w" live_policy="$FR_POL" run="$run" trace="$i" block="$FR_BLOCK" packing="$p" "$("${FR[@]}" compact-sim "$SCRATCH/fr-sim.json")"
+        done
     done
     # the live cache replayed under both policies (the trace with the reads)
     tr=$tr1; [[ -f $FR_TRACE2 ]] && tr=$FR_TRACE2
@@ -406,7 +419,7 @@ local sim_p
 sim_p=$("${PY[@]}" -c 'import json,sys; print(json.dumps([float(x) for x in sys.argv[1].split(",")]))' "$FR_SIM_SIZES")
 record kind=frugal_setup "{\"kernel\": $tree, \"workloads\": {$plans}, \"sim_sizes\": $sim_p}" kernel_txz="$(basename "$DP_KERNEL_TXZ")" \
     kbuild="$FR_KBUILD_DEFCONFIG && $FR_KBUILD_MAKE" latency_ms="$FR_LATENCY_MS" mbit="$FR_MBIT" cache_fraction="$(echo "$FR_CACHE_PCT" | awk '{print $1 / 100}')" \
-    block="$FR_BLOCK" alt_blocks="$FR_ALT_BLOCKS" mem_cache="$FR_MEM" runs="$FR_RUNS" juicefs="$jv" moto="$mv" workload_list="$FR_WORKLOADS"
+    block="$FR_BLOCK" alt_blocks="$FR_ALT_BLOCKS" alt_packings="$FR_ALT_PACKINGS" mem_cache="$FR_MEM" runs="$FR_RUNS" juicefs="$jv" moto="$mv" workload_list="$FR_WORKLOADS"
 
 local A="AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1"
 fr_cmd setup "moto_server -H 127.0.0.1 -p $MOTO_PORT    # moto $mv"
@@ -435,6 +448,7 @@ fr_cmd bill "python3 bench/cloud.py count $SCRATCH/wan.log FROM TO    # the WAN 
 fr_cmd bill "python3 bench/frugal.py jfs-stats $MNT    # JuiceFS's own counters, before each unmount"
 fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --cache-of bluesky --capacity CAP --pack-block $FR_BLOCK --json    # every layout (cairn, cairn-segment, bluesky) and policy (lru, kd, ti, tb, h); the kernel's two traces summed"
 fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --cache-of bluesky --layouts cairn --policies lru,kd --pack-block B --json    # B = $FR_ALT_BLOCKS: other fetch units"
+fr_cmd sim "cairn sim TRACE --cache-sizes $FR_SIM_SIZES --cache-of bluesky --layouts cairn --policies lru,kd --pack-order kd|next-read --json; ... --open-packs 16M --json    # packed otherwise: $FR_ALT_PACKINGS"
 fr_cmd sim "cairn sim TRACE --live --policies lru,kd --json"
 fr_cmd sim "cairn stats s3://BUCKET/vol --cache-dir CACHE --endpoint \$WAN --json    # before the unmount: the live cache's hits and misses"
 
