@@ -50,6 +50,23 @@ const DESCRIBED: u8 = 1;
 /// chunk read (since 2026-11-29).
 const KEPT: u8 = 1;
 
+/// PACK flags: the pack was held in the outbox, or a held pack was
+/// released for upload (since 2026-11-29; none: written and uploaded).
+const HELD: u8 = 1;
+const RELEASED: u8 = 2;
+
+/// What a PACK record says happened to a pack (docs/trace.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PackStage {
+    /// Written and put (one PUT).
+    Uploaded,
+    /// Written to the outbox and held there for a later round to copy
+    /// into a larger pack: no PUT (yet).
+    Held,
+    /// A held pack queued for upload after all: its PUT.
+    Released,
+}
+
 /// CACHE event numbers (the record's flags byte).
 const OPENED: u8 = 7;
 const SIZE: u8 = 9;
@@ -157,6 +174,7 @@ pub enum Event {
     Pack {
         pack: u64,
         size: u64,
+        stage: PackStage,
     },
     /// `[offset, offset+len)` of `pack`; `group`: the inode a read was for
     /// (0: none, and for the other events).
@@ -205,7 +223,14 @@ impl Record {
             Event::Remove { ino } => (REMOVE, 0, [ino, 0, 0, 0]),
             Event::Place { ino, offset, len, chunk, described } => (PLACE, if described { DESCRIBED } else { 0 }, [ino, offset, len, chunk]),
             Event::Chunk { chunk, pack, offset, len } => (CHUNK, 0, [chunk, pack, offset, len]),
-            Event::Pack { pack, size } => (PACK, 0, [pack, size, 0, 0]),
+            Event::Pack { pack, size, stage } => {
+                let flags = match stage {
+                    PackStage::Uploaded => 0,
+                    PackStage::Held => HELD,
+                    PackStage::Released => RELEASED,
+                };
+                (PACK, flags, [pack, size, 0, 0])
+            }
             Event::Cache { event, pack, offset, len, group } => (CACHE, event.code(), [pack, offset, len, group]),
             Event::CacheOpened { block, capacity, merge, ahead } => (CACHE, OPENED, [ahead, block, capacity, merge]),
             Event::CacheSize { pack, size } => (CACHE, SIZE, [pack, 0, size, 0]),
@@ -234,6 +259,7 @@ impl Record {
         let allowed = match kind {
             PLACE => DESCRIBED,
             READ => KEPT,
+            PACK => HELD | RELEASED,
             CACHE => u8::MAX, // the event, checked below
             _ => 0,
         };
@@ -268,7 +294,13 @@ impl Record {
             }
             PACK => {
                 range(0, bb)?;
-                Event::Pack { pack: a, size: bb }
+                let stage = match flags {
+                    0 => PackStage::Uploaded,
+                    HELD => PackStage::Held,
+                    RELEASED => PackStage::Released,
+                    _ => return Err(bad(format!("a pack both held and released (flags {flags:#04x})"))),
+                };
+                Event::Pack { pack: a, size: bb, stage }
             }
             CACHE => match flags {
                 OPENED => Event::CacheOpened { block: bb, capacity: c, merge: d, ahead: a },
@@ -524,8 +556,11 @@ mod tests {
     fn sample() -> Vec<Event> {
         vec![
             Event::Write { ino: 7, offset: 0, len: 4096 },
-            Event::Pack { pack: 0xab12, size: 1 << 20 },
+            Event::Pack { pack: 0xab12, size: 1 << 20, stage: PackStage::Uploaded },
             Event::Chunk { chunk: 3, pack: 0xab12, offset: 24, len: 4000 },
+            // Held in the outbox, then released for upload (since 2026-11-29).
+            Event::Pack { pack: 0xab13, size: 5000, stage: PackStage::Held },
+            Event::Pack { pack: 0xab13, size: 5000, stage: PackStage::Released },
             Event::Place { ino: 7, offset: 0, len: 4096, chunk: 3, described: false },
             Event::Place { ino: 9, offset: 10, len: 5, chunk: 0, described: true },
             Event::Read { ino: 7, offset: 100, len: 200 },
@@ -639,6 +674,12 @@ mod tests {
         check(&|r| r[0] = 99, "unknown kind 99");
         check(&|r| r[0] = 0, "unknown kind 0");
         check(&|r| r[1] = 2, "flags 0x02");
+        // The second record is a PACK: held, released, not both.
+        let second = HEADER_LEN + RECORD_LEN;
+        let mut b = bytes.clone();
+        b[second + 1] = 3;
+        let got: Vec<_> = TraceReader::new(&b[..]).unwrap().collect();
+        assert!(got[1].as_ref().unwrap_err().to_string().contains("both held and released"), "{:?}", got[1]);
         // The third record is a CHUNK: offset at 32, length at 40.
         check(&|r| r[32..40].copy_from_slice(&u64::MAX.to_le_bytes()), "past the largest file");
         check(&|r| r[32..40].copy_from_slice(&MAX_END.to_le_bytes()), "past the largest file");

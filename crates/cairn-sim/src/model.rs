@@ -314,7 +314,7 @@ impl Model {
                     self.chunks.insert(chunk, (pack, offset, len));
                 }
             }
-            Event::Pack { pack, size } => s.pack = Some(self.plan.step(pack, size)),
+            Event::Pack { pack, size, stage } => s.pack = Some(self.plan.step(pack, size, stage)),
             Event::Cache { .. } | Event::CacheOpened { .. } | Event::CacheSize { .. } => {}
         }
     }

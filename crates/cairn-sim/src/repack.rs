@@ -23,7 +23,7 @@
 //! and every PACK record turned into a [`PackStep`].
 
 use crate::SimError;
-use cairn_model::trace::{Event, TraceReader};
+use cairn_model::trace::{Event, PackStage, TraceReader};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -94,6 +94,15 @@ impl PackStep {
     pub fn whole(pack: u64, size: u64) -> PackStep {
         PackStep { cached: vec![(pack, 0, size)], puts: vec![(pack, size)] }
     }
+
+    /// What a PACK record did as recorded.
+    pub fn recorded(pack: u64, size: u64, stage: PackStage) -> PackStep {
+        match stage {
+            PackStage::Uploaded => PackStep::whole(pack, size),
+            PackStage::Held => PackStep { cached: vec![(pack, 0, size)], puts: Vec::new() },
+            PackStage::Released => PackStep { cached: Vec::new(), puts: vec![(pack, size)] },
+        }
+    }
 }
 
 /// Where the repacking put every chunk of the trace's rounds, and what each
@@ -120,9 +129,15 @@ impl Plan {
         }
     }
 
-    /// What the PACK record of `pack` (recorded with `size`) does.
-    pub fn step(&self, pack: u64, size: u64) -> PackStep {
-        self.steps.get(&pack).cloned().unwrap_or_else(|| PackStep::whole(pack, size))
+    /// What the PACK record of `pack` (recorded with `size` and `stage`)
+    /// does. A repacked round's pack was written by its round's record: its
+    /// release (a held pack's later PUT) does nothing.
+    pub fn step(&self, pack: u64, size: u64, stage: PackStage) -> PackStep {
+        match self.steps.get(&pack) {
+            Some(_) if stage == PackStage::Released => PackStep::default(),
+            Some(s) => s.clone(),
+            None => PackStep::recorded(pack, size, stage),
+        }
     }
 }
 
@@ -160,7 +175,9 @@ pub(crate) fn plan(path: &Path, r: &Repacking) -> Result<Plan, SimError> {
     for rec in TraceReader::open(path)? {
         let rec = rec?;
         match rec.event {
-            Event::Pack { pack, size } => {
+            // A held pack's release starts no round: it wrote nothing.
+            Event::Pack { stage: PackStage::Released, .. } => {}
+            Event::Pack { pack, size, .. } => {
                 match rounds.last_mut() {
                     Some(last) if in_round && last.chunks.is_empty() && last.time == rec.time => last.packs.push((pack, size)),
                     _ => rounds.push(Round { time: rec.time, packs: vec![(pack, size)], chunks: Vec::new() }),
@@ -277,7 +294,7 @@ fn reorder(round: &mut Round, order: PackOrder, reads: &HashMap<u64, Vec<u64>>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_model::trace::Record;
+    use cairn_model::trace::{PackStage, Record};
 
     fn trace(events: &[(u64, Event)]) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
@@ -297,7 +314,7 @@ mod tests {
     fn open_packs_append_rounds_until_the_target_or_the_age() {
         let mut ev = Vec::new();
         for i in 0..3u64 {
-            ev.push((i * S, Event::Pack { pack: 10 + i, size: 24 + 1000 + 85 }));
+            ev.push((i * S, Event::Pack { pack: 10 + i, size: 24 + 1000 + 85, stage: PackStage::Uploaded }));
             ev.push((i * S, Event::Chunk { chunk: 100 + i, pack: 10 + i, offset: 24, len: 1000 }));
         }
         let (_d, path) = trace(&ev);
@@ -305,14 +322,14 @@ mod tests {
         let m1 = MERGED | 1;
         assert_eq!(p.moved(&Event::Chunk { chunk: 100, pack: 10, offset: 24, len: 1000 }), Event::Chunk { chunk: 100, pack: m1, offset: 24, len: 1000 });
         assert_eq!(p.moved(&Event::Chunk { chunk: 101, pack: 11, offset: 24, len: 1000 }), Event::Chunk { chunk: 101, pack: m1, offset: 1024, len: 1000 });
-        assert_eq!(p.step(10, 0), PackStep { cached: vec![(m1, 24, 1000)], puts: vec![] });
-        assert_eq!(p.step(11, 0), PackStep { cached: vec![(m1, 1024, 1000)], puts: vec![] });
+        assert_eq!(p.step(10, 0, PackStage::Uploaded), PackStep { cached: vec![(m1, 24, 1000)], puts: vec![] });
+        assert_eq!(p.step(11, 0, PackStage::Uploaded), PackStep { cached: vec![(m1, 1024, 1000)], puts: vec![] });
         // The third chunk fills the pack past 2500: sealed with it.
-        assert_eq!(p.step(12, 0), PackStep { cached: vec![(m1, 2024, 1000)], puts: vec![(m1, 3024 + 3 * 49 + 36)] });
+        assert_eq!(p.step(12, 0, PackStage::Uploaded), PackStep { cached: vec![(m1, 2024, 1000)], puts: vec![(m1, 3024 + 3 * 49 + 36)] });
         assert!(p.at_end.is_empty());
         let p = plan(&path, &Repacking { open_target: 2500, open_age_ns: S / 2, ..Repacking::default() }).unwrap();
         let m2 = MERGED | 2;
-        assert_eq!(p.step(11, 0), PackStep { cached: vec![(m2, 24, 1000)], puts: vec![(m1, 1024 + 49 + 36)] });
+        assert_eq!(p.step(11, 0, PackStage::Uploaded), PackStep { cached: vec![(m2, 24, 1000)], puts: vec![(m1, 1024 + 49 + 36)] });
         assert_eq!(p.at_end, vec![(MERGED | 3, 1024 + 49 + 36)]);
     }
 
@@ -323,8 +340,8 @@ mod tests {
     fn orders_recut_a_rounds_packs_by_the_files_reads() {
         let ev = [
             (0, Event::Read { ino: 2, offset: 0, len: 1 }),
-            (S, Event::Pack { pack: 1, size: 0 }),
-            (S, Event::Pack { pack: 2, size: 0 }),
+            (S, Event::Pack { pack: 1, size: 0, stage: PackStage::Uploaded }),
+            (S, Event::Pack { pack: 2, size: 0, stage: PackStage::Uploaded }),
             (S, Event::Chunk { chunk: 11, pack: 1, offset: 24, len: 100 }),
             (S, Event::Chunk { chunk: 12, pack: 1, offset: 124, len: 100 }),
             (S, Event::Chunk { chunk: 21, pack: 2, offset: 24, len: 100 }),
@@ -350,7 +367,7 @@ mod tests {
         assert_eq!([at(&p, 1, 24), at(&p, 1, 124), at(&p, 2, 124), at(&p, 2, 24)], [(1, 24), (1, 124), (2, 24), (2, 74)]);
         // Ordering keeps the packs: each is PUT whole at its record; a pack
         // of no round (none here) is too.
-        assert_eq!(p.step(2, 0), PackStep::whole(2, 0));
-        assert_eq!(p.step(99, 7), PackStep::whole(99, 7));
+        assert_eq!(p.step(2, 0, PackStage::Uploaded), PackStep::whole(2, 0));
+        assert_eq!(p.step(99, 7, PackStage::Uploaded), PackStep::whole(99, 7));
     }
 }

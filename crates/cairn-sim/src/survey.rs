@@ -7,7 +7,7 @@ use crate::layout::{Layout, LayoutKind, Packs};
 use crate::model::{Io, Model, Step};
 use crate::repack::Plan;
 use crate::SimError;
-use cairn_model::trace::{CacheEvent, Event, TraceReader};
+use cairn_model::trace::{CacheEvent, Event, PackStage, TraceReader};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -85,9 +85,17 @@ pub(crate) fn survey(path: &Path, plan: &Arc<Plan>) -> Result<Survey, SimError> 
             Event::Chunk { chunk, pack, offset, len } => {
                 places.insert((pack, offset, len, chunk));
             }
-            Event::Pack { pack, size } => {
-                for (pack, size) in plan.step(pack, size).puts {
+            Event::Pack { pack, size, stage } => {
+                let step = plan.step(pack, size, stage);
+                for (pack, size) in step.puts {
                     recorded.insert(pack, size);
+                    packs.new.insert(pack);
+                }
+                // Held in the outbox: new, and cached whole, even if a
+                // later round copies it away before any PUT.
+                if let Some(&(pack, 0, size)) = step.cached.first().filter(|_| stage == PackStage::Held) {
+                    let s = recorded.entry(pack).or_insert(0);
+                    *s = (*s).max(size);
                     packs.new.insert(pack);
                 }
             }

@@ -1,7 +1,7 @@
 //! `simulate` on hand-made traces whose every figure is worked out by hand.
 
 use cairn_model::prices::Prices;
-use cairn_model::trace::{Event, Record};
+use cairn_model::trace::{Event, PackStage, Record};
 use cairn_sim::{simulate, LayoutKind, Options, PercentOf, Repacking, Row};
 use std::path::Path;
 
@@ -23,7 +23,7 @@ fn trace() -> Vec<(u64, Event)> {
     vec![
         (SEC, Event::Write { ino: 1, offset: 0, len: 6 * MB }),
         (SEC, Event::Write { ino: 2, offset: 0, len: MB }),
-        (2 * SEC, Event::Pack { pack, size: 7 * MB + 100 }),
+        (2 * SEC, Event::Pack { pack, size: 7 * MB + 100, stage: PackStage::Uploaded }),
         (2 * SEC, Event::Chunk { chunk: 1, pack, offset: 0, len: 3 * MB }),
         (2 * SEC, Event::Chunk { chunk: 2, pack, offset: 3 * MB, len: 3 * MB }),
         (2 * SEC, Event::Chunk { chunk: 3, pack, offset: 6 * MB, len: MB }),
@@ -173,7 +173,7 @@ fn open_packs_merge_rounds_into_fewer_puts() {
     for i in 0..5u64 {
         let (t, pack, chunk, ino) = ((i + 1) * SEC, 100 + i, 10 + i, 1 + i);
         ev.push((t, Event::Write { ino, offset: 0, len: MB }));
-        ev.push((t, Event::Pack { pack, size: 24 + MB + 85 }));
+        ev.push((t, Event::Pack { pack, size: 24 + MB + 85, stage: PackStage::Uploaded }));
         ev.push((t, Event::Chunk { chunk, pack, offset: 24, len: MB }));
         ev.push((t, Event::Place { ino, offset: 0, len: MB, chunk, described: false }));
     }

@@ -12,6 +12,11 @@
 //!   `put` that would take the outbox past 3/4 of the capacity waits for
 //!   uploads to make room (one object is always admitted into an empty
 //!   outbox): an outage blocks writers, it never fails them.
+//! - `put_held` writes a pack to the outbox as `put` with local durability
+//!   does but keeps it out of the upload queue (and out of the outbox's
+//!   admission bound) until `pending` or `drain` queue it, or the next
+//!   open does; `discard_held` drops it without an upload
+//!   (docs/frugal.md §7).
 //! - `put` of a pack with [`Durability::Remote`], and every `put_if_absent`
 //!   of a pack, goes to the remote synchronously (its error is returned),
 //!   then keeps a clean copy.
@@ -210,6 +215,9 @@ struct State {
     policy: Box<dyn CachePolicy>,
     /// Queue position → name; the first is the oldest.
     outbox: BTreeMap<u64, String>,
+    /// Objects written to the outbox but kept out of its queue
+    /// ([`CachedBackend::put_held`]) until [`State::release_held`].
+    held: Vec<String>,
     next_key: u64,
     next_seq: u64,
     next_version: u64,
@@ -323,8 +331,22 @@ impl State {
         o.payer = None;
         let (seq, bytes) = o.dirty.take()?;
         self.outbox.remove(&seq);
+        self.held.retain(|n| n != name);
         self.dirty_bytes -= bytes;
         Some(bytes)
+    }
+
+    /// Queues every held object for upload (in the order it was written);
+    /// their names and sizes.
+    fn release_held(&mut self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        for name in std::mem::take(&mut self.held) {
+            if let Some((seq, size)) = self.objects.get(&name).and_then(|o| o.dirty) {
+                self.outbox.insert(seq, name.clone());
+                out.push((name, size));
+            }
+        }
+        out
     }
 }
 
@@ -501,6 +523,18 @@ impl Inner {
     fn trace(&self, event: CacheEvent, name: &str, size: u64) {
         if let Some(t) = self.trace.get() {
             t.record(Event::Cache { event, pack: pack_id(name), offset: 0, len: size, group: 0 });
+        }
+    }
+
+    /// Wakes the uploaders for held objects just queued, and tells the
+    /// trace (their PUT).
+    fn released(&self, objects: Vec<(String, u64)>) {
+        if objects.is_empty() {
+            return;
+        }
+        self.work.notify_all();
+        if let Some(t) = self.trace.get() {
+            t.record_all(objects.iter().map(|(name, size)| Event::Pack { pack: pack_id(name), size: *size, stage: crate::trace::PackStage::Released }));
         }
     }
 
@@ -874,15 +908,22 @@ impl Inner {
 
     // ---- writes ----
 
-    fn put_local(&self, name: &str, data: &[u8]) -> Result<()> {
+    /// Writes a pack to the outbox; `queue`: for upload now, else held
+    /// ([`CachedBackend::put_held`]).
+    fn put_local(&self, name: &str, data: &[u8], queue: bool) -> Result<()> {
         let size = data.len() as u64;
         let bound = self.dirty_bound();
         let mut st = self.lock();
         loop {
             if st.free(name) {
-                // A new version of a queued object replaces it.
+                // A new version of a queued object replaces it. Held
+                // objects do not count: they are not uploaded before their
+                // release, so waiting for them could wait for good (and
+                // the round that wrote one copies it away next: at most
+                // two are here at once).
                 let old = st.objects.get(name).and_then(|o| o.dirty).map_or(0, |d| d.1);
-                let others = st.dirty_bytes + st.reserved - old;
+                let held: u64 = st.held.iter().filter(|n| *n != name).filter_map(|n| st.objects.get(n).and_then(|o| o.dirty)).map(|d| d.1).sum();
+                let others = st.dirty_bytes + st.reserved - old - held;
                 if others == 0 || others + size <= bound {
                     break;
                 }
@@ -909,7 +950,11 @@ impl Inner {
             o.payer = Some(cairn_backend::meter::current()).filter(|w| !matches!(w, cairn_backend::Subsystem::Other | cairn_backend::Subsystem::Write));
             o.size = Some(size);
             o.version = version;
-            st.outbox.insert(seq, name.to_string());
+            if queue {
+                st.outbox.insert(seq, name.to_string());
+            } else {
+                st.held.push(name.to_string());
+            }
             st.dirty_bytes += size;
             self.trace(CacheEvent::Queued, name, size);
         }
@@ -991,7 +1036,7 @@ impl Inner {
     }
 
     fn outbox_matching(st: &State, prefix: &str) -> Vec<ObjectInfo> {
-        let queued = st.outbox.values().filter(|n| n.starts_with(prefix));
+        let queued = st.outbox.values().chain(&st.held).filter(|n| n.starts_with(prefix));
         queued.map(|n| ObjectInfo { name: n.clone(), size: st.objects[n].dirty.map_or(0, |d| d.1) }).collect()
     }
 
@@ -1320,6 +1365,7 @@ impl CachedBackend {
             entries: HashMap::new(),
             policy,
             outbox: BTreeMap::new(),
+            held: Vec::new(),
             next_key: 0,
             next_seq: 0,
             next_version: 0,
@@ -1453,9 +1499,60 @@ impl CachedBackend {
     }
 
     /// Names of objects written but not yet uploaded (the outbox), oldest
-    /// first.
+    /// first. Held objects are queued first: whoever asks will wait for
+    /// them (a metadata version may name them).
     pub fn pending(&self) -> Vec<String> {
-        self.inner.lock().outbox.values().cloned().collect()
+        let mut st = self.inner.lock();
+        self.inner.released(st.release_held());
+        st.outbox.values().cloned().collect()
+    }
+
+    /// Writes a pack to the outbox, durable here as [`Backend::put`] with
+    /// local durability makes it, but keeps it out of the upload queue:
+    /// a later flush round may copy it into a larger pack and drop it
+    /// ([`discard_held`](Self::discard_held)), so that small rounds do not
+    /// each cost a PUT (docs/frugal.md §7). It is queued by
+    /// [`pending`](Self::pending) (the metadata shipper, before a version
+    /// that may name it), [`drain`](Self::drain) (the unmount) or the next
+    /// open (the outbox is queued whole). With remote durability, or for a
+    /// name outside `packs/`, this is a plain put.
+    pub fn put_held(&self, name: &str, data: &[u8]) -> Result<()> {
+        if !is_pack(name) || self.inner.opts.durability != Durability::Local {
+            return self.put(name, data);
+        }
+        validate_name(name)?;
+        self.inner.put_local(name, data, false)
+    }
+
+    /// `name` is held: in the outbox, not queued for upload.
+    pub fn is_held(&self, name: &str) -> bool {
+        self.inner.lock().held.iter().any(|n| n == name)
+    }
+
+    /// Deletes a held object, which was never uploaded, from the outbox;
+    /// false if it is not held (it was queued meanwhile: delete it as any
+    /// uploaded object). A reader that had found its file sees it vanish
+    /// and looks the object up again.
+    pub fn discard_held(&self, name: &str) -> bool {
+        let inner = &self.inner;
+        let mut st = inner.lock();
+        if !st.held.iter().any(|n| n == name) {
+            return false;
+        }
+        st.drop_dirty(name);
+        let version = st.bump();
+        if let Some(o) = st.objects.get_mut(name) {
+            o.version = version;
+            o.size = None;
+        }
+        inner.trace(CacheEvent::Dropped, name, 0);
+        drop(st);
+        let p = inner.outbox_path(name);
+        if let Err(e) = fs::remove_file(&p).and_then(|_| fsync_dir(&inner.outbox_dir)) {
+            tracing::warn!("removing {}: {e}", p.display());
+        }
+        inner.wake(); // the outbox shrank
+        true
     }
 
     /// Blocks until every object in `names` that is still in the outbox is
@@ -1472,6 +1569,7 @@ impl CachedBackend {
     /// [`shutdown`](Self::shutdown): forever, if it is not empty).
     pub fn drain(&self, progress: &mut dyn FnMut(u64, u64)) {
         let mut st = self.inner.lock();
+        self.inner.released(st.release_held());
         let mut next = Instant::now();
         loop {
             if st.outbox.is_empty() {
@@ -1517,7 +1615,7 @@ impl Backend for CachedBackend {
         }
         validate_name(name)?;
         match self.inner.opts.durability {
-            Durability::Local => self.inner.put_local(name, data),
+            Durability::Local => self.inner.put_local(name, data, true),
             Durability::Remote => self.inner.put_remote(name, data, false),
         }
     }

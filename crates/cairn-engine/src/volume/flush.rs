@@ -16,7 +16,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::extent::{Extent, ExtentMap, JLoc, Source};
 use crate::meta::{self, ChunkRow};
 use crate::pack::{self, BlobEntry, PackBuilder};
-use crate::trace::{self, Event};
+use crate::trace::{self, Event, PackStage};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,11 +66,12 @@ struct Plan {
 /// long run of them is a bug, not contention).
 const MAX_RACED_ROUNDS: u32 = 16;
 
-/// A sealed, uploaded pack of this round.
+/// A sealed pack of this round: uploaded, or held in the outbox.
 struct SealedPack {
     name: String,
     size: u64,
     blobs: u64,
+    held: bool,
 }
 
 /// Chunks and packs produced by one round.
@@ -85,6 +86,11 @@ pub(crate) struct Batch<'a> {
     uploads: std::collections::VecDeque<super::workers::Pending>,
     new_chunks: Vec<(u64, usize, BlobEntry)>,
     by_hash: HashMap<ChunkId, u64>,
+    /// Chunks of the held pack copied into this round's packs: (chunk id,
+    /// index into `sealed`, offset there, stored length).
+    moved: Vec<(u64, usize, u64, u32)>,
+    /// The held pack they came from (name, metadata id).
+    absorbed: Option<(String, u64)>,
     /// Counters for stats and benchmarks.
     pub chunked_bytes: u64,
     pub new_bytes: u64,
@@ -116,7 +122,7 @@ const PARALLEL_MIN_BYTES: usize = 1 << 20;
 
 impl<'a> Batch<'a> {
     pub(crate) fn new(vol: &'a Volume) -> Self {
-        Batch { vol, _chunk_guard: vol.chunk_guard.shared(), builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), chunked_bytes: 0, new_bytes: 0, chunks_stored: 0, old_chunks_rechunked: 0, patches: 0 }
+        Batch { vol, _chunk_guard: vol.chunk_guard.shared(), builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), moved: Vec::new(), absorbed: None, chunked_bytes: 0, new_bytes: 0, chunks_stored: 0, old_chunks_rechunked: 0, patches: 0 }
     }
 
     /// Stores chunks (deduplicated); returns their metadata ids in order.
@@ -219,7 +225,7 @@ impl<'a> Batch<'a> {
         let vol = self.vol;
         let (built, entries) = b.finish(&vol.keys, &vol.vid);
         let name = pack::fresh_name();
-        self.sealed.push(SealedPack { name: name.clone(), size: built.bytes().len() as u64, blobs: entries.len() as u64 });
+        self.sealed.push(SealedPack { name: name.clone(), size: built.bytes().len() as u64, blobs: entries.len() as u64, held: false });
         // A store that positions its medium (a tape) lays packs down in the
         // order their puts arrive: one upload at a time keeps that the
         // order they were sealed in, so a file's packs lie in file order
@@ -237,6 +243,71 @@ impl<'a> Batch<'a> {
             r
         })?;
         self.uploads.push_back(pending);
+        Ok(())
+    }
+
+    /// Copies the pack the last round held in the outbox (docs/frugal.md
+    /// §7) into this round's packs, ahead of the round's own chunks: rounds
+    /// too small to fill a pack end up in one, one PUT. Its chunks move in
+    /// this round's transaction, which also drops its row; the pack itself
+    /// goes after that ([`Volume::settle_held`]). Nothing to do if the
+    /// cache queued it for upload meanwhile (a metadata version may then
+    /// name it): it stays an ordinary pack.
+    pub(crate) fn absorb_held(&mut self) -> Result<()> {
+        let vol = self.vol;
+        let Some((name, id)) = vol.held_pack.lock().clone() else { return Ok(()) };
+        let Some(cloud) = vol.cloud() else { return Ok(()) };
+        if !cloud.cache.is_held(&name) {
+            *vol.held_pack.lock() = None;
+            return Ok(());
+        }
+        let rows = vol.meta.read(|c| Ok(c.chunks_in_pack(id)?))?;
+        let data = vol.backend.get(&name)?;
+        let target = vol.cfg.pack_target;
+        for c in &rows {
+            let end = c.offset + c.stored_len as u64;
+            let blob = data.get(c.offset as usize..end as usize).ok_or_else(|| Error::corrupt(format!("held pack {name}: chunk #{} ends past the pack ({end} > {})", c.id, data.len())))?;
+            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(target as usize + (8 << 20))));
+            // Blobs are position-independent: copied as stored.
+            let e = b.add(c.hash, blob, c.raw_len, c.flags);
+            self.moved.push((c.id, self.sealed.len(), e.offset, c.stored_len));
+            self.by_hash.insert(c.hash, c.id);
+            if b.len() as u64 >= target {
+                self.seal()?;
+            }
+        }
+        self.absorbed = Some((name, id));
+        Ok(())
+    }
+
+    /// Gives up a failed [`Batch::absorb_held`]: the held pack is queued
+    /// for upload as it is, and nothing of it stays in this batch.
+    pub(crate) fn forget_absorbed(&mut self) {
+        self.builder = None;
+        self.moved.clear();
+        self.absorbed = None;
+        *self.vol.held_pack.lock() = None;
+        if let Some(c) = self.vol.cloud() {
+            c.cache.pending();
+        }
+    }
+
+    /// Seals a round's last pack: with `hold`, one short of the pack target
+    /// is written to the outbox but held there for the next round
+    /// ([`Batch::absorb_held`]); else as [`Batch::seal`].
+    pub(crate) fn seal_round(&mut self, hold: bool) -> Result<()> {
+        let vol = self.vol;
+        let cloud = vol.cloud().filter(|_| hold);
+        let short = self.builder.as_ref().is_some_and(|b| !b.is_empty() && (b.len() as u64) < vol.cfg.pack_target);
+        let (Some(cloud), true) = (cloud, short) else { return self.seal() };
+        let b = self.builder.take().expect("short");
+        let (built, entries) = b.finish(&vol.keys, &vol.vid);
+        let name = pack::fresh_name();
+        let r = cloud.cache.put_held(&name, built.bytes());
+        let size = built.bytes().len() as u64;
+        vol.pack_buffers.give(built.into_buffer());
+        r?;
+        self.sealed.push(SealedPack { name, size, blobs: entries.len() as u64, held: true });
         Ok(())
     }
 
@@ -273,19 +344,33 @@ impl<'a> Batch<'a> {
     }
 
     /// The trace's records of this round's new packs and chunks
-    /// (docs/trace.md: PACK, then CHUNK).
+    /// (docs/trace.md: PACK, then CHUNK; the chunks moved from a held pack
+    /// too).
     fn trace_events(&self) -> impl Iterator<Item = Event> + '_ {
-        let packs = self.sealed.iter().map(|p| Event::Pack { pack: trace::pack_id(&p.name), size: p.size });
-        let chunks = self.new_chunks.iter().map(|(id, pidx, e)| Event::Chunk { chunk: *id, pack: trace::pack_id(&self.sealed[*pidx].name), offset: e.offset, len: e.stored_len as u64 });
-        packs.chain(chunks)
+        let packs = self.sealed.iter().map(|p| Event::Pack { pack: trace::pack_id(&p.name), size: p.size, stage: if p.held { PackStage::Held } else { PackStage::Uploaded } });
+        let pack = |pidx: usize| trace::pack_id(&self.sealed[pidx].name);
+        let chunks = self.new_chunks.iter().map(move |(id, pidx, e)| Event::Chunk { chunk: *id, pack: pack(*pidx), offset: e.offset, len: e.stored_len as u64 });
+        let moved = self.moved.iter().map(move |&(id, pidx, offset, len)| Event::Chunk { chunk: id, pack: pack(pidx), offset, len: len as u64 });
+        packs.chain(chunks).chain(moved)
     }
 
-    /// Inserts this round's packs and chunks into a transaction.
-    pub(crate) fn insert_into(&self, tx: &dyn meta::MetaTx) -> Result<()> {
+    /// Inserts this round's packs and chunks into a transaction, moves the
+    /// chunks copied from a held pack and drops its row; the new packs'
+    /// metadata ids, in order.
+    pub(crate) fn insert_into(&self, tx: &dyn meta::MetaTx) -> Result<Vec<u64>> {
         let mut pack_ids = Vec::with_capacity(self.sealed.len());
         let mut unreferenced = vec![0u64; self.sealed.len()];
         for (_, pidx, e) in &self.new_chunks {
             unreferenced[*pidx] += e.stored_len as u64;
+        }
+        // A moved chunk nothing references is dead in its new pack too.
+        let mut moving = Vec::with_capacity(self.moved.len());
+        for &(id, pidx, offset, len) in &self.moved {
+            let Some(row) = tx.chunk_by_id(id)? else { continue };
+            if row.refs == 0 {
+                unreferenced[pidx] += len as u64;
+            }
+            moving.push((id, pidx, offset));
         }
         for (p, dead) in self.sealed.iter().zip(unreferenced) {
             pack_ids.push(tx.insert_pack(&p.name, p.size, p.blobs, dead)?);
@@ -295,7 +380,13 @@ impl<'a> Batch<'a> {
                 &ChunkRow { id: *id, hash: e.id, pack: pack_ids[*pidx], offset: e.offset, stored_len: e.stored_len, raw_len: e.raw_len, flags: e.flags, refs: 0, zero_since: None },
             )?;
         }
-        Ok(())
+        for (id, pidx, offset) in moving {
+            tx.relocate_chunk(id, pack_ids[pidx], offset)?;
+        }
+        if let Some((_, old)) = &self.absorbed {
+            tx.delete_pack(*old)?;
+        }
+        Ok(pack_ids)
     }
 }
 
@@ -543,6 +634,18 @@ impl Volume {
         let mut report = FlushReport::default();
         if !chosen.is_empty() {
             let mut batch = Batch::new(self);
+            // With local durability and metadata that only this machine
+            // ships, a grouped round's last, short pack waits in the outbox
+            // for the next round to fill it (docs/frugal.md §7). Never on a
+            // shared volume: other machines read what this one commits at
+            // once, from the bucket.
+            let holds = grouped && self.cloud().is_some_and(|c| c.ships_metadata && c.opts.durability == crate::cache::Durability::Local);
+            if holds {
+                if let Err(e) = batch.absorb_held() {
+                    tracing::warn!("copying the held pack into this round's: {e}; it is uploaded as it is");
+                    batch.forget_absorbed();
+                }
+            }
             let mut prepared = Vec::new();
             for st in chosen {
                 let guard = st.flush_lock.lock_arc();
@@ -556,16 +659,23 @@ impl Volume {
                     Err(e) => tracing::error!("flushing inode {}: {e} (kept in the journal, will retry)", st.ino),
                 }
             }
-            batch.seal()?;
+            // Any round may hold, a pressed or `sync` one too: the held pack
+            // is as durable here as an uploaded one's outbox copy, and the
+            // unmount (`drain`) and every shipped version release it.
+            batch.seal_round(holds)?;
             batch.finish_uploads()?;
-            if let Err(e) = self.commit(&batch, &mut prepared) {
-                if e.kind() == ErrorKind::Raced {
-                    // Lost a chunk to another writer: the transaction rolled
-                    // back, so nothing names this round's packs.
-                    batch.discard();
+            let pack_ids = match self.commit(&batch, &mut prepared) {
+                Ok(ids) => ids,
+                Err(e) => {
+                    if e.kind() == ErrorKind::Raced {
+                        // Lost a chunk to another writer: the transaction rolled
+                        // back, so nothing names this round's packs.
+                        batch.discard();
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
+            };
+            self.settle_held(&batch, &pack_ids)?;
             batch.account();
             self.metrics.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             report = FlushReport { files: prepared.len(), chunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, packs: batch.sealed.len(), patches: batch.patches };
@@ -946,7 +1056,27 @@ impl Volume {
 
     /// Commits a round: packs, chunks, every file's pages, sizes and
     /// reference counts, in one transaction.
-    fn commit(&self, batch: &Batch, prepared: &mut [Prepared]) -> Result<()> {
+    /// After a round's commit: the chunks it moved out of a held pack are
+    /// looked up anew, that pack goes (rule 3: once the transaction that
+    /// stopped naming it is durable; from the outbox if it is still held,
+    /// else through the trash as any uploaded pack), and the round's own
+    /// held pack, if any, waits for the next round.
+    fn settle_held(&self, batch: &Batch, pack_ids: &[u64]) -> Result<()> {
+        for &(id, ..) in &batch.moved {
+            self.chunk_locs.remove(&id);
+        }
+        *self.held_pack.lock() = batch.sealed.iter().zip(pack_ids).find(|(p, _)| p.held).map(|(p, &id)| (p.name.clone(), id));
+        let Some((name, id)) = &batch.absorbed else { return Ok(()) };
+        self.pack_names.remove(id);
+        self.meta.sync()?;
+        let cloud = self.cloud().expect("only a bucket's rounds hold packs");
+        if !cloud.cache.discard_held(name) {
+            self.delete_objects([name.as_str()])?;
+        }
+        Ok(())
+    }
+
+    fn commit(&self, batch: &Batch, prepared: &mut [Prepared]) -> Result<Vec<u64>> {
         // The trace's PLACE records: every extent of the changed pages.
         // The maps' changes are taken before the transaction and their new
         // page ids installed after it: its closure may run again
@@ -971,8 +1101,8 @@ impl Volume {
             };
             edits.push((p.map.take_changes(), placed, p.map.data_bytes(), mtime, ctime));
         }
-        let (placed, ids) = self.meta.write(|tx| {
-            batch.insert_into(tx)?;
+        let (placed, ids, pack_ids) = self.meta.write(|tx| {
+            let pack_ids = batch.insert_into(tx)?;
             let mut placed = Vec::new();
             let mut ids = Vec::with_capacity(prepared.len());
             for (p, (ch, ev, data_bytes, mtime, ctime)) in prepared.iter().zip(&edits) {
@@ -984,7 +1114,7 @@ impl Volume {
                 ids.push(meta::save_extents(tx, p.st.ino, ch)?);
                 tx.update_content(p.st.ino, p.size, *data_bytes, *mtime, *ctime, p.committed_seq)?;
             }
-            Ok((placed, ids))
+            Ok((placed, ids, pack_ids))
         })?;
         for (p, ids) in prepared.iter_mut().zip(&ids) {
             p.map.assign_ids(ids);
@@ -992,7 +1122,7 @@ impl Volume {
         if let Some(t) = &self.trace {
             t.record_all(batch.trace_events().chain(placed));
         }
-        Ok(())
+        Ok(pack_ids)
     }
 
     /// Replays journal records newer than each inode's committed position.

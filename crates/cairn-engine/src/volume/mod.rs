@@ -213,6 +213,10 @@ pub struct Volume {
     /// The file a sequential store's drive was last fed (0: none): fed
     /// again first, its runs follow one another on the tape.
     pub(crate) last_fed: std::sync::atomic::AtomicU64,
+    /// The last flush round's partly filled pack, held in the outbox for
+    /// the next round to copy into a larger one (name, metadata id;
+    /// docs/frugal.md §7). The cache says whether it is still held.
+    pub(crate) held_pack: parking_lot::Mutex<Option<(String, u64)>>,
     /// Held (read side) by every [`flush::Batch`] for its life, since a batch
     /// may hold ids of dead chunks it found by hash; the cleaner deletes
     /// dead chunk rows only under the write side (docs/frugal.md §5).
@@ -376,6 +380,7 @@ impl Volume {
             open_files: Default::default(),
             locked: DashMap::new(),
             last_fed: std::sync::atomic::AtomicU64::new(0),
+            held_pack: parking_lot::Mutex::new(None),
             chunk_guard: guard::ChunkGuard::default(),
             signal,
             flusher: Mutex::new(None),
@@ -827,10 +832,12 @@ impl Volume {
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
         let (mut name, mut entry) = self.chunk_location(id)?;
         let mut got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
-        if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) && self.is_shared() {
-            // Another machine's gc or cleaner moved the chunk and its old
-            // pack went after the grace period: the location this mount
-            // remembered is stale. Ask the metadata again, once.
+        if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) && (self.is_shared() || self.cloud.is_some()) {
+            // The chunk moved and its old pack went: another machine's gc
+            // or cleaner did it after the grace period, or a flush round
+            // copied a held pack into its own and dropped it from the
+            // outbox (docs/frugal.md §7). The location this mount resolved
+            // is stale. Ask the metadata again, once.
             self.chunk_locs.remove(&id);
             (name, entry) = self.chunk_location(id)?;
             got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);

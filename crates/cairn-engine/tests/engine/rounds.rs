@@ -123,3 +123,135 @@ fn a_grouped_round_takes_at_most_two_packs_of_files() {
     assert!(v.metrics_snapshot().flushes >= 2);
     v.close().unwrap();
 }
+
+/// The packs in the bucket.
+fn bucket_packs(bucket: &Arc<dyn cairn_backend::Backend>) -> usize {
+    bucket.list("packs/").unwrap().len()
+}
+
+fn read_all(v: &Volume, name: &str) -> Vec<u8> {
+    let ino = v.lookup(ROOT_INO, name.as_bytes()).unwrap().ino;
+    let size = v.getattr(ino).unwrap().size;
+    v.read(ino, 0, size as u32).unwrap()
+}
+
+/// Four rounds of one small file each (docs/frugal.md §7): each round's
+/// short pack waits in the outbox and the next round copies it into its
+/// own, so nothing reaches the bucket until the unmount, which uploads one
+/// pack holding all four rounds. A file written again with the first's
+/// bytes finds its chunks by hash in the held pack, and a file deleted
+/// after its round leaves dead chunks that move too (counted dead). Every
+/// byte reads back at each step and after the volume is opened again, and
+/// fsck finds the packs' metadata whole.
+#[test]
+fn short_rounds_share_one_pack_held_in_the_outbox_until_the_unmount() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("vol");
+    let bucket = memory_cloud_volume(&dir); // 1 MiB packs
+    let v = open(&dir, &bucket, Duration::from_millis(200), 64 << 20);
+    let files = [("a", 1, 100_000), ("b", 2, 150_000), ("a-again", 1, 100_000), ("c", 3, 120_000)];
+    for (i, &(name, seed, len)) in files.iter().enumerate() {
+        write_closed(&v, name, seed, len);
+        assert!(flushed_within(&v, Duration::from_secs(30)), "round {i} did not run");
+        if name == "b" {
+            v.unlink(ROOT_INO, b"b").unwrap();
+        }
+        assert_eq!(bucket_packs(&bucket), 0, "round {i} uploaded a short pack");
+        for &(n, s, l) in &files[..=i] {
+            if n != "b" {
+                assert_eq!(read_all(&v, n), bytes(s, l), "{n} after round {i}");
+            }
+        }
+    }
+    assert_eq!(v.metrics_snapshot().flushes, 4);
+    v.close().unwrap();
+    drop(v);
+    assert_eq!(bucket_packs(&bucket), 1, "the unmount uploads the held pack, which holds every round");
+    let v = open(&dir, &bucket, Duration::from_secs(5), 64 << 20);
+    for &(n, s, l) in &files {
+        if n != "b" {
+            assert_eq!(read_all(&v, n), bytes(s, l), "{n} after the reopen");
+        }
+    }
+    let rep = cairn_engine::maintenance::fsck(&v, true, &cairn_engine::maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    v.close().unwrap();
+}
+
+/// A held pack is in the outbox, fsynced, before its round commits: a crash
+/// after the round loses nothing, and the next open uploads it with the
+/// rest of the outbox.
+#[test]
+fn a_held_pack_survives_a_crash_and_goes_up_at_the_next_open() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("vol");
+    let bucket = memory_cloud_volume(&dir);
+    let v = open(&dir, &bucket, Duration::from_millis(200), 64 << 20);
+    write_closed(&v, "a", 7, 300_000);
+    v.fsync(v.lookup(ROOT_INO, b"a").unwrap().ino, false).unwrap();
+    assert!(flushed_within(&v, Duration::from_secs(30)));
+    // The round's commit durable, the pack still held.
+    v.sync_metadata().unwrap();
+    assert_eq!(bucket_packs(&bucket), 0, "held");
+    v.simulate_crash();
+    let v = open(&dir, &bucket, Duration::from_secs(5), 64 << 20);
+    assert_eq!(read_all(&v, "a"), bytes(7, 300_000));
+    v.close().unwrap();
+    assert_eq!(bucket_packs(&bucket), 1);
+}
+
+/// The metadata shipper queues the held pack before it publishes a version
+/// that may name it (rule 7): with versions every second, the pack is in
+/// the bucket within seconds, and the next round leaves it alone.
+#[test]
+fn the_shipper_uploads_the_held_pack_before_a_version_names_it() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("vol");
+    let bucket = memory_cloud_volume(&dir);
+    let opts = OpenOptions {
+        backend: Some(InjectedBackend(bucket.clone())),
+        flush_age: Duration::from_millis(200),
+        cloud: CloudOptions { cache_bytes: 64 << 20, meta_interval: Duration::from_secs(1), gc_interval: None, ..Default::default() },
+        ..Default::default()
+    };
+    let v = Volume::load(&dir, opts).unwrap();
+    write_closed(&v, "a", 1, 100_000);
+    let end = Instant::now() + Duration::from_secs(30);
+    while bucket_packs(&bucket) == 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(bucket_packs(&bucket), 1, "the shipper did not upload the held pack");
+    assert!(!bucket.list("meta/").unwrap().is_empty(), "no version shipped");
+    write_closed(&v, "b", 2, 100_000);
+    assert!(flushed_within(&v, Duration::from_secs(30)));
+    v.close().unwrap();
+    drop(v);
+    // Two packs: the first was released before the second round, which
+    // therefore did not copy it.
+    assert_eq!(bucket_packs(&bucket), 2);
+    assert_eq!(read_all(&Volume::load(&dir, OpenOptions { backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap(), "a"), bytes(1, 100_000));
+}
+
+/// A held pack does not count against the outbox's bound: on a cache whose
+/// bound (three quarters of 2 MiB) cannot take the held pack and a full one
+/// at once, the next round still goes (it would otherwise wait for an
+/// upload that nothing starts), and every byte reads back.
+#[test]
+fn a_held_pack_never_blocks_the_next_round_on_a_small_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("vol");
+    let bucket = memory_cloud_volume(&dir); // 1 MiB packs
+    let v = open(&dir, &bucket, Duration::from_millis(200), 2 << 20);
+    write_closed(&v, "a", 1, 600_000);
+    assert!(flushed_within(&v, Duration::from_secs(30)));
+    assert_eq!(bucket_packs(&bucket), 0, "held");
+    write_closed(&v, "b", 2, 1_500_000);
+    assert!(flushed_within(&v, Duration::from_secs(30)), "the round after a held pack waited for room");
+    assert_eq!(read_all(&v, "a"), bytes(1, 600_000));
+    assert_eq!(read_all(&v, "b"), bytes(2, 1_500_000));
+    v.close().unwrap();
+    // 2.1 MB in 1 MiB packs: two full ones, and whatever rest the chunk
+    // boundaries leave.
+    let n = bucket_packs(&bucket);
+    assert!((2..=3).contains(&n), "{n} packs");
+}
