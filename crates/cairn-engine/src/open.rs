@@ -149,6 +149,11 @@ fn start_shipper(vol: &Arc<Volume>) -> Background {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let Some(vol) = weak.upgrade() else { return false };
         let Some(cloud) = vol.cloud.as_ref() else { return false };
+        // A pack held for the next round goes up at every tick, before
+        // anything here can block (a lease renewal retrying through an
+        // outage): the next version may name it (docs/frugal.md §7), and
+        // data waits in the outbox at most one interval plus its upload.
+        cloud.cache.release_held();
         if let Some(&id) = cloud.session.get() {
             if Instant::now() >= next_heartbeat && !cloud.is_lost() {
                 next_heartbeat = Instant::now() + beat;

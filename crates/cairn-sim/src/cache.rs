@@ -60,6 +60,9 @@ pub(crate) enum Op {
     Read { group: u64, local: bool, units: Range<usize> },
     /// A write of file `group` (0: none) stored `units`.
     Admit { group: u64, units: Range<usize> },
+    /// The object is gone (a held pack copied away, a pack deleted): what
+    /// an extent cache holds of it goes too, as the live cache drops it.
+    Drop(u64),
 }
 
 /// Operations and the units they name.
@@ -140,6 +143,7 @@ impl SimCache {
                 Op::Io(io) => self.policy.note(*io),
                 Op::Read { group, local, units } => self.read(&b.units[units.clone()], *group, *local),
                 Op::Admit { group, units } => self.admit(&b.units[units.clone()], *group),
+                Op::Drop(obj) => self.drop_object(*obj),
             }
         }
     }
@@ -262,6 +266,21 @@ impl SimCache {
             }
         }
         self.evict();
+    }
+
+    /// Forgets every extent of `obj` (extent caches only: a unit cache's
+    /// units of a dropped object are never asked for again and age out).
+    fn drop_object(&mut self, obj: u64) {
+        let Some(x) = &mut self.extents else { return };
+        let Some(m) = x.objects.remove(&obj) else { return };
+        x.last_get.remove(&obj);
+        for (_, (_, key)) in m {
+            x.at.remove(&key);
+            self.policy.policy.removed(key);
+            if let Some(n) = self.held.remove(&key) {
+                self.bytes -= n;
+            }
+        }
     }
 
     fn evict(&mut self) {

@@ -145,6 +145,9 @@ impl Lane {
         if !scratch.is_empty() {
             self.batch.push(scratch, |units| Op::Admit { group: s.ino, units });
         }
+        if let (Some(p), layout::LayoutKind::Cairn) = (s.dropped, self.layout.kind) {
+            self.batch.ops.push(Op::Drop(p));
+        }
         self.layout.uploaded(s, time);
     }
 }

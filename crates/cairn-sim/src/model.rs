@@ -186,6 +186,8 @@ pub(crate) struct Step {
     pub unlocated: u64,
     /// Cairn: bytes written into packs and packs sealed (a PACK record).
     pub pack: Option<PackStep>,
+    /// Cairn: the live cache dropped this pack (CACHE DROPPED).
+    pub dropped: Option<u64>,
     /// BlueSky: log ranges a read needs, as (object, offset, len).
     pub log_reads: Vec<(u64, u64, u64)>,
     /// BlueSky: log ranges a write filled, and the objects it sealed.
@@ -201,6 +203,7 @@ impl Step {
         self.journal_read = false;
         self.unlocated = 0;
         self.pack = None;
+        self.dropped = None;
         self.log_reads.clear();
         self.log_writes.clear();
         self.sealed.clear();
@@ -315,6 +318,7 @@ impl Model {
                 }
             }
             Event::Pack { pack, size, stage } => s.pack = Some(self.plan.step(pack, size, stage)),
+            Event::Cache { event: cairn_model::trace::CacheEvent::Dropped, pack, .. } => s.dropped = Some(pack),
             Event::Cache { .. } | Event::CacheOpened { .. } | Event::CacheSize { .. } => {}
         }
     }

@@ -203,3 +203,39 @@ fn open_packs_merge_rounds_into_fewer_puts() {
     let aged = simulate(&p, &o(Repacking { open_age_ns: SEC / 2, ..open })).unwrap();
     assert_eq!(aged.rows[0].puts, 5);
 }
+
+/// A live trace with a held pack (docs/trace.md): file 1's round held pack
+/// 1 in the outbox (cached, no PUT); the next round copied its chunk into
+/// pack 2 with file 2's and uploaded that (one PUT), and pack 1 was
+/// dropped; a later round held pack 3, released at the end (its PUT).
+/// Both files read back from the cache.
+#[test]
+fn held_packs_cost_a_put_only_when_uploaded() {
+    let place = |ino, len, chunk| Event::Place { ino, offset: 0, len, chunk, described: false };
+    let ev = vec![
+        (SEC, Event::Write { ino: 1, offset: 0, len: MB }),
+        (SEC, Event::Pack { pack: 1, size: MB + 100, stage: PackStage::Held }),
+        (SEC, Event::Chunk { chunk: 11, pack: 1, offset: 24, len: MB }),
+        (SEC, place(1, MB, 11)),
+        (2 * SEC, Event::Write { ino: 2, offset: 0, len: MB }),
+        (2 * SEC, Event::Pack { pack: 2, size: 2 * MB + 200, stage: PackStage::Uploaded }),
+        (2 * SEC, Event::Chunk { chunk: 12, pack: 2, offset: MB + 24, len: MB }),
+        (2 * SEC, Event::Chunk { chunk: 11, pack: 2, offset: 24, len: MB }),
+        (2 * SEC, place(2, MB, 12)),
+        (2 * SEC, Event::Cache { event: cairn_model::trace::CacheEvent::Dropped, pack: 1, offset: 0, len: 0, group: 0 }),
+        (3 * SEC, Event::Write { ino: 3, offset: 0, len: 1000 }),
+        (3 * SEC, Event::Pack { pack: 3, size: 1100, stage: PackStage::Held }),
+        (3 * SEC, Event::Chunk { chunk: 13, pack: 3, offset: 24, len: 1000 }),
+        (3 * SEC, place(3, 1000, 13)),
+        (4 * SEC, Event::Read { ino: 1, offset: 0, len: MB }),
+        (4 * SEC, Event::Read { ino: 2, offset: 0, len: MB }),
+        (5 * SEC, Event::Pack { pack: 3, size: 1100, stage: PackStage::Released }),
+    ];
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t");
+    write_trace(&p, &ev);
+    let o = Options { cache_percents: vec![100.0], percent_of: None, cache_bytes: None, policies: vec!["lru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 0, pack_ahead: 0, repacking: Repacking::default() };
+    let r = &simulate(&p, &o).unwrap().rows[0];
+    assert_eq!((r.puts, r.bytes_up), (2, 2 * MB + 200 + 1100));
+    assert_eq!((r.reads, r.hits, r.gets), (2, 2, 0));
+}

@@ -149,7 +149,7 @@ pub struct CacheStats {
     pub clean_bytes: u64,
     /// Bytes in the outbox (and being written to it).
     pub dirty_bytes: u64,
-    /// Objects in the outbox.
+    /// Objects in the outbox (queued or held).
     pub dirty_objects: u64,
     /// Outbox objects uploaded.
     pub uploads: u64,
@@ -1473,7 +1473,7 @@ impl CachedBackend {
             evictions: g(&n.evictions),
             clean_bytes: st.clean_bytes,
             dirty_bytes: st.dirty_bytes + st.reserved,
-            dirty_objects: st.outbox.len() as u64,
+            dirty_objects: (st.outbox.len() + st.held.len()) as u64,
             uploads: g(&n.uploads),
             upload_retries: g(&n.upload_retries),
         }
@@ -1505,6 +1505,12 @@ impl CachedBackend {
         let mut st = self.inner.lock();
         self.inner.released(st.release_held());
         st.outbox.values().cloned().collect()
+    }
+
+    /// Queues every held object for upload ([`put_held`](Self::put_held)).
+    pub fn release_held(&self) {
+        let mut st = self.inner.lock();
+        self.inner.released(st.release_held());
     }
 
     /// Writes a pack to the outbox, durable here as [`Backend::put`] with

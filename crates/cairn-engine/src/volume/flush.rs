@@ -255,7 +255,7 @@ impl<'a> Batch<'a> {
     /// name it): it stays an ordinary pack.
     pub(crate) fn absorb_held(&mut self) -> Result<()> {
         let vol = self.vol;
-        let Some((name, id)) = vol.held_pack.lock().clone() else { return Ok(()) };
+        let Some((name, id, _)) = vol.held_pack.lock().clone() else { return Ok(()) };
         let Some(cloud) = vol.cloud() else { return Ok(()) };
         if !cloud.cache.is_held(&name) {
             *vol.held_pack.lock() = None;
@@ -1056,6 +1056,18 @@ impl Volume {
 
     /// Commits a round: packs, chunks, every file's pages, sizes and
     /// reference counts, in one transaction.
+    /// Queues the held pack for upload once it has waited a metadata
+    /// interval (the flusher's tick): the shipper releases it before every
+    /// version too, but a shipper stuck retrying through an outage must not
+    /// keep data from even trying the bucket.
+    pub(crate) fn release_old_held_pack(&self) {
+        let Some(cloud) = self.cloud() else { return };
+        let old = self.held_pack.lock().as_ref().is_some_and(|h| h.2.elapsed() >= cloud.opts.meta_interval);
+        if old {
+            cloud.cache.release_held();
+        }
+    }
+
     /// After a round's commit: the chunks it moved out of a held pack are
     /// looked up anew, that pack goes (rule 3: once the transaction that
     /// stopped naming it is durable; from the outbox if it is still held,
@@ -1065,7 +1077,7 @@ impl Volume {
         for &(id, ..) in &batch.moved {
             self.chunk_locs.remove(&id);
         }
-        *self.held_pack.lock() = batch.sealed.iter().zip(pack_ids).find(|(p, _)| p.held).map(|(p, &id)| (p.name.clone(), id));
+        *self.held_pack.lock() = batch.sealed.iter().zip(pack_ids).find(|(p, _)| p.held).map(|(p, &id)| (p.name.clone(), id, Instant::now()));
         let Some((name, id)) = &batch.absorbed else { return Ok(()) };
         self.pack_names.remove(id);
         self.meta.sync()?;

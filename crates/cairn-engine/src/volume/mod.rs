@@ -214,9 +214,9 @@ pub struct Volume {
     /// again first, its runs follow one another on the tape.
     pub(crate) last_fed: std::sync::atomic::AtomicU64,
     /// The last flush round's partly filled pack, held in the outbox for
-    /// the next round to copy into a larger one (name, metadata id;
-    /// docs/frugal.md §7). The cache says whether it is still held.
-    pub(crate) held_pack: parking_lot::Mutex<Option<(String, u64)>>,
+    /// the next round to copy into a larger one (name, metadata id, when
+    /// written; docs/frugal.md §7). The cache says whether it is still held.
+    pub(crate) held_pack: parking_lot::Mutex<Option<(String, u64, std::time::Instant)>>,
     /// Held (read side) by every [`flush::Batch`] for its life, since a batch
     /// may hold ids of dead chunks it found by hash; the cleaner deletes
     /// dead chunk rows only under the write side (docs/frugal.md §5).
@@ -500,6 +500,7 @@ impl Volume {
                     s.0 = false;
                 }
                 let Some(vol) = weak.upgrade() else { return };
+                vol.release_old_held_pack();
                 // Under journal pressure nothing is held back: a held tail
                 // pins every later journal segment (a program writing an open
                 // file from the end backwards would otherwise fill the
