@@ -517,12 +517,35 @@ impl Volume {
         self.flush_round_of(all, None)
     }
 
+    /// The background flusher's round: like [`flush_round`](Self::flush_round),
+    /// but its last short pack may be held for the next round
+    /// (docs/frugal.md §7). Rounds someone asked for (`sync`, a close that
+    /// waits, an archive) leave nothing held.
+    pub(crate) fn flush_round_background(&self, all: bool) -> Result<FlushReport> {
+        let _round = self.flush_mutex.lock();
+        self.flush_round_retrying(all, None, true)
+    }
+
     /// A flush round limited to one file (or, with `None`, the due files).
     pub(crate) fn flush_round_of(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
         let _round = self.flush_mutex.lock();
+        let r = self.flush_round_retrying(all, only, false);
+        // Asked for: nothing stays held (what was is in this round's packs
+        // or queued now).
+        if only.is_none() {
+            if let Some(c) = self.cloud() {
+                c.cache.release_held();
+            }
+        }
+        r
+    }
+
+    /// A round, prepared again after lost races; the caller holds
+    /// `flush_mutex`.
+    fn flush_round_retrying(&self, all: bool, only: Option<crate::types::Ino>, may_hold: bool) -> Result<FlushReport> {
         let mut raced = 0;
         let r = loop {
-            match self.flush_round_locked(all, only) {
+            match self.flush_round_locked(all, only, may_hold) {
                 // Another writer claimed one of this round's new chunks
                 // first, or collected one it found by hash: nothing was
                 // committed, so the round is prepared again and then finds
@@ -540,7 +563,7 @@ impl Volume {
         r
     }
 
-    fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
+    fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>, may_hold: bool) -> Result<FlushReport> {
         let sequential = !self.backend.capabilities().cheap_ranged_reads;
         let (age, flush_bytes) = if sequential { self.run_policy() } else { (self.opts.flush_age, self.opts.flush_bytes) };
         // Past half the journal's limit, closed files go whatever their age,
@@ -662,7 +685,7 @@ impl Volume {
             // Any round may hold, a pressed or `sync` one too: the held pack
             // is as durable here as an uploaded one's outbox copy, and the
             // unmount (`drain`) and every shipped version release it.
-            batch.seal_round(holds)?;
+            batch.seal_round(holds && may_hold)?;
             batch.finish_uploads()?;
             let pack_ids = match self.commit(&batch, &mut prepared) {
                 Ok(ids) => ids,

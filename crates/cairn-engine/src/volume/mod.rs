@@ -506,7 +506,7 @@ impl Volume {
                 // file from the end backwards would otherwise fill the
                 // journal and block all writers for good).
                 let pressed = vol.journal.bytes() > vol.opts.journal_limit / 2;
-                match vol.flush_round(pressed) {
+                match vol.flush_round_background(pressed) {
                     Ok(_) => vol.problems.flush.ok(),
                     Err(e) => {
                         tracing::error!("background flush failed (will retry): {e}");
