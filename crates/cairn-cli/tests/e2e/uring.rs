@@ -101,8 +101,17 @@ fn a_mount_over_io_uring_serves_from_its_rings_with_the_results_of_dev_fuse() {
     let env = Env::new("uring");
     let m = env.mount_with(&["--fuse-uring"]);
     let pid = daemon_pid(&env.vol, &env.mnt).expect("the daemon");
-    let (ring0, rings) = switches(pid, "fuser-uring-");
     let cpus = std::thread::available_parallelism().unwrap().get();
+    // The mount answers before every ring thread has started and named
+    // itself (a loaded machine showed one of two): give them a moment.
+    let started = std::time::Instant::now();
+    let (ring0, rings) = loop {
+        let (ring0, rings) = switches(pid, "fuser-uring-");
+        if rings >= cpus || started.elapsed() > std::time::Duration::from_secs(10) {
+            break (ring0, rings);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(rings >= cpus, "one ring thread or more per CPU queue: {rings} threads for {cpus} CPUs");
     let (dev0, _) = switches(pid, "fuser-0");
 
