@@ -5,7 +5,7 @@
 //! what a read needs, what a write stored.
 
 use crate::repack::{PackStep, Plan};
-use cairn_model::trace::Event;
+use cairn_model::trace::{Event, PackStage};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -224,6 +224,9 @@ pub(crate) struct Model {
     pub prior: Log,
     /// Where the rounds' chunks go (empty: as recorded).
     pub plan: Arc<Plan>,
+    /// Packs held in the outbox (PACK HELD, until RELEASED or the cache
+    /// dropped them): local, outside the cache, as the live mount has them.
+    held: std::collections::HashSet<u64>,
 }
 
 impl Model {
@@ -234,7 +237,7 @@ impl Model {
 
     /// A model whose rounds are packed by `plan`.
     pub fn with_plan(plan: Arc<Plan>) -> Model {
-        Model { cairn: HashMap::new(), blue: HashMap::new(), chunks: HashMap::new(), log: Log::default(), prior: Log { base: PRIOR, ..Log::default() }, plan }
+        Model { cairn: HashMap::new(), blue: HashMap::new(), chunks: HashMap::new(), log: Log::default(), prior: Log { base: PRIOR, ..Log::default() }, plan, held: Default::default() }
     }
 
     /// Applies one record; `s` says what it did.
@@ -253,6 +256,7 @@ impl Model {
                     m.overlaps(offset, end, |_, _, v| match v {
                         Stored::Journal => s.journal_read = true,
                         Stored::Chunk(c) => match self.chunks.get(&c) {
+                            Some(&loc) if self.held.contains(&loc.0) => s.journal_read = true,
                             Some(&loc) => s.chunk_reads.push(loc),
                             None => s.unlocated += 1,
                         },
@@ -317,8 +321,18 @@ impl Model {
                     self.chunks.insert(chunk, (pack, offset, len));
                 }
             }
-            Event::Pack { pack, size, stage } => s.pack = Some(self.plan.step(pack, size, stage)),
-            Event::Cache { event: cairn_model::trace::CacheEvent::Dropped, pack, .. } => s.dropped = Some(pack),
+            Event::Pack { pack, size, stage } => {
+                match stage {
+                    PackStage::Held => self.held.insert(pack),
+                    PackStage::Released => self.held.remove(&pack),
+                    PackStage::Uploaded => false,
+                };
+                s.pack = Some(self.plan.step(pack, size, stage));
+            }
+            Event::Cache { event: cairn_model::trace::CacheEvent::Dropped, pack, .. } => {
+                self.held.remove(&pack);
+                s.dropped = Some(pack);
+            }
             Event::Cache { .. } | Event::CacheOpened { .. } | Event::CacheSize { .. } => {}
         }
     }

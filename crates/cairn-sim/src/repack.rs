@@ -99,8 +99,10 @@ impl PackStep {
     pub fn recorded(pack: u64, size: u64, stage: PackStage) -> PackStep {
         match stage {
             PackStage::Uploaded => PackStep::whole(pack, size),
-            PackStage::Held => PackStep { cached: vec![(pack, 0, size)], puts: Vec::new() },
-            PackStage::Released => PackStep { cached: Vec::new(), puts: vec![(pack, size)] },
+            // In the outbox, outside the clean cache, until released (the
+            // model reads it locally meanwhile); then kept as uploaded.
+            PackStage::Held => PackStep::default(),
+            PackStage::Released => PackStep::whole(pack, size),
         }
     }
 }
@@ -115,6 +117,9 @@ pub(crate) struct Plan {
     steps: HashMap<u64, PackStep>,
     /// Packs sealed when the trace ends: (pack, size).
     pub at_end: Vec<(u64, u64)>,
+    /// Rounds were merged into open packs (else only re-cut, each pack
+    /// kept: its PACK records do what they did).
+    merged: bool,
 }
 
 impl Plan {
@@ -133,6 +138,9 @@ impl Plan {
     /// does. A repacked round's pack was written by its round's record: its
     /// release (a held pack's later PUT) does nothing.
     pub fn step(&self, pack: u64, size: u64, stage: PackStage) -> PackStep {
+        if !self.merged {
+            return PackStep::recorded(pack, size, stage);
+        }
         match self.steps.get(&pack) {
             Some(_) if stage == PackStage::Released => PackStep::default(),
             Some(s) => s.clone(),
@@ -147,7 +155,7 @@ type Packed = (u64, u64, u64, u64);
 /// One flush round: its packs (id, recorded size) and chunks, in order.
 struct Round {
     time: u64,
-    packs: Vec<(u64, u64)>,
+    packs: Vec<(u64, u64, PackStage)>,
     chunks: Vec<Packed>,
 }
 
@@ -177,17 +185,17 @@ pub(crate) fn plan(path: &Path, r: &Repacking) -> Result<Plan, SimError> {
         match rec.event {
             // A held pack's release starts no round: it wrote nothing.
             Event::Pack { stage: PackStage::Released, .. } => {}
-            Event::Pack { pack, size, .. } => {
+            Event::Pack { pack, size, stage } => {
                 match rounds.last_mut() {
-                    Some(last) if in_round && last.chunks.is_empty() && last.time == rec.time => last.packs.push((pack, size)),
-                    _ => rounds.push(Round { time: rec.time, packs: vec![(pack, size)], chunks: Vec::new() }),
+                    Some(last) if in_round && last.chunks.is_empty() && last.time == rec.time => last.packs.push((pack, size, stage)),
+                    _ => rounds.push(Round { time: rec.time, packs: vec![(pack, size, stage)], chunks: Vec::new() }),
                 }
                 in_round = true;
                 continue;
             }
             Event::Chunk { chunk, pack, offset, len } if in_round => {
                 let last = rounds.last_mut().expect("in a round");
-                if last.packs.iter().any(|&(p, _)| p == pack) {
+                if last.packs.iter().any(|&(p, ..)| p == pack) {
                     last.chunks.push((chunk, pack, offset, len));
                     continue;
                 }
@@ -200,20 +208,24 @@ pub(crate) fn plan(path: &Path, r: &Repacking) -> Result<Plan, SimError> {
         }
         in_round = false;
     }
-    let mut plan = Plan::default();
+    let mut plan = Plan { merged: r.open_target > 0, ..Plan::default() };
     let mut open: Option<Open> = None;
+    // Chunk → where an earlier round's open pack put it: a live trace's
+    // held pack is copied by the next round, whose CHUNK records name
+    // the copies; they are not appended again.
+    let mut placed: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut merged = 0u64;
     for round in &mut rounds {
         if r.order != PackOrder::Recorded {
             reorder(round, r.order, &reads, &owners);
         }
-        let mut steps: HashMap<u64, PackStep> = round.packs.iter().map(|&(p, _)| (p, PackStep::default())).collect();
+        let mut steps: HashMap<u64, PackStep> = round.packs.iter().map(|&(p, ..)| (p, PackStep::default())).collect();
         // The PUTs of this round land on its first PACK record.
         let first = round.packs[0].0;
         if r.open_target == 0 {
             // Re-cut into the recorded packs: each takes its recorded
             // payload's worth, in the new order.
-            let mut cuts = round.packs.iter().map(|&(p, _)| (p, payload(round, p)));
+            let mut cuts = round.packs.iter().map(|&(p, ..)| (p, payload(round, p)));
             let (mut pack, mut room) = cuts.next().expect("a round has a pack");
             let mut fill = HEADER;
             for &(_, old, off, len) in &round.chunks {
@@ -226,19 +238,24 @@ pub(crate) fn plan(path: &Path, r: &Repacking) -> Result<Plan, SimError> {
                 fill += len;
                 room = room.saturating_sub(len);
             }
-            for &(p, size) in &round.packs {
-                steps.insert(p, PackStep::whole(p, size));
+            for &(p, size, stage) in &round.packs {
+                steps.insert(p, PackStep::recorded(p, size, stage));
             }
         } else {
             if let Some(o) = open.take_if(|o| round.time.saturating_sub(o.opened) >= r.open_age_ns) {
                 steps.get_mut(&first).expect("first").puts.push((o.id, o.size()));
             }
-            for &(_, old, off, len) in &round.chunks {
+            for &(chunk, old, off, len) in &round.chunks {
+                if let Some(&at) = placed.get(&chunk) {
+                    plan.moves.insert((old, off), at);
+                    continue;
+                }
                 let o = open.get_or_insert_with(|| {
                     merged += 1;
                     Open { id: MERGED | merged, fill: HEADER, entries: 0, opened: round.time }
                 });
                 plan.moves.insert((old, off), (o.id, o.fill));
+                placed.insert(chunk, (o.id, o.fill));
                 let cached = &mut steps.get_mut(&first).expect("first").cached;
                 match cached.last_mut() {
                     Some((p, s, l)) if *p == o.id && *s + *l == o.fill => *l += len,
@@ -370,4 +387,32 @@ mod tests {
         assert_eq!(p.step(2, 0, PackStage::Uploaded), PackStep::whole(2, 0));
         assert_eq!(p.step(99, 7, PackStage::Uploaded), PackStep::whole(99, 7));
     }
+
+    /// A live trace with a held pack: round 1 held pack 1 (chunk 100), and
+    /// round 2's pack 2 holds its own chunk 101 and the copy of chunk 100.
+    /// Open packs append chunk 100 once (its copy's place maps to it), and
+    /// re-cutting keeps each record's stage (the held pack costs no PUT).
+    #[test]
+    fn a_trace_with_held_packs_is_repacked_once() {
+        let ev = [
+            (S, Event::Pack { pack: 1, size: 1109, stage: PackStage::Held }),
+            (S, Event::Chunk { chunk: 100, pack: 1, offset: 24, len: 1000 }),
+            (2 * S, Event::Pack { pack: 2, size: 2158, stage: PackStage::Uploaded }),
+            (2 * S, Event::Chunk { chunk: 101, pack: 2, offset: 1024, len: 1000 }),
+            (2 * S, Event::Chunk { chunk: 100, pack: 2, offset: 24, len: 1000 }),
+        ];
+        let (_d, path) = trace(&ev);
+        let at = |p: &Plan, pack, offset| match p.moved(&Event::Chunk { chunk: 0, pack, offset, len: 0 }) {
+            Event::Chunk { pack, offset, .. } => (pack, offset),
+            _ => unreachable!(),
+        };
+        let p = plan(&path, &Repacking { open_target: 1 << 20, open_age_ns: 10 * S, ..Repacking::default() }).unwrap();
+        let m1 = MERGED | 1;
+        assert_eq!([at(&p, 1, 24), at(&p, 2, 24), at(&p, 2, 1024)], [(m1, 24), (m1, 24), (m1, 1024)]);
+        assert_eq!(p.at_end, vec![(m1, 2024 + 2 * 49 + 36)]);
+        let p = plan(&path, &Repacking { order: PackOrder::Kd, ..Repacking::default() }).unwrap();
+        assert_eq!(p.step(1, 1109, PackStage::Held), PackStep::default());
+        assert_eq!(p.step(1, 1109, PackStage::Released), PackStep::whole(1, 1109));
+    }
+
 }

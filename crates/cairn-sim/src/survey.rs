@@ -91,9 +91,9 @@ pub(crate) fn survey(path: &Path, plan: &Arc<Plan>) -> Result<Survey, SimError> 
                     recorded.insert(pack, size);
                     packs.new.insert(pack);
                 }
-                // Held in the outbox: new, and cached whole, even if a
-                // later round copies it away before any PUT.
-                if let Some(&(pack, 0, size)) = step.cached.first().filter(|_| stage == PackStage::Held) {
+                // Held in the outbox: new (its reads are local until it
+                // is released, and it never was in the bucket before).
+                if stage == PackStage::Held {
                     let s = recorded.entry(pack).or_insert(0);
                     *s = (*s).max(size);
                     packs.new.insert(pack);

@@ -239,3 +239,26 @@ fn held_packs_cost_a_put_only_when_uploaded() {
     assert_eq!((r.puts, r.bytes_up), (2, 2 * MB + 200 + 1100));
     assert_eq!((r.reads, r.hits, r.gets), (2, 2, 0));
 }
+
+/// A held pack is in the outbox, not the cache: read while held it costs
+/// no GET even with no room in the cache; once released and uploaded it is
+/// kept like any uploaded pack, and a cache with no room fetches it.
+#[test]
+fn a_held_pack_reads_locally_until_released() {
+    let ev = vec![
+        (SEC, Event::Write { ino: 1, offset: 0, len: MB }),
+        (SEC, Event::Pack { pack: 1, size: MB + 100, stage: PackStage::Held }),
+        (SEC, Event::Chunk { chunk: 11, pack: 1, offset: 24, len: MB }),
+        (SEC, Event::Place { ino: 1, offset: 0, len: MB, chunk: 11, described: false }),
+        (2 * SEC, Event::Read { ino: 1, offset: 0, len: MB }),
+        (3 * SEC, Event::Pack { pack: 1, size: MB + 100, stage: PackStage::Released }),
+        (4 * SEC, Event::Read { ino: 1, offset: 0, len: MB }),
+    ];
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t");
+    write_trace(&p, &ev);
+    let o = Options { cache_percents: vec![0.001], percent_of: None, cache_bytes: None, policies: vec!["lru".into()], layouts: vec![LayoutKind::Cairn], prices: Prices::aws(), pack_block: 0, pack_ahead: 0, repacking: Repacking::default() };
+    let r = &simulate(&p, &o).unwrap().rows[0];
+    assert_eq!((r.reads, r.hits, r.gets, r.bytes_down), (2, 1, 1, MB), "the first read is local, the second a GET");
+    assert_eq!(r.puts, 1);
+}
