@@ -238,9 +238,7 @@ pub(crate) fn plan(path: &Path, r: &Repacking) -> Result<Plan, SimError> {
                 fill += len;
                 room = room.saturating_sub(len);
             }
-            for &(p, size, stage) in &round.packs {
-                steps.insert(p, PackStep::recorded(p, size, stage));
-            }
+            // Each pack stays: its records do what they did (`Plan::step`).
         } else {
             if let Some(o) = open.take_if(|o| round.time.saturating_sub(o.opened) >= r.open_age_ns) {
                 steps.get_mut(&first).expect("first").puts.push((o.id, o.size()));

@@ -1502,9 +1502,8 @@ impl CachedBackend {
     /// first. Held objects are queued first: whoever asks will wait for
     /// them (a metadata version may name them).
     pub fn pending(&self) -> Vec<String> {
-        let mut st = self.inner.lock();
-        self.inner.released(st.release_held());
-        st.outbox.values().cloned().collect()
+        self.release_held();
+        self.inner.lock().outbox.values().cloned().collect()
     }
 
     /// Queues every held object for upload ([`put_held`](Self::put_held)).
