@@ -1105,7 +1105,18 @@ impl Volume {
         self.pack_names.remove(id);
         self.meta.sync()?;
         let cloud = self.cloud().expect("only a bucket's rounds hold packs");
-        if !cloud.cache.discard_held(name) {
+        // A ship under way may have taken changes that name the held pack
+        // and not yet queued it (rule 7): then it goes up and through the
+        // trash like any uploaded pack. With the ship lock held, a later
+        // ship takes this round's commit too, which no longer names it.
+        let discarded = match cloud.ship_lock.try_lock() {
+            Some(_ship) => cloud.cache.discard_held(name),
+            None => {
+                cloud.cache.release_held();
+                false
+            }
+        };
+        if !discarded {
             self.delete_objects([name.as_str()])?;
         }
         Ok(())
