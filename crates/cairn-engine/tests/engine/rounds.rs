@@ -232,6 +232,42 @@ fn the_shipper_uploads_the_held_pack_before_a_version_names_it() {
     assert_eq!(read_all(&Volume::load(&dir, OpenOptions { backend: Some(InjectedBackend(bucket.clone())), ..Default::default() }).unwrap(), "a"), bytes(1, 100_000));
 }
 
+/// A round that copies the held pack while a ship is under way (it may
+/// have taken changes naming that pack and not yet queued it: rule 7)
+/// uploads the pack and trashes it, rather than dropping it from the
+/// outbox: here the test holds the ship lock as such a ship would, and the
+/// pack reaches the bucket while it does. Dropped, it would never have.
+#[test]
+fn a_held_pack_copied_while_a_ship_is_under_way_still_goes_up() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("vol");
+    let bucket = memory_cloud_volume(&dir);
+    let v = open(&dir, &bucket, Duration::from_millis(200), 64 << 20);
+    write_closed(&v, "a", 1, 100_000);
+    assert!(flushed_within(&v, Duration::from_secs(30)));
+    assert_eq!(bucket_packs(&bucket), 0, "held");
+    let ship = v.cloud().unwrap().ship_lock.lock();
+    write_closed(&v, "b", 2, 100_000);
+    let end = Instant::now() + Duration::from_secs(30);
+    while bucket_packs(&bucket) == 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(bucket_packs(&bucket) >= 1, "the held pack a ship may name never reached the bucket");
+    drop(ship);
+    assert!(flushed_within(&v, Duration::from_secs(30)));
+    // The copy moved "a": the pack that went up is in the trash, and the
+    // versions shipped from here on name only the copy.
+    assert!(!bucket.list("trash/").unwrap().is_empty(), "the copied pack was not trashed");
+    v.close().unwrap();
+    drop(v);
+    let v = open(&dir, &bucket, Duration::from_secs(5), 64 << 20);
+    assert_eq!(read_all(&v, "a"), bytes(1, 100_000));
+    assert_eq!(read_all(&v, "b"), bytes(2, 100_000));
+    let rep = cairn_engine::maintenance::fsck(&v, true, &cairn_engine::maintenance::NoProgress).unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    v.close().unwrap();
+}
+
 /// A held pack does not count against the outbox's bound: on a cache whose
 /// bound (three quarters of 2 MiB) cannot take the held pack and a full one
 /// at once, the next round still goes (it would otherwise wait for an
