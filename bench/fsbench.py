@@ -993,7 +993,7 @@ def report(a):
         if r.get("kind") in ("seq", "rss", "meta", "dedup", "clone_setup", "clone", "nine", "edit", "edit_fail", "cow",
                                 "arc", "mem", "mount_setup", "mount", "mount_startup", "dp_setup", "dp",
                                 "cloud_setup", "cloud", "cloud_req", "cloud_mount_setup", "cloud_mount",
-                                "tape_raw", "tape_write", "tape_read", "tape_tar", "tape_cdp", "tape_pm_write", "tape_pm_read",
+                                "tape_raw", "tape_write", "tape_read", "tape_read_session", "tape_mount", "tape_tar", "tape_cdp", "tape_pm_write", "tape_pm_read",
                                 "sh_setup", "sh_meta", "sh_seq", "sh_vis", "sh_dedup", "sh_fail"):
             w(json.dumps(r))
     w("```")

@@ -71,6 +71,10 @@ TP_SETTLE=${TP_SETTLE:-4}
 # locate of up to 25 s. Table III opens its file after it, as a restore
 # started a while after the mount would.
 TP_SETTLE_READ=${TP_SETTLE_READ:-30}
+# Between two reads of table III, long enough for the drive to stop (it
+# reads ahead until its 205 MiB buffer is full: 2.6 s at 80 MB/s), as
+# HPTFS waited until "the tape drive has been fully stopped".
+TP_READ_GAP=${TP_READ_GAP:-5}
 
 tp_init() { # NAME CACHE: a fresh tape and volume
     rm -rf "$SCRATCH/tp-$1" "$2"
@@ -78,11 +82,11 @@ tp_init() { # NAME CACHE: a fresh tape and volume
 }
 
 section_tape() {
-local run n i t0 t1 t2 s r pid rss name file_bytes mode b
+local run n i t0 t1 t2 s r pid rss name file_bytes mode b order
 log "15. tape: emulated drive (default parameters, real clock); raw $TP_RAW_MIB MiB, writers of $TP_FILE_MIB MiB x 1..$TP_MAX_WRITERS, PostMark-like $TP_PM_FILES files, $TP_RUNS run(s)"
 need_rnd $(( TP_RAW_MIB > TP_FILE_MIB * TP_MAX_WRITERS ? TP_RAW_MIB : TP_FILE_MIB * TP_MAX_WRITERS ))
 file_bytes=$((TP_FILE_MIB << 20))
-record kind=tape_setup raw_bytes=$((TP_RAW_MIB << 20)) file_bytes="$file_bytes" max_writers="$TP_MAX_WRITERS" runs="$TP_RUNS" \
+record kind=tape_setup raw_bytes=$((TP_RAW_MIB << 20)) file_bytes="$file_bytes" max_writers="$TP_MAX_WRITERS" runs="$TP_RUNS" read_gap="$TP_READ_GAP" \
     pm_files="$TP_PM_FILES" pm_min_kib="$TP_PM_MIN" pm_max_kib="$TP_PM_MAX" pm_reads="$TP_PM_READS" pm_batches="$TP_PM_BATCHES" \
     "$("${TP[@]}" params)"
 cmd tape "cairn tape dd --create --to tape-emu:T < rnd.bin; cairn tape dd --from tape-emu:T > /dev/null   # raw drive rate"
@@ -90,7 +94,7 @@ cmd tape "cairn init tape-emu:T --cache-dir A; cairn mount tape-emu:T $MNT --cac
 cmd tape "sleep $TP_SETTLE   # the mount moves the tape to its append point"
 cmd tape "for i in 0..n-1: dd if=rnd.bin of=$MNT/w\$i bs=1M count=$TP_FILE_MIB skip=\$((i*$TP_FILE_MIB))) &   # then: wait; cairn umount $MNT (timed to here)"
 cmd tape "cairn mount tape-emu:T $MNT --cache-dir FRESH --read-only; cairn umount $MNT   # mounting a full tape on a machine with only it (timed to the mount)"
-cmd tape "cairn mount tape-emu:T $MNT --cache-dir FRESH --read-only; sleep $TP_SETTLE_READ; python3 bench/tape.py read-file $MNT/w0   # table III, one file back (1 MiB reads), timed from the open"
+cmd tape "cairn mount tape-emu:T $MNT --cache-dir FRESH --read-only; sleep $TP_SETTLE_READ; for i in 0..n-1: python3 bench/tape.py read-file $MNT/w\$i; sleep $TP_READ_GAP   # table III: the files back one by one (1 MiB reads), each timed from its open"
 cmd tape "python3 bench/tape.py pm-write $MNT $TP_PM_FILES $TP_PM_MIN $TP_PM_MAX SEED; cairn umount   # then per batch size b, on a fresh cache dir:"
 cmd tape "python3 bench/tape.py pm-read $MNT $TP_PM_FILES $TP_PM_READS b SEED   # b concurrent whole-file reads at a time"
 cmd tape "tar -cf - w0 w1 w2 w3 | cairn tape dd --create --to tape-emu:T2; cairn tape dd --from tape-emu:T2 | tar --occurrence=1 -xf - w0   # the conventional way"
@@ -144,11 +148,19 @@ for run in $(seq "$TP_RUNS"); do
         rm -rf "$SCRATCH/tp-cache-m"
         tp_mount "$name" "$SCRATCH/tp-cache-b" --read-only
         sleep "$TP_SETTLE_READ"
-        r=$("${TP[@]}" read-file "$MNT/w0") || die "reading w0"
-        cmp -n "$file_bytes" "$RND" "$MNT/w0" > /dev/null || die "tape: w0 read back differs"
+        # As HPTFS measured table III: the files read one by one, the drive
+        # stopped between two reads, each timed from its open; w0 first.
+        order=$("${TP[@]}" tape-order "$CAIRN" $(seq -f "$MNT/w%g" 0 $((n - 1)))) || die "tape order of the w files"
+        for i in $(seq 0 $((n - 1))); do
+            [[ $i == 0 ]] || sleep "$TP_READ_GAP"
+            r=$("${TP[@]}" read-file "$MNT/w$i") || die "reading w$i"
+            cmp -n "$file_bytes" <(tail -c +$((i * file_bytes + 1)) "$RND") "$MNT/w$i" > /dev/null || die "tape: w$i read back differs"
+            record kind=tape_read run="$run" interleave="$n" file="$i" "$r" "{\"tape_order\": $order}"
+            log "15. tape III run $run, interleave $n, w$i: $r"
+        done
         umount_volume "$MNT"
-        record kind=tape_read run="$run" interleave="$n" "$r" "{\"session\": $(tp_session "$name")}"
-        log "15. tape III run $run, interleave $n: $r"
+        record kind=tape_read_session run="$run" interleave="$n" "{\"session\": $(tp_session "$name"), \"tape_order\": $order}"
+        log "15. tape III run $run, interleave $n: tape order $order"
         rm -rf "$SCRATCH/tp-cache-b"
         if [[ $n != "$TP_MAX_WRITERS" ]]; then rm -rf "$SCRATCH/tp-$name"; fi
     done

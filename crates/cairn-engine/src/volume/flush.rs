@@ -454,6 +454,12 @@ impl<'a> Drop for Batch<'a> {
 
 /// Bounds of a file's run on a store where positioning costs seconds.
 const RUN_MIN: u64 = 64 << 20;
+
+/// How recently the drive must have been fed a file for other files to
+/// wait for it ([`Volume::feeding_an_open_file`]): a writer that has not
+/// gathered a minimal run for this long is too slow to keep the drive
+/// moving alone.
+const FEEDING: std::time::Duration = std::time::Duration::from_secs(5);
 const RUN_MAX: u64 = 1 << 30;
 /// How long an open file's data may wait for its run to fill there.
 const RUN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -484,32 +490,47 @@ impl Volume {
     /// again while it has that much, so its runs follow one another on the
     /// tape as one; otherwise the file with the most.
     ///
-    /// A standing drive waits for full runs (a file closed or its run
-    /// filled), unless one file alone is being written: its runs follow
-    /// one another whatever their size, so its first [`RUN_MIN`] starts
-    /// the drive. With several writers the round that follows their
-    /// closes took longer than the drive's buffer lasts (a backhitch), so
-    /// there the drive starts with that round (docs/tape.md §2).
+    /// A standing drive starts with the first [`RUN_MIN`] of any writer
+    /// (the oldest file: files written at once then lie on the tape in the
+    /// order they were created, which is the order a restore reads them),
+    /// not only a lone one's: waiting for a first close left the drive
+    /// idle while every writer filled the journal, a fixed cost of table
+    /// II (docs/tape.md §9).
     fn file_to_feed(&self) -> Option<Arc<FileState>> {
         let b = self.backend.backlog()?;
         if b.queued_bytes >= self.backend.capabilities().preferred_pack_size {
             return None;
         }
         let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-        let dirty: Vec<(bool, u64, Arc<FileState>)> = self
-            .files
-            .iter()
-            .filter_map(|e| {
-                let g = e.value().inner.lock();
-                (!g.evicted && g.is_dirty()).then(|| (e.value().ino == fed, g.dirty_bytes, e.value().clone()))
-            })
-            .collect();
-        if !b.streaming && dirty.len() != 1 {
-            return None;
-        }
-        let (_, _, st) = dirty.into_iter().filter(|(_, d, _)| *d >= RUN_MIN).max_by_key(|(f, d, _)| (*f, *d))?;
+        let dirty = self.files.iter().filter_map(|e| {
+            let g = e.value().inner.lock();
+            (!g.evicted && g.is_dirty() && g.dirty_bytes >= RUN_MIN).then(|| (e.value().ino == fed, g.dirty_bytes, e.value().clone()))
+        });
+        let st = if b.streaming {
+            dirty.max_by_key(|(f, d, _)| (*f, *d))?.2
+        } else {
+            dirty.max_by_key(|(f, _, st)| (*f, std::cmp::Reverse(st.ino)))?.2
+        };
         self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
+        *self.last_fed_at.lock() = Some(std::time::Instant::now());
         Some(st)
+    }
+
+    /// Whether the file the drive is being fed is still being written:
+    /// open, dirty, and fed within [`FEEDING`]. Files that close meanwhile
+    /// then wait for it (unless the journal is pressed), so its runs stay
+    /// back to back on the tape: a round that took a closed file between
+    /// two of them put the fed file's last part after it, a locate more to
+    /// read it back.
+    fn feeding_an_open_file(&self) -> bool {
+        if !self.last_fed_at.lock().is_some_and(|t| t.elapsed() < FEEDING) {
+            return false;
+        }
+        let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
+        self.files.get(&fed).is_some_and(|e| {
+            let g = e.value().inner.lock();
+            !g.evicted && g.open > 0 && g.is_dirty()
+        })
     }
 
     /// One flush round: every due file (or every dirty file if `all`).
@@ -632,6 +653,10 @@ impl Volume {
         let mut chosen: Vec<Arc<FileState>> = picked.into_iter().map(|c| c.3).collect();
         let mut fed = 0;
         if sequential && only.is_none() {
+            if !all && !pressure && self.feeding_an_open_file() {
+                let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
+                chosen.retain(|st| st.ino == fed);
+            }
             if chosen.is_empty() && !all {
                 chosen.extend(self.file_to_feed());
             }

@@ -213,6 +213,10 @@ pub struct Volume {
     /// The file a sequential store's drive was last fed (0: none): fed
     /// again first, its runs follow one another on the tape.
     pub(crate) last_fed: std::sync::atomic::AtomicU64,
+    /// When the drive was last fed that file (a flush round took it to
+    /// keep the drive moving): while it is still being written, other
+    /// files wait so that its runs stay back to back (flush.rs).
+    pub(crate) last_fed_at: Mutex<Option<std::time::Instant>>,
     /// The last flush round's partly filled pack, held in the outbox for
     /// the next round to copy into a larger one (name, metadata id, when
     /// written; docs/frugal.md §7). The cache says whether it is still held.
@@ -380,6 +384,7 @@ impl Volume {
             open_files: Default::default(),
             locked: DashMap::new(),
             last_fed: std::sync::atomic::AtomicU64::new(0),
+            last_fed_at: Mutex::new(None),
             held_pack: parking_lot::Mutex::new(None),
             chunk_guard: guard::ChunkGuard::default(),
             signal,

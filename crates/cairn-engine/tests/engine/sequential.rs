@@ -262,12 +262,11 @@ fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
         assert!(n > 0, "{what}: the drive was not fed");
         n
     };
-    store.queued.store(0, Ordering::SeqCst);
-    assert_eq!(v.flush_due().unwrap().files, 0, "a standing drive waits for a full run");
-    assert_eq!(packed(&store), 0);
-    store.streaming.store(true, Ordering::SeqCst);
-    let n = fed("streaming");
+    // A standing drive starts with a writer's first minimal run (the big
+    // file's: the small one, older, has less than that).
+    let n = fed("standing");
     assert!(n > 56 << 20 && n < 67 << 20, "the big file less its last chunk, not the small one: {n} bytes packed");
+    store.streaming.store(true, Ordering::SeqCst);
     store.queued.store(0, Ordering::SeqCst);
     assert_eq!(v.flush_due().unwrap().files, 0, "what is left of either file is below a minimal run");
     assert_eq!(v.status().dirty_files, 2);
@@ -284,20 +283,38 @@ fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
     let n = fed("streaming again");
     assert!(n > 60 << 20 && n < 70 << 20, "the big file again (about 66 MiB), not the small one (82 MiB): {n} bytes packed");
     assert!(v.status().journal_limit >= 1 << 30, "a tape's journal is half the local cache");
-    // The small file closes: the round that flushes it takes what the
-    // big one, fed last, has first, so the big file's run goes on.
+    // The small file closes while the big one, fed last, is still being
+    // written and the drive has enough queued: it waits, so nothing lands
+    // between the big file's runs.
     v.release(small).unwrap();
-    // This call's round, or the background flusher's (every 500 ms) when
-    // it came first: one round takes both files, never the closed one alone.
-    let files = v.flush_due().unwrap().files;
-    assert!(files == 2 || files == 0, "the closed file and the file the drive was fed, in one round: this round took {files}");
-    assert!(v.status().dirty_files <= 1, "the closed file was flushed (the open one may keep its tail)");
+    busy();
+    let before = store.puts.lock().len();
+    assert_eq!(v.flush_due().unwrap().files, 0, "a closed file went between the fed file's runs");
+    assert_eq!(v.status().dirty_files, 2);
+    // The big one closes: one round takes it first, then the small one.
+    v.write(big, 132 << 20, &random_bytes(9, 1 << 20)).unwrap();
     v.release(big).unwrap();
+    let t = std::time::Instant::now();
+    while v.status().dirty_files > 0 && t.elapsed() < Duration::from_secs(20) {
+        v.flush_due().unwrap();
+    }
+    assert_eq!(v.status().dirty_files, 0, "closed files were not flushed");
+    let puts: Vec<String> = store.puts.lock()[before..].iter().filter(|n| n.starts_with("packs/")).cloned().collect();
+    let mut data = data;
+    data.extend_from_slice(&random_bytes(9, 1 << 20));
     v.close().unwrap();
     drop(v);
     let w = Volume::load(a.path(), opts(&b)).unwrap();
     assert!(read_all(&w, lookup_path(&w, "big")) == data);
     assert!(read_all(&w, lookup_path(&w, "small")) == small_data);
+    // The last round's packs: the big file's rest, then the small file.
+    let pack_of = |name: &str| -> Vec<usize> {
+        let runs = w.info(format!("/{name}").as_bytes(), root()).unwrap().runs;
+        runs.iter().filter_map(|r| puts.iter().position(|p| Some(p.as_str()) == r.pack.as_deref())).collect()
+    };
+    let (big_last, small_first) = (pack_of("big").into_iter().max(), pack_of("small").into_iter().min());
+    assert!(big_last.is_some() && small_first.is_some(), "the last round held both files: {big_last:?} {small_first:?}");
+    assert!(big_last <= small_first, "the small file went before the big one's last run");
     w.close().unwrap();
 }
 
