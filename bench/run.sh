@@ -290,7 +290,9 @@ else
     # Section 15 (bench/tape.sh). The PostMark-like set is HPTFS's shape
     # (1,000 files of 256 KiB-30 MiB, 100 reads) scaled to the time a run
     # has: 200 files of 256 KiB-8 MiB, 40 reads.
-    TP_RUNS=1 TP_RAW_MIB=1024 TP_FILE_MIB=500 TP_MAX_WRITERS=4 TP_PM_FILES=200 TP_PM_MIN=256 TP_PM_MAX=8192 TP_PM_READS=40 TP_PM_BATCHES="1 4 16 40"
+    # Each may be set in the environment (TP_RUNS=3 for medians of three).
+    TP_RUNS=${TP_RUNS:-1} TP_RAW_MIB=${TP_RAW_MIB:-1024} TP_FILE_MIB=${TP_FILE_MIB:-500} TP_MAX_WRITERS=${TP_MAX_WRITERS:-4}
+    TP_PM_FILES=${TP_PM_FILES:-200} TP_PM_MIN=${TP_PM_MIN:-256} TP_PM_MAX=${TP_PM_MAX:-8192} TP_PM_READS=${TP_PM_READS:-40} TP_PM_BATCHES=${TP_PM_BATCHES:-"1 4 16 40"}
     # Section 16 (bench/shared.sh): files per mount in the metadata phases,
     # visibility trials of each change, MiB per mount written and read, MiB
     # each of the 4 mounts writes in the dedup phase.

@@ -1352,7 +1352,12 @@ pub fn scan<D: TapeDevice + ?Sized>(dev: &mut D, expect: Option<VolumeId>) -> Re
         }
     }
     let mut data: BTreeMap<u64, Vec<Seen>> = BTreeMap::new();
-    let mut catalogs: BTreeMap<u64, Vec<(u64, BlockHeader, Vec<u8>)>> = BTreeMap::new();
+    // Only the newest generation's catalog blocks after the last data
+    // are kept (only such a catalog counts), at most CATALOG_MAX bytes of
+    // them: a tape of catalog blocks costs no more memory than one catalog.
+    let mut max_generation = 0u64;
+    let mut newest: Option<(u64, Vec<(u64, BlockHeader, Vec<u8>)>)> = None;
+    let mut newest_bytes = 0u64;
     let mut bad_blocks = Vec::new();
     let mut foreign = 0u64;
     let mut filemarks = Vec::new();
@@ -1414,12 +1419,28 @@ pub fn scan<D: TapeDevice + ?Sized>(dev: &mut D, expect: Option<VolumeId>) -> Re
                                     last: h.last,
                                 });
                                 last_data = Some(p);
+                                // A catalog before data is no longer the tape's.
+                                newest = None;
                             }
-                            BlockKind::Catalog => catalogs.entry(h.object_id).or_default().push((
-                                p,
-                                h,
-                                payload.to_vec(),
-                            )),
+                            BlockKind::Catalog => {
+                                let generation = h.object_id;
+                                max_generation = max_generation.max(generation);
+                                match &mut newest {
+                                    Some((g, blocks)) if *g == generation => {
+                                        newest_bytes += payload.len() as u64;
+                                        if newest_bytes <= CATALOG_MAX + CATALOG_FRAME_LEN as u64 {
+                                            blocks.push((p, h, payload.to_vec()));
+                                        } else {
+                                            blocks.clear();
+                                        }
+                                    }
+                                    Some((g, _)) if *g > generation => {}
+                                    _ => {
+                                        newest_bytes = payload.len() as u64;
+                                        newest = Some((generation, vec![(p, h, payload.to_vec())]));
+                                    }
+                                }
+                            }
                         },
                     }
                 }
@@ -1431,13 +1452,13 @@ pub fn scan<D: TapeDevice + ?Sized>(dev: &mut D, expect: Option<VolumeId>) -> Re
         .into_iter()
         .map(|(id, seen)| (id, assemble(id, seen)))
         .collect::<BTreeMap<_, _>>();
-    let max_generation = catalogs.keys().next_back().copied().unwrap_or(0);
     let data_end = last_data.map_or(DATA_START, |p| p + 1);
     // The newest catalog counts only if it is whole and lies after all the data.
-    let catalog = catalogs
-        .iter()
-        .next_back()
-        .and_then(|(&generation, blocks)| {
+    let catalog = newest
+        .as_ref()
+        .filter(|(generation, _)| *generation == max_generation)
+        .and_then(|(generation, blocks)| {
+            let generation = *generation;
             let start = blocks.first()?.0;
             if start <= data_end {
                 return None;
