@@ -490,12 +490,12 @@ impl Volume {
     /// again while it has that much, so its runs follow one another on the
     /// tape as one; otherwise the file with the most.
     ///
-    /// A standing drive starts with the first [`RUN_MIN`] of any writer
-    /// (the oldest file: files written at once then lie on the tape in the
-    /// order they were created, which is the order a restore reads them),
-    /// not only a lone one's: waiting for a first close left the drive
-    /// idle while every writer filled the journal, a fixed cost of table
-    /// II (docs/tape.md §9).
+    /// A standing drive waits for full runs (a file closed or its run
+    /// filled), unless one file alone is being written: its runs follow
+    /// one another whatever their size, so its first [`RUN_MIN`] starts
+    /// the drive. With several writers, starting on the oldest one's first
+    /// run was tried twice (docs/tape.md §2 and §9): the writers and the
+    /// flush share two cores, the drive ran dry and backhitched (3 s).
     fn file_to_feed(&self) -> Option<Arc<FileState>> {
         let b = self.backend.backlog()?;
         if b.queued_bytes >= self.backend.capabilities().preferred_pack_size {
@@ -508,8 +508,10 @@ impl Volume {
         });
         let st = if b.streaming {
             dirty.max_by_key(|(f, d, _)| (*f, *d))?.2
-        } else {
+        } else if self.files.iter().filter(|e| e.value().inner.lock().is_dirty()).count() == 1 {
             dirty.max_by_key(|(f, _, st)| (*f, std::cmp::Reverse(st.ino)))?.2
+        } else {
+            return None;
         };
         self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
         *self.last_fed_at.lock() = Some(std::time::Instant::now());

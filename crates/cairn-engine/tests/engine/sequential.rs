@@ -262,11 +262,12 @@ fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
         assert!(n > 0, "{what}: the drive was not fed");
         n
     };
-    // A standing drive starts with a writer's first minimal run (the big
-    // file's: the small one, older, has less than that).
-    let n = fed("standing");
-    assert!(n > 56 << 20 && n < 67 << 20, "the big file less its last chunk, not the small one: {n} bytes packed");
+    store.queued.store(0, Ordering::SeqCst);
+    assert_eq!(v.flush_due().unwrap().files, 0, "a standing drive waits for a full run");
+    assert_eq!(packed(&store), 0);
     store.streaming.store(true, Ordering::SeqCst);
+    let n = fed("streaming");
+    assert!(n > 56 << 20 && n < 67 << 20, "the big file less its last chunk, not the small one: {n} bytes packed");
     store.queued.store(0, Ordering::SeqCst);
     assert_eq!(v.flush_due().unwrap().files, 0, "what is left of either file is below a minimal run");
     assert_eq!(v.status().dirty_files, 2);
@@ -316,41 +317,6 @@ fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
     assert!(big_last.is_some() && small_first.is_some(), "the last round held both files: {big_last:?} {small_first:?}");
     assert!(big_last <= small_first, "the small file went before the big one's last run");
     w.close().unwrap();
-}
-
-/// With several writers a standing drive starts at once, with the oldest
-/// file that has a minimal run (not the one with the most, nor the one
-/// written first): files written at once then lie on the tape in the
-/// order they were created, the order a restore reads them back
-/// (docs/tape.md §9).
-#[test]
-fn a_standing_drive_starts_with_the_oldest_of_several_writers() {
-    let (store, _b, _a, v) = buffered_volume(2 << 30);
-    let older = v.create(ROOT_INO, b"older", FileKind::File, 0o644, 0, root()).unwrap().ino;
-    let newer = v.create(ROOT_INO, b"newer", FileKind::File, 0o644, 0, root()).unwrap().ino;
-    v.open(older).unwrap();
-    v.open(newer).unwrap();
-    // The drive has plenty queued while both files fill (so the flusher
-    // feeds neither), then takes it all.
-    store.queued.store(1 << 40, Ordering::SeqCst);
-    for (i, part) in random_bytes(11, 96 << 20).chunks(4 << 20).enumerate() {
-        v.write(newer, (i as u64) << 22, part).unwrap();
-    }
-    for (i, part) in random_bytes(12, 72 << 20).chunks(4 << 20).enumerate() {
-        v.write(older, (i as u64) << 22, part).unwrap();
-    }
-    let packed = |name: &str| v.info(format!("/{name}").as_bytes(), root()).unwrap().runs.iter().filter(|r| r.pack.is_some()).map(|r| r.len).sum::<u64>();
-    assert_eq!(packed("older") + packed("newer"), 0);
-    store.queued.store(0, Ordering::SeqCst);
-    let t = std::time::Instant::now();
-    while store.puts.lock().iter().all(|n| !n.starts_with("packs/")) && t.elapsed() < Duration::from_secs(20) {
-        v.flush_due().unwrap();
-    }
-    assert!(packed("older") > 60 << 20, "the older file did not start the drive: {} bytes packed", packed("older"));
-    assert_eq!(packed("newer"), 0, "the newer file went first");
-    v.release(older).unwrap();
-    v.release(newer).unwrap();
-    v.close().unwrap();
 }
 
 /// A standing drive with one file alone being written starts with that
