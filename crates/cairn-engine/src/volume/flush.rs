@@ -454,15 +454,14 @@ impl<'a> Drop for Batch<'a> {
 
 /// Bounds of a file's run on a store where positioning costs seconds.
 const RUN_MIN: u64 = 64 << 20;
-
+const RUN_MAX: u64 = 1 << 30;
+/// How long an open file's data may wait for its run to fill there.
+const RUN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 /// How recently the drive must have been fed a file for other files to
 /// wait for it ([`Volume::feeding_an_open_file`]): a writer that has not
 /// gathered a minimal run for this long is too slow to keep the drive
 /// moving alone.
 const FEEDING: std::time::Duration = std::time::Duration::from_secs(5);
-const RUN_MAX: u64 = 1 << 30;
-/// How long an open file's data may wait for its run to fill there.
-const RUN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The run size on a sequential store (docs/tape.md §2): the journal's
 /// room shared among the `writers` files with dirty data, half of it left
@@ -502,17 +501,18 @@ impl Volume {
             return None;
         }
         let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-        let dirty = self.files.iter().filter_map(|e| {
-            let g = e.value().inner.lock();
-            (!g.evicted && g.is_dirty() && g.dirty_bytes >= RUN_MIN).then(|| (e.value().ino == fed, g.dirty_bytes, e.value().clone()))
-        });
-        let st = if b.streaming {
-            dirty.max_by_key(|(f, d, _)| (*f, *d))?.2
-        } else if self.files.iter().filter(|e| e.value().inner.lock().is_dirty()).count() == 1 {
-            dirty.max_by_key(|(f, _, st)| (*f, std::cmp::Reverse(st.ino)))?.2
-        } else {
+        let dirty: Vec<(bool, u64, Arc<FileState>)> = self
+            .files
+            .iter()
+            .filter_map(|e| {
+                let g = e.value().inner.lock();
+                (!g.evicted && g.is_dirty()).then(|| (e.value().ino == fed, g.dirty_bytes, e.value().clone()))
+            })
+            .collect();
+        if !b.streaming && dirty.len() != 1 {
             return None;
-        };
+        }
+        let (_, _, st) = dirty.into_iter().filter(|(_, d, _)| *d >= RUN_MIN).max_by_key(|(f, d, _)| (*f, *d))?;
         self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
         *self.last_fed_at.lock() = Some(std::time::Instant::now());
         Some(st)
