@@ -196,6 +196,9 @@ pub struct Volume {
     /// Chunks a prefetch is fetching: a reader that misses the cache waits
     /// for one of these instead of fetching and verifying it again.
     prefetching: DashMap<u64, Arc<InFlight>>,
+    /// Prefetch runs handed to threads and not yet ended: `close` waits
+    /// for them, since each holds the volume (and may fill its cache).
+    prefetch_runs: RunsInFlight,
     pub(crate) flush_mutex: Mutex<()>,
     /// When this mount last deleted its journal's marks, and the flush
     /// count then (None: not yet); see `Volume::trim_marks`.
@@ -246,7 +249,9 @@ pub struct Volume {
     /// Counters for monitoring (`metrics_snapshot`).
     pub(crate) metrics: crate::metrics::Metrics,
     opened: std::time::Instant,
-    _lock: Option<File>,
+    /// The volume directory's lock, let go by `close` (not by the last
+    /// handle's drop, which may come later on another thread).
+    lock: Mutex<Option<File>>,
 }
 
 /// What [`Volume::assemble`] builds a volume from.
@@ -378,6 +383,7 @@ impl Volume {
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
+            prefetch_runs: RunsInFlight::default(),
             flush_mutex: Mutex::new(()),
             marks_trimmed: Mutex::new(None),
             inode_count: Mutex::new(None),
@@ -399,7 +405,7 @@ impl Volume {
             problems: Default::default(),
             metrics: crate::metrics::Metrics::new(),
             opened: std::time::Instant::now(),
-            _lock: Some(lock),
+            lock: Mutex::new(Some(lock)),
         });
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
         if !vol.opts.read_only {
@@ -690,9 +696,12 @@ impl Volume {
         if let Some(h) = self.flusher.lock().take() {
             let _ = h.join();
         }
+        self.prefetch_runs.close_and_wait();
         if let Some(c) = &self.cloud {
             c.abandon();
         }
+        // A dead process's lock goes with it.
+        self.lock.lock().take();
     }
 
     /// Syncs and stops background work. Call once, at unmount.
@@ -719,6 +728,9 @@ impl Volume {
                 let _ = h.join();
             }
         }
+        // Read-ahead still in flight fills the cache: done before the
+        // cache closes, and before the directory is let go.
+        self.prefetch_runs.close_and_wait();
         let r = match &self.cloud {
             Some(c) if r.is_ok() && !self.opts.read_only => self.close_cloud(c),
             Some(c) => {
@@ -747,6 +759,9 @@ impl Volume {
                 tracing::warn!("saving the close's error in {}: {w}", self.layout.dir.display());
             }
         }
+        // This handle may outlive `close` (a thread still holding the
+        // volume): the directory is free for the next open now.
+        self.lock.lock().take();
         r
     }
 
@@ -891,6 +906,9 @@ impl Volume {
     /// read, so a sequential reader costs one GET per run, whatever block
     /// size the cache fetches by (docs/frugal.md §3).
     pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
         let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
         // A bucket: requests cost more than bytes, so runs are as long as
         // a pack. A local disk: runs short enough that several are in
@@ -925,6 +943,15 @@ impl Volume {
                 }
                 _ => runs.push((name, vec![(id, e, flight)], len)),
             }
+        }
+        if !self.prefetch_runs.enter(runs.len()) {
+            // Closing: nothing new starts; the waiting readers fetch for themselves.
+            for (_, run, _) in runs {
+                for (id, _, flight) in run {
+                    self.finish_prefetch(id, &flight);
+                }
+            }
+            return;
         }
         for (name, run, _) in runs {
             let run = PrefetchRun { vol: me.clone(), name, run };
@@ -998,6 +1025,44 @@ impl Drop for PrefetchRun {
     fn drop(&mut self) {
         for (id, _, flight) in &self.run {
             self.vol.finish_prefetch(*id, flight);
+        }
+        self.vol.prefetch_runs.leave();
+    }
+}
+
+/// Counts the prefetch runs under way, so `close` can wait for them.
+#[derive(Default)]
+struct RunsInFlight {
+    /// (runs under way, closing).
+    state: Mutex<(usize, bool)>,
+    cv: Condvar,
+}
+
+impl RunsInFlight {
+    /// Counts `n` runs in, unless the volume is closing.
+    fn enter(&self, n: usize) -> bool {
+        let mut s = self.state.lock();
+        if s.1 {
+            return false;
+        }
+        s.0 += n;
+        true
+    }
+
+    fn leave(&self) {
+        let mut s = self.state.lock();
+        s.0 -= 1;
+        if s.0 == 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Lets no run start from now on and waits for those under way.
+    fn close_and_wait(&self) {
+        let mut s = self.state.lock();
+        s.1 = true;
+        while s.0 > 0 {
+            self.cv.wait(&mut s);
         }
     }
 }

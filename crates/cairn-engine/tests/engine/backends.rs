@@ -65,11 +65,14 @@ fn a_volume_on_an_injected_store_needs_it_to_open() {
 struct SlowReads {
     inner: MemoryBackend,
     pack_bytes_read: std::sync::atomic::AtomicU64,
+    /// A pack whose reads take 400 ms instead (none unless a test sets it).
+    slower: parking_lot::Mutex<Option<String>>,
 }
 
 impl SlowReads {
     fn read(&self, name: &str, n: u64) {
-        std::thread::sleep(Duration::from_millis(15));
+        let slower = self.slower.lock().as_deref() == Some(name);
+        std::thread::sleep(Duration::from_millis(if slower { 400 } else { 15 }));
         if name.starts_with("packs/") {
             self.pack_bytes_read.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
@@ -117,7 +120,7 @@ impl Backend for SlowReads {
 /// (`seed`), packed, and closed: the next open starts with cold caches.
 fn packed_file_on_slow_reads(seed: u64, len: usize) -> (tempfile::TempDir, Arc<SlowReads>, Arc<dyn Backend>, Vec<u8>, u64) {
     let d = tempfile::tempdir().unwrap();
-    let slow = Arc::new(SlowReads { inner: MemoryBackend::new(), pack_bytes_read: Default::default() });
+    let slow = Arc::new(SlowReads { inner: MemoryBackend::new(), pack_bytes_read: Default::default(), slower: Default::default() });
     let b: Arc<dyn Backend> = slow.clone();
     init_on(d.path(), &b);
     let v = open_on(d.path(), &b);
@@ -205,4 +208,35 @@ fn the_read_ahead_window_starts_small_and_grows_while_reads_stay_in_order() {
     let jump = settle(&v) - before;
     assert!(jump <= max + 2 * avg + 2 * max, "a read after a jump fetched {jump} bytes");
     v.close().unwrap();
+}
+
+/// A volume closed while its read-ahead is still fetching lets the
+/// directory go when `close` returns: the same program (a test, `cairn`
+/// mounting again) opens it at once. Before, a prefetch job held the
+/// volume, and the lock went only when that job ended.
+#[test]
+fn a_closed_volume_can_be_opened_again_at_once_while_read_ahead_was_in_flight() {
+    let (d, slow, b, data, ino) = packed_file_on_slow_reads(28, 3 << 20);
+    // The file's last chunk in its first pack: a read there fetches it,
+    // and its read-ahead reaches into the next pack, a run of its own.
+    let runs = {
+        let v = open_on(d.path(), &b);
+        let runs = v.info(b"/f", root()).unwrap().runs;
+        v.close().unwrap();
+        runs
+    };
+    let last = runs.windows(2).position(|w| w[0].pack != w[1].pack).expect("the file spans two packs");
+    let (at, next) = (&runs[last], &runs[last + 1]);
+    // That run is still being read when the reader has its bytes.
+    *slow.slower.lock() = next.pack.clone();
+    for round in 0..3 {
+        let v = open_on(d.path(), &b);
+        let off = at.offset as usize;
+        assert!(v.read(ino, at.offset, 4096).unwrap() == data[off..off + 4096], "round {round}: the bytes at {off} differ");
+        v.close().unwrap();
+        drop(v);
+        let again = Volume::load(d.path(), OpenOptions { backend: Some(InjectedBackend(b.clone())), ..Default::default() });
+        let again = again.unwrap_or_else(|e| panic!("round {round}: opening the closed volume again: {e}"));
+        again.close().unwrap();
+    }
 }
