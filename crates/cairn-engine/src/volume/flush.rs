@@ -463,6 +463,21 @@ const RUN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 /// moving alone.
 const FEEDING: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Whether an open file is being written fast enough that files after it
+/// in a walk of the tree wait for it on a tape: written within
+/// [`FEEDING`], and either dirty for less than that or gathering at least
+/// a minimal run ([`RUN_MIN`]) per [`FEEDING`]. A log appended a line at a
+/// time holds nothing back for longer than that.
+fn writing_at_speed(g: &super::file::FileInner, now: crate::types::Timestamp) -> bool {
+    let feeding = FEEDING.as_nanos() as i64;
+    if now.0.saturating_sub(g.mtime.0) >= feeding {
+        return false;
+    }
+    let Some(since) = g.dirty_since else { return false };
+    let dirty_for = since.elapsed();
+    dirty_for < FEEDING || g.dirty_bytes as u128 * FEEDING.as_nanos() >= RUN_MIN as u128 * dirty_for.as_nanos()
+}
+
 /// The run size on a sequential store (docs/tape.md §2): the journal's
 /// room shared among the `writers` files with dirty data, half of it left
 /// for the next runs to fill while one drains.
@@ -487,7 +502,7 @@ impl Volume {
     /// dirty bytes (a run shorter than that would cost more positioning
     /// when read back than the stop it saves). The file fed last is fed
     /// again while it has that much, so its runs follow one another on the
-    /// tape as one; otherwise the file with the most.
+    /// tape as one; otherwise the first of them in a walk of the tree.
     ///
     /// A standing drive waits for full runs (a file closed or its run
     /// filled), unless one file alone is being written: its runs follow
@@ -512,7 +527,10 @@ impl Volume {
         if !b.streaming && dirty.len() != 1 {
             return None;
         }
-        let (_, _, st) = dirty.into_iter().filter(|(_, d, _)| *d >= RUN_MIN).max_by_key(|(f, d, _)| (*f, *d))?;
+        // The fed file while it has a run; else the first in a walk of the
+        // tree, so files written at once go down in the order a restore
+        // reads them (docs/tape.md §10).
+        let (_, _, st) = dirty.into_iter().filter(|(_, d, _)| *d >= RUN_MIN).min_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.walk_key().cmp(&b.2.walk_key())))?;
         self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
         *self.last_fed_at.lock() = Some(std::time::Instant::now());
         Some(st)
@@ -533,6 +551,25 @@ impl Volume {
             let g = e.value().inner.lock();
             !g.evicted && g.open > 0 && g.is_dirty()
         })
+    }
+
+    /// Of the files being written at speed (see [`Self::writing_at_speed`]),
+    /// the first in a walk of the tree: files after it that closed wait
+    /// for it, so files written at once go down on a tape in the order a
+    /// restore reads them back (docs/tape.md §10).
+    fn first_writer_key(&self) -> Option<(crate::types::Ino, Box<[u8]>, crate::types::Ino)> {
+        let now = crate::types::Timestamp::now();
+        self.files
+            .iter()
+            .filter(|e| {
+                let g = e.value().inner.lock();
+                !g.evicted && g.open > 0 && g.is_dirty() && writing_at_speed(&g, now)
+            })
+            .map(|e| {
+                let (d, n, i) = e.value().walk_key();
+                (d, Box::<[u8]>::from(n), i)
+            })
+            .min()
     }
 
     /// One flush round: every due file (or every dirty file if `all`).
@@ -659,6 +696,15 @@ impl Volume {
                 let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
                 chosen.retain(|st| st.ino == fed);
             }
+            if !all && !pressure {
+                if let Some(first) = self.first_writer_key() {
+                    let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
+                    chosen.retain(|st| st.ino == fed || {
+                        let (d, n, i) = st.walk_key();
+                        (d, n, i) <= (first.0, &first.1[..], first.2)
+                    });
+                }
+            }
             if chosen.is_empty() && !all {
                 chosen.extend(self.file_to_feed());
             }
@@ -679,8 +725,13 @@ impl Volume {
         // Files in inode order, so packs hold related files together (a
         // directory's files, created together, have neighbouring numbers):
         // one ranged GET of a pack then brings the files read next too
-        // (docs/frugal.md §3).
-        chosen.sort_unstable_by_key(|st| (st.ino != fed, st.ino));
+        // (docs/frugal.md §3). On a tape, the order of a walk of the tree
+        // (names in order), which is the order a restore reads them.
+        if sequential {
+            chosen.sort_by(|a, b| (a.ino != fed).cmp(&(b.ino != fed)).then_with(|| a.walk_key().cmp(&b.walk_key())));
+        } else {
+            chosen.sort_unstable_by_key(|st| (st.ino != fed, st.ino));
+        }
         let mut report = FlushReport::default();
         if !chosen.is_empty() {
             let mut batch = Batch::new(self);

@@ -261,7 +261,7 @@ impl Volume {
         }
         let a = self.new_inode(parent, name, kind, perm, rdev, None, caller)?;
         if kind == FileKind::File {
-            self.adopt_new_file(&a);
+            self.adopt_new_file(&a, parent, name);
         }
         Ok(a)
     }

@@ -402,3 +402,70 @@ fn a_files_packs_reach_the_store_in_file_order() {
     }
     w.close().unwrap();
 }
+
+/// Files written at once go down in the order a walk of the tree meets
+/// them (a directory lists its names in order), whatever order they were
+/// created or closed in: a closed file waits while a file before it is
+/// still being written, so a restore reading them by name streams without
+/// locating back (docs/tape.md §10). A writer that stopped writing holds
+/// nothing back for longer than `FEEDING` (5 s).
+#[test]
+fn files_written_at_once_go_down_in_name_order() {
+    let (store, b, a, v) = buffered_volume(2 << 30);
+    // Created c, a, b (so inode order is not name order), written in turns.
+    let inos: Vec<Ino> = ["c", "a", "b"].iter().map(|n| v.create(ROOT_INO, n.as_bytes(), FileKind::File, 0o644, 0, root()).unwrap().ino).collect();
+    let datas: Vec<Vec<u8>> = (0..3).map(|i| random_bytes(40 + i, 3 << 20)).collect();
+    for &ino in &inos {
+        v.open(ino).unwrap();
+    }
+    for part in 0..3usize {
+        for (ino, data) in inos.iter().zip(&datas) {
+            v.write(*ino, (part as u64) << 20, &data[part << 20..(part + 1) << 20]).unwrap();
+        }
+    }
+    let before = store.puts.lock().len();
+    // c and b close first: they wait for a, still being written.
+    v.release(inos[0]).unwrap();
+    v.release(inos[2]).unwrap();
+    assert_eq!(v.flush_due().unwrap().files, 0, "a closed file went before a file still being written that a walk meets first");
+    assert_eq!(v.status().dirty_files, 3);
+    v.release(inos[1]).unwrap();
+    let t = std::time::Instant::now();
+    while v.status().dirty_files > 0 && t.elapsed() < Duration::from_secs(20) {
+        v.flush_due().unwrap();
+    }
+    assert_eq!(v.status().dirty_files, 0, "closed files were not flushed");
+
+    // A writer that stops writing holds the others back no longer than 5 s.
+    let slow = v.create(ROOT_INO, b"d", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    let later = v.create(ROOT_INO, b"e", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(slow).unwrap();
+    v.open(later).unwrap();
+    v.write(slow, 0, b"a line of a log").unwrap();
+    v.write(later, 0, &random_bytes(45, 1 << 20)).unwrap();
+    v.release(later).unwrap();
+    assert_eq!(v.flush_due().unwrap().files, 0, "e waits while d was written a moment ago");
+    std::thread::sleep(Duration::from_millis(5_200));
+    let t = std::time::Instant::now();
+    while v.status().dirty_files > 1 && t.elapsed() < Duration::from_secs(20) {
+        v.flush_due().unwrap();
+    }
+    assert_eq!(v.status().dirty_files, 1, "e still waits for d, which stopped writing 5 s ago");
+    v.release(slow).unwrap();
+    let puts: Vec<String> = store.puts.lock()[before..].iter().filter(|n| n.starts_with("packs/")).cloned().collect();
+    v.close().unwrap();
+    drop(v);
+    let w = Volume::load(a.path(), opts(&b)).unwrap();
+    let mut spans = Vec::new();
+    for (name, data) in ["c", "a", "b"].iter().zip(&datas) {
+        assert!(&read_all(&w, lookup_path(&w, name)) == data, "{name} differs");
+        let runs = w.info(format!("/{name}").as_bytes(), root()).unwrap().runs;
+        let at: Vec<usize> = runs.iter().map(|r| puts.iter().position(|p| Some(p.as_str()) == r.pack.as_deref()).expect("a pack put in this test")).collect();
+        spans.push((*name, *at.iter().min().unwrap(), *at.iter().max().unwrap()));
+    }
+    spans.sort_by_key(|s| s.1);
+    let order: Vec<&str> = spans.iter().map(|s| s.0).collect();
+    assert_eq!(order, ["a", "b", "c"], "the files' order on the store (by first pack): {spans:?}");
+    assert!(spans.windows(2).all(|w| w[0].2 <= w[1].1), "one file's packs went between another's: {spans:?}");
+    w.close().unwrap();
+}
