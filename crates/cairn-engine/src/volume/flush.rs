@@ -553,7 +553,7 @@ impl Volume {
         })
     }
 
-    /// Of the files being written at speed (see [`Self::writing_at_speed`]),
+    /// Of the files being written at speed (see [`writing_at_speed`]),
     /// the first in a walk of the tree: files after it that closed wait
     /// for it, so files written at once go down on a tape in the order a
     /// restore reads them back (docs/tape.md §10).
