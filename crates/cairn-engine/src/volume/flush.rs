@@ -557,7 +557,7 @@ impl Volume {
     /// the first in a walk of the tree: files after it that closed wait
     /// for it, so files written at once go down on a tape in the order a
     /// restore reads them back (docs/tape.md §10).
-    fn first_writer_key(&self) -> Option<(crate::types::Ino, Box<[u8]>, crate::types::Ino)> {
+    fn first_writer(&self) -> Option<Arc<FileState>> {
         let now = crate::types::Timestamp::now();
         self.files
             .iter()
@@ -565,11 +565,8 @@ impl Volume {
                 let g = e.value().inner.lock();
                 !g.evicted && g.open > 0 && g.is_dirty() && writing_at_speed(&g, now)
             })
-            .map(|e| {
-                let (d, n, i) = e.value().walk_key();
-                (d, Box::<[u8]>::from(n), i)
-            })
-            .min()
+            .map(|e| e.value().clone())
+            .min_by(|a, b| a.walk_key().cmp(&b.walk_key()))
     }
 
     /// One flush round: every due file (or every dirty file if `all`).
@@ -697,12 +694,9 @@ impl Volume {
                 chosen.retain(|st| st.ino == fed);
             }
             if !all && !pressure {
-                if let Some(first) = self.first_writer_key() {
+                if let Some(first) = self.first_writer() {
                     let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-                    chosen.retain(|st| st.ino == fed || {
-                        let (d, n, i) = st.walk_key();
-                        (d, n, i) <= (first.0, &first.1[..], first.2)
-                    });
+                    chosen.retain(|st| st.ino == fed || st.walk_key() <= first.walk_key());
                 }
             }
             if chosen.is_empty() && !all {

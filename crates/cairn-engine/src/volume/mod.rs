@@ -944,6 +944,9 @@ impl Volume {
                 _ => runs.push((name, vec![(id, e, flight)], len)),
             }
         }
+        if runs.is_empty() {
+            return;
+        }
         if !self.prefetch_runs.enter(runs.len()) {
             // Closing: nothing new starts; the waiting readers fetch for themselves.
             for (_, run, _) in runs {
