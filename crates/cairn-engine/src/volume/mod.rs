@@ -197,8 +197,9 @@ pub struct Volume {
     /// for one of these instead of fetching and verifying it again.
     prefetching: DashMap<u64, Arc<InFlight>>,
     /// Prefetch runs handed to threads and not yet ended: `close` waits
-    /// for them, since each holds the volume (and may fill its cache).
-    prefetch_runs: RunsInFlight,
+    /// for them, since each holds the volume (and may fill its cache), so
+    /// that the caller's handle is the last and the lock goes with it.
+    prefetch_runs: Arc<RunsInFlight>,
     pub(crate) flush_mutex: Mutex<()>,
     /// When this mount last deleted its journal's marks, and the flush
     /// count then (None: not yet); see `Volume::trim_marks`.
@@ -249,9 +250,10 @@ pub struct Volume {
     /// Counters for monitoring (`metrics_snapshot`).
     pub(crate) metrics: crate::metrics::Metrics,
     opened: std::time::Instant,
-    /// The volume directory's lock, let go by `close` (not by the last
-    /// handle's drop, which may come later on another thread).
-    lock: Mutex<Option<File>>,
+    /// The volume directory's lock: the last field, so it goes after
+    /// everything that may still write to the directory when the volume
+    /// drops (the cache's clean mark, the lease).
+    _lock: Option<File>,
 }
 
 /// What [`Volume::assemble`] builds a volume from.
@@ -383,7 +385,7 @@ impl Volume {
             pack_names: DashMap::new(),
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
-            prefetch_runs: RunsInFlight::default(),
+            prefetch_runs: Arc::default(),
             flush_mutex: Mutex::new(()),
             marks_trimmed: Mutex::new(None),
             inode_count: Mutex::new(None),
@@ -405,7 +407,7 @@ impl Volume {
             problems: Default::default(),
             metrics: crate::metrics::Metrics::new(),
             opened: std::time::Instant::now(),
-            lock: Mutex::new(Some(lock)),
+            _lock: Some(lock),
         });
         let _ = vol.self_ref.set(Arc::downgrade(&vol));
         if !vol.opts.read_only {
@@ -700,8 +702,6 @@ impl Volume {
         if let Some(c) = &self.cloud {
             c.abandon();
         }
-        // A dead process's lock goes with it.
-        self.lock.lock().take();
     }
 
     /// Syncs and stops background work. Call once, at unmount.
@@ -759,9 +759,6 @@ impl Volume {
                 tracing::warn!("saving the close's error in {}: {w}", self.layout.dir.display());
             }
         }
-        // This handle may outlive `close` (a thread still holding the
-        // volume): the directory is free for the next open now.
-        self.lock.lock().take();
         r
     }
 
@@ -957,11 +954,13 @@ impl Volume {
             return;
         }
         for (name, run, _) in runs {
-            let run = PrefetchRun { vol: me.clone(), name, run };
+            let run = PrefetchRun { vol: Some(me.clone()), name, run };
             let job = move || {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                 let _for = crate::cache::policy::reading_for(ino);
-                run.vol.prefetch_run(&run.name, &run.run);
+                if let Some(vol) = &run.vol {
+                    vol.prefetch_run(&run.name, &run.run);
+                }
             };
             if caps.cheap_ranged_reads {
                 // Waits on the network or the disk (a local store reads
@@ -1019,18 +1018,32 @@ impl Volume {
 /// every chunk it did not deliver (a failed read or decode) is released
 /// to its readers, who fetch it and report the error.
 struct PrefetchRun {
-    vol: Arc<Volume>,
+    /// Taken by the drop, which lets go of it before counting the run out.
+    vol: Option<Arc<Volume>>,
     name: Arc<str>,
     run: Vec<(u64, BlobEntry, Arc<InFlight>)>,
 }
 
 impl Drop for PrefetchRun {
     fn drop(&mut self) {
+        let Some(vol) = self.vol.take() else { return };
         for (id, _, flight) in &self.run {
-            self.vol.finish_prefetch(*id, flight);
+            vol.finish_prefetch(*id, flight);
         }
-        self.vol.prefetch_runs.leave();
+        // The volume first, then the count: once `close` has seen every run
+        // out, none holds the volume any more. If this was the last handle,
+        // its drop closes the volume here and must not wait for this run.
+        let runs = vol.prefetch_runs.clone();
+        IN_PREFETCH_DROP.with(|f| f.set(true));
+        drop(vol);
+        IN_PREFETCH_DROP.with(|f| f.set(false));
+        runs.leave();
     }
+}
+
+thread_local! {
+    /// Set while a prefetch run lets go of its volume on this thread.
+    static IN_PREFETCH_DROP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Counts the prefetch runs under way, so `close` can wait for them.
@@ -1060,11 +1073,13 @@ impl RunsInFlight {
         }
     }
 
-    /// Lets no run start from now on and waits for those under way.
+    /// Lets no run start from now on and waits for those under way (but
+    /// for the one whose drop is closing the volume on this thread).
     fn close_and_wait(&self) {
+        let own = usize::from(IN_PREFETCH_DROP.with(|f| f.get()));
         let mut s = self.state.lock();
         s.1 = true;
-        while s.0 > 0 {
+        while s.0 > own {
             self.cv.wait(&mut s);
         }
     }
