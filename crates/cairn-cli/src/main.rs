@@ -210,10 +210,12 @@ enum Cmd {
         /// a TOML file, as for `cairn cost`).
         #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
         gc_prices: String,
-        /// Volume on a tape: memory for data waiting for the drive (a write
-        /// waits beyond it). Each file goes down in runs as long as its
-        /// share of the write-back journal (docs/tape.md §2); this bounds
-        /// the packs queued between the flusher and the drive.
+        /// Volume on a tape: memory for data on its way to the drive (a
+        /// write waits beyond it): the packs being built, a quarter of it
+        /// each (at most 64M), and those queued for the drive. Reads keep a
+        /// quarter of it again (32M-256M). At least 16M. Each file goes
+        /// down in runs as long as its share of the write-back journal,
+        /// which is on disk (docs/tape.md §2 and §10).
         #[arg(long, default_value = "1G", value_parser = size::parse)]
         tape_memory: u64,
         /// Volume on a tape: continuous data protection (HPTFS's CDP). Every
@@ -955,7 +957,10 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, cache_ahead, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace, pass } => {
-            cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { queue_bytes: tape_memory, prepare_append: !read_only, prepare_read: read_only, ..Default::default() }, ..Default::default() });
+            if tape_memory < cairn_tape::store::MIN_MEMORY {
+                bail!("--tape-memory of {tape_memory} bytes is too small: a tape needs at least 16M (two packs being built and two queued)");
+            }
+            cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { prepare_append: !read_only, prepare_read: read_only, ..cairn_tape::store::StoreOptions::for_memory(tape_memory) }, ..Default::default() });
             use cairn_engine::mirror::MirrorChoice;
             let mirror = match (mirror, no_mirror) {
                 (Some(d), _) => MirrorChoice::Use(d),

@@ -29,7 +29,7 @@ impl Volume {
     /// biller).
     pub fn load(dir: &Path, mut opts: OpenOptions) -> Result<Arc<Volume>> {
         mirror::choose(dir, &opts.mirror)?;
-        let (layout, settings, backend, cfg) = read_config_with(dir, opts.backend.as_ref())?;
+        let (layout, settings, backend, mut cfg) = read_config_with(dir, opts.backend.as_ref())?;
         crate::volume::check_meta_url(&layout, &cfg, opts.meta_url.as_deref())?;
         if cfg.meta == MetaKind::Postgres && is_tape_url(&settings.backend) {
             return Err(Error::config(format!(
@@ -65,6 +65,10 @@ impl Volume {
             opts.journal_limit = if c.cache.capabilities().cheap_ranged_reads {
                 opts.journal_limit.min((opts.cloud.cache_bytes / 4).max(2 * cfg.pack_target))
             } else {
+                // A tape store asks for packs that fit its memory: they are
+                // built and queued whole (docs/tape.md §10). The target is
+                // a write policy; a smaller pack is as valid as a short one.
+                cfg.pack_target = cfg.pack_target.min(c.cache.capabilities().preferred_pack_size).max(1 << 20);
                 // On a tape the journal is where each stream's run gathers
                 // (docs/tape.md §2): the larger, the longer the runs.
                 (opts.cloud.cache_bytes / 2).min(8 << 30)

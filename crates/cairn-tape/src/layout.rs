@@ -884,6 +884,20 @@ impl TapeWriter {
         data: &[u8],
         last: bool,
     ) -> Result<Extent> {
+        self.write_parts(dev, object_id, &[], data, last)
+    }
+
+    /// As [`write`](Self::write) with `head` followed by `data`: the same
+    /// blocks as their concatenation, without copying `data` (a pack is
+    /// tens of MiB; only the first block's payload is assembled).
+    pub fn write_parts<D: TapeDevice + ?Sized>(
+        &mut self,
+        dev: &mut D,
+        object_id: u64,
+        head: &[u8],
+        data: &[u8],
+        last: bool,
+    ) -> Result<Extent> {
         if dev.block_size() != self.block_size {
             return Err(LayoutError::BlockSizeMismatch {
                 device: name(dev),
@@ -896,10 +910,11 @@ impl TapeWriter {
             next_offset: 0,
         });
         let cap = self.payload_capacity();
-        let nblocks = if data.is_empty() {
+        let total = head.len() + data.len();
+        let nblocks = if total == 0 {
             u64::from(last)
         } else {
-            data.len().div_ceil(cap) as u64
+            total.div_ceil(cap) as u64
         };
         let extent = Extent {
             object_id,
@@ -907,7 +922,7 @@ impl TapeWriter {
             blocks: nblocks,
             first_seq: st.next_seq,
             offset: st.next_offset,
-            len: data.len() as u64,
+            len: total as u64,
         };
         if nblocks == 0 {
             return Ok(extent);
@@ -916,10 +931,16 @@ impl TapeWriter {
             self.open.remove(&object_id);
             return Err(e);
         }
-        let chunks: Vec<&[u8]> = if data.is_empty() {
+        // The head and as much of the data as fills its last block, copied;
+        // the rest of the data cut into blocks where it lies.
+        let split = data.len().min((cap - head.len() % cap) % cap);
+        let mut first = Vec::with_capacity(head.len() + split);
+        first.extend_from_slice(head);
+        first.extend_from_slice(&data[..split]);
+        let chunks: Vec<&[u8]> = if total == 0 {
             vec![&[][..]]
         } else {
-            data.chunks(cap).collect()
+            first.chunks(cap).chain(data[split..].chunks(cap)).collect()
         };
         let mut buf = vec![0u8; BATCH_BLOCKS.min(chunks.len()) * self.block_size];
         let mut seq = st.next_seq;

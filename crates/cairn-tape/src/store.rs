@@ -43,7 +43,9 @@ pub struct StoreOptions {
     pub read_buffer: u64,
     /// A read waits this long for others to join its batch.
     pub batch_window: Duration,
-    /// The pack size the engine should build (a run of the tape).
+    /// The largest pack the engine should build for this store: packs
+    /// are built and queued whole, so their size sets the memory a write
+    /// needs (docs/tape.md §10).
     pub pack_size: u64,
     /// When the drive falls idle after the open (and the mount's own
     /// reads), locate to where the next append goes, so the first write
@@ -68,7 +70,41 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { queue_bytes: 1 << 30, read_ahead: 64 << 20, read_buffer: 256 << 20, batch_window: Duration::from_millis(50), pack_size: 128 << 20, prepare_append: false, prepare_read: false, inline: None }
+        StoreOptions::for_memory(DEFAULT_MEMORY)
+    }
+}
+
+/// The memory a mount gives a tape by default (`--tape-memory`).
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
+
+/// The least memory [`StoreOptions::for_memory`] takes: room for two
+/// packs being built and two queued, of a few MiB each.
+pub const MIN_MEMORY: u64 = 16 << 20;
+
+/// The largest pack a store asks for: the default pack size of a tape
+/// volume (`cairn init`), whose runs it was measured with.
+const MAX_PACK: u64 = 64 << 20;
+
+impl StoreOptions {
+    /// Options that keep the data a write holds within `memory` bytes
+    /// (docs/tape.md §10): packs of a quarter of it (at most 64 MiB, which
+    /// is `cairn init`'s default for a tape), two of them being built by
+    /// the engine and the rest of the budget queued for the drive. Reads
+    /// keep a quarter of it (32-256 MiB) and read a sixteenth ahead
+    /// (16-64 MiB). At least [`MIN_MEMORY`].
+    pub fn for_memory(memory: u64) -> StoreOptions {
+        let memory = memory.max(MIN_MEMORY);
+        let pack_size = (memory / 4).min(MAX_PACK);
+        StoreOptions {
+            queue_bytes: memory - 2 * pack_size,
+            read_ahead: (memory / 16).clamp(16 << 20, 64 << 20),
+            read_buffer: (memory / 4).clamp(32 << 20, 256 << 20),
+            batch_window: Duration::from_millis(50),
+            pack_size,
+            prepare_append: false,
+            prepare_read: false,
+            inline: None,
+        }
     }
 }
 
@@ -661,9 +697,8 @@ fn drive(inner: &Inner, mut dev: Box<dyn TapeDevice>, label: &Label, mut writer:
             st.stream = None;
             let t = Instant::now();
             let r = MutexGuard::unlocked(&mut st, || {
-                let mut bytes = object_head(&job.name);
-                bytes.extend_from_slice(&job.data);
-                writer.write(dev.as_mut(), job.id, &bytes, true).map(|x| (x, bytes.len() as u64 - job.data.len() as u64))
+                let head = object_head(&job.name);
+                writer.write_parts(dev.as_mut(), job.id, &head, &job.data, true).map(|x| (x, head.len() as u64))
             });
             st.queued_bytes -= job.data.len() as u64;
             tracing::debug!("{name}: wrote {} ({} bytes) in {:.2?}", job.name, job.data.len(), t.elapsed());
@@ -881,21 +916,25 @@ fn serve_batch(inner: &Inner, st: &mut MutexGuard<'_, State>, dev: &mut dyn Tape
 impl Backend for TapeStore {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         validate_name(name)?;
-        let data = Arc::new(data.to_vec());
+        let len = data.len() as u64;
         let mut st = self.inner.st.lock();
         loop {
             if let Some((k, m)) = &st.failed {
                 return Err(Error::new(*k, m.clone()).with_object(name));
             }
-            if st.queued_bytes == 0 || st.queued_bytes + data.len() as u64 <= self.inner.opts.queue_bytes {
+            if st.queued_bytes == 0 || st.queued_bytes + len <= self.inner.opts.queue_bytes {
                 break;
             }
             self.inner.cv.wait(&mut st);
         }
+        // Room taken before the copy is made, so a put that waits holds
+        // no second copy of its pack, and outside the lock, which the
+        // drive needs between writes.
+        st.queued_bytes += len;
+        st.stats.peak_queue_bytes = st.stats.peak_queue_bytes.max(st.queued_bytes);
+        let data = Arc::new(MutexGuard::unlocked(&mut st, || data.to_vec()));
         let id = st.index.next_id;
         st.index.next_id += 1;
-        st.queued_bytes += data.len() as u64;
-        st.stats.peak_queue_bytes = st.stats.peak_queue_bytes.max(st.queued_bytes);
         st.in_flight.insert(name.to_string(), data.clone());
         // A copy kept of an older version must never answer a read.
         st.inline.remove(name);
@@ -1245,5 +1284,20 @@ mod tests {
         let s = sub_extent(&e, 100, 200, 8).unwrap();
         assert_eq!((s.start, s.blocks, s.offset, s.len), (107, 3, 96, 19));
         assert!(sub_extent(&e, 0, 40, 8).is_none());
+    }
+
+    #[test]
+    fn a_memory_budget_holds_two_packs_being_built_and_the_queue() {
+        for m in [MIN_MEMORY, 64 << 20, 256 << 20, DEFAULT_MEMORY, 8 << 30] {
+            let o = StoreOptions::for_memory(m);
+            assert_eq!(o.queue_bytes + 2 * o.pack_size, m, "{m}");
+            assert!(o.pack_size <= MAX_PACK && o.pack_size >= 1 << 20, "{m}");
+            assert!(o.queue_bytes >= 2 * o.pack_size, "{m}: the queue takes two packs");
+        }
+        // The default is what the measurements of docs/tape.md were made with.
+        let d = StoreOptions::default();
+        assert_eq!((d.pack_size, d.read_ahead, d.read_buffer), (64 << 20, 64 << 20, 256 << 20));
+        // Less than the least is raised to it.
+        assert_eq!(StoreOptions::for_memory(1 << 20).queue_bytes, StoreOptions::for_memory(MIN_MEMORY).queue_bytes);
     }
 }

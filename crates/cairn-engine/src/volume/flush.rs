@@ -498,7 +498,7 @@ impl Volume {
 
     /// On a store that writes in the background, the file to flush now so
     /// a moving medium does not run dry: when the store is streaming and
-    /// holds less than a pack, an open file with at least [`RUN_MIN`]
+    /// holds less than two packs (one being written, the next ready), an open file with at least [`RUN_MIN`]
     /// dirty bytes (a run shorter than that would cost more positioning
     /// when read back than the stop it saves). The file fed last is fed
     /// again while it has that much, so its runs follow one another on the
@@ -512,7 +512,7 @@ impl Volume {
     /// flush share two cores, the drive ran dry and backhitched (3 s).
     fn file_to_feed(&self) -> Option<Arc<FileState>> {
         let b = self.backend.backlog()?;
-        if b.queued_bytes >= self.backend.capabilities().preferred_pack_size {
+        if b.queued_bytes >= 2 * self.backend.capabilities().preferred_pack_size {
             return None;
         }
         let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);

@@ -33,6 +33,36 @@ fn init_tape(dir: &Path, url: &str) {
     drop(held);
 }
 
+/// Packs on a tape are no larger than the store asks for (its memory,
+/// docs/tape.md §10), whatever the volume's pack target: a mount given
+/// little memory builds and queues small packs.
+#[test]
+fn packs_on_a_tape_fit_the_memory_the_store_was_given() {
+    setup();
+    let t = tempfile::tempdir().unwrap();
+    let url = url(t.path());
+    let dir = t.path().join("a");
+    let held = tape::create(&url, Some(params())).unwrap();
+    let asked = held.capabilities().preferred_pack_size;
+    init_cloud(&dir, &url, None, None, &InitOptions { chunker: small_chunks(), pack_target: Some(8 * asked), kdf: Some(KdfParams { m_kib: 64, t: 1, p: 1 }), passphrase: Some(zeroize::Zeroizing::new(b"pw".to_vec())), ..Default::default() }).unwrap();
+    drop(held);
+    let v = mount(&dir, &url);
+    let data = random_bytes(7, 6 * asked as usize);
+    mkfile(&v, ROOT_INO, "big", &data);
+    v.close().unwrap();
+    drop(v);
+    let store = tape::open(&url).unwrap();
+    let packs = store.list("packs/").unwrap();
+    drop(store);
+    assert!(packs.len() >= 5, "{} packs for {} bytes", packs.len(), data.len());
+    // A pack ends with the chunk that reaches the target: one chunk over.
+    let largest = packs.iter().map(|o| o.size).max().unwrap();
+    assert!(largest <= asked + small_chunks().max as u64 + 4096, "a pack of {largest} bytes; the store asked for {asked}");
+    let w = mount(&t.path().join("b"), &url);
+    assert!(read_all(&w, lookup_path(&w, "big")) == data);
+    w.close().unwrap();
+}
+
 fn opts() -> OpenOptions {
     OpenOptions { passphrase: Some(zeroize::Zeroizing::new(b"pw".to_vec())), cloud: CloudOptions { cache_bytes: 64 << 20, meta_interval: Duration::from_millis(200), ..Default::default() }, ..Default::default() }
 }

@@ -666,3 +666,31 @@ fn a_catalog_after_streaming_data_does_not_backhitch() {
     let got = layout::read_catalog(&mut dev, &l, None).unwrap();
     assert_eq!((got.bytes.as_slice(), got.location.start), (&b"cat"[..], loc.start));
 }
+
+#[test]
+fn a_head_and_data_written_apart_make_the_blocks_of_their_concatenation() {
+    let cap = BS - layout::HEADER_LEN;
+    for (h, n) in [(0, 0), (0, 3 * cap + 7), (5, 0), (5, 1), (5, cap - 5), (5, cap - 4), (cap - 1, 2), (cap, 9), (cap + 3, 2 * cap)] {
+        let (head, body) = (data(1, h), data(2, n));
+        let mut images = Vec::new();
+        for apart in [false, true] {
+            let t = tempfile::tempdir().unwrap();
+            let dir = t.path().join("tape");
+            let (mut dev, _vc) = emu(&dir, small_params());
+            let l = label();
+            let c = layout::format(&mut dev, &l, b"").unwrap();
+            let mut w = TapeWriter::new(&l, c.append_point());
+            let e = if apart {
+                w.write_parts(&mut dev, 7, &head, &body, true).unwrap()
+            } else {
+                w.write(&mut dev, 7, &[&head[..], &body[..]].concat(), true).unwrap()
+            };
+            w.write_catalog(&mut dev, b"done").unwrap();
+            assert_eq!(layout::read_object(&mut dev, &l, &[e]).unwrap(), [&head[..], &body[..]].concat(), "head {h}, data {n}");
+            drop(dev);
+            images.push((e, std::fs::read(dir.join("tape.img")).unwrap()));
+        }
+        assert_eq!(images[0].0, images[1].0, "head {h}, data {n}: extents differ");
+        assert!(images[0].1 == images[1].1, "head {h}, data {n}: the tapes differ");
+    }
+}
