@@ -112,6 +112,9 @@ pub struct DiskCacheOptions {
     pub durability: Durability,
     /// Upload threads (at least one is started).
     pub uploaders: usize,
+    /// A pack written stays cached as extents of this many bytes, each a
+    /// file evicted on its own ([`KEEP_PIECE`] by default).
+    pub keep_piece: u64,
 }
 
 impl DiskCacheOptions {
@@ -120,7 +123,7 @@ impl DiskCacheOptions {
     pub fn new(dir: impl Into<PathBuf>, capacity: u64) -> Self {
         let p = cairn_model::prices::Prices::aws();
         let merge_below = extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb);
-        DiskCacheOptions { dir: dir.into(), capacity, block: DEFAULT_BLOCK, merge_below, ahead: DEFAULT_AHEAD, durability: Durability::Local, uploaders: 2 }
+        DiskCacheOptions { dir: dir.into(), capacity, block: DEFAULT_BLOCK, merge_below, ahead: DEFAULT_AHEAD, durability: Durability::Local, uploaders: 2, keep_piece: KEEP_PIECE }
     }
 
     fn rules(&self) -> FetchRules {
@@ -1163,12 +1166,13 @@ impl Inner {
     }
 
     /// Writes `data`, the bytes of object `name`, as extent files of
-    /// [`KEEP_PIECE`] bytes (not fsynced: clean data); returns the pieces
+    /// `keep_piece` bytes (not fsynced: clean data); returns the pieces
     /// written, (offset, bytes).
     fn write_pieces(&self, name: &str, data: &[u8]) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
-        for (i, piece) in data.chunks(KEEP_PIECE as usize).enumerate() {
-            let off = i as u64 * KEEP_PIECE;
+        let piece_len = self.opts.keep_piece.max(1);
+        for (i, piece) in data.chunks(piece_len as usize).enumerate() {
+            let off = i as u64 * piece_len;
             match self.write_atomic(&self.data_path(name, off, piece.len() as u64), piece, false) {
                 Ok(()) => out.push((off, piece.len() as u64)),
                 Err((e, _)) => tracing::warn!("caching bytes {off}+{} of {name}: {e}", piece.len()),
@@ -1177,7 +1181,7 @@ impl Inner {
         out
     }
 
-    /// An uploaded outbox object stays cached as pieces of [`KEEP_PIECE`]
+    /// An uploaded outbox object stays cached as pieces of `keep_piece`
     /// bytes, each evicted on its own (kept whole, one pack took most of a
     /// small cache at once and was evicted whole, the parts being read with
     /// the rest); the outbox file goes.

@@ -57,6 +57,15 @@ pub fn trash_version(name: &str) -> Option<u64> {
 /// The fetch alignment of a tape's read cache (a bucket's is exact).
 const TAPE_CACHE_BLOCK: u64 = 64 << 10;
 
+/// A pack written to a tape stays cached in pieces of this size. In the
+/// 64 KiB pieces a bucket's cache keeps (`KEEP_PIECE`), a 500 MiB file
+/// made 8,000 files in the cache, and creating them slowed the flush below
+/// the drive's rate: one writer's `dd` went to tape at 59-61% of the raw
+/// drive with a backhitch, 94-95% without one in 4 MiB pieces
+/// (docs/tape.md §10). Eviction by 4 MiB costs a tape nothing: it is
+/// not billed per request.
+const TAPE_KEEP_PIECE: u64 = 4 << 20;
+
 /// Settings of a mount of a cloud volume.
 #[derive(Clone, Debug)]
 pub struct CloudOptions {
@@ -394,7 +403,7 @@ impl Cloud {
         // Two gaps of a read closer than a GET's price in transfer go in
         // one GET, at the prices the cleaner weighs too.
         let p = &opts.gc_prices;
-        let (mut block, mut merge_below, mut ahead) = (opts.cache_block, crate::cache::extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb), opts.cache_ahead);
+        let (mut block, mut merge_below, mut ahead, mut keep_piece) = (opts.cache_block, crate::cache::extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb), opts.cache_ahead, crate::cache::disk::KEEP_PIECE);
         if !remote.capabilities().cheap_ranged_reads {
             // A tape is not billed per request: its reads go through the
             // store's own batching and keeping of what a pass reads over
@@ -402,8 +411,9 @@ impl Cloud {
             block = if block == 0 { TAPE_CACHE_BLOCK } else { block };
             merge_below = 0;
             ahead = 0;
+            keep_piece = TAPE_KEEP_PIECE;
         }
-        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block, merge_below, ahead, durability: opts.durability, uploaders: 2 };
+        let d = DiskCacheOptions { dir: layout.dir.join("cache"), capacity: opts.cache_bytes, block, merge_below, ahead, durability: opts.durability, uploaders: 2, keep_piece };
         Ok(CachedBackend::with_policy(remote, d, opts.cache_policy.build(io))?)
     }
 }

@@ -153,7 +153,7 @@ fn bytes(seed: u64, len: u64) -> Vec<u8> {
 /// A cache fetching blocks of `block` (0: exact ranges), never merging
 /// two gaps of a read into one GET nor reading ahead.
 fn opts(dir: &Path, capacity: u64, block: u64, durability: Durability) -> DiskCacheOptions {
-    DiskCacheOptions { dir: dir.to_path_buf(), capacity, block, merge_below: 0, ahead: 0, durability, uploaders: 2 }
+    DiskCacheOptions { dir: dir.to_path_buf(), capacity, block, merge_below: 0, ahead: 0, durability, uploaders: 2, keep_piece: cairn_engine::cache::disk::KEEP_PIECE }
 }
 
 fn eventually(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
@@ -225,6 +225,31 @@ fn the_backend_contract_holds_through_the_cache() {
 /// distance; aligned fetches round out, clamped to the object's end;
 /// reading past the end fails without a request. A reopened cache serves
 /// all of it without a GET (one size request per object).
+/// A pack written stays cached in pieces of `keep_piece` bytes (a tape's
+/// cache keeps 4 MiB ones: creating a file per 64 KiB slowed its flush
+/// below the drive's rate), and reads after a reopen come from them.
+#[test]
+fn written_packs_are_kept_in_pieces_of_the_size_asked() {
+    const A: &str = "packs/00/a";
+    for durability in [Durability::Local, Durability::Remote] {
+        for (piece, files) in [(64 * KIB, 56), (1 << 20, 4)] {
+            let d = tempfile::tempdir().unwrap();
+            let probe = Probe::new(Arc::new(MemoryBackend::new()));
+            let data = bytes(3, 3 * (1 << 20) + 512 * KIB);
+            let o = DiskCacheOptions { keep_piece: piece, ..opts(d.path(), 64 << 20, 0, durability) };
+            let c = CachedBackend::open(probe.clone(), o.clone()).unwrap();
+            c.put(A, &data).unwrap();
+            c.drain(&mut |_, _| {});
+            assert_eq!(files_in(&d.path().join("data")).len(), files, "{durability:?}, pieces of {piece}");
+            drop(c);
+            let c = CachedBackend::open(probe.clone(), o).unwrap();
+            let gets = probe.gets();
+            assert!(c.get(A).unwrap() == data, "{durability:?}, pieces of {piece}");
+            assert_eq!(probe.gets(), gets, "{durability:?}: read from the remote, not the pieces");
+        }
+    }
+}
+
 #[test]
 fn reads_fetch_exactly_their_gaps_and_survive_a_reopen() {
     const B: u64 = 64 * KIB;
