@@ -54,6 +54,14 @@ peak_rss_kib() { # PID: VmHWM in KiB
     awk '/^VmHWM:/ {print $2}' "/proc/$1/status"
 }
 
+watch_peak_rss() { # PID FILE: keeps FILE at PID's VmHWM (KiB) until PID exits (run in the background)
+    local v
+    while v=$(awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null) && [[ -n $v ]]; do
+        echo "$v" > "$2"
+        sleep 0.05
+    done
+}
+
 # is_daemon PID: the process is alive and still a `cairn mount` (not a
 # reused PID).
 is_daemon() { [[ $(tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline") == *"cairn mount "* ]]; }

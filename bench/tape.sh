@@ -121,15 +121,23 @@ for run in $(seq "$TP_RUNS"); do
         tp_mount "$name" "$SCRATCH/tp-cache-a"
         pid=${DAEMON[$MNT]}
         sleep "$TP_SETTLE"
+        # The daemon's peak until it exits: most of the flush is in the
+        # unmount, after the writers are done.
+        rm -f "$SCRATCH/tp-rss"
+        watch_peak_rss "$pid" "$SCRATCH/tp-rss" &
+        watcher=$!
         t0=$(now)
+        writers=()
         for i in $(seq 0 $((n - 1))); do
             dd if="$RND" of="$MNT/w$i" bs=1M count="$TP_FILE_MIB" skip=$((i * TP_FILE_MIB)) status=none &
+            writers+=($!)
         done
-        wait
+        wait "${writers[@]}"
         t1=$(now)
-        rss=$(peak_rss_kib "$pid")
         umount_volume "$MNT"
         t2=$(now)
+        wait "$watcher"
+        rss=$(cat "$SCRATCH/tp-rss")
         s=$(tp_session "$name")
         record kind=tape_write run="$run" writers="$n" bytes=$((n * file_bytes)) dd_seconds="$(elapsed "$t0" "$t1")" \
             seconds="$(elapsed "$t0" "$t2")" peak_rss_kib="$rss" "{\"session\": $s}"

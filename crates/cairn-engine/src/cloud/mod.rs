@@ -62,7 +62,7 @@ const TAPE_CACHE_BLOCK: u64 = 64 << 10;
 /// made 8,000 files in the cache, and creating them slowed the flush below
 /// the drive's rate: one writer's `dd` went to tape at 59-61% of the raw
 /// drive with a backhitch, 94-95% without one in 4 MiB pieces
-/// (docs/tape.md §10). Eviction by 4 MiB costs a tape nothing: it is
+/// (docs/tape.md §11). Eviction by 4 MiB costs a tape nothing: it is
 /// not billed per request.
 const TAPE_KEEP_PIECE: u64 = 4 << 20;
 
