@@ -529,8 +529,12 @@ impl Volume {
         }
         // The fed file while it has a run; else the first in a walk of the
         // tree, so files written at once go down in the order a restore
-        // reads them (docs/tape.md §10).
-        let (_, _, st) = dirty.into_iter().filter(|(_, d, _)| *d >= RUN_MIN).min_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.walk_key().cmp(&b.2.walk_key())))?;
+        // reads them (docs/tape.md §10). Not a file after one still being
+        // written at speed: that one's next run comes soon, and a file fed
+        // meanwhile would lie between its runs (docs/tape.md §11).
+        let first = self.first_writer();
+        let waits = |st: &FileState| first.as_ref().is_some_and(|f| st.walk_key() > f.walk_key());
+        let (_, _, st) = dirty.into_iter().filter(|(_, d, st)| *d >= RUN_MIN && !waits(st)).min_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.walk_key().cmp(&b.2.walk_key())))?;
         self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
         *self.last_fed_at.lock() = Some(std::time::Instant::now());
         Some(st)

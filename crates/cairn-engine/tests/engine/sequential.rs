@@ -292,6 +292,13 @@ fn a_drive_is_fed_before_it_runs_dry_and_one_file_at_a_time() {
     let before = store.puts.lock().len();
     assert_eq!(v.flush_due().unwrap().files, 0, "a closed file went between the fed file's runs");
     assert_eq!(v.status().dirty_files, 2);
+    // Nor when the drive needs feeding and the big file, first in a walk
+    // and still being written, has less than a run: the closed small one
+    // (a run and more) waits for it all the same.
+    store.queued.store(0, Ordering::SeqCst);
+    assert_eq!(v.flush_due().unwrap().files, 0, "a closed file was fed between the runs of a file still being written that a walk meets first");
+    assert_eq!(v.status().dirty_files, 2);
+    busy();
     // The big one closes: one round takes it first, then the small one.
     v.write(big, 132 << 20, &random_bytes(9, 1 << 20)).unwrap();
     v.release(big).unwrap();

@@ -13,8 +13,12 @@ use cairn_tape::EmuParams;
 use std::path::Path;
 use std::time::Duration;
 
+fn tape_options() -> TapeOptions {
+    TapeOptions { store: StoreOptions { queue_bytes: 16 << 20, read_ahead: 2 << 20, read_buffer: 8 << 20, batch_window: Duration::from_millis(2), pack_size: 1 << 20, prepare_append: true, prepare_read: false, inline: None }, virtual_clock: true }
+}
+
 fn setup() {
-    tape::configure(TapeOptions { store: StoreOptions { queue_bytes: 16 << 20, read_ahead: 2 << 20, read_buffer: 8 << 20, batch_window: Duration::from_millis(2), pack_size: 1 << 20, prepare_append: true, prepare_read: false, inline: None }, virtual_clock: true });
+    tape::configure(tape_options());
 }
 
 fn params() -> EmuParams {
@@ -28,8 +32,13 @@ fn url(dir: &Path) -> String {
 }
 
 fn init_tape(dir: &Path, url: &str) {
+    init_tape_packing(dir, url, 1 << 20);
+}
+
+/// A fresh emulated tape and a volume on it with packs of `pack_target`.
+fn init_tape_packing(dir: &Path, url: &str, pack_target: u64) {
     let held = tape::create(url, Some(params())).unwrap();
-    init_cloud(dir, url, None, None, &InitOptions { chunker: small_chunks(), pack_target: Some(1 << 20), kdf: Some(KdfParams { m_kib: 64, t: 1, p: 1 }), passphrase: Some(zeroize::Zeroizing::new(b"pw".to_vec())), ..Default::default() }).unwrap();
+    init_cloud(dir, url, None, None, &InitOptions { chunker: small_chunks(), pack_target: Some(pack_target), kdf: Some(KdfParams { m_kib: 64, t: 1, p: 1 }), passphrase: Some(zeroize::Zeroizing::new(b"pw".to_vec())), ..Default::default() }).unwrap();
     drop(held);
 }
 
@@ -42,10 +51,9 @@ fn packs_on_a_tape_fit_the_memory_the_store_was_given() {
     let t = tempfile::tempdir().unwrap();
     let url = url(t.path());
     let dir = t.path().join("a");
-    let held = tape::create(&url, Some(params())).unwrap();
-    let asked = held.capabilities().preferred_pack_size;
-    init_cloud(&dir, &url, None, None, &InitOptions { chunker: small_chunks(), pack_target: Some(8 * asked), kdf: Some(KdfParams { m_kib: 64, t: 1, p: 1 }), passphrase: Some(zeroize::Zeroizing::new(b"pw".to_vec())), ..Default::default() }).unwrap();
-    drop(held);
+    // The store's ask, from the options `setup` gave every tape.
+    let asked = tape_options().store.pack_size;
+    init_tape_packing(&dir, &url, 8 * asked);
     let v = mount(&dir, &url);
     let data = random_bytes(7, 6 * asked as usize);
     mkfile(&v, ROOT_INO, "big", &data);

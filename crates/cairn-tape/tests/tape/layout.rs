@@ -33,6 +33,15 @@ fn catalog_map(bytes: &[u8]) -> BTreeMap<u64, Vec<Extent>> {
     serde_json::from_slice(bytes).unwrap()
 }
 
+/// A tape formatted with an empty catalog, and a writer at its append point.
+fn formatted(dir: &std::path::Path, p: EmuParams) -> (EmuDrive, cairn_tape::VirtualClock, Label, TapeWriter) {
+    let (mut dev, vc) = emu(dir, p);
+    let l = label();
+    let c = layout::format(&mut dev, &l, b"").unwrap();
+    let w = TapeWriter::new(&l, c.append_point());
+    (dev, vc, l, w)
+}
+
 fn slot_offset(pos: u64) -> u64 {
     pos * (8 + BS as u64)
 }
@@ -173,10 +182,7 @@ fn appending_overwrites_the_old_catalog_and_keeps_old_objects() {
 #[test]
 fn an_object_can_continue_across_a_catalog() {
     let t = tempfile::tempdir().unwrap();
-    let (mut dev, _vc) = emu(&t.path().join("tape"), small_params());
-    let l = label();
-    let c = layout::format(&mut dev, &l, b"").unwrap();
-    let mut w = TapeWriter::new(&l, c.append_point());
+    let (mut dev, _vc, l, mut w) = formatted(&t.path().join("tape"), small_params());
     let d = data(9, 20_000);
     let e1 = w.write(&mut dev, 9, &d[..10_000], false).unwrap();
     w.write_catalog(&mut dev, b"sync while object 9 is open")
@@ -193,10 +199,7 @@ fn an_object_can_continue_across_a_catalog() {
 #[test]
 fn reads_between_writes_leave_no_stray_filemark() {
     let t = tempfile::tempdir().unwrap();
-    let (mut dev, _vc) = emu(&t.path().join("tape"), small_params());
-    let l = label();
-    let c = layout::format(&mut dev, &l, b"").unwrap();
-    let mut w = TapeWriter::new(&l, c.append_point());
+    let (mut dev, _vc, l, mut w) = formatted(&t.path().join("tape"), small_params());
     let a = w.write(&mut dev, 1, &data(1, 5000), true).unwrap();
     let b1 = w.write(&mut dev, 2, &data(2, 8000), false).unwrap();
     // Reading right after a write: the drive writes a filemark before it moves.
@@ -223,10 +226,7 @@ fn scan_after_a_power_loss_recovers_every_flushed_object() {
     let mut p = small_params();
     p.crash = CrashModel::PowerLoss;
     let buffer = p.buffer_bytes as usize;
-    let (mut dev, _vc) = emu(&dir, p);
-    let l = label();
-    let c = layout::format(&mut dev, &l, b"").unwrap();
-    let mut w = TapeWriter::new(&l, c.append_point());
+    let (mut dev, _vc, _, mut w) = formatted(&dir, p);
     let a = w.write(&mut dev, 10, &data(10, 50_000), true).unwrap();
     let b = w.write(&mut dev, 11, &data(11, 30_000), true).unwrap();
     w.flush(&mut dev).unwrap(); // like an fsync: 10 and 11 are durable
@@ -406,10 +406,7 @@ fn end_of_medium_during_a_write_keeps_earlier_data_and_room_for_the_catalog() {
     let mut p = small_params();
     p.capacity_bytes = 200 * BS as u64;
     p.early_warning_bytes = 30 * BS as u64;
-    let (mut dev, _vc) = emu(&dir, p);
-    let l = label();
-    let c = layout::format(&mut dev, &l, b"").unwrap();
-    let mut w = TapeWriter::new(&l, c.append_point());
+    let (mut dev, _vc, l, mut w) = formatted(&dir, p);
     let mut written = BTreeMap::new();
     let mut failed = None;
     for id in 1..100u64 {
@@ -502,10 +499,7 @@ fn label_errors_are_clear() {
 
 /// Writes `blocks` data blocks in 20 objects, then `catalog`.
 fn tape_with_catalog(dir: &std::path::Path, blocks: usize, catalog: &[u8]) {
-    let (mut dev, _vc) = emu(dir, small_params());
-    let l = label();
-    let c = layout::format(&mut dev, &l, b"").unwrap();
-    let mut w = TapeWriter::new(&l, c.append_point());
+    let (mut dev, _vc, _, mut w) = formatted(dir, small_params());
     for id in 0..20u64 {
         w.write(&mut dev, id, &data(id, blocks / 20 * (BS - layout::HEADER_LEN)), true).unwrap();
     }
@@ -650,10 +644,7 @@ fn real_clock_emulator_works_with_the_layout() {
 fn a_catalog_after_streaming_data_does_not_backhitch() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("tape");
-    let (mut dev, _vc) = emu(&dir, small_params());
-    let l = label();
-    let c = layout::format(&mut dev, &l, b"").unwrap();
-    let mut w = TapeWriter::new(&l, c.append_point());
+    let (mut dev, _vc, _, mut w) = formatted(&dir, small_params());
     let before = dev.stats().backhitches;
     for id in 0..8u64 {
         w.write(&mut dev, id, &data(id, 200 * (BS - layout::HEADER_LEN)), true).unwrap();
@@ -676,10 +667,7 @@ fn a_head_and_data_written_apart_make_the_blocks_of_their_concatenation() {
         for apart in [false, true] {
             let t = tempfile::tempdir().unwrap();
             let dir = t.path().join("tape");
-            let (mut dev, _vc) = emu(&dir, small_params());
-            let l = label();
-            let c = layout::format(&mut dev, &l, b"").unwrap();
-            let mut w = TapeWriter::new(&l, c.append_point());
+            let (mut dev, _vc, l, mut w) = formatted(&dir, small_params());
             let e = if apart {
                 w.write_parts(&mut dev, 7, &head, &body, true).unwrap()
             } else {
