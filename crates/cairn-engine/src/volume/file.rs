@@ -16,7 +16,7 @@ use crate::types::{Attr, FileKind, Ino, Timestamp};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Dirty bytes above which `fsync` flushes into packs instead of syncing the journal.
@@ -73,10 +73,11 @@ pub(crate) struct FileState {
     /// Held while a flush of this file is prepared and committed, and by
     /// truncation, so that the two never interleave.
     pub flush_lock: Arc<Mutex<()>>,
-    /// Its directory and name, when this mount created it: where a walk of
-    /// the tree meets it (a directory lists its names in order), the order
-    /// files written at once go down on a tape (docs/tape.md §10).
-    pub created_as: OnceLock<(Ino, Box<[u8]>)>,
+    /// Its directory and name, when this mount created or renamed it:
+    /// where a walk of the tree meets it (a directory lists its names in
+    /// order), the order files written at once go down on a tape
+    /// (docs/tape.md §10).
+    pub placed_at: Mutex<Option<(Ino, Arc<[u8]>)>>,
 }
 
 pub(crate) struct FileInner {
@@ -221,17 +222,17 @@ impl FileState {
                 read_ahead_window: 0,
             }),
             flush_lock: Arc::new(Mutex::new(())),
-            created_as: OnceLock::new(),
+            placed_at: Mutex::new(None),
         })
     }
 
-    /// Its place in a walk of the tree: files this mount created by their
-    /// directory and name, then the others by inode (a rename since is
-    /// not followed: the key only orders what goes to a tape first).
-    pub(crate) fn walk_key(&self) -> (Ino, &[u8], Ino) {
-        match self.created_as.get() {
-            Some((dir, name)) => (*dir, name, self.ino),
-            None => (Ino::MAX, &[], self.ino),
+    /// Its place in a walk of the tree: files this mount created or
+    /// renamed by their directory and name, then the others by inode (the
+    /// key only orders what goes to a tape first).
+    pub(crate) fn walk_key(&self) -> (Ino, Arc<[u8]>, Ino) {
+        match &*self.placed_at.lock() {
+            Some((dir, name)) => (*dir, name.clone(), self.ino),
+            None => (Ino::MAX, Arc::from(&[][..]), self.ino),
         }
     }
 }
@@ -304,7 +305,17 @@ impl Volume {
     /// a metadata read at open).
     pub(crate) fn adopt_new_file(&self, a: &Attr, dir: Ino, name: &[u8]) {
         let st = self.files.entry(a.ino).or_insert_with(|| FileState::new(a.ino, ExtentMap::new(), a, 0, 0, false, false)).clone();
-        let _ = st.created_as.set((dir, name.into()));
+        st.placed_at.lock().get_or_insert_with(|| (dir, name.into()));
+    }
+
+    /// Follows a rename of `ino` to `name` in `dir`, if its state is here,
+    /// so its place in a walk (what goes to a tape first) is where it now
+    /// lies: a file written under a temporary name and renamed at close
+    /// (rsync, editors) then goes down among its final neighbours.
+    pub(crate) fn file_moved(&self, ino: Ino, dir: Ino, name: &[u8]) {
+        if let Some(e) = self.files.get(&ino) {
+            *e.value().placed_at.lock() = Some((dir, name.into()));
+        }
     }
 
     /// Runs `f` on the file's locked state, retrying if the state was evicted

@@ -510,7 +510,9 @@ impl Volume {
     /// the drive. With several writers, starting on the oldest one's first
     /// run was tried twice (docs/tape.md §2 and §9): the writers and the
     /// flush share two cores, the drive ran dry and backhitched (3 s).
-    fn file_to_feed(&self) -> Option<Arc<FileState>> {
+    ///
+    /// `first` is the round's [`first_writer`](Self::first_writer).
+    fn file_to_feed(&self, first: Option<&Arc<FileState>>) -> Option<Arc<FileState>> {
         let b = self.backend.backlog()?;
         if b.queued_bytes >= 2 * self.backend.capabilities().preferred_pack_size {
             return None;
@@ -532,8 +534,7 @@ impl Volume {
         // reads them (docs/tape.md §10). Not a file after one still being
         // written at speed: that one's next run comes soon, and a file fed
         // meanwhile would lie between its runs (docs/tape.md §11).
-        let first = self.first_writer();
-        let waits = |st: &FileState| first.as_ref().is_some_and(|f| st.walk_key() > f.walk_key());
+        let waits = |st: &FileState| first.is_some_and(|f| st.walk_key() > f.walk_key());
         let (_, _, st) = dirty.into_iter().filter(|(_, d, st)| *d >= RUN_MIN && !waits(st)).min_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.walk_key().cmp(&b.2.walk_key())))?;
         self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
         *self.last_fed_at.lock() = Some(std::time::Instant::now());
@@ -697,14 +698,17 @@ impl Volume {
                 let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
                 chosen.retain(|st| st.ino == fed);
             }
-            if !all && !pressure {
-                if let Some(first) = self.first_writer() {
+            // Once per round: a walk of the files with state.
+            let first = if all { None } else { self.first_writer() };
+            if !pressure {
+                if let Some(first) = &first {
                     let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-                    chosen.retain(|st| st.ino == fed || st.walk_key() <= first.walk_key());
+                    let first = first.walk_key();
+                    chosen.retain(|st| st.ino == fed || st.walk_key() <= first);
                 }
             }
             if chosen.is_empty() && !all {
-                chosen.extend(self.file_to_feed());
+                chosen.extend(self.file_to_feed(first.as_ref()));
             }
             // The file the drive was fed goes first in any round, with what
             // it has: its run then goes on where it stopped on the tape,

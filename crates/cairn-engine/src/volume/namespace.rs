@@ -385,7 +385,9 @@ impl Volume {
         // Between directories, renames take the volume's rename lock
         // first: the ancestor check below then sees every other move of a
         // directory committed (two crossing moves cannot both pass).
-        let freed = self.meta.write_locking(&[parent, newparent], &[(parent, name), (newparent, newname)], parent != newparent, |tx| {
+        // Returns the inode freed, if any, and the inodes moved: the source,
+        // and on an exchange the target too.
+        let (freed, moved) = self.meta.write_locking(&[parent, newparent], &[(parent, name), (newparent, newname)], parent != newparent, |tx| {
             wdir(tx, parent)?;
             wdir(tx, newparent)?;
             let (sino, skind) = tx.lookup(parent, name)?.ok_or_else(|| Error::not_found("no such entry"))?;
@@ -398,7 +400,7 @@ impl Volume {
             if flags.exchange {
                 let (dino, dkind) = dst.ok_or_else(|| Error::not_found("exchange target does not exist"))?;
                 if sino == dino {
-                    return Ok(None);
+                    return Ok((None, [None, None]));
                 }
                 if skind == FileKind::Dir {
                     check_not_ancestor(tx, sino, newparent)?;
@@ -429,12 +431,12 @@ impl Volume {
                     a.ctime = now;
                     tx.update_attr(&a)?;
                 }
-                return Ok(None);
+                return Ok((None, [Some(sino), Some(dino)]));
             }
             let mut freed = None;
             if let Some((dino, dkind)) = dst {
                 if dino == sino {
-                    return Ok(None); // two names of one inode: POSIX says do nothing
+                    return Ok((None, [None, None])); // two names of one inode: POSIX says do nothing
                 }
                 if flags.noreplace {
                     return Err(Error::new(ErrorKind::Exists, "target exists"));
@@ -480,8 +482,14 @@ impl Volume {
             let mut a = inode(tx, sino)?.attr;
             a.ctime = now;
             tx.update_attr(&a)?;
-            Ok(freed)
+            Ok((freed, [Some(sino), None]))
         })?;
+        if let [Some(s), d] = moved {
+            self.file_moved(s, newparent, newname);
+            if let Some(d) = d {
+                self.file_moved(d, parent, name);
+            }
+        }
         if let Some(ino) = freed {
             self.last_name_gone(ino)?;
         }

@@ -476,3 +476,29 @@ fn files_written_at_once_go_down_in_name_order() {
     assert!(spans.windows(2).all(|w| w[0].2 <= w[1].1), "one file's packs went between another's: {spans:?}");
     w.close().unwrap();
 }
+
+/// A file written under one name and renamed while it is written (rsync
+/// and editors write a temporary name) takes its new place in the walk: a
+/// closed file after the new name waits for it, as one after the old name
+/// would not.
+#[test]
+fn a_renamed_file_takes_its_new_place_in_the_walk() {
+    let (_store, _b, _a, v) = buffered_volume(2 << 30);
+    let tmp = v.create(ROOT_INO, b"z.tmp", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    let m = v.create(ROOT_INO, b"m", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.open(tmp).unwrap();
+    v.open(m).unwrap();
+    v.write(tmp, 0, &random_bytes(50, 1 << 20)).unwrap();
+    v.write(m, 0, &random_bytes(51, 1 << 20)).unwrap();
+    v.rename(ROOT_INO, b"z.tmp", ROOT_INO, b"a", RenameFlags::default()).unwrap();
+    v.write(tmp, 1 << 20, &random_bytes(52, 1 << 20)).unwrap();
+    v.release(m).unwrap();
+    assert_eq!(v.flush_due().unwrap().files, 0, "m went before a, still being written, which a walk now meets first");
+    v.release(tmp).unwrap();
+    let t = std::time::Instant::now();
+    while v.status().dirty_files > 0 && t.elapsed() < Duration::from_secs(20) {
+        v.flush_due().unwrap();
+    }
+    assert_eq!(v.status().dirty_files, 0, "closed files were not flushed");
+    v.close().unwrap();
+}
