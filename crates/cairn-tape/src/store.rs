@@ -975,6 +975,7 @@ impl Backend for TapeStore {
         {
             let mut st = self.inner.st.lock();
             st.reads.push(r.clone());
+            tracing::debug!("{}: asked for {name} {offset}+{len} ({} reads waiting)", self.inner.describe, st.reads.len());
             self.inner.cv.notify_all();
         }
         self.inner.wait_read(&r)
