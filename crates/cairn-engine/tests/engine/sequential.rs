@@ -494,6 +494,14 @@ fn a_renamed_file_takes_its_new_place_in_the_walk() {
     v.write(tmp, 1 << 20, &random_bytes(52, 1 << 20)).unwrap();
     v.release(m).unwrap();
     assert_eq!(v.flush_due().unwrap().files, 0, "m went before a, still being written, which a walk now meets first");
+    // RENAME_EXCHANGE moves both: the file being written, the exchange's
+    // target here, takes the place "z" of a clean file, after m, which
+    // then waits no longer.
+    let clean = v.create(ROOT_INO, b"z", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    v.rename(ROOT_INO, b"z", ROOT_INO, b"a", RenameFlags { exchange: true, ..Default::default() }).unwrap();
+    assert_eq!((lookup_path(&v, "z"), lookup_path(&v, "a")), (tmp, clean));
+    v.write(tmp, 2 << 20, &random_bytes(53, 1 << 20)).unwrap();
+    assert_eq!(v.flush_due().unwrap().files, 1, "m waited for the file being written, which an exchange moved after it");
     v.release(tmp).unwrap();
     let t = std::time::Instant::now();
     while v.status().dirty_files > 0 && t.elapsed() < Duration::from_secs(20) {
