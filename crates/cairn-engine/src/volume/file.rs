@@ -19,6 +19,9 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A file's place in a walk of the tree: (directory, name, inode).
+pub(crate) type WalkKey = (Ino, Arc<[u8]>, Ino);
+
 /// Dirty bytes above which `fsync` flushes into packs instead of syncing the journal.
 const FSYNC_FLUSH_BYTES: u64 = 16 << 20;
 
@@ -229,7 +232,7 @@ impl FileState {
     /// Its place in a walk of the tree: files this mount created or
     /// renamed by their directory and name, then the others by inode (the
     /// key only orders what goes to a tape first).
-    pub(crate) fn walk_key(&self) -> (Ino, Arc<[u8]>, Ino) {
+    pub(crate) fn walk_key(&self) -> WalkKey {
         match &*self.placed_at.lock() {
             Some((dir, name)) => (*dir, name.clone(), self.ino),
             None => (Ino::MAX, Arc::from(&[][..]), self.ino),

@@ -9,7 +9,7 @@
 //! extents, the chunks and the reference counts in one transaction. The
 //! journal records folded in are then retired.
 
-use super::file::{FileState, PieceSrc};
+use super::file::{FileState, PieceSrc, WalkKey};
 use super::Volume;
 use crate::crypto::ChunkId;
 use crate::error::{Error, ErrorKind, Result};
@@ -511,8 +511,8 @@ impl Volume {
     /// run was tried twice (docs/tape.md §2 and §9): the writers and the
     /// flush share two cores, the drive ran dry and backhitched (3 s).
     ///
-    /// `first` is the round's [`first_writer`](Self::first_writer).
-    fn file_to_feed(&self, first: Option<&Arc<FileState>>) -> Option<Arc<FileState>> {
+    /// `first` is the round's [`first_writer_key`](Self::first_writer_key).
+    fn file_to_feed(&self, first: Option<&WalkKey>) -> Option<Arc<FileState>> {
         let b = self.backend.backlog()?;
         if b.queued_bytes >= 2 * self.backend.capabilities().preferred_pack_size {
             return None;
@@ -523,7 +523,7 @@ impl Volume {
             .iter()
             .filter_map(|e| {
                 let g = e.value().inner.lock();
-                (!g.evicted && g.is_dirty()).then(|| (e.value().ino == fed, g.dirty_bytes, e.value().clone()))
+                (!g.evicted && g.is_dirty()).then(|| (e.value().ino != fed, g.dirty_bytes, e.value().clone()))
             })
             .collect();
         if !b.streaming && dirty.len() != 1 {
@@ -534,8 +534,12 @@ impl Volume {
         // reads them (docs/tape.md §10). Not a file after one still being
         // written at speed: that one's next run comes soon, and a file fed
         // meanwhile would lie between its runs (docs/tape.md §11).
-        let waits = |st: &FileState| first.is_some_and(|f| st.walk_key() > f.walk_key());
-        let (_, _, st) = dirty.into_iter().filter(|(_, d, st)| *d >= RUN_MIN && !waits(st)).min_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.walk_key().cmp(&b.2.walk_key())))?;
+        let (_, _, st) = dirty
+            .into_iter()
+            .filter(|(_, d, _)| *d >= RUN_MIN)
+            .map(|(other, _, st)| (other, st.walk_key(), st))
+            .filter(|(_, key, _)| first.is_none_or(|f| key <= f))
+            .min_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)))?;
         self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
         *self.last_fed_at.lock() = Some(std::time::Instant::now());
         Some(st)
@@ -559,10 +563,10 @@ impl Volume {
     }
 
     /// Of the files being written at speed (see [`writing_at_speed`]),
-    /// the first in a walk of the tree: files after it that closed wait
-    /// for it, so files written at once go down on a tape in the order a
-    /// restore reads them back (docs/tape.md §10).
-    fn first_writer(&self) -> Option<Arc<FileState>> {
+    /// the walk key of the first in a walk of the tree: files after it
+    /// that closed wait for it, so files written at once go down on a tape
+    /// in the order a restore reads them back (docs/tape.md §10).
+    fn first_writer_key(&self) -> Option<WalkKey> {
         let now = crate::types::Timestamp::now();
         self.files
             .iter()
@@ -570,8 +574,8 @@ impl Volume {
                 let g = e.value().inner.lock();
                 !g.evicted && g.open > 0 && g.is_dirty() && writing_at_speed(&g, now)
             })
-            .map(|e| e.value().clone())
-            .min_by(|a, b| a.walk_key().cmp(&b.walk_key()))
+            .map(|e| e.value().walk_key())
+            .min()
     }
 
     /// One flush round: every due file (or every dirty file if `all`).
@@ -699,12 +703,11 @@ impl Volume {
                 chosen.retain(|st| st.ino == fed);
             }
             // Once per round: a walk of the files with state.
-            let first = if all { None } else { self.first_writer() };
+            let first = if all { None } else { self.first_writer_key() };
             if !pressure {
                 if let Some(first) = &first {
                     let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-                    let first = first.walk_key();
-                    chosen.retain(|st| st.ino == fed || st.walk_key() <= first);
+                    chosen.retain(|st| st.ino == fed || st.walk_key() <= *first);
                 }
             }
             if chosen.is_empty() && !all {
@@ -730,7 +733,7 @@ impl Volume {
         // (docs/frugal.md §3). On a tape, the order of a walk of the tree
         // (names in order), which is the order a restore reads them.
         if sequential {
-            chosen.sort_by(|a, b| (a.ino != fed).cmp(&(b.ino != fed)).then_with(|| a.walk_key().cmp(&b.walk_key())));
+            chosen.sort_by_cached_key(|st| (st.ino != fed, st.walk_key()));
         } else {
             chosen.sort_unstable_by_key(|st| (st.ino != fed, st.ino));
         }
