@@ -195,21 +195,34 @@ enum Cmd {
         /// fsync covered, as a local file system's crash does.
         #[arg(long)]
         meta_sync_commit: bool,
-        /// Volume in a bucket: seconds between the cleaner's looks for packs
-        /// whose dead bytes have cost what cleaning them costs (0: never
-        /// clean inside the mount).
+        /// Every volume but one on a tape: seconds between the cleaner's
+        /// rounds inside the mount, which clean the packs whose dead bytes
+        /// have cost what cleaning them costs (at --gc-prices). Between
+        /// rounds it looks every second whether the dead bytes passed
+        /// --gc-dead-ratio / --gc-dead-floor or small packs piled up, and
+        /// cleans at once if so (docs/frugal.md §8). 0: never clean inside
+        /// the mount (`cairn gc` then frees space, unmounted).
         #[arg(long, default_value_t = 60, value_name = "SECONDS")]
         gc_interval: u64,
+        /// The cleaner's hard bound: dead bytes at most this many times the
+        /// live ones (or --gc-dead-floor, whichever is more).
+        #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
+        gc_dead_ratio: f64,
+        /// The cleaner's hard bound's floor: dead bytes up to this much are
+        /// always allowed (so a small volume is not rewritten for nothing).
+        #[arg(long, default_value = "256M", value_parser = size::parse)]
+        gc_dead_floor: u64,
         /// Metadata in PostgreSQL: seconds a chunk whose last reference
         /// went is left alone before this mount's cleaner may delete it
         /// (default 900; as `cairn gc --chunk-grace`). Keep it longer than
         /// every mount's --meta-timeout and --session-ttl.
         #[arg(long, value_name = "SECONDS")]
         chunk_grace: Option<u64>,
-        /// Volume in a bucket: the prices the cleaner weighs (aws, coral or
-        /// a TOML file, as for `cairn cost`).
-        #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
-        gc_prices: String,
+        /// The prices the cleaner weighs (aws, coral, local or a TOML file,
+        /// as for `cairn cost`); default: aws in a bucket, local (a local
+        /// disk's space against rewrite work) in a directory.
+        #[arg(long, value_name = "aws|coral|local|FILE")]
+        gc_prices: Option<String>,
         /// Volume on a tape: memory for data on its way to the drive (a
         /// write waits beyond it): the packs being built, a quarter of it
         /// each (at most 64M), and those queued for the drive. Reads keep a
@@ -504,10 +517,11 @@ enum Cmd {
         /// the mount's cleaner will clean it.
         #[arg(long)]
         dry_run: bool,
-        /// With --dry-run on a volume in a bucket: the price table (as for
-        /// `cairn cost`: aws, coral or a TOML file).
-        #[arg(long, default_value = "aws", value_name = "aws|coral|FILE")]
-        prices: String,
+        /// With --dry-run: the price table the cleaner's plan is shown at
+        /// (as for `cairn cost`: aws, coral, local or a TOML file; default
+        /// aws in a bucket, local in a directory).
+        #[arg(long, value_name = "aws|coral|local|FILE")]
+        prices: Option<String>,
         /// Metadata in PostgreSQL: seconds a chunk whose last reference
         /// went is left alone before gc may delete it (default 900). Another
         /// machine may have found the chunk by its hash and be about to
@@ -956,7 +970,7 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, cache_ahead, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace, pass } => {
+        Cmd::Mount { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, cache_ahead, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, gc_dead_ratio, gc_dead_floor, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace, pass } => {
             if tape_memory < cairn_tape::store::MIN_MEMORY {
                 bail!("--tape-memory of {tape_memory} bytes is too small: a tape needs at least 16M (two packs being built and two queued)");
             }
@@ -1045,7 +1059,8 @@ fn run(cli: Cli) -> Result<i32> {
                 lease_renew: std::time::Duration::from_secs(lease_renew),
                 session_ttl: std::time::Duration::from_secs(session_ttl),
                 gc_interval: (gc_interval > 0).then(|| std::time::Duration::from_secs(gc_interval)),
-                gc_prices: cairn_engine::cost::Prices::load(&gc_prices)?,
+                gc_prices: gc_prices.as_deref().map(cairn_engine::cost::Prices::load).transpose()?,
+                gc_bound: cairn_engine::cleaner::DeadBound { ratio: gc_dead_ratio, floor: gc_dead_floor },
                 ..Default::default()
             };
             let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, meta_timeout: Some(std::time::Duration::from_secs(meta_timeout)), meta_sync_commit, chunk_grace: chunk_grace.map(std::time::Duration::from_secs), ..Default::default() };
@@ -1202,6 +1217,13 @@ fn run(cli: Cli) -> Result<i32> {
                 println!("logical size       {:>14}   ({} in holes)", h(s.logical_bytes), h(s.logical_bytes - s.data_bytes.min(s.logical_bytes)));
                 println!("unique data        {:>14}   in {} chunks", h(s.unique_bytes), s.chunks);
                 println!("stored             {:>14}   in {} packs ({} dead in {} unreferenced chunks)", h(s.stored_bytes), s.packs, h(s.dead_bytes), s.dead_chunks);
+                match s.dead_bound {
+                    Some(b) => {
+                        let pct = if b == 0 { 0.0 } else { 100.0 * s.dead_bytes as f64 / b as f64 };
+                        println!("dead bound         {:>14}   ({pct:.0}% used; the cleaner keeps dead bytes under it; {} small packs, merged from {})", h(b), s.small_packs, cairn_engine::cleaner::SMALL_PACKS);
+                    }
+                    None => println!("dead bound         {:>14}   (no cleaner on this volume: `cairn gc` frees dead bytes)", "none"),
+                }
                 println!("dedup ratio        {:>14.2}x", s.dedup_ratio);
                 println!("compression ratio  {:>14.2}x", s.compression_ratio);
                 println!("overall            {:>14.2}x", s.overall_ratio);
@@ -1333,14 +1355,18 @@ fn run(cli: Cli) -> Result<i32> {
             init_logging(cli.verbose, None)?;
             meta.check()?;
             let volume_arg = dir.clone();
-            let prices = cairn_engine::cost::Prices::load(&prices)?;
             if !(0.0..=1.0).contains(&repack_below) {
                 bail!("--repack-below must be between 0 and 1");
             }
             if dry_run {
                 let vd = VolumeDir::query(&dir, &cloud)?;
                 let in_bucket = vd.mount.as_ref().map_or(target::is_url(&volume_arg), |m| target::is_url(&m.volume));
-                return gc_dry_run(&vd.path, in_bucket, repack_below, &prices, json, &pass, &meta);
+                let prices = match prices.as_deref() {
+                    Some(p) => cairn_engine::cost::Prices::load(p)?,
+                    None if in_bucket => cairn_engine::cost::Prices::aws(),
+                    None => cairn_engine::cost::Prices::local_disk(),
+                };
+                return gc_dry_run(&vd.path, repack_below, &prices, json, &pass, &meta);
             }
             let vd = VolumeDir::unmounted(&dir, &cloud, "gc")?;
             let dir = vd.path;
@@ -1605,7 +1631,7 @@ fn save_requests(dir: &Path, remote: &dyn cairn_backend::Backend) {
 /// `cairn cost` for a terminal.
 /// `cairn gc --dry-run`: what `gc` would clean and, in a bucket, the
 /// cleaner's plan (from the mount if there is one, else read-only).
-fn gc_dry_run(dir: &Path, in_bucket: bool, repack_below: f64, prices: &cairn_engine::cost::Prices, json: bool, pass: &PassArgs, meta: &meta_url::MetaArgs) -> Result<i32> {
+fn gc_dry_run(dir: &Path, repack_below: f64, prices: &cairn_engine::cost::Prices, json: bool, pass: &PassArgs, meta: &meta_url::MetaArgs) -> Result<i32> {
     use cairn_engine::cleaner::PackCost;
     let sock = cairn_engine::control::socket_path(dir);
     let mounted = cairn_engine::control::call(&sock, &cairn_engine::control::Request::GcPlan { prices: prices.clone() })?;
@@ -1614,7 +1640,7 @@ fn gc_dry_run(dir: &Path, in_bucket: bool, repack_below: f64, prices: &cairn_eng
         None => {
             let vol = open_volume(dir, pass, meta, true, None)?;
             let now = cairn_engine::Timestamp::now().0;
-            let plan = if in_bucket { Some(cairn_engine::cleaner::plan(&vol, now, prices)?) } else { None };
+            let plan = Some(cairn_engine::cleaner::plan(&vol, now, prices)?);
             let cands = maintenance::gc_candidates(&vol, repack_below)?;
             vol.close()?;
             (plan, Some(cands))

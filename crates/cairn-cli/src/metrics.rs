@@ -80,6 +80,15 @@ fn encode(s: &Snapshot, mut e: DescriptorEncoder) -> Fmt {
     gauge(e, "cairn_upload_queue_objects", "Packs waiting for upload to the bucket", None, s.upload_queue_objects)?;
     gauge(e, "cairn_upload_queue", "Bytes of packs waiting for upload to the bucket", Some(&Unit::Bytes), s.upload_queue_bytes)?;
     gauge(e, "cairn_uptime", "Seconds since the volume was opened", Some(&Unit::Seconds), s.uptime_secs as u64)?;
+    gauge(e, "cairn_pack", "Bytes of every pack (the cleaner's last look)", Some(&Unit::Bytes), s.pack_bytes)?;
+    gauge(e, "cairn_dead", "Bytes of unreferenced chunks in packs (the cleaner's last look)", Some(&Unit::Bytes), s.dead_bytes)?;
+    gauge(e, "cairn_dead_bound", "Most dead bytes the cleaner's bound allows", Some(&Unit::Bytes), s.dead_bound)?;
+    gauge(e, "cairn_packs", "Packs in the volume (the cleaner's last look)", None, s.packs)?;
+    gauge(e, "cairn_small_packs", "Packs below a quarter of the pack target", None, s.small_packs)?;
+    counter(e, "cairn_cleaner_rounds", "Cleaning rounds run inside the mount", None, s.cleaner_rounds)?;
+    counter(e, "cairn_cleaner_packs", "Packs the cleaner emptied (deleted or merged)", None, s.cleaner_packs)?;
+    counter(e, "cairn_cleaner_moved", "Live bytes the cleaner copied into new packs", Some(&Unit::Bytes), s.cleaner_moved_bytes)?;
+    counter(e, "cairn_cleaner_freed", "Dead bytes the cleaner freed", Some(&Unit::Bytes), s.cleaner_freed_bytes)?;
     if !s.backend.is_empty() {
         let rows = || s.backend.iter().map(|b| (b.kind.as_str(), b));
         counters(e, "cairn_backend_requests", "Requests sent to the bucket, by kind (failed attempts and retries included)", None, "kind", rows().map(|(k, b)| (k, b.requests)))?;

@@ -8,6 +8,13 @@
 //! is then 2·C_clean. [`plan`] prices every pack with dead bytes at a given
 //! time (a parameter, so tests run a fake clock); [`clean_due`] cleans the
 //! packs that are due, inside a mount, without stopping writers.
+//!
+//! On every kind of volume but a tape (docs/frugal.md §8), with a local
+//! disk's prices in a directory, and two more rules that [`clean`] adds to
+//! theorem 1 so a steady rewrite load reaches a steady state: a hard
+//! bound on dead bytes ([`DeadBound`]: at most a share of the live bytes,
+//! or a floor), and small packs merged once [`SMALL_PACKS`] of them are
+//! there, so the pack count follows the live data, not the flush count.
 
 use crate::cost::{Prices, GB, MONTH_SECS};
 use crate::error::Result;
@@ -17,11 +24,90 @@ use crate::pack;
 use crate::volume::Volume;
 use cairn_backend::meter::{RequestKind, Subsystem};
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 /// How long a round waits for a moment with no write batch under way
 /// before it gives up (and tries again next round).
 const GUARD_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The cleaner's hard bound on dead bytes (docs/frugal.md §8): at most
+/// `ratio` times the live stored bytes, or `floor` bytes, whichever is
+/// more. Past it the cleaner cleans whatever theorem 1 says, the packs
+/// that free the most dead bytes per byte moved first, until the dead
+/// bytes are back under three quarters of the bound.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeadBound {
+    pub ratio: f64,
+    pub floor: u64,
+}
+
+impl Default for DeadBound {
+    fn default() -> Self {
+        DeadBound { ratio: 1.0, floor: 256 << 20 }
+    }
+}
+
+impl DeadBound {
+    /// The most dead bytes allowed beside `live` live stored bytes.
+    pub fn of(&self, live: u64) -> u64 {
+        ((live as f64 * self.ratio.max(0.0)) as u64).max(self.floor)
+    }
+}
+
+/// A pack smaller than the pack target over this is small.
+pub const SMALL_PACK_SHARE: u64 = 4;
+/// Once this many small packs are there, the cleaner merges them (their
+/// live chunks copied into full-size packs): each flush of a few bytes
+/// leaves a small pack, which must not stay for good.
+pub const SMALL_PACKS: u64 = 64;
+/// How often the cleaner's thread looks at the bound and the small packs
+/// (two aggregate queries on the packs table) between its rounds.
+pub const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// The WAL of a SQLite store is checkpointed (and cut back) after a
+/// round once it is this large.
+const WAL_CHECKPOINT_AT: u64 = 16 << 20;
+
+/// What one round may clean.
+pub struct Policy<'a> {
+    /// Theorem 1's prices.
+    pub prices: &'a Prices,
+    /// Live bytes a round moves at most (at least one pack's).
+    pub max_bytes: u64,
+    /// The hard bound on dead bytes, if any.
+    pub bound: Option<&'a DeadBound>,
+    /// Merge small packs once [`SMALL_PACKS`] of them are there.
+    pub merge_small: bool,
+}
+
+/// Where a volume stands against the cleaner's rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Standing {
+    /// Bytes of every pack.
+    pub pack_bytes: u64,
+    /// Of which dead.
+    pub dead_bytes: u64,
+    /// The most dead bytes the bound allows now (none: no bound).
+    pub dead_bound: Option<u64>,
+    pub packs: u64,
+    /// Packs below a quarter of the pack target.
+    pub small_packs: u64,
+}
+
+impl Standing {
+    /// Whether a round is wanted now whatever the interval.
+    fn wants_round(&self) -> bool {
+        self.dead_bound.is_some_and(|b| self.dead_bytes > b) || self.small_packs >= SMALL_PACKS
+    }
+}
+
+/// The volume's totals against `bound` (two aggregate queries).
+pub fn standing(vol: &Volume, bound: Option<&DeadBound>) -> Result<Standing> {
+    let small = vol.cfg.pack_target / SMALL_PACK_SHARE;
+    let ((pack_bytes, dead_bytes), (packs, small_packs)) = vol.meta.read(|t| Ok((t.pack_bytes()?, t.pack_counts(small)?)))?;
+    let dead_bound = bound.map(|b| b.of(pack_bytes.saturating_sub(dead_bytes)));
+    Ok(Standing { pack_bytes, dead_bytes, dead_bound, packs, small_packs })
+}
 
 /// What a pack with dead bytes costs, and when cleaning it is due.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -157,34 +243,126 @@ pub struct CleanReport {
     /// The round gave up: no moment without a write batch came. Nothing
     /// changed; the next round tries again.
     pub gave_up: Option<String>,
+    /// Packs taken because theorem 1 said so, because the dead bytes were
+    /// past the bound, and because they were small.
+    pub due: u64,
+    pub over_bound: u64,
+    pub small: u64,
 }
 
 /// Cleans the packs due at `now`, moving at most about `max_bytes` of live
 /// chunks (the most overdue packs first, and at least one pack).
 pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Result<CleanReport> {
+    clean(vol, now, &Policy { prices, max_bytes, bound: None, merge_small: false })
+}
+
+/// A pack a round takes, with its chunk rows (offset order).
+struct Pick {
+    id: u64,
+    name: String,
+    chunks: Vec<ChunkRow>,
+}
+
+/// One cleaning round by `pol` at `now`: the packs due by theorem 1 (the
+/// most overdue first), then, if the dead bytes are past the bound, the
+/// packs that free the most dead bytes per live byte moved until they are
+/// back under three quarters of it, then, once [`SMALL_PACKS`] small ones
+/// are there, the small packs (oldest first); at most about
+/// `pol.max_bytes` of live chunks moved in all (a pack with none costs
+/// nothing to clean and is always taken). Never a pack still on its way to
+/// the bucket, nor one with a chunk in its grace period.
+pub fn clean(vol: &Volume, now: i64, pol: &Policy) -> Result<CleanReport> {
     let _who = cairn_backend::meter::tag(Subsystem::Gc);
     vol.check_writable()?;
-    let mut due = plan_where(vol, now, prices, true)?;
+    let mut due = plan_where(vol, now, pol.prices, true)?;
     // A pack with a chunk that died within the grace waits (another
     // machine may be about to reference it again).
     let before = vol.collect_dead_before()?;
     due.retain(|(_, chunks)| !chunks.iter().any(|c| crate::maintenance::settling(c, before)));
     due.sort_by(|(a, _), (b, _)| (b.c_store - b.c_clean).total_cmp(&(a.c_store - a.c_clean)));
     let mut budget = 0u64;
-    due.retain(|(p, _)| {
-        let take = budget == 0 || budget + p.live_bytes <= max_bytes;
-        budget += p.live_bytes;
-        take
-    });
     let mut rep = CleanReport::default();
-    if due.is_empty() {
+    let mut picks: Vec<Pick> = Vec::new();
+    for (p, chunks) in due {
+        let take = budget == 0 || budget + p.live_bytes <= pol.max_bytes;
+        budget += p.live_bytes;
+        if take {
+            rep.due += 1;
+            picks.push(Pick { id: p.id, name: p.name, chunks });
+        }
+    }
+    let cache = vol.cloud().map(|c| c.cache.clone());
+    let pending = |name: &str| cache.as_ref().is_some_and(|c| c.is_pending(name));
+    let fits = |budget: u64, live: u64| budget == 0 || live == 0 || budget + live <= pol.max_bytes;
+    let live_of = |chunks: &[ChunkRow]| chunks.iter().filter(|c| c.refs > 0).map(|c| c.stored_len as u64).sum::<u64>();
+    if let Some(bound) = pol.bound {
+        let (size, dead) = vol.meta.read(|t| Ok(t.pack_bytes()?))?;
+        let limit = bound.of(size.saturating_sub(dead));
+        let taken: HashSet<u64> = picks.iter().map(|p| p.id).collect();
+        let mut dead_after = dead.saturating_sub(vol.meta.read(|t| Ok(t.dead_packs()?))?.iter().filter(|p| taken.contains(&p.id)).map(|p| p.dead_bytes).sum());
+        if dead_after > limit {
+            let target = limit - limit / 4;
+            let enc = vol.keys.encrypted();
+            let mut cands: Vec<_> = vol.meta.read(|t| Ok(t.dead_packs()?))?.into_iter().filter(|p| !taken.contains(&p.id) && !pending(&p.name)).collect();
+            // Dead bytes freed per byte moved (and a block's worth for the
+            // files and requests a pack costs whatever its size).
+            let worth = |p: &cairn_meta::DeadPack| p.dead_bytes as f64 / (pack::blob_bytes(p.size, p.blobs, enc).saturating_sub(p.dead_bytes) + 4096) as f64;
+            cands.sort_by(|a, b| worth(b).total_cmp(&worth(a)));
+            for p in cands {
+                if dead_after <= target {
+                    break;
+                }
+                let chunks = vol.meta.read(|c| Ok(c.chunks_in_pack(p.id)?))?;
+                if chunks.iter().any(|c| crate::maintenance::settling(c, before)) {
+                    continue;
+                }
+                let live = live_of(&chunks);
+                if !fits(budget, live) {
+                    continue;
+                }
+                budget += live;
+                dead_after = dead_after.saturating_sub(p.dead_bytes);
+                rep.over_bound += 1;
+                picks.push(Pick { id: p.id, name: p.name, chunks });
+            }
+        }
+    }
+    if pol.merge_small {
+        let small = vol.cfg.pack_target / SMALL_PACK_SHARE;
+        let taken: HashSet<u64> = picks.iter().map(|p| p.id).collect();
+        let smalls: Vec<_> = vol.meta.read(|t| Ok(t.all_packs()?))?.into_iter().filter(|p| p.size < small && !taken.contains(&p.id) && !pending(&p.name)).collect();
+        if smalls.len() as u64 >= SMALL_PACKS {
+            // Merging is worth it only if the result is fewer packs: at
+            // least two, and a budget of at least a pack target's.
+            let cap = pol.max_bytes.max(vol.cfg.pack_target);
+            let mut merged: Vec<Pick> = Vec::new();
+            let mut moved = 0u64;
+            for p in smalls {
+                let chunks = vol.meta.read(|c| Ok(c.chunks_in_pack(p.id)?))?;
+                if chunks.iter().any(|c| crate::maintenance::settling(c, before)) {
+                    continue;
+                }
+                let live = live_of(&chunks);
+                if moved > 0 && moved + live > cap {
+                    break;
+                }
+                moved += live;
+                merged.push(Pick { id: p.id, name: p.name, chunks });
+            }
+            if merged.len() >= 2 {
+                rep.small = merged.len() as u64;
+                picks.extend(merged);
+            }
+        }
+    }
+    if picks.is_empty() {
         return Ok(rep);
     }
     // Copy the live chunks into new packs outside every lock: writers go on
     // meanwhile.
     let mut mover = Mover::new(vol, before);
-    for (p, chunks) in &due {
-        mover.copy_live(&p.name, chunks)?;
+    for p in &picks {
+        mover.copy_live(&p.name, &p.chunks)?;
     }
     mover.finish()?;
     // Commit while no write batch holds a chunk id it found by hash.
@@ -195,18 +373,20 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
         rep.gave_up = Some(why);
         return Ok(rep);
     };
-    let done = vol.meta.write(|tx| mover.commit(tx, due.iter().map(|(p, _)| p.id)))?;
-    // Readers that resolved a location before the commit still find the old
-    // pack (it goes to the trash below, not away); new lookups must see the
-    // new one. Under the guard, no batch can insert a pack meanwhile.
+    let done = vol.meta.write(|tx| mover.commit(tx, picks.iter().map(|p| p.id)))?;
+    // Readers that resolved a location before the commit may still find
+    // the old pack (in a bucket it goes to the trash below, not away; in a
+    // directory it goes, and such a reader asks the metadata again); new
+    // lookups must see the new one. Under the guard, no batch can insert
+    // a pack meanwhile.
     for m in &mover.moved {
         vol.chunk_locs.remove(&m.id);
     }
-    for (p, _) in &due {
+    for p in &picks {
         vol.pack_names.remove(&p.id);
     }
     drop(guard);
-    rep.packs_cleaned = (due.len() - done.kept.len()) as u64;
+    rep.packs_cleaned = (picks.len() - done.kept.len()) as u64;
     rep.packs_kept = done.kept.len() as u64;
     rep.packs_written = mover.sealed.len() as u64;
     // Only the chunks relocated: those of kept packs were copied in vain
@@ -215,20 +395,37 @@ pub fn clean_due(vol: &Volume, now: i64, prices: &Prices, max_bytes: u64) -> Res
     (rep.chunks_moved, rep.bytes_moved) = relocated.fold((0, 0), |(n, b), m| (n + 1, b + m.stored_len as u64));
     rep.chunks_dropped = done.chunks_dropped;
     rep.dead_bytes_freed = done.dead_bytes_freed;
-    vol.delete_objects(due.iter().filter(|(p, _)| !done.kept.contains(&p.id)).map(|(p, _)| p.name.as_str()))?;
-    tracing::info!(packs = rep.packs_cleaned, moved = rep.bytes_moved, freed = rep.dead_bytes_freed, "cleaned packs whose dead bytes had cost what cleaning them costs");
+    // The barrier first (rule 3), inside.
+    vol.delete_objects(picks.iter().filter(|p| !done.kept.contains(&p.id)).map(|p| p.name.as_str()))?;
+    tracing::debug!(packs = rep.packs_cleaned, due = rep.due, over_bound = rep.over_bound, small = rep.small, moved = rep.bytes_moved, freed = rep.dead_bytes_freed, "cleaned packs");
     Ok(rep)
 }
 
-/// The cleaner's thread: a round every `every` with the mount's prices,
-/// moving at most two packs' worth of live chunks a round.
-pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration) -> crate::background::Background {
+/// The cleaner's thread: a round every `every` with `prices`, and in
+/// between, every [`LOOK_EVERY`], a look at the volume's [`Standing`]: a
+/// round at once when the dead bytes are past `bound` or the small packs
+/// pile up. A round moves at most two packs' worth of live chunks. On a
+/// volume many machines write, only the machine holding the maintenance
+/// lock cleans (docs/shared-volume.md §7).
+pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration, prices: Prices, bound: DeadBound) -> crate::background::Background {
     let weak = std::sync::Arc::downgrade(vol);
-    crate::background::Background::start("cairn-cleaner", every, move || {
+    let mut last_round = Instant::now();
+    crate::background::Background::start("cairn-cleaner", every.min(LOOK_EVERY), move || {
         let Some(vol) = weak.upgrade() else { return false };
-        let Some(cloud) = vol.cloud() else { return false };
         if vol.check_writable().is_err() {
             return true; // read-only or the lease was lost: nothing to do now
+        }
+        let look = match standing(&vol, Some(&bound)) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("the cleaner's look at the packs failed (will retry): {e}");
+                return true;
+            }
+        };
+        vol.metrics.record_standing(&look);
+        let full = last_round.elapsed() >= every;
+        if !full && !look.wants_round() {
+            return true;
         }
         // Many machines on one volume: the one holding the maintenance
         // lock cleans, the others skip their rounds.
@@ -240,15 +437,46 @@ pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration) -> crate
                 return true;
             }
         };
-        if let Err(e) = crate::maintenance::clean_up_sessions(&vol) {
-            tracing::warn!("removing expired sessions failed (will retry): {e}");
+        if full {
+            last_round = Instant::now();
+            if let Err(e) = crate::maintenance::clean_up_sessions(&vol) {
+                tracing::warn!("removing expired sessions failed (will retry): {e}");
+            }
         }
         let now = crate::types::Timestamp::now().0;
-        if let Err(e) = clean_due(&vol, now, &cloud.opts.gc_prices, 2 * vol.cfg.pack_target) {
-            tracing::warn!("cleaning round failed (will retry): {e}");
+        let pol = Policy { prices: &prices, max_bytes: 2 * vol.cfg.pack_target, bound: Some(&bound), merge_small: true };
+        match clean(&vol, now, &pol) {
+            Ok(r) => {
+                vol.metrics.record_clean(&r);
+                if r.packs_cleaned > 0 {
+                    tracing::info!(packs = r.packs_cleaned, due = r.due, over_bound = r.over_bound, small = r.small, moved = r.bytes_moved, freed = r.dead_bytes_freed, "cleaned packs");
+                    if let Ok(s) = standing(&vol, Some(&bound)) {
+                        vol.metrics.record_standing(&s);
+                    }
+                    checkpoint_if_large(&vol);
+                }
+            }
+            Err(e) => tracing::warn!("cleaning round failed (will retry): {e}"),
         }
         true
     })
+}
+
+/// Folds a SQLite store's WAL back into the database and cuts it, once
+/// it is [`WAL_CHECKPOINT_AT`] long (the rows the round deleted and every
+/// write since otherwise sit in it until the next automatic checkpoint
+/// at 64 MiB, which leaves the file that long).
+fn checkpoint_if_large(vol: &Volume) {
+    if vol.cfg.meta != crate::config::MetaKind::Sqlite {
+        return;
+    }
+    let mut wal = vol.layout.meta_db().into_os_string();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() >= WAL_CHECKPOINT_AT) {
+        if let Err(e) = vol.meta.checkpoint() {
+            tracing::warn!("checkpointing the metadata's WAL: {e}");
+        }
+    }
 }
 
 #[cfg(test)]

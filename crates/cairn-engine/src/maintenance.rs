@@ -59,6 +59,15 @@ pub struct Stats {
     /// replaced objects stay until `cairn tape reclaim`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub medium: Option<MediumSpace>,
+    /// The most dead bytes the cleaner's bound allows beside the live ones
+    /// (docs/frugal.md §8); None where no cleaner runs (a tape, or
+    /// `--gc-interval 0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_bound: Option<u64>,
+    /// Packs below a quarter of the pack target; the cleaner merges them
+    /// once there are [`crate::cleaner::SMALL_PACKS`].
+    #[serde(default)]
+    pub small_packs: u64,
 }
 
 /// Space on an append-only home (see [`cairn_backend::Backend::space`]).
@@ -110,8 +119,21 @@ pub fn stats(vol: &Volume) -> Result<Stats> {
         s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
         s.cache = vol.cloud().map(|c| c.cache.stats());
         s.medium = vol.backend.space().map(|m| MediumSpace { live_bytes: m.live_bytes, dead_bytes: m.dead_bytes, free_bytes: m.free_bytes });
+        s.small_packs = c.pack_counts(vol.cfg.pack_target / crate::cleaner::SMALL_PACK_SHARE)?.1;
+        s.dead_bound = vol.cleaner_bound().map(|b| b.of(s.stored_bytes.saturating_sub(s.dead_bytes)));
         Ok(s)
     })
+}
+
+impl Volume {
+    /// The cleaner's bound on dead bytes where a mount runs the cleaner
+    /// (this one, or one opened with these options): every kind but a
+    /// tape, unless `--gc-interval 0`.
+    pub(crate) fn cleaner_bound(&self) -> Option<&crate::cleaner::DeadBound> {
+        // A tape's cloud options have no interval (`Cloud::open`).
+        let o = self.cloud().map_or(&self.opts.cloud, |c| &c.opts);
+        o.gc_interval.is_some().then_some(&o.gc_bound)
+    }
 }
 
 /// What fsck found.

@@ -80,6 +80,10 @@ pub struct Metrics {
     pub(crate) chunk_misses: AtomicU64,
     /// Reads answered from the kept last pages of chunks.
     pub(crate) tail_hits: AtomicU64,
+    /// The cleaner (docs/frugal.md §8): its last look at the packs, and
+    /// what its rounds did.
+    space: [AtomicU64; 5],
+    cleaner: [AtomicU64; 4],
 }
 
 impl Metrics {
@@ -104,6 +108,22 @@ impl Metrics {
     /// Starts timing a request; [`Timer::done`] (or dropping it) counts it.
     pub fn start(&self, op: Op) -> Timer<'_> {
         Timer { m: self, op, at: Instant::now(), failed: false }
+    }
+
+    /// The cleaner's last look at the packs (gauges).
+    pub(crate) fn record_standing(&self, s: &crate::cleaner::Standing) {
+        let v = [s.pack_bytes, s.dead_bytes, s.dead_bound.unwrap_or(0), s.packs, s.small_packs];
+        for (a, v) in self.space.iter().zip(v) {
+            a.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// A cleaning round's work (counters).
+    pub(crate) fn record_clean(&self, r: &crate::cleaner::CleanReport) {
+        let v = [1, r.packs_cleaned, r.bytes_moved, r.dead_bytes_freed];
+        for (a, v) in self.cleaner.iter().zip(v) {
+            a.fetch_add(v, Ordering::Relaxed);
+        }
     }
 
     /// Counts bytes the kernel read.
@@ -140,6 +160,15 @@ impl Metrics {
             chunk_cache_hits: g(&self.chunk_hits),
             chunk_cache_misses: g(&self.chunk_misses),
             chunk_tail_hits: g(&self.tail_hits),
+            pack_bytes: g(&self.space[0]),
+            dead_bytes: g(&self.space[1]),
+            dead_bound: g(&self.space[2]),
+            packs: g(&self.space[3]),
+            small_packs: g(&self.space[4]),
+            cleaner_rounds: g(&self.cleaner[0]),
+            cleaner_packs: g(&self.cleaner[1]),
+            cleaner_moved_bytes: g(&self.cleaner[2]),
+            cleaner_freed_bytes: g(&self.cleaner[3]),
             ..Default::default()
         }
     }
@@ -228,6 +257,30 @@ pub struct Snapshot {
     /// Backend requests by kind (a volume in a bucket; a local directory is
     /// not metered).
     pub backend: Vec<BackendStat>,
+    /// The cleaner's last look (every second; zero where no cleaner runs):
+    /// bytes of all packs, of dead chunks in them, the most dead bytes the
+    /// bound allows, packs, and packs below a quarter of the pack target
+    /// (docs/frugal.md §8).
+    #[serde(default)]
+    pub pack_bytes: u64,
+    #[serde(default)]
+    pub dead_bytes: u64,
+    #[serde(default)]
+    pub dead_bound: u64,
+    #[serde(default)]
+    pub packs: u64,
+    #[serde(default)]
+    pub small_packs: u64,
+    /// The cleaner's rounds, packs cleaned, live bytes moved and dead bytes
+    /// freed over the mount's life.
+    #[serde(default)]
+    pub cleaner_rounds: u64,
+    #[serde(default)]
+    pub cleaner_packs: u64,
+    #[serde(default)]
+    pub cleaner_moved_bytes: u64,
+    #[serde(default)]
+    pub cleaner_freed_bytes: u64,
 }
 
 #[cfg(test)]

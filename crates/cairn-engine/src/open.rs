@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 impl Volume {
     /// Opens the volume in `dir`, replays the journal, and starts its
-    /// background work: the flusher and, for a volume in a bucket or on a
-    /// tape, the metadata shipper and the cleaner (a read-only open: the
-    /// biller).
+    /// background work: the flusher, the cleaner (every kind but a tape)
+    /// and, for a volume in a bucket or on a tape, the metadata shipper (a
+    /// read-only open: the biller).
     pub fn load(dir: &Path, mut opts: OpenOptions) -> Result<Arc<Volume>> {
         mirror::choose(dir, &opts.mirror)?;
         let (layout, settings, backend, mut cfg) = read_config_with(dir, opts.backend.as_ref())?;
@@ -84,10 +84,27 @@ impl Volume {
     }
 }
 
+/// Starts what runs beside an open volume: the cleaner of a read-write
+/// one (every kind but a tape: docs/frugal.md §8), and for a cloud volume
+/// the rest of [`start_cloud`].
+fn start_background(vol: &Arc<Volume>) -> Result<()> {
+    start_cloud(vol)?;
+    if vol.is_read_only() {
+        return Ok(());
+    }
+    // A tape's cloud options have no interval: cleaning would copy live
+    // data onto the tape and free nothing there (docs/tape.md §5).
+    let opts = vol.cloud().map_or(&vol.opts.cloud, |c| &c.opts);
+    if let Some(every) = opts.gc_interval {
+        let _ = vol.cleaner.set(crate::cleaner::background(vol, every, opts.prices_for(vol.cloud().is_some()), opts.gc_bound.clone()));
+    }
+    Ok(())
+}
+
 /// Starts what runs beside an open cloud volume: a read-write one folds
 /// the bill left by earlier mounts, marks its directory dirty and starts
-/// the shipper and the cleaner; a read-only one rewrites its bill object.
-fn start_background(vol: &Arc<Volume>) -> Result<()> {
+/// the shipper; a read-only one rewrites its bill object.
+fn start_cloud(vol: &Arc<Volume>) -> Result<()> {
     let Some(c) = vol.cloud() else { return Ok(()) };
     if vol.is_read_only() {
         let weak = Arc::downgrade(vol);
@@ -126,9 +143,6 @@ fn start_background(vol: &Arc<Volume>) -> Result<()> {
         let _ = c.session.set(id);
     }
     let _ = c.shipper.set(start_shipper(vol));
-    if let Some(every) = c.opts.gc_interval {
-        let _ = c.cleaner.set(crate::cleaner::background(vol, every));
-    }
     Ok(())
 }
 

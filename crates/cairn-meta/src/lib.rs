@@ -340,6 +340,12 @@ pub trait MetaRead {
     fn dead_packs(&self) -> Result<Vec<DeadPack>>;
     /// Bytes of every pack, and the dead ones among them.
     fn pack_bytes(&self) -> Result<(u64, u64)>;
+    /// How many packs there are, and how many of them are smaller than
+    /// `small` bytes (the cleaner's look, docs/frugal.md §8).
+    fn pack_counts(&self, small: u64) -> Result<(u64, u64)> {
+        let all = self.all_packs()?;
+        Ok((all.len() as u64, all.iter().filter(|p| p.size < small).count() as u64))
+    }
     /// The bill's rows from day `since` on (all for None); none when the
     /// store keeps no bill.
     fn bill_rows(&self, since: Option<i64>) -> Result<Vec<BillRow>>;

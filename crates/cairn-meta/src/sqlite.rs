@@ -303,11 +303,13 @@ fn open_conn(path: &Path) -> Result<Connection> {
     let c = Connection::open(path).map_err(|e| Error::io(format!("opening metadata {}: {e}", path.display())))?;
     c.busy_timeout(std::time::Duration::from_secs(30))?;
     // WAL without fsync at commit (fsync(2) and flushes sync the WAL
-    // explicitly); checkpoint rarely, since a checkpoint rewrites pages;
-    // read through mmap to save read(2) calls.
+    // explicitly); checkpoint rarely, since a checkpoint rewrites pages,
+    // and once the WAL starts over, cut it back to 16 MiB (the cleaner
+    // checkpoints it too: docs/frugal.md §8); read through mmap to save
+    // read(2) calls.
     c.execute_batch(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;
-         PRAGMA wal_autocheckpoint=16384; PRAGMA mmap_size=268435456;",
+         PRAGMA wal_autocheckpoint=16384; PRAGMA journal_size_limit=16777216; PRAGMA mmap_size=268435456;",
     )?;
     // `rarray(?)`: a bound list of ids as a table, for bulk statements.
     rusqlite::vtab::array::load_module(&c)?;
@@ -1527,6 +1529,13 @@ impl MetaRead for SqlTx<'_> {
     }
     fn pack_bytes(&self) -> Result<(u64, u64)> {
         pack_bytes(self.c)
+    }
+    fn pack_counts(&self, small: u64) -> Result<(u64, u64)> {
+        let (n, s): (i64, i64) = self
+            .c
+            .prepare_cached("SELECT COUNT(*), COALESCE(SUM(size < ?1), 0) FROM packs")?
+            .query_row([small as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok((n as u64, s as u64))
     }
     fn bill_rows(&self, since: Option<i64>) -> Result<Vec<BillRow>> {
         bill_rows(self.c, since)

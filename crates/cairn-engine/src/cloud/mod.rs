@@ -93,18 +93,34 @@ pub struct CloudOptions {
     /// come five times in it.
     pub session_ttl: Duration,
     /// How often the cost-optimal cleaner looks for packs due for cleaning
-    /// (docs/frugal.md §5); None: never inside the mount.
+    /// (docs/frugal.md §5, §8), on every kind of volume but a tape; None:
+    /// never inside the mount (nor the bound below).
     pub gc_interval: Option<Duration>,
     /// The prices the cleaner weighs (what storing dead bytes and cleaning
-    /// them cost).
-    pub gc_prices: crate::cost::Prices,
+    /// them cost); None: by the volume's kind ([`crate::cost::Prices::aws`]
+    /// in a bucket, [`crate::cost::Prices::local_disk`] in a directory).
+    pub gc_prices: Option<crate::cost::Prices>,
+    /// The cleaner's hard bound on dead bytes (docs/frugal.md §8).
+    pub gc_bound: crate::cleaner::DeadBound,
     /// What the pack cache evicts first.
     pub cache_policy: crate::cache::PolicyChoice,
 }
 
+impl CloudOptions {
+    /// The prices the cleaner weighs on a volume in a bucket (`remote`) or
+    /// in a directory.
+    pub fn prices_for(&self, remote: bool) -> crate::cost::Prices {
+        match &self.gc_prices {
+            Some(p) => p.clone(),
+            None if remote => crate::cost::Prices::aws(),
+            None => crate::cost::Prices::local_disk(),
+        }
+    }
+}
+
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::open::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: crate::cost::Prices::aws(), cache_policy: Default::default() }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::open::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default() }
     }
 }
 
@@ -378,8 +394,6 @@ pub struct Cloud {
     pub need_base: std::sync::atomic::AtomicBool,
     /// The metadata shipper's thread (started by `crate::open`).
     pub(crate) shipper: std::sync::OnceLock<Background>,
-    /// The cost-optimal cleaner's thread (docs/frugal.md §5).
-    pub(crate) cleaner: std::sync::OnceLock<Background>,
     /// Where the bucket's requests are counted (the bill; None: a backend
     /// that does not count, e.g. one injected by a test).
     pub meter: Option<Arc<cairn_backend::Meter>>,
@@ -402,7 +416,7 @@ impl Cloud {
     pub fn open_cache(layout: &Layout, remote: Arc<dyn Backend>, opts: &CloudOptions, io: Option<IoWindows>) -> Result<Arc<CachedBackend>> {
         // Two gaps of a read closer than a GET's price in transfer go in
         // one GET, at the prices the cleaner weighs too.
-        let p = &opts.gc_prices;
+        let p = &opts.prices_for(true);
         let (mut block, mut merge_below, mut ahead, mut keep_piece) = (opts.cache_block, crate::cache::extent::merge_below(p.per_1000_requests.get, p.transfer_down_per_gb), opts.cache_ahead, crate::cache::disk::KEEP_PIECE);
         if !remote.capabilities().cheap_ranged_reads {
             // A tape is not billed per request: its reads go through the
@@ -476,7 +490,6 @@ impl Cloud {
             lost: std::sync::atomic::AtomicBool::new(false),
             lost_why: parking_lot::Mutex::new(None),
             shipper: std::sync::OnceLock::new(),
-            cleaner: std::sync::OnceLock::new(),
             meter,
             bill_saved: parking_lot::Mutex::new(std::time::Instant::now()),
             bill: parking_lot::Mutex::new(crate::cost::MountBill::new()),
@@ -502,9 +515,6 @@ impl Cloud {
     pub(crate) fn stop_threads(&self) {
         if let Some(b) = self.biller.get() {
             b.stop();
-        }
-        if let Some(c) = self.cleaner.get() {
-            c.stop();
         }
         if let Some(s) = self.shipper.get() {
             s.stop();

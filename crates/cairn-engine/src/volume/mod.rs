@@ -233,6 +233,9 @@ pub struct Volume {
     /// A shared volume's position in its change log (volume/follow.rs).
     pub(crate) changes: Option<Mutex<follow::FollowState>>,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// The cleaner's thread (docs/frugal.md §5, §8), on every kind of
+    /// volume but a tape; stopped first at close.
+    pub(crate) cleaner: OnceLock<crate::background::Background>,
     pub(crate) opts: OpenOptions,
     closed: AtomicBool,
     self_ref: OnceLock<Weak<Volume>>,
@@ -397,6 +400,7 @@ impl Volume {
             chunk_guard: guard::ChunkGuard::default(),
             signal,
             flusher: Mutex::new(None),
+            cleaner: OnceLock::new(),
             opts,
             closed: AtomicBool::new(false),
             self_ref: OnceLock::new(),
@@ -687,6 +691,9 @@ impl Volume {
     #[doc(hidden)]
     pub fn simulate_crash(self: Arc<Self>) {
         self.closed.store(true, Ordering::SeqCst);
+        if let Some(c) = self.cleaner.get() {
+            c.stop();
+        }
         // Namespace changes still in the open group-commit transaction die
         // with the process.
         self.meta.abandon();
@@ -708,6 +715,11 @@ impl Volume {
     pub fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        // Its round under way ends first (it may be this thread's: then
+        // it has ended).
+        if let Some(c) = self.cleaner.get() {
+            c.stop();
         }
         // The kernel is gone: files without names it still held go now.
         let freed = if self.opts.read_only { Ok(()) } else { self.free_forgotten_at_close() };
@@ -850,13 +862,17 @@ impl Volume {
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
         let (mut name, mut entry) = self.chunk_location(id)?;
         let mut got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
-        if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) && (self.is_shared() || self.cloud.is_some()) {
-            // The chunk moved and its old pack went: another machine's gc
-            // or cleaner did it after the grace period, or a flush round
-            // copied a held pack into its own and dropped it from the
-            // outbox (docs/frugal.md §7). The location this mount resolved
-            // is stale. Ask the metadata again, once.
+        if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
+            // The chunk moved and its old pack went: the cleaner of this
+            // mount did it (a volume in a directory deletes at once,
+            // docs/frugal.md §8), another machine's gc or cleaner did it
+            // after the grace period, or a flush round copied a held pack
+            // into its own and dropped it from the outbox (docs/frugal.md
+            // §7). The location this mount resolved is stale (and the
+            // pack's id may name another pack now). Ask the metadata
+            // again, once.
             self.chunk_locs.remove(&id);
+            self.pack_names.retain(|_, n| **n != *name);
             (name, entry) = self.chunk_location(id)?;
             got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
         }
