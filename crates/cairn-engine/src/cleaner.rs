@@ -397,7 +397,6 @@ pub fn clean(vol: &Volume, now: i64, pol: &Policy) -> Result<CleanReport> {
     rep.dead_bytes_freed = done.dead_bytes_freed;
     // The barrier first (rule 3), inside.
     vol.delete_objects(picks.iter().filter(|p| !done.kept.contains(&p.id)).map(|p| p.name.as_str()))?;
-    tracing::debug!(packs = rep.packs_cleaned, due = rep.due, over_bound = rep.over_bound, small = rep.small, moved = rep.bytes_moved, freed = rep.dead_bytes_freed, "cleaned packs");
     Ok(rep)
 }
 
@@ -449,7 +448,13 @@ pub(crate) fn background(vol: &std::sync::Arc<Volume>, every: Duration, prices: 
             Ok(r) => {
                 vol.metrics.record_clean(&r);
                 if r.packs_cleaned > 0 {
-                    tracing::info!(packs = r.packs_cleaned, due = r.due, over_bound = r.over_bound, small = r.small, moved = r.bytes_moved, freed = r.dead_bytes_freed, "cleaned packs");
+                    // A round the look started may come every few seconds
+                    // under a rewrite load: at debug level.
+                    if full {
+                        tracing::info!(packs = r.packs_cleaned, due = r.due, over_bound = r.over_bound, small = r.small, moved = r.bytes_moved, freed = r.dead_bytes_freed, "cleaned packs");
+                    } else {
+                        tracing::debug!(packs = r.packs_cleaned, due = r.due, over_bound = r.over_bound, small = r.small, moved = r.bytes_moved, freed = r.dead_bytes_freed, "cleaned packs");
+                    }
                     if let Ok(s) = standing(&vol, Some(&bound)) {
                         vol.metrics.record_standing(&s);
                     }

@@ -320,6 +320,7 @@ fn tiny_flushes_do_not_leave_a_pack_each() {
     }
     fsck_clean(&v);
     v.close().unwrap();
+    drop(v);
     // Reopened, everything is where the merge put it.
     let v = Volume::load(d.path(), crate::common::opts()).unwrap();
     assert_eq!(read_all(&v, v.lookup(ROOT_INO, b"f7").unwrap().ino), b"line 7\n");
