@@ -371,6 +371,12 @@ pub struct PgMeta {
     /// (`Ident`) they were made on (usually one). `sync` proves them by a
     /// WAL flush on a connection of the same history.
     lazy: Mutex<Vec<Lazy>>,
+    /// Held through a `sync`: one proves at a time, so a sync that finds
+    /// no commit left to prove knows that the ones before it were proven
+    /// (another sync had taken them), not merely taken by a barrier still
+    /// under way. Syncs that queue behind one find their commits proven
+    /// by it and return at once (a group commit of barriers).
+    syncing: Mutex<()>,
     /// Set once lazy commits could not be proven durable (the server
     /// crashed or failed over before they were flushed): every later
     /// `sync` fails with this, so the engine keeps its journal for the
@@ -608,6 +614,7 @@ impl PgMeta {
             lose_commit_reply: AtomicBool::new(false),
             before_commit: Mutex::new(None),
             lazy: Mutex::new(Vec::new()),
+            syncing: Mutex::new(()),
             lost: Mutex::new(None),
             ident: Mutex::new(Some(ident)),
             history: AtomicU64::new(0),
@@ -2499,6 +2506,7 @@ impl MetaStore for PgMeta {
     /// (docs/shared-volume.md, "Durability across a database crash").
     fn sync(&self) -> Result<()> {
         self.check_alive()?;
+        let _one = self.syncing.lock();
         if let Some(m) = &*self.lost.lock() {
             return Err(Error::io(m.clone()));
         }

@@ -45,7 +45,7 @@ fn fsynced_files_survive_immediate_stops_of_postgres() {
     // Per volume: the files whose fsync returned Ok.
     let acked: Vec<Mutex<Vec<(String, u64, usize)>>> = dirs.iter().map(|_| Mutex::new(Vec::new())).collect();
     let failed = AtomicU64::new(0);
-    let (mut lost, mut checked, mut close_errors) = (Vec::new(), 0usize, 0usize);
+    let (mut lost, mut checked, mut close_errors) = (std::collections::BTreeSet::new(), 0usize, 0usize);
     for round in 0..rounds {
         let vols: Vec<Arc<Volume>> = dirs.iter().map(|d| Volume::load(d, pg_opts(&url)).unwrap_or_else(|e| panic!("round {round}: mounting {}: {e}", d.display()))).collect();
         let stop = AtomicBool::new(false);
@@ -63,6 +63,7 @@ fn fsynced_files_survive_immediate_stops_of_postgres() {
                                 Ok(()) => acked.lock().unwrap().push((name, seed, len)),
                                 Err(_) => {
                                     failed.fetch_add(1, Ordering::Relaxed);
+                                    std::thread::sleep(Duration::from_millis(20));
                                 }
                             }
                             i += 1;
@@ -91,15 +92,20 @@ fn fsynced_files_survive_immediate_stops_of_postgres() {
                 checked += 1;
                 match v.resolve(name.as_bytes()) {
                     Ok(ino) if read_all(&v, ino) == random_bytes(*seed, *len) => {}
-                    Ok(_) => lost.push(format!("volume {m} {name}: bytes differ")),
-                    Err(e) => lost.push(format!("volume {m} {name}: {e}")),
+                    Ok(_) => {
+                        lost.insert(format!("volume {m} {name}: bytes differ"));
+                    }
+                    Err(e) => {
+                        lost.insert(format!("volume {m} {name}: {e}"));
+                    }
                 }
             }
             v.close().unwrap_or_else(|e| panic!("round {round}: closing {} after the check: {e}", d.display()));
         }
     }
     eprintln!(
-        "{rounds} immediate stops: {checked} checks of fsync'd files, {} lost; {} writes failed (EIO: not acknowledged); {close_errors} closes refused",
+        "{rounds} immediate stops: {checked} checks of fsync'd files ({} files), {} lost; {} writes failed (EIO: not acknowledged); {close_errors} closes refused",
+        acked.iter().map(|a| a.lock().unwrap().len()).sum::<usize>(),
         lost.len(),
         failed.load(Ordering::Relaxed)
     );
