@@ -1096,7 +1096,9 @@ fn a_change_log_of_a_million_rows_is_trimmed() {
 #[test]
 #[ignore]
 fn notify_cost_at_four_mounts() {
-    let pg = server();
+    // WAL flushes that reach the disk, as in production.
+    let pg = PgServer::start_with(&["fsync=on"]).unwrap();
+    pg.create_database("cairn").unwrap();
     for (round, notify) in [(0, true), (1, false), (2, true), (3, false)] {
         for sync_commit in [false, true] {
             let id = format!("notify{round}{}", sync_commit as u8);
@@ -1138,4 +1140,47 @@ fn create_dir(s: &PgMeta, name: &[u8]) -> Ino {
         Ok(ino)
     })
     .unwrap()
+}
+
+/// Not a check: N small files made durable one by one, as an application
+/// that writes each with an fsync: per file a create, a content update
+/// (the flush's commit) and `sync` (the fsync), lazy commits proven by
+/// the barrier (the default) against every commit waiting for its WAL
+/// flush (`sync_commit`), on 1 and 4 threads, with the WAL on this
+/// machine's disk (`fsync=on`). `cargo test --release -p cairn-meta
+/// --test postgres fsynced_small_files -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn fsynced_small_files_lazy_or_synchronous() {
+    let pg = PgServer::start_with(&["fsync=on"]).unwrap();
+    pg.create_database("cairn").unwrap();
+    let n = 300;
+    for round in 0..2 {
+        for threads in [1usize, 4] {
+            for sync_commit in [false, true] {
+                let id = format!("fs{round}{threads}{}", sync_commit as u8);
+                let url = fresh(&pg, &id);
+                let stores: Vec<Arc<PgMeta>> = (0..threads).map(|_| Arc::new(PgMeta::open_with(&url, &id, codec(), PgOptions { sync_commit, ..Default::default() }).unwrap())).collect();
+                let t = Instant::now();
+                std::thread::scope(|sc| {
+                    for (k, st) in stores.iter().enumerate() {
+                        sc.spawn(move || {
+                            for i in 0..n / threads {
+                                let ino = create(st, ROOT_INO, format!("t{k}-{i}").as_bytes()).unwrap();
+                                st.write_with(|tx| tx.update_content(ino, 4096, 4096, Timestamp(2), Timestamp(2), 1)).unwrap();
+                                st.sync().unwrap();
+                            }
+                        });
+                    }
+                });
+                let took = t.elapsed();
+                eprintln!(
+                    "{n} fsync'd small files, {threads} thread(s), {}: {:.2} ms per file, {:.0} files/s",
+                    if sync_commit { "synchronous commits" } else { "lazy commits + proven barrier" },
+                    took.as_secs_f64() * 1000.0 / n as f64,
+                    n as f64 / took.as_secs_f64()
+                );
+            }
+        }
+    }
 }
