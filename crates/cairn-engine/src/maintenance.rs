@@ -448,9 +448,20 @@ pub fn clean_up_sessions(vol: &Volume) -> Result<usize> {
     // reach them now.
     if !vol.is_read_only() {
         vol.remove_orphans()?;
+        // The change log (two rows per create or unlink) is trimmed here,
+        // by the machine holding the maintenance lock: rows older than
+        // CHANGES_KEPT (a mount whose cursor they overtook drops its
+        // caches, docs/shared-volume.md §6).
+        let trimmed = vol.meta.store().trim_changes(CHANGES_KEPT)?;
+        if trimmed > 0 {
+            tracing::debug!(rows = trimmed, "trimmed the change log");
+        }
     }
     Ok(n)
 }
+
+/// How long the change log keeps a row (docs/shared-volume.md §6).
+pub const CHANGES_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The maintenance "lock" of a volume one process writes.
 struct NoLock;

@@ -258,6 +258,13 @@ pub struct ChangeCursor {
     /// that returned rows saw it (PostgreSQL: in the same statement, so
     /// the same snapshot as the rows; a reader needs no second query).
     pub trimmed: u64,
+    /// The store's server history the cursor belongs to (PostgreSQL:
+    /// bumped when the store finds the server crashed and recovered or
+    /// failed over, whose change log may have lost or will reuse seqs).
+    /// A `read_changes` that finds it changed moves the cursor to the
+    /// new server's newest row and takes the new value: the reader then
+    /// drops everything it cached, as after a trim that overtook it.
+    pub history: u64,
 }
 
 impl ChangeCursor {

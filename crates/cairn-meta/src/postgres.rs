@@ -44,6 +44,13 @@ pub const ID_BLOCK: u64 = 1024;
 /// Connection attempts and statements give up after this long by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Connections one store keeps open at most (idle and in use); an
+/// operation that finds them all busy waits for one (within its deadline).
+pub const MAX_CONNECTIONS: usize = 32;
+
+/// An idle connection unused this long is closed.
+pub const IDLE_CLOSE: Duration = Duration::from_secs(60);
+
 /// Tunables of a [`PgMeta`].
 #[derive(Clone, Debug)]
 pub struct PgOptions {
@@ -58,11 +65,16 @@ pub struct PgOptions {
     /// segment) or within PostgreSQL's WAL writer delay (3 x 200 ms at
     /// most by default). docs/metadata-store.md "Durability".
     pub sync_commit: bool,
+    /// Each write that changes something sends a change notice
+    /// (`pg_notify`) with its COMMIT (the default). Off, other machines
+    /// learn of changes only from their poll of the change log: for
+    /// measuring what the notices cost (docs/shared-volume.md §9).
+    pub notify: bool,
 }
 
 impl Default for PgOptions {
     fn default() -> Self {
-        PgOptions { timeout: DEFAULT_TIMEOUT, sync_commit: false }
+        PgOptions { timeout: DEFAULT_TIMEOUT, sync_commit: false, notify: true }
     }
 }
 
@@ -180,6 +192,9 @@ const SESSION_DELETE: &str =
 /// `info` key: the highest change seq a trim removed.
 const TRIMMED_KEY: &str = "changes_trimmed";
 
+/// Change rows one statement of `trim_changes` removes at most.
+const TRIM_BATCH: i64 = 20_000;
+
 /// `changes.kind` of an inode change and of an entry change.
 const CHANGE_INODE: i16 = 0;
 const CHANGE_ENTRY: i16 = 1;
@@ -212,10 +227,58 @@ pub fn schema_name(id: &str) -> Result<String> {
     Ok(format!("cairn_{id}"))
 }
 
+/// How many of a store's connections are open, at most
+/// [`MAX_CONNECTIONS`]; `free` wakes a waiter when one closes.
+#[derive(Default)]
+struct Slots {
+    open: Mutex<usize>,
+    free: parking_lot::Condvar,
+}
+
+/// One counted open connection: closing it (dropping the `Conn`) frees
+/// its slot.
+struct Slot(Arc<Slots>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.0.open.lock();
+        *open -= 1;
+        self.0.free.notify_one();
+    }
+}
+
 /// One connection with its prepared statements.
 struct Conn {
     client: Client,
+    _slot: Slot,
     stmts: HashMap<String, Statement>,
+    /// The server history it was opened on (read when it connected; a
+    /// connection that still answers has seen no crash since).
+    ident: Ident,
+    /// When it was last put back in the pool.
+    idle_since: Instant,
+}
+
+/// Which server history a connection talks to: the cluster's system
+/// identifier, its current timeline, and when its statistics were last
+/// reset (`pg_stat_wal.stats_reset`, which crash recovery resets: a
+/// crashed-and-restarted server, or one whose backends crashed and were
+/// reinitialized, answers with a new one; a clean restart keeps it, and
+/// its shutdown checkpoint flushed every commit). Two commits under the
+/// same identity were made on one unbroken history, so a WAL flush of
+/// the later covers the earlier (docs/shared-volume.md, "Durability
+/// across a database crash").
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Ident {
+    system: String,
+    timeline: String,
+    stats_reset: String,
+}
+
+impl std::fmt::Display for Ident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "system {} timeline {} crash-recovered at {}", self.system, self.timeline, if self.stats_reset.is_empty() { "never" } else { &self.stats_reset })
+    }
 }
 
 impl Conn {
@@ -254,6 +317,9 @@ impl Cached<'_> {
 struct Block {
     next: u64,
     end: u64,
+    /// `PgMeta::history` when it was reserved: a block of another server
+    /// history is dropped (that server's sequence may not have kept it).
+    history: u64,
 }
 
 impl Block {
@@ -277,6 +343,8 @@ pub struct PgMeta {
     opts: PgOptions,
     /// Idle connections (a connection that failed is dropped, not kept).
     pool: Mutex<Vec<Conn>>,
+    /// Open connections of the pool, idle and in use (`Slot`).
+    slots: Arc<Slots>,
     inos: Mutex<Block>,
     chunk_ids: Mutex<Block>,
     /// Numbers at or below these were in use when the store opened (rows
@@ -298,9 +366,33 @@ pub struct PgMeta {
     lose_commit_reply: AtomicBool,
     /// Test hook: see [`PgMeta::hold_next_commit`].
     before_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-    /// A write committed without waiting for the WAL flush since the last
-    /// `sync` barrier.
-    unsynced: AtomicBool,
+    /// Writes committed (or committing) without waiting for the WAL
+    /// flush since the last `sync` proved them, by the server history
+    /// (`Ident`) they were made on (usually one). `sync` proves them by a
+    /// WAL flush on a connection of the same history.
+    lazy: Mutex<Vec<Lazy>>,
+    /// Held through a `sync`: one proves at a time, so a sync that finds
+    /// no commit left to prove knows that the ones before it were proven
+    /// (another sync had taken them), not merely taken by a barrier still
+    /// under way. Syncs that queue behind one find their commits proven
+    /// by it and return at once (a group commit of barriers).
+    syncing: Mutex<()>,
+    /// Set once lazy commits could not be proven durable (the server
+    /// crashed or failed over before they were flushed): every later
+    /// `sync` fails with this, so the engine keeps its journal for the
+    /// replay at the next mount.
+    lost: Mutex<Option<String>>,
+    /// The server history the store last connected to.
+    ident: Mutex<Option<Ident>>,
+    /// How many times that history changed under this store (change
+    /// cursors made before are reset: `ChangeCursor::history`).
+    history: AtomicU64,
+    /// The highest block of `ino_seq` and of `chunk_seq` this store
+    /// reserved (0: none): after a history change the sequences are set
+    /// past them, so numbers this store handed out are not handed out
+    /// again by a server that lost the reservation.
+    ino_high: AtomicU64,
+    chunk_high: AtomicU64,
     /// The session change rows carry (0: none open); shared with this
     /// store's change feeds, which skip its own notices.
     session: Arc<AtomicU64>,
@@ -312,6 +404,15 @@ pub struct PgMeta {
     /// The key of the volume's rename lock (a transaction-level advisory
     /// lock: renames between directories, one at a time).
     rename_key: i64,
+}
+
+/// Lazy commits made on one server history (`PgMeta::lazy`).
+struct Lazy {
+    ident: Ident,
+    /// Sent COMMIT, no answer yet.
+    inflight: u64,
+    /// Committed, not yet proven durable.
+    done: u64,
 }
 
 /// The server unreachable (`PgMeta::outage`).
@@ -339,26 +440,45 @@ enum Class {
     Fatal,
 }
 
+/// By SQLSTATE, and for the driver's own errors (no SQLSTATE) by kind:
+/// a closed connection, or an I/O error underneath (the driver's connect
+/// and communication failures all carry one). Never by message text.
 fn classify(e: &pg::Error) -> Class {
     if let Some(code) = e.code() {
-        let c = code.code();
-        return if c == "40001" || c == "40P01" {
-            Class::Retry
-        } else if c.starts_with("08") || c == "57P01" || c == "57P02" || c == "57P03" || c == "53300" {
-            Class::Reconnect
-        } else {
-            Class::Fatal
-        };
+        return classify_sqlstate(code.code());
     }
     if e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()) {
         return Class::Reconnect;
     }
-    // The crate's own connect and I/O failures carry no SQLSTATE.
-    let s = e.to_string();
-    if s.starts_with("error connecting") || s.starts_with("error communicating") || s.starts_with("timeout") {
-        return Class::Reconnect;
-    }
     Class::Fatal
+}
+
+/// 40001 serialization failure, 40P01 deadlock, 55P03 lock not available
+/// (`lock_timeout`), 57014 statement cancelled (`statement_timeout`): run
+/// again while the deadline allows. Class 08 (connection), 57P01-03
+/// (administrator or crash shutdown, cannot connect now), 53300 (too many
+/// connections), 25006 (read-only transaction: a standby, as after a
+/// failover to this address): connect again.
+fn classify_sqlstate(c: &str) -> Class {
+    match c {
+        "40001" | "40P01" | "55P03" | "57014" => Class::Retry,
+        "57P01" | "57P02" | "57P03" | "53300" | "25006" => Class::Reconnect,
+        _ if c.starts_with("08") => Class::Reconnect,
+        _ => Class::Fatal,
+    }
+}
+
+/// Why no connection could be had.
+enum ConnError {
+    Pg(pg::Error),
+    /// All [`MAX_CONNECTIONS`] stayed busy until the deadline.
+    Busy,
+}
+
+impl From<pg::Error> for ConnError {
+    fn from(e: pg::Error) -> Self {
+        ConnError::Pg(e)
+    }
 }
 
 /// A PostgreSQL error as people read it: the server's message and SQLSTATE.
@@ -421,7 +541,8 @@ impl PgMeta {
     /// [`PgMeta::open`] with options.
     pub fn open_with(url: &str, id: &str, codec: Arc<dyn PageCodec>, opts: PgOptions) -> Result<PgMeta> {
         let schema = schema_name(id)?;
-        let cfg = config(url)?;
+        let mut cfg = config(url)?;
+        tune(&mut cfg, opts.timeout);
         let mut c = connect(&cfg, opts.timeout).map_err(|e| pg_err("connecting", &e))?;
         let db = db_name(&cfg);
         let exists = c
@@ -472,12 +593,16 @@ impl PgMeta {
             .query_one("SELECT ('x' || substr(md5($1 || ':rename'), 1, 16))::bit(64)::bigint", &[&schema])
             .map_err(|e| pg_err("computing the volume's lock keys", &e))?
             .get::<_, i64>(0);
+        let ident = setup(&mut c, &schema, opts.timeout).map_err(|e| pg_err("setting up the connection", &e))?;
+        let slots = Arc::new(Slots { open: Mutex::new(1), free: Default::default() });
+        let first = Conn { client: c, _slot: Slot(slots.clone()), stmts: HashMap::new(), ident: ident.clone(), idle_since: Instant::now() };
         Ok(PgMeta {
             cfg,
             schema,
             codec,
             opts,
-            pool: Mutex::new(vec![Conn { client: c, stmts: HashMap::new() }]),
+            pool: Mutex::new(vec![first]),
+            slots,
             inos: Mutex::new(Block::default()),
             chunk_ids: Mutex::new(Block::default()),
             ino_floor,
@@ -488,7 +613,13 @@ impl PgMeta {
             retries: Default::default(),
             lose_commit_reply: AtomicBool::new(false),
             before_commit: Mutex::new(None),
-            unsynced: AtomicBool::new(false),
+            lazy: Mutex::new(Vec::new()),
+            syncing: Mutex::new(()),
+            lost: Mutex::new(None),
+            ident: Mutex::new(Some(ident)),
+            history: AtomicU64::new(0),
+            ino_high: AtomicU64::new(0),
+            chunk_high: AtomicU64::new(0),
             session: Arc::new(AtomicU64::new(0)),
             journal: AtomicU64::new(0),
             maintenance_key,
@@ -514,16 +645,84 @@ impl PgMeta {
         Ok(())
     }
 
-    /// An idle connection, or a new one (search path set to the schema).
-    fn take_conn(&self, deadline: Instant) -> std::result::Result<Conn, pg::Error> {
-        if let Some(c) = self.pool.lock().pop() {
-            return Ok(c);
+    /// Once lazy commits were found lost (`sync`), every later change is
+    /// refused too: the mount's view has parted from the database's, and
+    /// only a new mount (replaying its journal) joins them again.
+    fn check_not_lost(&self) -> Result<()> {
+        match &*self.lost.lock() {
+            Some(m) => Err(Error::io(m.clone())),
+            None => Ok(()),
         }
+    }
+
+    /// An idle connection, or a new one (`setup`), once fewer than
+    /// [`MAX_CONNECTIONS`] are open: else it waits for one until the
+    /// deadline (`Busy`). Idle connections unused for [`IDLE_CLOSE`] are
+    /// closed first.
+    fn take_conn(&self, deadline: Instant) -> std::result::Result<Conn, ConnError> {
+        // Closed outside the count's lock (closing one takes it).
+        let stale: Vec<Conn> = {
+            let mut pool = self.pool.lock();
+            let (old, keep): (Vec<Conn>, Vec<Conn>) = pool.drain(..).partition(|c| c.idle_since.elapsed() >= IDLE_CLOSE);
+            *pool = keep;
+            old
+        };
+        drop(stale);
+        {
+            // The pool is looked at with the count locked, and a connection
+            // put back or closed takes that lock to wake a waiter: no
+            // wake-up is missed between the look and the wait.
+            let mut open = self.slots.open.lock();
+            loop {
+                if let Some(c) = self.pool.lock().pop() {
+                    return Ok(c);
+                }
+                if *open < MAX_CONNECTIONS {
+                    *open += 1;
+                    break;
+                }
+                if self.slots.free.wait_until(&mut open, deadline).timed_out() {
+                    return Err(ConnError::Busy);
+                }
+            }
+        }
+        // Counted from here: dropped on any failure below.
+        let slot = Slot(self.slots.clone());
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
         let mut client = connect(&self.cfg, left)?;
-        client.batch_execute(&format!("SET search_path TO {}; {SESSION_SETTINGS}", self.schema))?;
+        let ident = setup(&mut client, &self.schema, self.opts.timeout)?;
         self.reachable();
-        Ok(Conn { client, stmts: HashMap::new() })
+        if self.saw(&ident) {
+            // Before anything else on the new history.
+            let (i, c) = (self.ino_high.load(Ordering::SeqCst) as i64, self.chunk_high.load(Ordering::SeqCst) as i64);
+            client.batch_execute(&format!(
+                "SELECT setval('ino_seq', GREATEST(last_value, {i})) FROM ino_seq; SELECT setval('chunk_seq', GREATEST(last_value, {c})) FROM chunk_seq"
+            ))?;
+        }
+        Ok(Conn { client, _slot: slot, stmts: HashMap::new(), ident, idle_since: Instant::now() })
+    }
+
+    /// A new connection reached server history `ident`: if it is not the
+    /// one the store saw before, the server crashed (and recovered) or
+    /// another one took its place (a failover), and what this store knew
+    /// of the old history is suspect: its id blocks are dropped (the new
+    /// server's sequences may hand them out again), its change cursors
+    /// are reset (`history`: the followers invalidate everything), and
+    /// lazy commits made on the old history fail the next `sync`.
+    /// Returns whether it changed.
+    fn saw(&self, ident: &Ident) -> bool {
+        let mut seen = self.ident.lock();
+        let changed = match &*seen {
+            Some(old) if old == ident => return false,
+            Some(old) => {
+                self.history.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!("PostgreSQL metadata store: the server's history changed (was {old}, now {ident}): a crash or a failover; id blocks dropped, sequences set past them, change cursors reset");
+                true
+            }
+            None => false,
+        };
+        *seen = Some(ident.clone());
+        changed
     }
 
     /// A try found the server unreachable at `at`: the outage starts then
@@ -549,9 +748,12 @@ impl PgMeta {
         self.in_outage.store(false, Ordering::SeqCst);
     }
 
-    fn put_conn(&self, c: Conn) {
+    fn put_conn(&self, mut c: Conn) {
         if !c.client.is_closed() && !self.abandoned.load(Ordering::SeqCst) {
+            c.idle_since = Instant::now();
             self.pool.lock().push(c);
+            let _open = self.slots.open.lock();
+            self.slots.free.notify_one();
         }
     }
 
@@ -595,7 +797,8 @@ impl PgMeta {
                             Class::Reconnect => {
                                 // The others were most likely cut too.
                                 drop(c);
-                                self.pool.lock().clear();
+                                let old = std::mem::take(&mut *self.pool.lock());
+                                drop(old);
                                 let since = self.unreachable(Instant::now());
                                 deadline = deadline.min(since + self.opts.timeout);
                             }
@@ -610,7 +813,13 @@ impl PgMeta {
                         e
                     }
                 },
-                Err(e) => {
+                Err(ConnError::Busy) => {
+                    return Err(Error::io(format!(
+                        "PostgreSQL metadata store: {what}: all {MAX_CONNECTIONS} connections of this mount stayed busy for the deadline ({:?})",
+                        self.opts.timeout
+                    )))
+                }
+                Err(ConnError::Pg(e)) => {
                     if classify(&e) == Class::Fatal {
                         return Err(pg_err(&format!("{what}: connecting"), &e));
                     }
@@ -659,7 +868,7 @@ impl PgMeta {
     /// Reserves the next block of a sequence on `c`.
     fn next_block(c: &mut Client, seq: &str) -> std::result::Result<Block, pg::Error> {
         let v: i64 = c.query_one(&format!("SELECT nextval('{seq}')"), &[])?.get(0);
-        Ok(Block { next: v as u64, end: v as u64 + ID_BLOCK })
+        Ok(Block { next: v as u64, end: v as u64 + ID_BLOCK, history: 0 })
     }
 }
 
@@ -747,6 +956,65 @@ pub fn pgpass_lookup(text: &str, host: &str, port: &str, db: &str, user: &str) -
 
 fn db_name(cfg: &pg::Config) -> String {
     cfg.get_dbname().or(cfg.get_user()).unwrap_or("?").to_string()
+}
+
+/// Bounds on a connection's waits (docs/shared-volume.md, "Bounded
+/// waits"), where the URL did not set them: TCP keepalives after a third
+/// of the deadline (at most 60 s) of silence, probed 3 times a few
+/// seconds apart, and `tcp_user_timeout` at the deadline, so a silent
+/// network (a server machine gone, a partition) ends the connection
+/// instead of the kernel's 2-hour default; and a primary: a standby
+/// (read-only) at the address is skipped, so a failover that leaves one
+/// there is met by connecting again.
+fn tune(cfg: &mut pg::Config, timeout: Duration) {
+    let idle = (timeout / 3).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    cfg.keepalives(true);
+    if cfg.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        cfg.keepalives_idle(idle);
+    }
+    if cfg.get_keepalives_interval().is_none() {
+        cfg.keepalives_interval((idle / 3).max(Duration::from_secs(1)));
+    }
+    if cfg.get_keepalives_retries().is_none() {
+        cfg.keepalives_retries(3);
+    }
+    if cfg.get_tcp_user_timeout().is_none() {
+        cfg.tcp_user_timeout(timeout.max(Duration::from_secs(1)));
+    }
+    if cfg.get_target_session_attrs() == pg::config::TargetSessionAttrs::Any {
+        cfg.target_session_attrs(pg::config::TargetSessionAttrs::ReadWrite);
+    }
+}
+
+/// A new connection's settings, and the server history it reached
+/// (`Ident`), in one round trip: the search path, the planner setting
+/// (`SESSION_SETTINGS`), and the timeouts that bound what a statement
+/// may wait for: `statement_timeout` and `lock_timeout` at the store's
+/// deadline (a row lock held by a machine that froze makes the waiter
+/// fail with 55P03 instead of hanging), and
+/// `idle_in_transaction_session_timeout` at the deadline too (a machine
+/// that froze inside a transaction loses it, and its locks, then).
+fn setup(c: &mut Client, schema: &str, timeout: Duration) -> std::result::Result<Ident, pg::Error> {
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128);
+    let msgs = c.simple_query(&format!(
+        "SET search_path TO {schema}; {SESSION_SETTINGS}; SET statement_timeout = {ms}; SET lock_timeout = {ms};
+         SET idle_in_transaction_session_timeout = {ms}; {IDENT_SQL}"
+    ))?;
+    Ok(ident_of(&msgs))
+}
+
+/// The server history (`Ident`) as one row of text.
+const IDENT_SQL: &str = "SELECT (SELECT system_identifier FROM pg_control_system())::text, substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8),
+    COALESCE((SELECT stats_reset FROM pg_stat_wal)::text, '')";
+
+/// The `IDENT_SQL` row among a simple query's answers.
+fn ident_of(msgs: &[pg::SimpleQueryMessage]) -> Ident {
+    let row = msgs.iter().find_map(|m| match m {
+        pg::SimpleQueryMessage::Row(r) => Some(r),
+        _ => None,
+    });
+    let get = |i: usize| row.and_then(|r| r.get(i)).unwrap_or_default().to_string();
+    Ident { system: get(0), timeline: get(1), stats_reset: get(2) }
 }
 
 fn connect(cfg: &pg::Config, timeout: Duration) -> std::result::Result<Client, pg::Error> {
@@ -984,6 +1252,9 @@ impl<'a> PgTx<'a> {
                     let _ = write!(values, "({CHANGE_ENTRY},NULL,{},decode('{}','hex'),{sess})", parent as i64, hex(&name));
                 }
             }
+        }
+        if !self.store.opts.notify {
+            return Some(format!("INSERT INTO changes(kind, ino, parent, name, session) VALUES {values}; "));
         }
         // The schema name is [a-z0-9_] (checked when the store opened).
         Some(format!(
@@ -1518,11 +1789,17 @@ impl MetaTx for PgTx<'_> {
         self.need_write()?;
         let mut b = self.store.inos.lock();
         loop {
+            let history = self.store.history.load(Ordering::SeqCst);
+            if b.history != history {
+                *b = Block::default();
+            }
             if let Some(v) = b.take(self.store.ino_floor) {
                 return Ok(v);
             }
             let mut g = self.c.borrow_mut();
             *b = PgMeta::next_block(&mut g.client, "ino_seq").map_err(|e| self.note(e))?;
+            b.history = history;
+            self.store.ino_high.fetch_max(b.next, Ordering::SeqCst);
         }
     }
     /// One statement: the entry (ON CONFLICT DO NOTHING decides), then,
@@ -1977,11 +2254,6 @@ impl PgMeta {
                 format!("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = {sync}; {rename}SELECT txid_current(){rows}")
             }
         };
-        if lazy {
-            // Set before the COMMIT is sent: a sync that starts once this
-            // write returned must see it (an extra barrier is harmless).
-            self.unsynced.store(true, Ordering::SeqCst);
-        }
         let mut pre = None;
         let xid = match c.client.simple_query(&begin) {
             Ok(msgs) => {
@@ -2055,11 +2327,25 @@ impl PgMeta {
                     Some(sql) => sql + "COMMIT",
                     None => "COMMIT".to_string(),
                 };
+                // Counted before the COMMIT is sent: a sync that starts
+                // once this write returned must prove it.
+                if lazy {
+                    self.lazy_begin(&c.ident);
+                }
+                let ident = c.ident.clone();
                 let lost = match c.client.batch_execute(&commit) {
                     Ok(()) if self.lose_commit_reply.swap(false, Ordering::SeqCst) => None,
-                    Ok(()) => return Step::Done(Ok(())),
+                    Ok(()) => {
+                        if lazy {
+                            self.lazy_end(&ident, true);
+                        }
+                        return Step::Done(Ok(()));
+                    }
                     Err(e) if classify(&e) == Class::Reconnect && xid.is_some() => Some(e),
                     Err(e) => {
+                        if lazy {
+                            self.lazy_end(&ident, false);
+                        }
                         // The change rows' statement failed before COMMIT
                         // ran: the transaction is still open, aborted.
                         rollback(c);
@@ -2071,7 +2357,11 @@ impl PgMeta {
                 // Exists for a create that happened, or count a flush's
                 // references twice; so ask.
                 let xid = xid.unwrap_or_default();
-                match self.commit_outcome(xid) {
+                let outcome = self.commit_outcome(xid, &ident);
+                if lazy {
+                    self.lazy_end(&ident, matches!(outcome, Ok(true)));
+                }
+                match outcome {
                     Ok(true) => Step::Done(Ok(())),
                     Ok(false) => match lost {
                         Some(e) => Step::Failed(e),
@@ -2084,11 +2374,21 @@ impl PgMeta {
     }
 
     /// Whether transaction `xid` committed (true) or aborted (false), asked
-    /// on another connection, waiting while it is still in progress.
-    fn commit_outcome(&self, xid: i64) -> Result<bool> {
+    /// on another connection, waiting while it is still in progress. Only
+    /// a connection of the same server history (`ident`) can tell: after
+    /// a crash the number may have gone to another transaction (the
+    /// server hands out again the numbers whose use it did not flush),
+    /// so then the outcome is unknown, an error.
+    fn commit_outcome(&self, xid: i64, ident: &Ident) -> Result<bool> {
         let start = Instant::now();
         let what = format!("finding out whether transaction {xid} committed (the connection was lost at COMMIT)");
         self.run(&what, |c| loop {
+            if c.ident != *ident {
+                return Step::Done(Err(Error::io(format!(
+                    "PostgreSQL metadata store: {what}: the server's history changed meanwhile (was {ident}, now {}): a crash or a failover; the outcome is unknown",
+                    c.ident
+                ))));
+            }
             let status: Option<String> = match c.client.query_one("SELECT txid_status($1)", &[&xid]) {
                 Ok(r) => r.get(0),
                 Err(e) => return Step::Failed(e),
@@ -2100,6 +2400,27 @@ impl PgMeta {
                 _ => return Step::Done(Err(Error::io(format!("PostgreSQL metadata store: {what}: the outcome is unknown ({status:?})")))),
             }
         })
+    }
+
+    /// A lazy COMMIT is about to be sent on a connection of `ident`.
+    fn lazy_begin(&self, ident: &Ident) {
+        let mut l = self.lazy.lock();
+        match l.iter_mut().find(|x| x.ident == *ident) {
+            Some(x) => x.inflight += 1,
+            None => l.push(Lazy { ident: ident.clone(), inflight: 1, done: 0 }),
+        }
+    }
+
+    /// That COMMIT's answer: committed, or not (then it needs no proof).
+    fn lazy_end(&self, ident: &Ident, committed: bool) {
+        let mut l = self.lazy.lock();
+        if let Some(x) = l.iter_mut().find(|x| x.ident == *ident) {
+            x.inflight = x.inflight.saturating_sub(1);
+            if committed {
+                x.done += 1;
+            }
+        }
+        l.retain(|x| x.inflight > 0 || x.done > 0);
     }
 
     /// Tests: the next successful COMMIT is treated as if its reply were
@@ -2137,12 +2458,14 @@ impl MetaStore for PgMeta {
         })
     }
     fn write(&self, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
+        self.check_not_lost()?;
         self.run("changing metadata", |c| self.attempt(c, Mode::Serializable, &mut |tx| f(tx)))
     }
     /// READ COMMITTED with the rows locked first (docs/shared-volume.md
     /// §4): every statement sees what committed before it, and the locks
     /// order this transaction against every other writer of those rows.
     fn write_locking(&self, inos: &[Ino], entries: &[(Ino, &[u8])], rename_lock: bool, f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>) -> Result<()> {
+        self.check_not_lost()?;
         let mut inos = inos.to_vec();
         inos.sort_unstable();
         inos.dedup();
@@ -2151,13 +2474,19 @@ impl MetaStore for PgMeta {
     fn alloc_chunk_id(&self) -> Result<u64> {
         let mut b = self.chunk_ids.lock();
         loop {
+            if b.history != self.history.load(Ordering::SeqCst) {
+                *b = Block::default();
+            }
             if let Some(v) = b.take(self.chunk_floor) {
                 return Ok(v);
             }
+            let history = self.history.load(Ordering::SeqCst);
             *b = self.run("reserving chunk ids", |c| match PgMeta::next_block(&mut c.client, "chunk_seq") {
                 Ok(b) => Step::Done(Ok(b)),
                 Err(e) => Step::Failed(e),
             })?;
+            b.history = history;
+            self.chunk_high.fetch_max(b.next, Ordering::SeqCst);
         }
     }
     /// Every `write` commits before it returns.
@@ -2167,18 +2496,40 @@ impl MetaStore for PgMeta {
     /// A barrier: one small write committed with `synchronous_commit =
     /// on` waits for the WAL flush up to its commit record, and every
     /// commit that returned before (this machine's or another's: the WAL
-    /// is one sequence) is in the WAL before it.
+    /// is one sequence) is in the WAL before it, if the server kept that
+    /// WAL: so the lazy commits count as durable only when the barrier
+    /// ran on the server history they were made on (`Ident`). A barrier
+    /// on another one (the server crashed and recovered, or failed over,
+    /// in between) cannot tell whether they survived: the store then
+    /// counts them lost, this call and every later one fail, and the
+    /// engine keeps its journal for the replay at the next mount
+    /// (docs/shared-volume.md, "Durability across a database crash").
     fn sync(&self) -> Result<()> {
         self.check_alive()?;
-        if !self.unsynced.swap(false, Ordering::SeqCst) {
+        let _one = self.syncing.lock();
+        if let Some(m) = &*self.lost.lock() {
+            return Err(Error::io(m.clone()));
+        }
+        // The commits that returned before this call; later ones wait
+        // for the next sync.
+        let taken: Vec<(Ident, u64)> = {
+            let mut l = self.lazy.lock();
+            let t = l.iter_mut().filter(|x| x.done > 0).map(|x| (x.ident.clone(), std::mem::take(&mut x.done))).collect();
+            l.retain(|x| x.inflight > 0 || x.done > 0);
+            t
+        };
+        if taken.is_empty() {
             return Ok(());
         }
         let session = self.session.load(Ordering::SeqCst) as i64;
         let r = self.run("making metadata changes durable", |c| {
-            let r = (|| -> std::result::Result<(), pg::Error> {
+            let r = (|| -> std::result::Result<Ident, pg::Error> {
                 let mut t = c.client.transaction()?;
-                // Whatever the server's default is.
-                t.batch_execute("SET LOCAL synchronous_commit = on")?;
+                // Whatever the server's default is. The history is read
+                // in the barrier itself, not taken from the connection's
+                // setup: a pooler (PgBouncer) in between keeps a client
+                // connection across a crash of the server behind it.
+                let ident = ident_of(&t.simple_query(&format!("SET LOCAL synchronous_commit = on; {IDENT_SQL}"))?);
                 // The session's own row (no machine contends for it); the
                 // transaction must write something, or its commit is not
                 // flushed.
@@ -2186,26 +2537,51 @@ impl MetaStore for PgMeta {
                 if n == 0 {
                     t.execute("INSERT INTO info(key, value) VALUES ('sync_barrier', 1) ON CONFLICT (key) DO UPDATE SET value = info.value + 1", &[])?;
                 }
-                t.commit()
+                t.commit()?;
+                Ok(ident)
             })();
             match r {
-                Ok(()) => Step::Done(Ok(())),
+                Ok(ident) => Step::Done(Ok(ident)),
                 Err(e) => Step::Failed(e),
             }
         });
-        if r.is_err() {
-            self.unsynced.store(true, Ordering::SeqCst);
+        let now = match r {
+            Ok(now) => now,
+            Err(e) => {
+                // Still to prove.
+                let mut l = self.lazy.lock();
+                for (ident, n) in taken {
+                    match l.iter_mut().find(|x| x.ident == ident) {
+                        Some(x) => x.done += n,
+                        None => l.push(Lazy { ident, inflight: 0, done: n }),
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let gone: Vec<String> = taken.iter().filter(|(i, _)| *i != now).map(|(i, n)| format!("{n} on {i}")).collect();
+        if gone.is_empty() {
+            return Ok(());
         }
-        r
+        let msg = format!(
+            "PostgreSQL metadata store: metadata commits made without waiting for the WAL flush ({}) cannot be proven durable: \
+             the server's history changed before they were flushed (a crash or a failover; now {now}), so they may be lost. \
+             This mount keeps its write-back journal and refuses every later change and sync; unmount and mount again to replay it",
+            gone.join(", ")
+        );
+        tracing::error!("{msg}");
+        *self.lost.lock() = Some(msg.clone());
+        Err(Error::io(msg))
     }
     fn is_durable(&self) -> bool {
-        !self.unsynced.load(Ordering::SeqCst)
+        self.lost.lock().is_none() && self.lazy.lock().is_empty()
     }
     /// Drops every connection (an open transaction dies with it, as with a
     /// `kill -9`) and refuses every later call.
     fn abandon(&self) {
         self.abandoned.store(true, Ordering::SeqCst);
-        self.pool.lock().clear();
+        let old = std::mem::take(&mut *self.pool.lock());
+        drop(old);
     }
     fn checkpoint(&self) -> Result<()> {
         self.check_alive()
@@ -2240,6 +2616,13 @@ impl MetaStore for PgMeta {
                 ErrorKind::SessionLost,
                 format!("metadata session {id} expired (on the database's clock) or was removed before it was renewed: this mount must stop writing; remount"),
             ));
+        }
+        // Lazy commits of a mount that went quiet are proven now, not at
+        // the next fsync: a crash of the server later cannot make them
+        // suspect (docs/shared-volume.md, "Durability across a database
+        // crash"). A failure is the next sync's to report.
+        if !self.lazy.lock().is_empty() {
+            let _ = self.sync();
         }
         Ok(())
     }
@@ -2281,6 +2664,7 @@ impl MetaStore for PgMeta {
     /// Holes: the seqs missing in the `CURSOR_WINDOW` below the newest
     /// (above the highest trimmed), asked in the same statement.
     fn change_cursor(&self) -> Result<ChangeCursor> {
+        let history = self.history.load(Ordering::SeqCst);
         let (top, holes) = self.stmt("reading the change log", |c| {
             c.query_one(
                 "WITH m AS (SELECT COALESCE((SELECT MAX(seq) FROM changes), 0) AS top),
@@ -2293,7 +2677,7 @@ impl MetaStore for PgMeta {
             .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<i64>>(1)))
         })?;
         let now = Instant::now();
-        Ok(ChangeCursor { after: top, holes: holes.into_iter().map(|s| (s as u64, now)).collect(), hole_bound: self.hole_bound(), trimmed: 0 })
+        Ok(ChangeCursor { after: top, holes: holes.into_iter().map(|s| (s as u64, now)).collect(), hole_bound: self.hole_bound(), trimmed: 0, history })
     }
     fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>> {
         self.read_changes_from(cursor, limit, true)
@@ -2307,20 +2691,33 @@ impl MetaStore for PgMeta {
     }
     /// Keeps the newest row whatever its age, so `last_change_seq` never
     /// goes back; records the highest seq removed in `info` in the same
-    /// statement (`changes_trimmed_through`).
+    /// statement (`changes_trimmed_through`). In batches of
+    /// [`TRIM_BATCH`] rows, oldest seq first (the primary key's order;
+    /// seqs are taken in time order), each its own statement and
+    /// transaction: a log of millions of rows is trimmed in steps that
+    /// each end well within the statement timeout and hold few locks.
     fn trim_changes(&self, older_than: Duration) -> Result<u64> {
-        self.stmt("trimming the change log", |c| {
-            c.query_one(
-                "WITH d AS (DELETE FROM changes WHERE at < clock_timestamp() - $1::bigint * interval '1 microsecond'
-                            AND seq < (SELECT MAX(seq) FROM changes) RETURNING seq),
-                      m AS (SELECT COUNT(*) AS n, MAX(seq) AS top FROM d),
-                      u AS (INSERT INTO info(key, value) SELECT $2, top FROM m WHERE top IS NOT NULL
-                            ON CONFLICT (key) DO UPDATE SET value = GREATEST(info.value, excluded.value))
-                 SELECT n FROM m",
-                &[&micros(older_than), &TRIMMED_KEY],
-            )
-            .map(|r| r.get::<_, i64>(0) as u64)
-        })
+        let mut total = 0u64;
+        loop {
+            let (n, looked) = self.stmt("trimming the change log", |c| {
+                c.query_one(
+                    "WITH b AS (SELECT seq, at FROM changes WHERE seq < (SELECT MAX(seq) FROM changes) ORDER BY seq LIMIT $3),
+                          d AS (DELETE FROM changes WHERE seq IN (SELECT seq FROM b WHERE at < clock_timestamp() - $1::bigint * interval '1 microsecond')
+                                RETURNING seq),
+                          m AS (SELECT COUNT(*) AS n, MAX(seq) AS top FROM d),
+                          u AS (INSERT INTO info(key, value) SELECT $2, top FROM m WHERE top IS NOT NULL
+                                ON CONFLICT (key) DO UPDATE SET value = GREATEST(info.value, excluded.value))
+                     SELECT n, (SELECT COUNT(*) FROM b) FROM m",
+                    &[&micros(older_than), &TRIMMED_KEY, &TRIM_BATCH],
+                )
+                .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1)))
+            })?;
+            total += n;
+            // A young row in the batch, or the log's end: done.
+            if (n as i64) < looked || looked < TRIM_BATCH {
+                return Ok(total);
+            }
+        }
     }
     fn changes_trimmed_through(&self) -> Result<u64> {
         self.stmt("reading the change log", |c| {
@@ -2478,6 +2875,16 @@ impl PgMeta {
     /// `changes_since` (`holes` false: rows after `cursor.after` only) or
     /// `read_changes`.
     fn read_changes_from(&self, cur: &mut ChangeCursor, limit: usize, holes: bool) -> Result<Vec<Change>> {
+        let history = self.history.load(Ordering::SeqCst);
+        if holes && cur.history != history {
+            // Another server history: its seqs say nothing about the old
+            // one's. From its newest row on; the caller sees `history`
+            // changed and drops what it cached.
+            let top = self.last_change_seq()?;
+            tracing::warn!(was = cur.after, now = top, "PostgreSQL metadata store: change cursor reset after the server's history changed");
+            *cur = ChangeCursor { after: top, hole_bound: self.hole_bound(), history, ..Default::default() };
+            return Ok(Vec::new());
+        }
         let started = Instant::now();
         let asked: Vec<i64> = if holes { cur.holes.keys().map(|&s| s as i64).collect() } else { Vec::new() };
         // The trim mark rides along (one row with a NULL seq when there

@@ -922,3 +922,265 @@ fn one_writer_at_a_time_across_stores(pg: &PgServer) {
     });
     assert_eq!(grants.load(Ordering::SeqCst), 30);
 }
+
+/// A server whose WAL writer runs every 10 s (its maximum): a commit made
+/// with `synchronous_commit = off` stays in the server's memory until a
+/// WAL flush, so an immediate stop (SIGQUIT, as `pg_ctl stop -m
+/// immediate`, a power cut or an OOM kill) loses it.
+fn lazy_server() -> PgServer {
+    let pg = PgServer::start_with(&["wal_writer_delay=10000"]).unwrap_or_else(|e| panic!("starting a PostgreSQL server for the tests: {e}"));
+    pg.create_database("cairn").unwrap();
+    pg
+}
+
+fn exists(s: &PgMeta, name: &[u8]) -> bool {
+    s.read_with(|r| r.lookup(ROOT_INO, name)).unwrap().is_some()
+}
+
+/// `sync` promises that every write returned before it is durable: a
+/// lazy commit the server lost in a crash (immediate stop, then crash
+/// recovery) must make `sync` fail, not be covered by a barrier on the
+/// restarted server. Every later sync fails too (the engine keeps its
+/// journal for the next mount). A clean restart (whose shutdown flushes
+/// the WAL) is no such loss: sync after it succeeds.
+#[test]
+fn a_lazy_commit_lost_in_a_crash_fails_sync() {
+    let mut pg = lazy_server();
+    let url = fresh(&pg, "lazylost");
+    let s = open(&url, "lazylost");
+    s.open_session(&conformance::who("/lazy"), Duration::from_secs(600)).unwrap();
+    create(&s, ROOT_INO, b"synced").unwrap();
+    s.sync().unwrap();
+    create(&s, ROOT_INO, b"lazy").unwrap();
+    pg.stop_immediate();
+    pg.start_again().unwrap();
+    let r = s.sync();
+    let check = open(&url, "lazylost");
+    assert!(exists(&check, b"synced"), "a change sync made durable was lost");
+    let there = exists(&check, b"lazy");
+    assert!(r.is_err() || there, "sync answered Ok after a crash that lost the lazy commit it covers");
+    assert!(!there, "the lazy commit survived the immediate stop, so this test tested nothing (was the WAL writer delay not 10 s?)");
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(e.to_string().contains("cannot be proven durable"), "{e}");
+    assert!(!s.is_durable());
+    let e = s.sync().expect_err("a second sync after the loss succeeded");
+    assert!(e.to_string().contains("remount") || e.to_string().contains("mount again"), "{e}");
+
+    // A clean restart in the same place: the shutdown checkpoint flushed
+    // every commit, the history is the same, sync succeeds.
+    let s = open(&url, "lazylost");
+    create(&s, ROOT_INO, b"clean").unwrap();
+    pg.stop().unwrap();
+    pg.start_again().unwrap();
+    s.sync().unwrap_or_else(|e| panic!("sync after a clean restart of the server: {e}"));
+    assert!(exists(&s, b"clean"));
+    assert!(s.is_durable());
+}
+
+/// A failover to a server with another history (a standby that had not
+/// received the last WAL, promoted: a new timeline): a lazy commit made
+/// on the old primary fails `sync` (machine 1); the id block a machine
+/// reserved there is dropped and the sequence set past it (the new
+/// primary would hand it out again, here to a third machine), so the
+/// machines' new inodes never collide; and a change cursor of the old
+/// history is reset (`ChangeCursor::history`).
+#[test]
+fn a_failover_to_another_history_is_noticed() {
+    let mut pg = lazy_server();
+    let url = fresh(&pg, "failover");
+    pg.stop().unwrap();
+    pg.copy_for_standby().unwrap();
+    pg.start_again().unwrap();
+    let s = open(&url, "failover");
+    let lazy = open(&url, "failover");
+    let mut cursor = s.change_cursor().unwrap();
+    let old = create(&s, ROOT_INO, b"old-primary").unwrap();
+    s.sync().unwrap();
+    create(&lazy, ROOT_INO, b"lazy").unwrap();
+    pg.stop_immediate();
+    pg.fail_over_to_copy().unwrap();
+    let r = lazy.sync();
+    let s2 = open(&url, "failover");
+    assert!(!exists(&s2, b"old-primary") && !exists(&s2, b"lazy"), "the copy has the old primary's last commits: this test tested nothing");
+    assert!(r.is_err(), "sync answered Ok for a commit the failover lost");
+    // The third machine reserves its block on the new primary first.
+    let mut inos = std::collections::BTreeSet::new();
+    for i in 0..5 {
+        let ino = create(&s2, ROOT_INO, format!("m2-{i}").as_bytes()).unwrap_or_else(|e| panic!("machine 2 create {i}: {e}"));
+        assert!(inos.insert(ino), "inode {ino} handed out twice");
+    }
+    for i in 0..5 {
+        let ino = create(&s, ROOT_INO, format!("m1-{i}").as_bytes()).unwrap_or_else(|e| panic!("machine 1 create {i} after the failover: {e}"));
+        assert!(inos.insert(ino), "inode {ino} handed out to two machines (machine 1 kept its block of the old primary, whose inode {old} it had taken)");
+    }
+    let before = cursor.history;
+    let rows = s.read_changes(&mut cursor, 100).unwrap();
+    assert!(rows.is_empty() && cursor.history != before, "a cursor of the old history was not reset: {rows:?}");
+    assert_eq!(cursor.after, s.last_change_seq().unwrap());
+    // The lazy machine refuses changes until it is mounted again.
+    let e = create(&lazy, ROOT_INO, b"after").expect_err("a store that lost commits took a change");
+    assert!(e.to_string().contains("mount again"), "{e}");
+}
+
+/// A machine that froze holding a directory's row lock (its transaction
+/// open, nothing sent): another machine's create in that directory
+/// answers within its deadline (here an error, `lock_timeout`), never
+/// hangs; once the lock goes, creates work again.
+#[test]
+fn a_frozen_machines_row_lock_bounds_a_create() {
+    let pg = server();
+    let url = fresh(&pg, "frozen");
+    let s = Arc::new(PgMeta::open_with(&url, "frozen", codec(), PgOptions { timeout: Duration::from_secs(2), ..Default::default() }).unwrap());
+    let mut frozen = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    frozen.batch_execute("BEGIN; SELECT ino FROM cairn_frozen.inodes WHERE ino = 1 FOR UPDATE").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let r = s.write_locking(&[ROOT_INO], &[(ROOT_INO, b"x")], false, &mut |tx| {
+                let ino = tx.alloc_ino()?;
+                tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
+                tx.insert_dentry(ROOT_INO, b"x", ino, FileKind::File)?;
+                tx.touch_dir(ROOT_INO, Timestamp(2), 0)
+            });
+            let _ = tx.send((r, start.elapsed()));
+        })
+    };
+    // Generous: the bound is the 2 s deadline (one lock wait of it).
+    let (r, took) = rx.recv_timeout(Duration::from_secs(60)).expect("a create behind a frozen machine's row lock hung for 60 s (deadline 2 s)");
+    t.join().unwrap();
+    let e = r.expect_err("a create behind a held row lock succeeded");
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(e.to_string().contains("55P03") || e.to_string().contains("57014"), "the error names the lock timeout: {e}");
+    eprintln!("create behind a frozen lock answered after {took:?}: {e}");
+    drop(frozen);
+    create(&s, ROOT_INO, b"after").unwrap();
+}
+
+/// `trim_changes` on a log of 10^6 old rows (two rows per create or
+/// unlink: half a million operations) with a 3 s deadline, which also
+/// bounds each statement (`statement_timeout`): it trims in batches, each
+/// well within it, keeps the young rows and the newest, and records the
+/// highest seq it removed.
+#[test]
+fn a_change_log_of_a_million_rows_is_trimmed() {
+    let pg = server();
+    let url = fresh(&pg, "trim");
+    pg.psql(
+        "cairn",
+        "INSERT INTO cairn_trim.changes(kind, ino, at) SELECT 1, g, clock_timestamp() - interval '2 hours' FROM generate_series(1, 1000000) g;
+         INSERT INTO cairn_trim.changes(kind, ino) SELECT 1, g FROM generate_series(1, 5) g",
+    )
+    .unwrap();
+    let s = Arc::new(PgMeta::open_with(&url, "trim", codec(), PgOptions { timeout: Duration::from_secs(3), ..Default::default() }).unwrap());
+    let top = s.last_change_seq().unwrap();
+    let t = Instant::now();
+    let n = s.trim_changes(Duration::from_secs(3600)).unwrap_or_else(|e| panic!("trimming 10^6 rows: {e}"));
+    eprintln!("trimmed {n} change rows in {:?}", t.elapsed());
+    assert_eq!(n, 1_000_000);
+    assert_eq!(pg.psql("cairn", "SELECT count(*) FROM cairn_trim.changes").unwrap(), "5");
+    assert_eq!(s.changes_trimmed_through().unwrap(), top - 5);
+    assert_eq!(s.last_change_seq().unwrap(), top);
+    assert_eq!(s.trim_changes(Duration::from_secs(3600)).unwrap(), 0);
+}
+
+/// Not a check: what the change notices cost at 4 mounts. `pg_notify`
+/// takes a lock at commit that is one for the whole cluster (PostgreSQL's
+/// `PreCommit_Notify` locks database object 0 until the commit is
+/// done), so notifying commits queue one at a time there. 4 stores, 2
+/// threads each, creating in directories of their own, with and without
+/// notices. `cargo test --release -p cairn-meta --test postgres
+/// notify_cost -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn notify_cost_at_four_mounts() {
+    // WAL flushes that reach the disk, as in production.
+    let pg = PgServer::start_with(&["fsync=on"]).unwrap();
+    pg.create_database("cairn").unwrap();
+    for (round, notify) in [(0, true), (1, false), (2, true), (3, false)] {
+        for sync_commit in [false, true] {
+            let id = format!("notify{round}{}", sync_commit as u8);
+            let url = fresh(&pg, &id);
+            let stores: Vec<Arc<PgMeta>> = (0..4).map(|_| Arc::new(PgMeta::open_with(&url, &id, codec(), PgOptions { notify, sync_commit, ..Default::default() }).unwrap())).collect();
+            let dirs: Vec<Ino> = (0..8).map(|i| create_dir(&stores[0], format!("d{i}").as_bytes())).collect();
+            let n = 400;
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                for (k, st) in stores.iter().enumerate() {
+                    for th in 0..2 {
+                        let dir = dirs[k * 2 + th];
+                        s.spawn(move || {
+                            for i in 0..n {
+                                let name = format!("f{i}");
+                                st.write_locking(&[dir], &[(dir, name.as_bytes())], false, &mut |tx| {
+                                    let ino = tx.alloc_ino()?;
+                                    tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
+                                    tx.insert_dentry(dir, name.as_bytes(), ino, FileKind::File)?;
+                                    tx.touch_dir(dir, Timestamp(i), 0)
+                                })
+                                .unwrap();
+                            }
+                        });
+                    }
+                }
+            });
+            let rate = (8 * n) as f64 / t.elapsed().as_secs_f64();
+            eprintln!("4 stores x 2 threads, {} creates, notify {notify}, sync_commit {sync_commit}: {rate:.0} creates/s", 8 * n);
+        }
+    }
+}
+
+fn create_dir(s: &PgMeta, name: &[u8]) -> Ino {
+    s.write_with(|tx| -> Result<Ino> {
+        let ino = tx.alloc_ino()?;
+        tx.insert_inode(&attr(ino, FileKind::Dir), Some(ROOT_INO), None, 0)?;
+        tx.insert_dentry(ROOT_INO, name, ino, FileKind::Dir)?;
+        Ok(ino)
+    })
+    .unwrap()
+}
+
+/// Not a check: N small files made durable one by one, as an application
+/// that writes each with an fsync: per file a create, a content update
+/// (the flush's commit) and `sync` (the fsync), lazy commits proven by
+/// the barrier (the default) against every commit waiting for its WAL
+/// flush (`sync_commit`), on 1 and 4 threads, with the WAL on this
+/// machine's disk (`fsync=on`). `cargo test --release -p cairn-meta
+/// --test postgres fsynced_small_files -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn fsynced_small_files_lazy_or_synchronous() {
+    let pg = PgServer::start_with(&["fsync=on"]).unwrap();
+    pg.create_database("cairn").unwrap();
+    let n = 300;
+    for round in 0..2 {
+        for threads in [1usize, 4] {
+            for sync_commit in [false, true] {
+                let id = format!("fs{round}{threads}{}", sync_commit as u8);
+                let url = fresh(&pg, &id);
+                let stores: Vec<Arc<PgMeta>> = (0..threads).map(|_| Arc::new(PgMeta::open_with(&url, &id, codec(), PgOptions { sync_commit, ..Default::default() }).unwrap())).collect();
+                let t = Instant::now();
+                std::thread::scope(|sc| {
+                    for (k, st) in stores.iter().enumerate() {
+                        sc.spawn(move || {
+                            for i in 0..n / threads {
+                                let ino = create(st, ROOT_INO, format!("t{k}-{i}").as_bytes()).unwrap();
+                                st.write_with(|tx| tx.update_content(ino, 4096, 4096, Timestamp(2), Timestamp(2), 1)).unwrap();
+                                st.sync().unwrap();
+                            }
+                        });
+                    }
+                });
+                let took = t.elapsed();
+                eprintln!(
+                    "{n} fsync'd small files, {threads} thread(s), {}: {:.2} ms per file, {:.0} files/s",
+                    if sync_commit { "synchronous commits" } else { "lazy commits + proven barrier" },
+                    took.as_secs_f64() * 1000.0 / n as f64,
+                    n as f64 / took.as_secs_f64()
+                );
+            }
+        }
+    }
+}

@@ -80,6 +80,8 @@ pub struct PgServer {
     /// The postmaster's PID while it runs: the spawner's child, reaped
     /// only when `end` asks, so the PID cannot be reused before.
     postmaster: Option<i32>,
+    /// More server settings (`-c name=value` each), from `start_with`.
+    settings: Vec<String>,
 }
 
 /// What a missing server installation says, for the test to fail with.
@@ -116,6 +118,12 @@ fn free_port() -> u16 {
 impl PgServer {
     /// Makes a cluster and starts it. The error says what is missing.
     pub fn start() -> Result<PgServer, String> {
+        PgServer::start_with(&[])
+    }
+
+    /// [`start`](Self::start) with more server settings (`name=value`,
+    /// each passed as `-c name=value`), kept for every later start.
+    pub fn start_with(settings: &[&str]) -> Result<PgServer, String> {
         static N: AtomicU32 = AtomicU32::new(0);
         let bin = bin_dir()?;
         let root = std::env::temp_dir().join(format!("cairn-pg-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
@@ -127,7 +135,7 @@ impl PgServer {
                 return Err(format!("chown postgres {} failed (is there a postgres user? apt-get install -y postgresql)", root.display()));
             }
         }
-        let mut s = PgServer { root, bin, port: free_port(), spawner: None, postmaster: None };
+        let mut s = PgServer { root, bin, port: free_port(), spawner: None, postmaster: None, settings: settings.iter().map(|x| x.to_string()).collect() };
         // --no-sync: a test cluster need not survive a power cut of the
         // machine, and initdb's fsyncs cost seconds.
         s.run_server_cmd("initdb", &["-D", &s.data().to_string_lossy(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"])?;
@@ -174,6 +182,9 @@ impl PgServer {
             c.arg("-c").arg(format!("unix_socket_directories={}", self.root.join("sock").display()));
             // A test cluster need not survive a power cut of the machine.
             c.args(["-c", "fsync=off", "-c", "max_connections=200"]);
+            for set in &self.settings {
+                c.arg("-c").arg(set);
+            }
             let psql = if self.bin.join("psql").exists() { self.bin.join("psql") } else { PathBuf::from("psql") };
             c.env("PSQL", psql).env("PGPORT", self.port.to_string());
             // The scratch directory is the working directory (server.log).
@@ -239,6 +250,54 @@ impl PgServer {
     /// recovers from the WAL.
     pub fn kill(&mut self) {
         let _ = self.end(libc::SIGKILL);
+    }
+
+    /// Stops the server as `pg_ctl stop -m immediate` does (SIGQUIT): every
+    /// process exits at once, nothing is flushed or checkpointed, and the
+    /// next start runs crash recovery. Commits whose WAL was not yet
+    /// written out (`synchronous_commit = off`) are lost, as in a power
+    /// cut or an OOM kill of the server.
+    pub fn stop_immediate(&mut self) {
+        let _ = self.end(libc::SIGQUIT);
+    }
+
+    /// Copies the stopped cluster aside (`data-standby`): the state a
+    /// standby would have if it stopped replicating now.
+    pub fn copy_for_standby(&self) -> Result<(), String> {
+        if self.postmaster.is_some() {
+            return Err("copy_for_standby: the server is running".into());
+        }
+        let to = self.root.join("data-standby");
+        let _ = std::fs::remove_dir_all(&to);
+        let st = Command::new("cp").arg("-a").arg(self.data()).arg(&to).status().map_err(|e| format!("cp: {e}"))?;
+        if !st.success() {
+            return Err(format!("cp -a {} {} failed", self.data().display(), to.display()));
+        }
+        Ok(())
+    }
+
+    /// A failover to that copy: the stopped cluster is set aside, the copy
+    /// starts on the same port as a standby and is promoted (a new
+    /// timeline, as when Patroni promotes a replica that had not received
+    /// the primary's last WAL). Waits until it accepts writes.
+    pub fn fail_over_to_copy(&mut self) -> Result<(), String> {
+        if self.postmaster.is_some() {
+            return Err("fail_over_to_copy: the server is running".into());
+        }
+        let old = self.root.join("data-old");
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(self.data(), &old).map_err(|e| format!("moving the cluster aside: {e}"))?;
+        std::fs::rename(self.root.join("data-standby"), self.data()).map_err(|e| format!("moving the copy in: {e}"))?;
+        std::fs::write(self.data().join("standby.signal"), b"").map_err(|e| format!("standby.signal: {e}"))?;
+        if am_root() {
+            let _ = Command::new("chown").args(["postgres:postgres"]).arg(self.data().join("standby.signal")).status();
+        }
+        self.start_again()?;
+        let r = self.psql("postgres", "SELECT pg_promote(true, 60)")?;
+        if r != "t" {
+            return Err(format!("pg_promote answered {r:?}"));
+        }
+        Ok(())
     }
 
     /// Sends `sig` (none if 0) to the postmaster and waits for its exit.

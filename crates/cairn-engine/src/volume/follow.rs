@@ -163,7 +163,9 @@ impl Volume {
         // A trim keeps the newest row, so a cursor it overtook always finds
         // rows, and the mark read with them (`cursor.trimmed`) is the one
         // of their snapshot.
-        if cursor.after > start && cursor.trimmed > start {
+        // So does a store that found another server history (a crash or a
+        // failover): the old log's seqs say nothing about the new one's.
+        if (cursor.after > start && cursor.trimmed > start) || cursor.history != s.cursor.history {
             batch.all = true;
             batch.inodes.insert(crate::types::ROOT_INO);
             let all: Vec<Ino> = self.files.iter().map(|e| *e.key()).collect();
