@@ -55,11 +55,55 @@ pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
         skipped.push("open files");
     }
     file_locks(&*make(true));
+    if !content_versions(&*make(true)) {
+        eprintln!("conformance: skipped \"content versions\": this store keeps none (one process writes it)");
+        skipped.push("content versions");
+    }
     if !journal_marks(make) {
         eprintln!("conformance: skipped \"two journals\": this store keeps one journal per volume (set_journal answered false)");
         skipped.push("two journals");
     }
     skipped
+}
+
+/// Content versions (`InodeRow::cver`, docs/shared-volume.md §3): a new
+/// inode is at 0; every `update_content` raises it by exactly 1, and only
+/// a committed one; attribute and name changes leave it. Returns false
+/// (having checked that it stays 0) if the store keeps none.
+fn content_versions(s: &dyn MetaStore) -> bool {
+    let x = mk(s, ROOT_INO, b"cv", FileKind::File);
+    let cver = || s.read_with(|r| r.get_inode(x)).unwrap().unwrap().cver;
+    assert_eq!(cver(), 0, "a new inode's content version");
+    s.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 1)).unwrap();
+    if !s.keeps_content_versions() {
+        assert_eq!(cver(), 0, "a store that keeps no content versions reports one");
+        return false;
+    }
+    assert_eq!(cver(), 1, "update_content did not raise the content version by 1");
+    s.write_with(|tx| {
+        tx.update_content(x, 20, 0, Timestamp(6), Timestamp(6), 2)?;
+        assert_eq!(tx.get_inode(x)?.unwrap().cver, 2, "the transaction does not see its own raise");
+        Err::<(), _>(Error::new(ErrorKind::Raced, "rolled back on purpose"))
+    })
+    .unwrap_err();
+    assert_eq!(cver(), 1, "a rolled-back update_content raised the content version");
+    let mut a = s.read_with(|r| r.get_inode(x)).unwrap().unwrap().attr;
+    a.perm = 0o600;
+    s.write_with(|tx| {
+        tx.update_attr(&a)?;
+        tx.set_nlink(x, 1, Timestamp(9))?;
+        tx.touch_dir(ROOT_INO, Timestamp(9), 0)
+    })
+    .unwrap();
+    assert_eq!(cver(), 1, "an attribute change raised the content version");
+    s.write_with(|tx| {
+        tx.update_content(x, 30, 0, Timestamp(7), Timestamp(7), 3)?;
+        tx.update_content(x, 40, 0, Timestamp(8), Timestamp(8), 4)
+    })
+    .unwrap();
+    assert_eq!(cver(), 3, "two update_content in one transaction raise it twice");
+    assert_eq!(s.read_with(|r| r.all_inodes()).unwrap().iter().find(|r| r.attr.ino == x).unwrap().cver, 3, "all_inodes reads it too");
+    true
 }
 
 /// Journal positions (`docs/metadata-store.md` "Journal marks"): `jseq`

@@ -73,6 +73,14 @@ pub struct InodeRow {
     pub jseq: u64,
     /// `FLAG_*` bits.
     pub flags: i64,
+    /// The file's content version: raised by every `update_content` of it
+    /// (a flush's or an edit's commit) in a store that keeps it
+    /// ([`MetaStore::keeps_content_versions`]: one that many machines
+    /// share); always 0 elsewhere. A writer that loaded a file's extent
+    /// map at version `v` commits against that map only while the row
+    /// still says `v` (docs/shared-volume.md §3 "Two writers of one
+    /// file").
+    pub cver: u64,
 }
 
 impl InodeRow {
@@ -446,7 +454,8 @@ pub trait MetaTx: MetaRead {
     /// Records a flushed file's size, allocation and journal position
     /// (which only grows): the position is this store's journal's mark
     /// where marks are kept per journal, changed in the same transaction;
-    /// other journals' marks stay as they are.
+    /// other journals' marks stay as they are. Raises the inode's content
+    /// version by exactly 1 where the store keeps it (`InodeRow::cver`).
     fn update_content(&self, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()>;
     fn set_nlink(&self, ino: Ino, nlink: u32, ctime: Timestamp) -> Result<()>;
     /// Sets the link count alone (fsck-style repairs, tree copies).
@@ -636,6 +645,14 @@ pub trait MetaStore: Send + Sync {
     /// process's own store (SQLite) does not need to, since that process
     /// knows its open files.
     fn keeps_open_files(&self) -> bool {
+        false
+    }
+    /// Whether the store keeps a content version per inode
+    /// ([`InodeRow::cver`], raised by every `update_content`): one that
+    /// many machines share does, so that a writer can tell that another
+    /// machine committed a file since it loaded its extent map. One
+    /// process's store (SQLite) does not: nobody else commits.
+    fn keeps_content_versions(&self) -> bool {
         false
     }
     /// The volume's maintenance lock, if nobody (no process, no machine)

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema version of a volume's PostgreSQL schema (`info.schema`).
-pub const PG_SCHEMA_VERSION: i64 = 5;
+pub const PG_SCHEMA_VERSION: i64 = 6;
 
 /// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
 pub const ID_BLOCK: u64 = 1024;
@@ -99,6 +99,7 @@ CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
 {V3_DDL}
 {V4_DDL}
 {V5_DDL}
+{V6_DDL}
 INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});"
     )
 }
@@ -145,6 +146,13 @@ CREATE INDEX IF NOT EXISTS locks_session ON locks(session);";
 /// (`docs/shared-volume.md` §7). Chunks at zero from before it read NULL
 /// and count as dead since long ago. Run as is on an older schema at open.
 const V5_DDL: &str = "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS zero_since BIGINT;";
+
+/// What schema version 6 added: each inode's content version (`cver`,
+/// raised by every `update_content`), which a flush or an edit compares
+/// with the version its extent map was loaded at, so that no machine
+/// commits over a map another machine replaced (`docs/shared-volume.md`
+/// §3). Existing rows start at 0. Run as is on an older schema at open.
+const V6_DDL: &str = "ALTER TABLE inodes ADD COLUMN IF NOT EXISTS cver BIGINT NOT NULL DEFAULT 0;";
 
 /// The server's clock in whole seconds, as `clock_secs` reads it; inside a
 /// statement, the time its transaction started. A macro so that the
@@ -439,14 +447,16 @@ impl PgMeta {
             Some(PG_SCHEMA_VERSION) => {}
             // Adds sessions and the change log (from 1), journal marks
             // (from 1 or 2), the open-file registry and locks (from 1 to
-            // 3), the chunks' zero dates (from 1 to 4); the table lock makes a second machine upgrading at once
-            // wait, then find them.
-            Some(1..=4) => c
+            // 3), the chunks' zero dates (from 1 to 4), the content
+            // versions (from 1 to 5); the table lock makes a second
+            // machine upgrading at once wait, then find them.
+            Some(1..=5) => c
                 .batch_execute(&format!(
                     "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
                      {V3_DDL}
                      {V4_DDL}
                      {V5_DDL}
+                     {V6_DDL}
                      UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;"
                 ))
                 .map_err(|e| pg_err(&format!("upgrading schema {schema} to version {PG_SCHEMA_VERSION}"), &e))?,
@@ -1139,7 +1149,9 @@ const DEAD_BYTES_SQL: &str = "UPDATE packs SET dead_bytes = dead_bytes + $2::big
 
 /// An inode row with this store's journal's mark as `jseq` (`$J` is
 /// replaced by the parameter number of the journal id; no mark reads 0).
-const INODE_COLS: &str = "i.ino, i.kind, i.perm, i.nlink, i.uid, i.gid, i.rdev, i.size, i.data_bytes, i.atime, i.mtime, i.ctime, i.btime, i.parent, i.target, COALESCE(m.seq, 0), i.flags";
+const INODE_COLS: &str = "i.ino, i.kind, i.perm, i.nlink, i.uid, i.gid, i.rdev, i.size, i.data_bytes, i.atime, i.mtime, i.ctime, i.btime, i.parent, i.target, COALESCE(m.seq, 0), i.flags, i.cver";
+/// How many columns `INODE_COLS` has.
+const INODE_NCOLS: usize = 18;
 const INODE_FROM: &str = "inodes i LEFT JOIN journal_marks m ON m.journal = $J AND m.ino = i.ino";
 const CHUNK_COLS: &str = "id, hash, pack, \"offset\", stored_len, raw_len, flags, refs, zero_since";
 
@@ -1204,6 +1216,7 @@ fn row_to_inode_at(r: &impl Cols, b: usize) -> Result<InodeRow> {
         target: r.opt_bytes(b + 14)?,
         jseq: r.int(b + 15)? as u64,
         flags: r.int(b + 16)?,
+        cver: r.int(b + 17)? as u64,
     };
     if row.attr.kind == FileKind::Dir {
         row.attr.size = 4096;
@@ -1275,8 +1288,8 @@ impl MetaRead for PgTx<'_> {
              WHERE p.ino = $1"
         );
         let Some(r) = self.opt(&sql, &[&(parent as i64), &self.journal(), &name])? else { return Ok((None, None)) };
-        let child = match col::<Option<i64>>(&r, 17)? {
-            Some(_) => Some(row_to_inode_at(&r, 17)?),
+        let child = match col::<Option<i64>>(&r, INODE_NCOLS)? {
+            Some(_) => Some(row_to_inode_at(&r, INODE_NCOLS)?),
             None => None,
         };
         Ok((Some(row_to_inode(&r)?), child))
@@ -1618,7 +1631,7 @@ impl MetaTx for PgTx<'_> {
         // inode (raised, never lowered; none for a missing inode, position
         // 0 or no journal set). Other journals' marks stay.
         self.exec(
-            "WITH u AS (UPDATE inodes SET size = $2, data_bytes = $3, mtime = $4, ctime = $5 WHERE ino = $1 RETURNING ino)
+            "WITH u AS (UPDATE inodes SET size = $2, data_bytes = $3, mtime = $4, ctime = $5, cver = cver + 1 WHERE ino = $1 RETURNING ino)
              INSERT INTO journal_marks(journal, ino, seq) SELECT $7::bigint, ino, $6::bigint FROM u WHERE $6::bigint > 0 AND $7::bigint <> 0
              ON CONFLICT (journal, ino) DO UPDATE SET seq = GREATEST(journal_marks.seq, excluded.seq)",
             &[&(ino as i64), &(size as i64), &(data_bytes as i64), &mtime.0, &ctime.0, &(jseq.min(i64::MAX as u64) as i64), &self.journal()],
@@ -2260,6 +2273,9 @@ impl MetaStore for PgMeta {
         Ok(self.stmt("removing a session", |c| c.execute(SESSION_DELETE, &[&(id as i64)]))? > 0)
     }
     fn keeps_open_files(&self) -> bool {
+        true
+    }
+    fn keeps_content_versions(&self) -> bool {
         true
     }
     /// `pg_try_advisory_lock` on a connection of its own, keyed on the
