@@ -625,7 +625,12 @@ pub trait MetaStore: Send + Sync {
 
     /// Registers a session expiring `ttl` from now (store clock) and
     /// returns its id, never handed out before. Later change rows of this
-    /// store carry it.
+    /// store carry it, and in a store that fences sessions
+    /// ([`MetaStore::fences_sessions`]) every later write transaction of
+    /// this store commits only while the session's row exists: once
+    /// another machine removed it (`remove_session`), each fails with
+    /// SessionLost and changes nothing (docs/shared-volume.md §7
+    /// "Fencing").
     fn open_session(&self, who: &SessionInfo, ttl: std::time::Duration) -> Result<u64>;
     /// Sets the session's expiry to now + `ttl` (store clock). SessionLost
     /// if it is gone or already expired: it is never brought back.
@@ -654,6 +659,38 @@ pub trait MetaStore: Send + Sync {
     /// process's store (SQLite) does not: nobody else commits.
     fn keeps_content_versions(&self) -> bool {
         false
+    }
+    /// Whether writes are fenced by the session (see `open_session`) and
+    /// uploads are recorded (`begin_upload`): a store many machines share
+    /// does; one process's store (SQLite) has nobody to fence.
+    fn fences_sessions(&self) -> bool {
+        false
+    }
+    /// Records, before the upload starts, that this store's session is
+    /// uploading pack `name` (docs/shared-volume.md §7 "Uploads"): until
+    /// a transaction inserts the pack (`insert_pack` drops the record in
+    /// it) or `end_uploads` drops it, `uploads_in_flight` names it, so gc
+    /// on another machine leaves the object alone. SessionLost (nothing
+    /// recorded) if the session is gone; nothing to do without a session
+    /// or where [`MetaStore::fences_sessions`] is false.
+    fn begin_upload(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Ok(())
+    }
+    /// Drops the records of uploads whose packs will never be committed
+    /// (deleted after a rolled-back round).
+    fn end_uploads(&self, names: &[&str]) -> Result<()> {
+        let _ = names;
+        Ok(())
+    }
+    /// The packs recorded as uploading that a collector must leave alone:
+    /// those of existing sessions, and those of gone sessions recorded
+    /// less than `grace` ago (store clock); the records of the others are
+    /// deleted (their session can commit nothing any more). Empty where
+    /// uploads are not recorded.
+    fn uploads_in_flight(&self, grace: std::time::Duration) -> Result<Vec<String>> {
+        let _ = grace;
+        Ok(Vec::new())
     }
     /// The volume's maintenance lock, if nobody (no process, no machine)
     /// holds it: at most one guard per volume lives at a time.

@@ -66,7 +66,7 @@ impl Default for PgOptions {
     }
 }
 
-fn schema_ddl() -> String {
+fn schema_ddl(schema: &str) -> String {
     format!(
         "CREATE TABLE info(key TEXT PRIMARY KEY, value BIGINT NOT NULL);
 CREATE TABLE inodes(
@@ -100,7 +100,9 @@ CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
 {V4_DDL}
 {V5_DDL}
 {V6_DDL}
-INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});"
+{}
+INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});",
+        fence_ddl(schema)
     )
 }
 
@@ -152,7 +154,45 @@ const V5_DDL: &str = "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS zero_since BIG
 /// with the version its extent map was loaded at, so that no machine
 /// commits over a map another machine replaced (`docs/shared-volume.md`
 /// §3). Existing rows start at 0. Run as is on an older schema at open.
-const V6_DDL: &str = "ALTER TABLE inodes ADD COLUMN IF NOT EXISTS cver BIGINT NOT NULL DEFAULT 0;";
+///
+/// And the uploads a session has under way (`begin_upload`, §7
+/// "Uploads"): one row per pack object being uploaded, from before its PUT
+/// until the transaction that inserts its `packs` row (which deletes it),
+/// so gc on another machine never takes it for an orphan; rows of gone
+/// sessions are dropped by gc after a grace period (the server's clock).
+const V6_DDL: &str = "ALTER TABLE inodes ADD COLUMN IF NOT EXISTS cver BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS uploads(name TEXT PRIMARY KEY, session BIGINT NOT NULL, since TIMESTAMPTZ NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS uploads_session ON uploads(session);";
+
+/// SQLSTATE of a write fenced off: its session's row is gone.
+const FENCED: &str = "ZF001";
+
+/// The fence (schema 6): `fence(s)` takes session `s`'s row `FOR KEY
+/// SHARE` (a heartbeat's update does not wait for it; the cleanup's
+/// delete does, until the transaction ends) and fails with [`FENCED`]
+/// when the row is gone. Every write transaction of a store with a
+/// session calls it in its COMMIT's round trip (docs/shared-volume.md §7
+/// "Fencing"). Names qualified by the schema: it works whatever the
+/// connection's search path.
+fn fence_ddl(schema: &str) -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION {schema}.fence(s BIGINT) RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+  PERFORM 1 FROM {schema}.sessions WHERE id = s FOR KEY SHARE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'metadata session % is gone (expired and cleaned up by another machine)', s USING ERRCODE = '{FENCED}';
+  END IF;
+END $f$;"
+    )
+}
+
+/// A write of a session another machine removed.
+fn fenced(session: u64) -> Error {
+    Error::new(
+        ErrorKind::SessionLost,
+        format!("metadata session {session} is gone (its heartbeats stopped past its lifetime and another machine cleaned it up): this mount's writes are refused; remount"),
+    )
+}
 
 /// The server's clock in whole seconds, as `clock_secs` reads it; inside a
 /// statement, the time its transaction started. A macro so that the
@@ -404,7 +444,7 @@ impl PgMeta {
             "BEGIN; CREATE SCHEMA {schema}; SET LOCAL search_path TO {schema}; {}
              INSERT INTO inodes(ino, kind, perm, uid, gid, nlink, atime, mtime, ctime, btime, parent)
              VALUES(1, {}, {}, {}, {}, 2, {now}, {now}, {now}, {now}, 1); COMMIT;",
-            schema_ddl(),
+            schema_ddl(&schema),
             FileKind::Dir.code(),
             root.perm,
             root.uid,
@@ -457,7 +497,9 @@ impl PgMeta {
                      {V4_DDL}
                      {V5_DDL}
                      {V6_DDL}
-                     UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;"
+                     {}
+                     UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;",
+                    fence_ddl(&schema)
                 ))
                 .map_err(|e| pg_err(&format!("upgrading schema {schema} to version {PG_SCHEMA_VERSION}"), &e))?,
             Some(v) => {
@@ -1871,7 +1913,8 @@ impl MetaTx for PgTx<'_> {
     fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
         let now = Timestamp::now().0;
         Ok(self.int(
-            "INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark)
+            "WITH u AS (DELETE FROM uploads WHERE name = $1)
+             INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark)
              VALUES($1, $2, $3, $4::bigint, CASE WHEN $4::bigint > 0 THEN $5::bigint END, $5::bigint, $5::bigint) RETURNING id",
             &[&name, &(size as i64), &(blobs as i64), &(dead_bytes as i64), &now],
         )? as u64)
@@ -2063,15 +2106,23 @@ impl PgMeta {
                         f();
                     }
                 }
-                // The change rows ride in the COMMIT's round trip.
+                // The change rows ride in the COMMIT's round trip, after
+                // the fence: a session another machine removed commits
+                // nothing (docs/shared-volume.md §7 "Fencing").
+                let session = if write { self.session.load(Ordering::SeqCst) } else { 0 };
+                let fence = if session != 0 { format!("SELECT {}.fence({session}); ", self.schema) } else { String::new() };
                 let commit = match changes {
-                    Some(sql) => sql + "COMMIT",
-                    None => "COMMIT".to_string(),
+                    Some(sql) => fence + &sql + "COMMIT",
+                    None => fence + "COMMIT",
                 };
                 let lost = match c.client.batch_execute(&commit) {
                     Ok(()) if self.lose_commit_reply.swap(false, Ordering::SeqCst) => None,
                     Ok(()) => return Step::Done(Ok(())),
                     Err(e) if classify(&e) == Class::Reconnect && xid.is_some() => Some(e),
+                    Err(e) if e.code().is_some_and(|c| c.code() == FENCED) => {
+                        rollback(c);
+                        return Step::Done(Err(fenced(session)));
+                    }
                     Err(e) => {
                         // The change rows' statement failed before COMMIT
                         // ran: the transaction is still open, aborted.
@@ -2278,6 +2329,54 @@ impl MetaStore for PgMeta {
     fn keeps_content_versions(&self) -> bool {
         true
     }
+    fn fences_sessions(&self) -> bool {
+        true
+    }
+    /// One statement: the row is inserted only while the session's row
+    /// exists, which it holds `FOR KEY SHARE` until it commits, so a
+    /// cleanup of the session either comes after (and the row names a
+    /// gone session) or before (and nothing is recorded: SessionLost).
+    fn begin_upload(&self, name: &str) -> Result<()> {
+        let session = self.session.load(Ordering::SeqCst);
+        if session == 0 {
+            return Ok(());
+        }
+        let n = self.stmt("recording an upload", |c| {
+            c.execute(
+                "INSERT INTO uploads(name, session) SELECT $1, id FROM sessions WHERE id = $2 FOR KEY SHARE
+                 ON CONFLICT (name) DO UPDATE SET session = excluded.session",
+                &[&name, &(session as i64)],
+            )
+        })?;
+        if n == 0 {
+            return Err(fenced(session));
+        }
+        Ok(())
+    }
+    fn end_uploads(&self, names: &[&str]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        self.stmt("dropping upload records", |c| c.execute("DELETE FROM uploads WHERE name = ANY($1)", &[&names]))?;
+        Ok(())
+    }
+    /// One statement: the records of gone sessions older than `grace`
+    /// are deleted, the others listed (a data-modifying `WITH` and the
+    /// outer query see the same snapshot, so the deleted ones are left
+    /// out by name).
+    fn uploads_in_flight(&self, grace: Duration) -> Result<Vec<String>> {
+        let rows = self.stmt("listing uploads under way", |c| {
+            c.query(
+                "WITH d AS (DELETE FROM uploads u WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = u.session)
+                              AND u.since < now() - $1::bigint * interval '1 microsecond' RETURNING name)
+                 SELECT name FROM uploads WHERE name NOT IN (SELECT name FROM d) ORDER BY name",
+                // Capped (an interval has a range): 100 years is forever here.
+                &[&micros(grace.min(Duration::from_secs(100 * 365 * 86_400)))],
+            )
+        })?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
     /// `pg_try_advisory_lock` on a connection of its own, keyed on the
     /// volume's schema: one holder across every machine. The lock lives as
     /// long as that connection (a dead holder's is released by the server).
@@ -2395,6 +2494,12 @@ impl MetaStore for PgMeta {
         self.run("changing a file lock", |c| {
             let r = (|| -> std::result::Result<std::result::Result<LockOutcome, Error>, pg::Error> {
                 let mut t = c.client.transaction()?;
+                // Fenced first (the session's row before any other lock):
+                // a session another machine removed, with its locks, takes
+                // no lock again.
+                if req.owner.session != 0 && t.query_opt("SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE", &[&(req.owner.session as i64)])?.is_none() {
+                    return Ok(Err(fenced(req.owner.session)));
+                }
                 if t.query_opt("SELECT 1 FROM inodes WHERE ino = $1 FOR UPDATE", &[&(req.ino as i64)])?.is_none() {
                     return Ok(Err(Error::new(ErrorKind::NotFound, format!("inode {} is gone: no lock to take", req.ino))));
                 }

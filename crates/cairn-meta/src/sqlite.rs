@@ -2017,6 +2017,6 @@ mod tests {
             Box::new(SqliteMeta::open(&path, true, GROUP_WINDOW, codec()).unwrap())
         };
         let skipped = crate::conformance::run_all(&make);
-        assert_eq!(skipped, ["open files", "content versions", "two journals"], "one SQLite database serves one process and one journal");
+        assert_eq!(skipped, ["open files", "fencing", "content versions", "two journals"], "one SQLite database serves one process and one journal");
     }
 }

@@ -238,6 +238,12 @@ impl<'a> Batch<'a> {
         while self.uploads.len() >= in_flight {
             self.uploads.pop_front().expect("non-empty").wait()?;
         }
+        // Recorded as under way before the PUT (a volume many machines
+        // share): gc on another machine leaves the object alone until this
+        // round commits it or the session is gone past its grace
+        // (docs/shared-volume.md §7 "Uploads"). A session already gone
+        // uploads nothing.
+        vol.meta.store().begin_upload(&name)?;
         let backend = vol.backend.clone();
         let pool = vol.pack_buffers.clone();
         let pending = vol.uploader.submit(move || {
@@ -319,6 +325,10 @@ impl<'a> Batch<'a> {
     /// orphans that gc removes.
     pub(crate) fn discard(&self) {
         crate::maintenance::discard_packs(self.vol, self.sealed.iter().map(|p| p.name.as_str()));
+        let names: Vec<&str> = self.sealed.iter().map(|p| p.name.as_str()).collect();
+        if let Err(e) = self.vol.meta.store().end_uploads(&names) {
+            tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
+        }
     }
 
     /// Adds what this batch stored to the volume's metrics, once the
@@ -773,10 +783,23 @@ impl Volume {
             // unmount (`drain`) and every shipped version release it.
             batch.seal_round(holds && may_hold)?;
             batch.finish_uploads()?;
+            let hold = self.stall.before_commit.lock().take();
+            if let Some(f) = hold {
+                f();
+            }
             let mut stale = Vec::new();
             let pack_ids = match self.commit(&batch, &mut prepared, &mut stale) {
                 Ok(ids) => ids,
                 Err(e) => {
+                    if e.kind() == ErrorKind::SessionLost {
+                        // Fenced: another machine cleaned this session up
+                        // (its locks, its open files, its uploads). Nothing
+                        // was committed; the journal keeps the bytes for a
+                        // remount, and the mount refuses changes from now on.
+                        if let Some(c) = self.cloud() {
+                            c.mark_lost(&e);
+                        }
+                    }
                     if e.kind() == ErrorKind::Raced {
                         // Lost a chunk to another writer, or another machine
                         // committed one of the files since this one loaded
