@@ -1178,6 +1178,9 @@ fn run(cli: Cli) -> Result<i32> {
                 if rep.packs_in_trash > 0 {
                     println!("{} packs no metadata names wait in the trash for their grace period (gc put them there)", rep.packs_in_trash);
                 }
+                if rep.packs_uploading > 0 {
+                    println!("{} packs are being uploaded by a flush not yet committed (or by a gone session, reclaimed by gc after the grace)", rep.packs_uploading);
+                }
                 println!(
                     "checked {} inodes, {} chunks, {} packs{}: {} errors, {} warnings",
                     rep.inodes,

@@ -151,7 +151,16 @@ pub struct FsckReport {
     /// Packs in the bucket that no metadata names and that gc put in the
     /// trash: deleted after the grace period, not a leak.
     pub packs_in_trash: u64,
+    /// Packs in the bucket that no pack row names but that a session
+    /// recorded as uploading (docs/shared-volume.md §7 "Fencing"): a
+    /// flush under way on a machine, or one of a gone session that gc
+    /// reclaims after the grace; not a leak.
+    pub packs_uploading: u64,
 }
+
+/// The grace fsck asks `uploads_in_flight` with: long enough that it
+/// deletes no record (that is gc's to do).
+const UPLOADS_KEPT_BY_FSCK: std::time::Duration = std::time::Duration::from_secs(10 * 365 * 86_400);
 
 /// Checks the volume: namespace, extents against reference counts, chunks
 /// against packs and their indexes, and with `read_data` every blob.
@@ -329,6 +338,10 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
             }
         }
     }
+    // Packs a session recorded as uploading are not leaks (a pack that
+    // committed between the reads above and this one is warned about;
+    // gc, which reads in the safe order, keeps it).
+    let uploading: HashSet<String> = vol.meta.store().uploads_in_flight(UPLOADS_KEPT_BY_FSCK)?.into_iter().collect();
     let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).collect();
     let trashed = if listed.keys().any(|n| !known.contains(n.as_str())) { vol.trashed_packs(&mut rep.warnings) } else { HashSet::new() };
     for name in listed.keys() {
@@ -337,6 +350,8 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
         }
         if trashed.contains(name) {
             rep.packs_in_trash += 1;
+        } else if uploading.contains(name) {
+            rep.packs_uploading += 1;
         } else {
             rep.warnings.push(format!("pack {name} is in the backend but not in the metadata (left by an interrupted flush; gc removes it)"));
         }
@@ -486,10 +501,18 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     clean_up_sessions(vol)?;
     vol.sync()?;
     let mut rep = GcReport::default();
-    let packs = vol.meta.read(|tx| Ok(tx.all_packs()?))?;
+    // The bucket first, then the uploads under way, then the packs: a
+    // flush's pack listed here is recorded as uploading before its PUT,
+    // and its commit moves it from the uploads to the packs in one
+    // transaction, so it is in one of the two read after it (in that
+    // order) and never taken for an orphan (docs/shared-volume.md §7
+    // "Uploads"). Those of a session gone for longer than the grace are
+    // orphans: that session can commit nothing any more (fencing).
     let listed = vol.backend.list("packs/")?;
+    let uploading = vol.meta.store().uploads_in_flight(vol.opts.chunk_grace.unwrap_or(CHUNK_GRACE))?;
+    let packs = vol.meta.read(|tx| Ok(tx.all_packs()?))?;
     rep.bytes_before = listed.iter().map(|o| o.size).sum();
-    let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).collect();
+    let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).chain(uploading.iter().map(|n| n.as_str())).collect();
     progress.phase("gc", packs.len() as u64 + listed.len() as u64);
     // Orphans: uploaded by a flush or gc whose commit never became durable.
     // `vol.sync()` above made every commit durable, so none refers to them.

@@ -75,6 +75,10 @@ pub struct Metrics {
     pub(crate) new_chunks: AtomicU64,
     pub(crate) packs: AtomicU64,
     pub(crate) flushes: AtomicU64,
+    /// Files whose flush (or edit) found that another machine had
+    /// committed them since their extent map was loaded here, and that
+    /// were re-based on the committed map (docs/shared-volume.md §3).
+    pub(crate) flush_rebases: AtomicU64,
     /// Lookups in the memory cache of decoded chunks.
     pub(crate) chunk_hits: AtomicU64,
     pub(crate) chunk_misses: AtomicU64,
@@ -157,6 +161,7 @@ impl Metrics {
             new_chunks: g(&self.new_chunks),
             packs_written: g(&self.packs),
             flushes: g(&self.flushes),
+            flush_rebases: g(&self.flush_rebases),
             chunk_cache_hits: g(&self.chunk_hits),
             chunk_cache_misses: g(&self.chunk_misses),
             chunk_tail_hits: g(&self.tail_hits),
@@ -234,6 +239,9 @@ pub struct Snapshot {
     pub new_chunks: u64,
     pub packs_written: u64,
     pub flushes: u64,
+    /// Dirty files re-based on another machine's commit of them.
+    #[serde(default)]
+    pub flush_rebases: u64,
     pub chunk_cache_hits: u64,
     pub chunk_cache_misses: u64,
     /// Reads answered from the last pages of chunks kept in memory (the

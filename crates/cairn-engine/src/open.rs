@@ -173,7 +173,7 @@ fn start_shipper(vol: &Arc<Volume>) -> Background {
         // data waits in the outbox at most one interval plus its upload.
         cloud.cache.release_held();
         if let Some(&id) = cloud.session.get() {
-            if Instant::now() >= next_heartbeat && !cloud.is_lost() {
+            if Instant::now() >= next_heartbeat && !cloud.is_lost() && !vol.stall.heartbeat_paused.load(std::sync::atomic::Ordering::SeqCst) {
                 next_heartbeat = Instant::now() + beat;
                 match vol.meta.store().renew_session(id, ttl) {
                     Ok(()) => vol.problems.lease.ok(),

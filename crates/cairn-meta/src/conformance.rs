@@ -55,11 +55,113 @@ pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
         skipped.push("open files");
     }
     file_locks(&*make(true));
+    if !fencing(&*make(true)) {
+        eprintln!("conformance: skipped \"fencing\": this store fences no session (one process writes it)");
+        skipped.push("fencing");
+    }
+    if !content_versions(&*make(true)) {
+        eprintln!("conformance: skipped \"content versions\": this store keeps none (one process writes it)");
+        skipped.push("content versions");
+    }
     if !journal_marks(make) {
         eprintln!("conformance: skipped \"two journals\": this store keeps one journal per volume (set_journal answered false)");
         skipped.push("two journals");
     }
     skipped
+}
+
+/// Fencing and uploads (docs/shared-volume.md §7): a store with a session
+/// records its uploads until the pack's row is inserted; once the session
+/// is removed (another machine's cleanup), its writes, lock requests and
+/// upload records fail with SessionLost and change nothing, and its
+/// records stay listed for the grace only. Returns false if the store
+/// fences nothing.
+fn fencing(s: &dyn MetaStore) -> bool {
+    let id = s.open_session(&who("/fenced"), std::time::Duration::from_secs(60)).unwrap();
+    if !s.fences_sessions() {
+        s.begin_upload("packs/x").unwrap();
+        assert!(s.uploads_in_flight(std::time::Duration::ZERO).unwrap().is_empty(), "a store that records no uploads lists one");
+        return false;
+    }
+    let day = std::time::Duration::from_secs(86_400);
+    let x = mk(s, ROOT_INO, b"before", FileKind::File);
+    s.begin_upload("packs/committed").unwrap();
+    s.begin_upload("packs/pending").unwrap();
+    s.begin_upload("packs/pending").unwrap(); // again (a retried statement): still one record
+    assert_eq!(s.uploads_in_flight(std::time::Duration::ZERO).unwrap(), ["packs/committed", "packs/pending"], "a live session's uploads");
+    s.write_with(|tx| tx.insert_pack("packs/committed", 10, 1, 0)).unwrap();
+    assert_eq!(s.uploads_in_flight(std::time::Duration::ZERO).unwrap(), ["packs/pending"], "insert_pack did not drop its upload record");
+    s.begin_upload("packs/dropped").unwrap();
+    s.end_uploads(&["packs/dropped"]).unwrap();
+    assert_eq!(s.uploads_in_flight(day).unwrap(), ["packs/pending"]);
+    let lock = LockRequest { ino: x, owner: LockOwner { session: id, owner: 7 }, style: LockStyle::Posix, kind: LockKind::Write, start: 0, end: LOCK_EOF, pid: 1 };
+    assert_eq!(s.set_lock(&lock).unwrap(), LockOutcome::Granted);
+    // Another machine's cleanup removes the session (and its locks).
+    assert!(s.remove_session(id).unwrap());
+    let e = mk_err(s, b"after");
+    assert_eq!(e.kind(), ErrorKind::SessionLost, "a removed session's write committed: {e}");
+    assert!(s.read_with(|r| r.lookup(ROOT_INO, b"after")).unwrap().is_none(), "a fenced write left a name");
+    let e = s.write_with(|tx| tx.update_content(x, 5, 0, Timestamp(9), Timestamp(9), 0)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
+    assert_eq!(s.read_with(|r| r.get_inode(x)).unwrap().unwrap().attr.size, 0, "a fenced update_content changed the file");
+    assert_eq!(s.begin_upload("packs/late").unwrap_err().kind(), ErrorKind::SessionLost);
+    assert_eq!(s.set_lock(&lock).unwrap_err().kind(), ErrorKind::SessionLost, "a removed session took a lock again");
+    assert!(s.locks_on(x).unwrap().is_empty(), "a removed session's lock stayed");
+    // Its records: kept for the grace, then dropped.
+    assert_eq!(s.uploads_in_flight(day).unwrap(), ["packs/pending"], "a gone session's upload record went before its grace");
+    assert!(s.uploads_in_flight(std::time::Duration::ZERO).unwrap().is_empty(), "a gone session's upload record outlived its grace");
+    assert!(s.uploads_in_flight(day).unwrap().is_empty(), "the record past its grace was listed but not deleted");
+    true
+}
+
+/// A create of `name` in the root that must fail: its error.
+fn mk_err(s: &dyn MetaStore, name: &[u8]) -> Error {
+    s.write_with(|tx| -> Result<()> {
+        let ino = tx.alloc_ino()?;
+        tx.insert_inode(&attr(ino, FileKind::File), None, None, 0)?;
+        tx.insert_dentry(ROOT_INO, name, ino, FileKind::File)
+    })
+    .unwrap_err()
+}
+
+/// Content versions (`InodeRow::cver`, docs/shared-volume.md §3): a new
+/// inode is at 0; every `update_content` raises it by exactly 1, and only
+/// a committed one; attribute and name changes leave it. Returns false
+/// (having checked that it stays 0) if the store keeps none.
+fn content_versions(s: &dyn MetaStore) -> bool {
+    let x = mk(s, ROOT_INO, b"cv", FileKind::File);
+    let cver = || s.read_with(|r| r.get_inode(x)).unwrap().unwrap().cver;
+    assert_eq!(cver(), 0, "a new inode's content version");
+    s.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 1)).unwrap();
+    if !s.keeps_content_versions() {
+        assert_eq!(cver(), 0, "a store that keeps no content versions reports one");
+        return false;
+    }
+    assert_eq!(cver(), 1, "update_content did not raise the content version by 1");
+    s.write_with(|tx| {
+        tx.update_content(x, 20, 0, Timestamp(6), Timestamp(6), 2)?;
+        assert_eq!(tx.get_inode(x)?.unwrap().cver, 2, "the transaction does not see its own raise");
+        Err::<(), _>(Error::new(ErrorKind::Raced, "rolled back on purpose"))
+    })
+    .unwrap_err();
+    assert_eq!(cver(), 1, "a rolled-back update_content raised the content version");
+    let mut a = s.read_with(|r| r.get_inode(x)).unwrap().unwrap().attr;
+    a.perm = 0o600;
+    s.write_with(|tx| {
+        tx.update_attr(&a)?;
+        tx.set_nlink(x, 1, Timestamp(9))?;
+        tx.touch_dir(ROOT_INO, Timestamp(9), 0)
+    })
+    .unwrap();
+    assert_eq!(cver(), 1, "an attribute change raised the content version");
+    s.write_with(|tx| {
+        tx.update_content(x, 30, 0, Timestamp(7), Timestamp(7), 3)?;
+        tx.update_content(x, 40, 0, Timestamp(8), Timestamp(8), 4)
+    })
+    .unwrap();
+    assert_eq!(cver(), 3, "two update_content in one transaction raise it twice");
+    assert_eq!(s.read_with(|r| r.all_inodes()).unwrap().iter().find(|r| r.attr.ino == x).unwrap().cver, 3, "all_inodes reads it too");
+    true
 }
 
 /// Journal positions (`docs/metadata-store.md` "Journal marks"): `jseq`
@@ -712,8 +814,10 @@ fn open_files(s: &dyn MetaStore) -> bool {
         assert!(!s.write_with(|tx| tx.mark_open(1, 999_999, 1)).unwrap(), "a missing inode was marked open");
         return false;
     }
-    let a = s.open_session(&who("/mnt/a"), Duration::from_secs(30)).unwrap();
+    // Another machine's session first: this store's own (the last it
+    // opened, which fences its writes) is `a`, which stays.
     let b = s.open_session(&who("/mnt/b"), Duration::from_secs(30)).unwrap();
+    let a = s.open_session(&who("/mnt/a"), Duration::from_secs(30)).unwrap();
     let g = mk(s, ROOT_INO, b"g", FileKind::File);
     assert!(s.write_with(|tx| tx.mark_open(a, f, 1)).unwrap());
     assert!(s.write_with(|tx| tx.mark_open(b, g, 1)).unwrap());

@@ -73,6 +73,14 @@ pub struct InodeRow {
     pub jseq: u64,
     /// `FLAG_*` bits.
     pub flags: i64,
+    /// The file's content version: raised by every `update_content` of it
+    /// (a flush's or an edit's commit) in a store that keeps it
+    /// ([`MetaStore::keeps_content_versions`]: one that many machines
+    /// share); always 0 elsewhere. A writer that loaded a file's extent
+    /// map at version `v` commits against that map only while the row
+    /// still says `v` (docs/shared-volume.md §3 "Two writers of one
+    /// file").
+    pub cver: u64,
 }
 
 impl InodeRow {
@@ -459,7 +467,8 @@ pub trait MetaTx: MetaRead {
     /// Records a flushed file's size, allocation and journal position
     /// (which only grows): the position is this store's journal's mark
     /// where marks are kept per journal, changed in the same transaction;
-    /// other journals' marks stay as they are.
+    /// other journals' marks stay as they are. Raises the inode's content
+    /// version by exactly 1 where the store keeps it (`InodeRow::cver`).
     fn update_content(&self, ino: Ino, size: u64, data_bytes: u64, mtime: Timestamp, ctime: Timestamp, jseq: u64) -> Result<()>;
     fn set_nlink(&self, ino: Ino, nlink: u32, ctime: Timestamp) -> Result<()>;
     /// Sets the link count alone (fsck-style repairs, tree copies).
@@ -629,7 +638,12 @@ pub trait MetaStore: Send + Sync {
 
     /// Registers a session expiring `ttl` from now (store clock) and
     /// returns its id, never handed out before. Later change rows of this
-    /// store carry it.
+    /// store carry it, and in a store that fences sessions
+    /// ([`MetaStore::fences_sessions`]) every later write transaction of
+    /// this store commits only while the session's row exists: once
+    /// another machine removed it (`remove_session`), each fails with
+    /// SessionLost and changes nothing (docs/shared-volume.md §7
+    /// "Fencing").
     fn open_session(&self, who: &SessionInfo, ttl: std::time::Duration) -> Result<u64>;
     /// Sets the session's expiry to now + `ttl` (store clock). SessionLost
     /// if it is gone or already expired: it is never brought back.
@@ -650,6 +664,46 @@ pub trait MetaStore: Send + Sync {
     /// knows its open files.
     fn keeps_open_files(&self) -> bool {
         false
+    }
+    /// Whether the store keeps a content version per inode
+    /// ([`InodeRow::cver`], raised by every `update_content`): one that
+    /// many machines share does, so that a writer can tell that another
+    /// machine committed a file since it loaded its extent map. One
+    /// process's store (SQLite) does not: nobody else commits.
+    fn keeps_content_versions(&self) -> bool {
+        false
+    }
+    /// Whether writes are fenced by the session (see `open_session`) and
+    /// uploads are recorded (`begin_upload`): a store many machines share
+    /// does; one process's store (SQLite) has nobody to fence.
+    fn fences_sessions(&self) -> bool {
+        false
+    }
+    /// Records, before the upload starts, that this store's session is
+    /// uploading pack `name` (docs/shared-volume.md §7 "Uploads"): until
+    /// a transaction inserts the pack (`insert_pack` drops the record in
+    /// it) or `end_uploads` drops it, `uploads_in_flight` names it, so gc
+    /// on another machine leaves the object alone. SessionLost (nothing
+    /// recorded) if the session is gone; nothing to do without a session
+    /// or where [`MetaStore::fences_sessions`] is false.
+    fn begin_upload(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Ok(())
+    }
+    /// Drops the records of uploads whose packs will never be committed
+    /// (deleted after a rolled-back round).
+    fn end_uploads(&self, names: &[&str]) -> Result<()> {
+        let _ = names;
+        Ok(())
+    }
+    /// The packs recorded as uploading that a collector must leave alone:
+    /// those of existing sessions, and those of gone sessions recorded
+    /// less than `grace` ago (store clock); the records of the others are
+    /// deleted (their session can commit nothing any more). Empty where
+    /// uploads are not recorded.
+    fn uploads_in_flight(&self, grace: std::time::Duration) -> Result<Vec<String>> {
+        let _ = grace;
+        Ok(Vec::new())
     }
     /// The volume's maintenance lock, if nobody (no process, no machine)
     /// holds it: at most one guard per volume lives at a time.

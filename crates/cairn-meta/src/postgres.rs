@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema version of a volume's PostgreSQL schema (`info.schema`).
-pub const PG_SCHEMA_VERSION: i64 = 5;
+pub const PG_SCHEMA_VERSION: i64 = 6;
 
 /// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
 pub const ID_BLOCK: u64 = 1024;
@@ -78,7 +78,7 @@ impl Default for PgOptions {
     }
 }
 
-fn schema_ddl() -> String {
+fn schema_ddl(schema: &str) -> String {
     format!(
         "CREATE TABLE info(key TEXT PRIMARY KEY, value BIGINT NOT NULL);
 CREATE TABLE inodes(
@@ -111,7 +111,10 @@ CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
 {V3_DDL}
 {V4_DDL}
 {V5_DDL}
-INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});"
+{V6_DDL}
+{}
+INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});",
+        fence_ddl(schema)
     )
 }
 
@@ -157,6 +160,51 @@ CREATE INDEX IF NOT EXISTS locks_session ON locks(session);";
 /// (`docs/shared-volume.md` §7). Chunks at zero from before it read NULL
 /// and count as dead since long ago. Run as is on an older schema at open.
 const V5_DDL: &str = "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS zero_since BIGINT;";
+
+/// What schema version 6 added: each inode's content version (`cver`,
+/// raised by every `update_content`), which a flush or an edit compares
+/// with the version its extent map was loaded at, so that no machine
+/// commits over a map another machine replaced (`docs/shared-volume.md`
+/// §3). Existing rows start at 0. Run as is on an older schema at open.
+///
+/// And the uploads a session has under way (`begin_upload`, §7
+/// "Uploads"): one row per pack object being uploaded, from before its PUT
+/// until the transaction that inserts its `packs` row (which deletes it),
+/// so gc on another machine never takes it for an orphan; rows of gone
+/// sessions are dropped by gc after a grace period (the server's clock).
+const V6_DDL: &str = "ALTER TABLE inodes ADD COLUMN IF NOT EXISTS cver BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS uploads(name TEXT PRIMARY KEY, session BIGINT NOT NULL, since TIMESTAMPTZ NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS uploads_session ON uploads(session);";
+
+/// SQLSTATE of a write fenced off: its session's row is gone.
+const FENCED: &str = "ZF001";
+
+/// The fence (schema 6): `fence(s)` takes session `s`'s row `FOR KEY
+/// SHARE` (a heartbeat's update does not wait for it; the cleanup's
+/// delete does, until the transaction ends) and fails with [`FENCED`]
+/// when the row is gone. Every write transaction of a store with a
+/// session calls it in its COMMIT's round trip (docs/shared-volume.md §7
+/// "Fencing"). Names qualified by the schema: it works whatever the
+/// connection's search path.
+fn fence_ddl(schema: &str) -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION {schema}.fence(s BIGINT) RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+  PERFORM 1 FROM {schema}.sessions WHERE id = s FOR KEY SHARE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'metadata session % is gone (expired and cleaned up by another machine)', s USING ERRCODE = '{FENCED}';
+  END IF;
+END $f$;"
+    )
+}
+
+/// A write of a session another machine removed.
+fn fenced(session: u64) -> Error {
+    Error::new(
+        ErrorKind::SessionLost,
+        format!("metadata session {session} is gone (its heartbeats stopped past its lifetime and another machine cleaned it up): this mount's writes are refused; remount"),
+    )
+}
 
 /// The server's clock in whole seconds, as `clock_secs` reads it; inside a
 /// statement, the time its transaction started. A macro so that the
@@ -516,7 +564,7 @@ impl PgMeta {
             "BEGIN; CREATE SCHEMA {schema}; SET LOCAL search_path TO {schema}; {}
              INSERT INTO inodes(ino, kind, perm, uid, gid, nlink, atime, mtime, ctime, btime, parent)
              VALUES(1, {}, {}, {}, {}, 2, {now}, {now}, {now}, {now}, 1); COMMIT;",
-            schema_ddl(),
+            schema_ddl(&schema),
             FileKind::Dir.code(),
             root.perm,
             root.uid,
@@ -560,15 +608,19 @@ impl PgMeta {
             Some(PG_SCHEMA_VERSION) => {}
             // Adds sessions and the change log (from 1), journal marks
             // (from 1 or 2), the open-file registry and locks (from 1 to
-            // 3), the chunks' zero dates (from 1 to 4); the table lock makes a second machine upgrading at once
-            // wait, then find them.
-            Some(1..=4) => c
+            // 3), the chunks' zero dates (from 1 to 4), the content
+            // versions (from 1 to 5); the table lock makes a second
+            // machine upgrading at once wait, then find them.
+            Some(1..=5) => c
                 .batch_execute(&format!(
                     "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
                      {V3_DDL}
                      {V4_DDL}
                      {V5_DDL}
-                     UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;"
+                     {V6_DDL}
+                     {}
+                     UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;",
+                    fence_ddl(&schema)
                 ))
                 .map_err(|e| pg_err(&format!("upgrading schema {schema} to version {PG_SCHEMA_VERSION}"), &e))?,
             Some(v) => {
@@ -1410,7 +1462,9 @@ const DEAD_BYTES_SQL: &str = "UPDATE packs SET dead_bytes = dead_bytes + $2::big
 
 /// An inode row with this store's journal's mark as `jseq` (`$J` is
 /// replaced by the parameter number of the journal id; no mark reads 0).
-const INODE_COLS: &str = "i.ino, i.kind, i.perm, i.nlink, i.uid, i.gid, i.rdev, i.size, i.data_bytes, i.atime, i.mtime, i.ctime, i.btime, i.parent, i.target, COALESCE(m.seq, 0), i.flags";
+const INODE_COLS: &str = "i.ino, i.kind, i.perm, i.nlink, i.uid, i.gid, i.rdev, i.size, i.data_bytes, i.atime, i.mtime, i.ctime, i.btime, i.parent, i.target, COALESCE(m.seq, 0), i.flags, i.cver";
+/// How many columns `INODE_COLS` has.
+const INODE_NCOLS: usize = 18;
 const INODE_FROM: &str = "inodes i LEFT JOIN journal_marks m ON m.journal = $J AND m.ino = i.ino";
 const CHUNK_COLS: &str = "id, hash, pack, \"offset\", stored_len, raw_len, flags, refs, zero_since";
 
@@ -1475,6 +1529,7 @@ fn row_to_inode_at(r: &impl Cols, b: usize) -> Result<InodeRow> {
         target: r.opt_bytes(b + 14)?,
         jseq: r.int(b + 15)? as u64,
         flags: r.int(b + 16)?,
+        cver: r.int(b + 17)? as u64,
     };
     if row.attr.kind == FileKind::Dir {
         row.attr.size = 4096;
@@ -1546,8 +1601,8 @@ impl MetaRead for PgTx<'_> {
              WHERE p.ino = $1"
         );
         let Some(r) = self.opt(&sql, &[&(parent as i64), &self.journal(), &name])? else { return Ok((None, None)) };
-        let child = match col::<Option<i64>>(&r, 17)? {
-            Some(_) => Some(row_to_inode_at(&r, 17)?),
+        let child = match col::<Option<i64>>(&r, INODE_NCOLS)? {
+            Some(_) => Some(row_to_inode_at(&r, INODE_NCOLS)?),
             None => None,
         };
         Ok((Some(row_to_inode(&r)?), child))
@@ -1895,7 +1950,7 @@ impl MetaTx for PgTx<'_> {
         // inode (raised, never lowered; none for a missing inode, position
         // 0 or no journal set). Other journals' marks stay.
         self.exec(
-            "WITH u AS (UPDATE inodes SET size = $2, data_bytes = $3, mtime = $4, ctime = $5 WHERE ino = $1 RETURNING ino)
+            "WITH u AS (UPDATE inodes SET size = $2, data_bytes = $3, mtime = $4, ctime = $5, cver = cver + 1 WHERE ino = $1 RETURNING ino)
              INSERT INTO journal_marks(journal, ino, seq) SELECT $7::bigint, ino, $6::bigint FROM u WHERE $6::bigint > 0 AND $7::bigint <> 0
              ON CONFLICT (journal, ino) DO UPDATE SET seq = GREATEST(journal_marks.seq, excluded.seq)",
             &[&(ino as i64), &(size as i64), &(data_bytes as i64), &mtime.0, &ctime.0, &(jseq.min(i64::MAX as u64) as i64), &self.journal()],
@@ -2135,7 +2190,8 @@ impl MetaTx for PgTx<'_> {
     fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
         let now = Timestamp::now().0;
         Ok(self.int(
-            "INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark)
+            "WITH u AS (DELETE FROM uploads WHERE name = $1)
+             INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark)
              VALUES($1, $2, $3, $4::bigint, CASE WHEN $4::bigint > 0 THEN $5::bigint END, $5::bigint, $5::bigint) RETURNING id",
             &[&name, &(size as i64), &(blobs as i64), &(dead_bytes as i64), &now],
         )? as u64)
@@ -2322,10 +2378,14 @@ impl PgMeta {
                         f();
                     }
                 }
-                // The change rows ride in the COMMIT's round trip.
+                // The change rows ride in the COMMIT's round trip, after
+                // the fence: a session another machine removed commits
+                // nothing (docs/shared-volume.md §7 "Fencing").
+                let session = if write { self.session.load(Ordering::SeqCst) } else { 0 };
+                let fence = if session != 0 { format!("SELECT {}.fence({session}); ", self.schema) } else { String::new() };
                 let commit = match changes {
-                    Some(sql) => sql + "COMMIT",
-                    None => "COMMIT".to_string(),
+                    Some(sql) => fence + &sql + "COMMIT",
+                    None => fence + "COMMIT",
                 };
                 // Counted before the COMMIT is sent: a sync that starts
                 // once this write returned must prove it.
@@ -2342,6 +2402,10 @@ impl PgMeta {
                         return Step::Done(Ok(()));
                     }
                     Err(e) if classify(&e) == Class::Reconnect && xid.is_some() => Some(e),
+                    Err(e) if e.code().is_some_and(|c| c.code() == FENCED) => {
+                        rollback(c);
+                        return Step::Done(Err(fenced(session)));
+                    }
                     Err(e) => {
                         if lazy {
                             self.lazy_end(&ident, false);
@@ -2645,6 +2709,57 @@ impl MetaStore for PgMeta {
     fn keeps_open_files(&self) -> bool {
         true
     }
+    fn keeps_content_versions(&self) -> bool {
+        true
+    }
+    fn fences_sessions(&self) -> bool {
+        true
+    }
+    /// One statement: the row is inserted only while the session's row
+    /// exists, which it holds `FOR KEY SHARE` until it commits, so a
+    /// cleanup of the session either comes after (and the row names a
+    /// gone session) or before (and nothing is recorded: SessionLost).
+    fn begin_upload(&self, name: &str) -> Result<()> {
+        let session = self.session.load(Ordering::SeqCst);
+        if session == 0 {
+            return Ok(());
+        }
+        let n = self.stmt("recording an upload", |c| {
+            c.execute(
+                "INSERT INTO uploads(name, session) SELECT $1, id FROM sessions WHERE id = $2 FOR KEY SHARE
+                 ON CONFLICT (name) DO UPDATE SET session = excluded.session",
+                &[&name, &(session as i64)],
+            )
+        })?;
+        if n == 0 {
+            return Err(fenced(session));
+        }
+        Ok(())
+    }
+    fn end_uploads(&self, names: &[&str]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        self.stmt("dropping upload records", |c| c.execute("DELETE FROM uploads WHERE name = ANY($1)", &[&names]))?;
+        Ok(())
+    }
+    /// One statement: the records of gone sessions older than `grace`
+    /// are deleted, the others listed (a data-modifying `WITH` and the
+    /// outer query see the same snapshot, so the deleted ones are left
+    /// out by name).
+    fn uploads_in_flight(&self, grace: Duration) -> Result<Vec<String>> {
+        let rows = self.stmt("listing uploads under way", |c| {
+            c.query(
+                "WITH d AS (DELETE FROM uploads u WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = u.session)
+                              AND u.since < now() - $1::bigint * interval '1 microsecond' RETURNING name)
+                 SELECT name FROM uploads WHERE name NOT IN (SELECT name FROM d) ORDER BY name",
+                // Capped (an interval has a range): 100 years is forever here.
+                &[&micros(grace.min(Duration::from_secs(100 * 365 * 86_400)))],
+            )
+        })?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
     /// `pg_try_advisory_lock` on a connection of its own, keyed on the
     /// volume's schema: one holder across every machine. The lock lives as
     /// long as that connection (a dead holder's is released by the server).
@@ -2776,6 +2891,12 @@ impl MetaStore for PgMeta {
         self.run("changing a file lock", |c| {
             let r = (|| -> std::result::Result<std::result::Result<LockOutcome, Error>, pg::Error> {
                 let mut t = c.client.transaction()?;
+                // Fenced first (the session's row before any other lock):
+                // a session another machine removed, with its locks, takes
+                // no lock again.
+                if req.owner.session != 0 && t.query_opt("SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE", &[&(req.owner.session as i64)])?.is_none() {
+                    return Ok(Err(fenced(req.owner.session)));
+                }
                 if t.query_opt("SELECT 1 FROM inodes WHERE ino = $1 FOR UPDATE", &[&(req.ino as i64)])?.is_none() {
                     return Ok(Err(Error::new(ErrorKind::NotFound, format!("inode {} is gone: no lock to take", req.ino))));
                 }

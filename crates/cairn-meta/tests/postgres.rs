@@ -788,8 +788,10 @@ fn a_version_3_schema_gets_locks(pg: &PgServer) {
     let (a, b) = (open(&url, "old3"), open(&url, "old3"));
     assert_eq!(a.read_with(|r| r.get_info("schema")).unwrap(), Some(cairn_meta::postgres::PG_SCHEMA_VERSION));
     let rq = |session, kind| LockRequest { ino: f, owner: LockOwner { session, owner: 1 }, style: LockStyle::Posix, kind, start: 0, end: LOCK_EOF, pid: 1 };
-    assert_eq!(a.set_lock(&rq(1, LockKind::Write)).unwrap(), LockOutcome::Granted);
-    assert!(matches!(b.set_lock(&rq(2, LockKind::Read)).unwrap(), LockOutcome::Conflict(_)));
+    // Locks are taken by live sessions only (fencing, schema 6).
+    let (sa, sb) = (a.open_session(&conformance::who("/a"), Duration::from_secs(60)).unwrap(), b.open_session(&conformance::who("/b"), Duration::from_secs(60)).unwrap());
+    assert_eq!(a.set_lock(&rq(sa, LockKind::Write)).unwrap(), LockOutcome::Granted);
+    assert!(matches!(b.set_lock(&rq(sb, LockKind::Read)).unwrap(), LockOutcome::Conflict(_)));
 }
 
 /// A version 4 schema (before chunks' zero dates) gets the column at open;
@@ -893,14 +895,17 @@ fn one_writer_at_a_time_across_stores(pg: &PgServer) {
     let url = fresh(pg, "lockrace");
     let f = mkfile(&open(&url, "lockrace"), ROOT_INO, b"f");
     let stores = [open(&url, "lockrace"), open(&url, "lockrace")];
+    // Locks are taken by live sessions only (fencing, schema 6).
+    let sessions: Vec<u64> = stores.iter().map(|s| s.open_session(&conformance::who("/lockrace"), Duration::from_secs(600)).unwrap()).collect();
     let inside = Arc::new(AtomicU32::new(0));
     let grants = Arc::new(AtomicU32::new(0));
     std::thread::scope(|sc| {
         for t in 0..6u64 {
             let s = stores[(t % 2) as usize].clone();
+            let session = sessions[(t % 2) as usize];
             let (inside, grants) = (inside.clone(), grants.clone());
             sc.spawn(move || {
-                let rq = |kind| LockRequest { ino: f, owner: LockOwner { session: t % 2 + 1, owner: t }, style: LockStyle::Posix, kind, start: 10, end: 20, pid: t as u32 };
+                let rq = |kind| LockRequest { ino: f, owner: LockOwner { session, owner: t }, style: LockStyle::Posix, kind, start: 10, end: 20, pid: t as u32 };
                 let mut mine = 0;
                 let start = Instant::now();
                 while mine < 5 {

@@ -645,8 +645,11 @@ fn a_mount_killed_while_writing_leaves_the_others_working_and_is_cleaned_up() {
     assert_eq!(fs::read(mb.join("synced")).unwrap(), fs::read(&synced).unwrap(), "B reads A's fsync'd file");
     ma.umount();
     mb.umount();
-    // Packs A uploaded but never committed are orphans: gc trashes them,
-    // and fsck counts them as waiting in the trash, not as leaks.
+    // Packs A uploaded but never committed are recorded as uploading by
+    // its dead session: gc keeps them for the grace (15 min; issue 49:
+    // fencing keeps A from ever naming them, the grace leaves room for a
+    // PUT still in flight), fsck counts them as uploading; orphans that
+    // gc trashes count as waiting in the trash; neither is a leak.
     let out = cairn_ok(s.with_args("gc", "c", &["--json"]));
     let gc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
     eprintln!("gc after kill -9: {gc}");

@@ -221,24 +221,64 @@ impl Volume {
     }
 
     /// Commits a file's new map (and the chunks of `batch`), then installs it.
+    ///
+    /// Where the store keeps content versions (a volume many machines
+    /// share), only while the file is at the version its map was built
+    /// on: an edit built on a map another machine has replaced since fails
+    /// with `Raced` (EIO), changing nothing, and the state is re-based on
+    /// that machine's commit so that the edit can be run again
+    /// (docs/shared-volume.md §3).
     fn commit_edit(&self, st: &FileState, g: &mut FileInner, mut map: ExtentMap, batch: Option<&Batch>) -> Result<()> {
         let now = Timestamp::now();
         let ino = st.ino;
         let data_bytes = map.data_bytes();
         let size = map.len();
         let jseq = g.last_seq;
+        let versioned = self.meta.store().keeps_content_versions();
+        let expect = g.base_cver;
         // Taken before the transaction and installed after it: its closure
         // may run again (docs/metadata-store.md).
         let ch = map.take_changes();
-        let ids = self.meta.write(|tx| {
+        let r = self.meta.write(|tx| {
+            let mut cver = expect;
+            if versioned {
+                let row = tx.get_inode(ino)?.ok_or_else(|| Error::not_found(format!("inode {ino} does not exist")))?;
+                if row.cver != expect {
+                    return Err(Error::new(ErrorKind::Raced, format!("another machine changed inode {ino} during the edit; nothing was changed, run it again")));
+                }
+                cver = row.cver + 1;
+            }
             if let Some(b) = batch {
                 b.insert_into(tx)?;
             }
             let ids = meta::save_extents(tx, ino, &ch)?;
             tx.update_content(ino, size, data_bytes, now, now, jseq)?;
-            Ok(ids)
-        })?;
+            Ok((ids, cver))
+        });
+        let (ids, cver) = match r {
+            Ok(v) => v,
+            Err(e) => {
+                if e.kind() == ErrorKind::Raced {
+                    if let Some(b) = batch {
+                        b.discard();
+                    }
+                    if versioned {
+                        let fresh = self.meta.read(|c| Ok(match c.get_inode(ino)? {
+                            Some(row) => Some((meta::load_extents(c, ino)?, row)),
+                            None => None,
+                        }))?;
+                        if let Some((base, row)) = fresh {
+                            if base.len() == row.attr.size && g.rebase_onto(&row, base) {
+                                self.metrics.flush_rebases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        };
         map.assign_ids(&ids);
+        g.base_cver = cver;
         if let Some(b) = batch {
             b.account();
         }

@@ -85,6 +85,10 @@ pub(crate) struct FileState {
 
 pub(crate) struct FileInner {
     pub base: ExtentMap,
+    /// The content version `base` was loaded at (`InodeRow::cver`; 0 in a
+    /// store that keeps none): a flush commits against `base` only while
+    /// the store's row still says it (docs/shared-volume.md §3).
+    pub base_cver: u64,
     pub base_valid: u64,
     pub size: u64,
     pub overlay: BTreeMap<u64, Piece>,
@@ -174,6 +178,50 @@ impl FileInner {
         }
     }
 
+    /// Re-bases this state on a file's committed content `base` at row
+    /// `row`, which another machine committed since this state's base was
+    /// loaded (docs/shared-volume.md §3 "Two writers of one file"): the
+    /// committed map becomes the base, and this machine's own changes
+    /// since its last flush, the overlay's ranges and a truncation, stay
+    /// on top of it, so the next flush commits both machines' ranges and
+    /// drops only pages the store links now. The size: a truncation here
+    /// wins (the last flush of the size wins); otherwise the larger of the
+    /// committed size and where this machine's writes end. False (and
+    /// nothing changed) if the state is at that version already.
+    pub(crate) fn rebase_onto(&mut self, row: &cairn_meta::InodeRow, base: ExtentMap) -> bool {
+        if self.base_cver == row.cver {
+            return false;
+        }
+        let dirty = self.is_dirty();
+        let old_len = self.base.len();
+        let new_len = base.len();
+        let truncated = self.base_valid < old_len;
+        let written_to = self.overlay.iter().next_back().map_or(0, |(s, p)| s + p.len);
+        let size = if truncated {
+            self.size
+        } else if self.size > old_len {
+            self.size.max(new_len)
+        } else {
+            new_len.max(written_to)
+        };
+        self.base_valid = if truncated { self.base_valid.min(new_len) } else { new_len }.min(size);
+        self.overlay_clip(size);
+        self.size = size;
+        self.base = base;
+        self.base_cver = row.cver;
+        self.data_bytes = row.data_bytes;
+        if dirty {
+            self.mtime = self.mtime.max(row.attr.mtime);
+            self.ctime = self.ctime.max(row.attr.ctime);
+            self.meta_dirty = true;
+        } else {
+            // Nothing of this machine's to keep: the state is the commit.
+            self.mtime = row.attr.mtime;
+            self.ctime = row.attr.ctime;
+        }
+        true
+    }
+
     fn check_writable(&self) -> Result<()> {
         if self.read_only {
             return Err(Error::new(ErrorKind::ReadOnly, "snapshots are read-only"));
@@ -198,10 +246,11 @@ impl FileInner {
 }
 
 impl FileState {
-    fn new(ino: Ino, base: ExtentMap, a: &Attr, data_bytes: u64, jseq: u64, unlinked: bool, read_only: bool) -> Arc<Self> {
+    fn new(ino: Ino, base: ExtentMap, cver: u64, a: &Attr, data_bytes: u64, jseq: u64, unlinked: bool, read_only: bool) -> Arc<Self> {
         Arc::new(FileState {
             ino,
             inner: Mutex::new(FileInner {
+                base_cver: cver,
                 base_valid: a.size,
                 size: a.size,
                 base,
@@ -300,14 +349,41 @@ impl Volume {
         if base.len() != row.attr.size {
             return Err(Error::corrupt(format!("inode {ino}: extents cover {} bytes but its size is {}", base.len(), row.attr.size)));
         }
-        let st = FileState::new(ino, base, &row.attr, row.data_bytes, row.jseq, row.attr.nlink == 0, row.read_only());
+        let st = FileState::new(ino, base, row.cver, &row.attr, row.data_bytes, row.jseq, row.attr.nlink == 0, row.read_only());
         Ok(self.files.entry(ino).or_insert(st).clone())
+    }
+
+    /// Re-bases a file's state on what the store holds now, if another
+    /// machine committed the file since the state's base was loaded
+    /// ([`FileInner::rebase_onto`]); the caller holds the file's
+    /// `flush_lock`. True if it did (counted in the metrics).
+    pub(crate) fn rebase(&self, st: &FileState) -> Result<bool> {
+        let ino = st.ino;
+        let fresh = self.meta.read(|c| {
+            let Some(row) = c.get_inode(ino)? else { return Ok(None) };
+            if row.attr.kind != FileKind::File {
+                return Ok(None);
+            }
+            let base = meta::load_extents(c, ino)?;
+            Ok(Some((row, base)))
+        })?;
+        // Gone: the flush finds it gone too and commits nothing of it.
+        let Some((row, base)) = fresh else { return Ok(false) };
+        if base.len() != row.attr.size {
+            return Err(Error::corrupt(format!("inode {ino}: extents cover {} bytes but its size is {}", base.len(), row.attr.size)));
+        }
+        let done = st.inner.lock().rebase_onto(&row, base);
+        if done {
+            self.metrics.flush_rebases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(ino, cver = row.cver, "another machine committed the file since this one loaded it: re-based its unflushed changes on that commit");
+        }
+        Ok(done)
     }
 
     /// Registers the state of a file just created as `name` in `dir` (saves
     /// a metadata read at open).
     pub(crate) fn adopt_new_file(&self, a: &Attr, dir: Ino, name: &[u8]) {
-        let st = self.files.entry(a.ino).or_insert_with(|| FileState::new(a.ino, ExtentMap::new(), a, 0, 0, false, false)).clone();
+        let st = self.files.entry(a.ino).or_insert_with(|| FileState::new(a.ino, ExtentMap::new(), 0, a, 0, 0, false, false)).clone();
         st.placed_at.lock().get_or_insert_with(|| (dir, name.into()));
     }
 

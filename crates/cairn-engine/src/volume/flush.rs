@@ -51,6 +51,8 @@ struct Prepared {
     /// Records up to here are in the committed map (below `seq` when a
     /// tail is held back: the records covering it must replay after a crash).
     committed_seq: u64,
+    /// The content version the map was built on (`FileInner::base_cver`).
+    cver: u64,
 }
 
 /// A file's prepared content.
@@ -59,6 +61,7 @@ struct Plan {
     size: u64,
     seq: u64,
     committed_seq: u64,
+    cver: u64,
 }
 
 /// How many times in a row a flush round is prepared again after losing a
@@ -235,6 +238,12 @@ impl<'a> Batch<'a> {
         while self.uploads.len() >= in_flight {
             self.uploads.pop_front().expect("non-empty").wait()?;
         }
+        // Recorded as under way before the PUT (a volume many machines
+        // share): gc on another machine leaves the object alone until this
+        // round commits it or the session is gone past its grace
+        // (docs/shared-volume.md §7 "Uploads"). A session already gone
+        // uploads nothing.
+        vol.meta.store().begin_upload(&name)?;
         let backend = vol.backend.clone();
         let pool = vol.pack_buffers.clone();
         let pending = vol.uploader.submit(move || {
@@ -316,6 +325,10 @@ impl<'a> Batch<'a> {
     /// orphans that gc removes.
     pub(crate) fn discard(&self) {
         crate::maintenance::discard_packs(self.vol, self.sealed.iter().map(|p| p.name.as_str()));
+        let names: Vec<&str> = self.sealed.iter().map(|p| p.name.as_str()).collect();
+        if let Err(e) = self.vol.meta.store().end_uploads(&names) {
+            tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
+        }
     }
 
     /// Adds what this batch stored to the volume's metrics, once the
@@ -756,7 +769,7 @@ impl Volume {
             for st in chosen {
                 let guard = st.flush_lock.lock_arc();
                 match self.prepare(&st, &mut batch, !all) {
-                    Ok(Plan { map, size, seq, committed_seq }) => prepared.push(Prepared { st, _guard: guard, map, size, seq, committed_seq }),
+                    Ok(Plan { map, size, seq, committed_seq, cver }) => prepared.push(Prepared { st, _guard: guard, map, size, seq, committed_seq, cver }),
                     // A round for one file (its fsync or close) that could
                     // not prepare it fails: committing the rest (nothing)
                     // and answering Ok would report bytes durable that
@@ -770,13 +783,37 @@ impl Volume {
             // unmount (`drain`) and every shipped version release it.
             batch.seal_round(holds && may_hold)?;
             batch.finish_uploads()?;
-            let pack_ids = match self.commit(&batch, &mut prepared) {
+            let hold = self.stall.before_commit.lock().take();
+            if let Some(f) = hold {
+                f();
+            }
+            let mut stale = Vec::new();
+            let pack_ids = match self.commit(&batch, &mut prepared, &mut stale) {
                 Ok(ids) => ids,
                 Err(e) => {
+                    if e.kind() == ErrorKind::SessionLost {
+                        // Fenced: another machine cleaned this session up
+                        // (its locks, its open files, its uploads). Nothing
+                        // was committed; the journal keeps the bytes for a
+                        // remount, and the mount refuses changes from now on.
+                        if let Some(c) = self.cloud() {
+                            c.mark_lost(&e);
+                        }
+                    }
                     if e.kind() == ErrorKind::Raced {
-                        // Lost a chunk to another writer: the transaction rolled
-                        // back, so nothing names this round's packs.
+                        // Lost a chunk to another writer, or another machine
+                        // committed one of the files since this one loaded
+                        // it: the transaction rolled back, so nothing names
+                        // this round's packs.
                         batch.discard();
+                    }
+                    // Each file another machine committed meanwhile is
+                    // re-based on that commit (its guard is still held),
+                    // and the round is prepared again on top of it.
+                    for p in prepared.iter().filter(|p| stale.contains(&p.st.ino)) {
+                        if let Err(r) = self.rebase(&p.st) {
+                            return Err(r.context(format!("re-basing inode {} on another machine's commit", p.st.ino)));
+                        }
                     }
                     return Err(e);
                 }
@@ -788,6 +825,7 @@ impl Volume {
             for p in prepared {
                 let mut g = p.st.inner.lock();
                 g.base = p.map;
+                g.base_cver = p.cver;
                 g.base_valid = p.size;
                 g.data_bytes = g.base.data_bytes();
                 let seq = p.seq;
@@ -867,10 +905,10 @@ impl Volume {
     /// runs to its end out of this flush: that chunk was cut by the flush, not
     /// by content, so storing it would waste a chunk and misalign dedup.
     fn prepare(&self, st: &FileState, batch: &mut Batch, hold_tail: bool) -> Result<Plan> {
-        let (mut map, pieces, size, base_valid, seq, writing) = {
+        let (mut map, cver, pieces, size, base_valid, seq, writing) = {
             let g = st.inner.lock();
             let pieces: Vec<(u64, super::file::Piece)> = g.overlay.iter().map(|(&s, p)| (s, *p)).collect();
-            (g.base.clone(), pieces, g.size, g.base_valid, g.last_seq, g.open > 0 && !g.due)
+            (g.base.clone(), g.base_cver, pieces, g.size, g.base_valid, g.last_seq, g.open > 0 && !g.due)
         };
         let hold_tail = hold_tail && writing;
         if base_valid < map.len() {
@@ -941,7 +979,7 @@ impl Volume {
             }
         }
         debug_assert!(!map.has_pending());
-        Ok(Plan { map, size: committed, seq, committed_seq })
+        Ok(Plan { map, size: committed, seq, committed_seq, cver })
     }
 
     /// Stores each small overwrite inside stored content as a chunk of its
@@ -1205,7 +1243,14 @@ impl Volume {
         Ok(())
     }
 
-    fn commit(&self, batch: &Batch, prepared: &mut [Prepared]) -> Result<Vec<u64>> {
+    /// Each file's commit compares and swaps its content version: a file
+    /// another machine committed since this one built on its map is not
+    /// committed over (its map would drop pages the store no longer links
+    /// to it, and lose that machine's ranges). The whole transaction then
+    /// fails with `Raced`, naming such files in `stale`, for the round to
+    /// re-base them and run again. After the commit each `Prepared::cver`
+    /// is the version the store now holds.
+    fn commit(&self, batch: &Batch, prepared: &mut [Prepared], stale: &mut Vec<crate::types::Ino>) -> Result<Vec<u64>> {
         // The trace's PLACE records: every extent of the changed pages.
         // The maps' changes are taken before the transaction and their new
         // page ids installed after it: its closure may run again
@@ -1230,23 +1275,36 @@ impl Volume {
             };
             edits.push((p.map.take_changes(), placed, p.map.data_bytes(), mtime, ctime));
         }
-        let (placed, ids, pack_ids) = self.meta.write(|tx| {
+        let versioned = self.meta.store().keeps_content_versions();
+        let (placed, ids, pack_ids, cvers) = self.meta.write(|tx| {
+            stale.clear(); // the store may run this again
             let pack_ids = batch.insert_into(tx)?;
             let mut placed = Vec::new();
             let mut ids = Vec::with_capacity(prepared.len());
+            let mut cvers = Vec::with_capacity(prepared.len());
             for (p, (ch, ev, data_bytes, mtime, ctime)) in prepared.iter().zip(&edits) {
-                if tx.get_inode(p.st.ino)?.is_none() {
+                let Some(row) = tx.get_inode(p.st.ino)? else {
                     ids.push(Vec::new());
+                    cvers.push(p.cver);
                     continue; // deleted meanwhile: its new chunks stay unreferenced
+                };
+                if versioned && row.cver != p.cver {
+                    stale.push(p.st.ino);
+                    continue;
                 }
                 placed.extend(ev.iter().cloned());
                 ids.push(meta::save_extents(tx, p.st.ino, ch)?);
                 tx.update_content(p.st.ino, p.size, *data_bytes, *mtime, *ctime, p.committed_seq)?;
+                cvers.push(if versioned { row.cver + 1 } else { p.cver });
             }
-            Ok((placed, ids, pack_ids))
+            if !stale.is_empty() {
+                return Err(Error::new(ErrorKind::Raced, format!("another machine committed inode(s) {stale:?} since this one loaded them")));
+            }
+            Ok((placed, ids, pack_ids, cvers))
         })?;
-        for (p, ids) in prepared.iter_mut().zip(&ids) {
+        for ((p, ids), cver) in prepared.iter_mut().zip(&ids).zip(cvers) {
             p.map.assign_ids(ids);
+            p.cver = cver;
         }
         if let Some(t) = &self.trace {
             t.record_all(batch.trace_events().chain(placed));

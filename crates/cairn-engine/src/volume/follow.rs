@@ -184,14 +184,26 @@ impl Volume {
     /// Drops this machine's cached state of a file another machine changed:
     /// a clean state nobody has open is forgotten (the next open or stat
     /// loads the store's row and extents), a clean open one is reloaded in
-    /// place (its handles read the new bytes), and a dirty one keeps its
-    /// overlay (the last flush of a range wins, docs/shared-volume.md §3).
+    /// place (its handles read the new bytes), and a dirty one is re-based
+    /// on the commit: its overlay stays on top of the committed map, so
+    /// its reads show both machines' ranges and its flush commits over
+    /// what the store holds (the last flush of a range wins,
+    /// docs/shared-volume.md §3; the flush re-bases too if this comes
+    /// late).
     pub(crate) fn forget_clean_state(&self, ino: Ino) -> Result<()> {
         let Some(st) = self.files.get(&ino).map(|e| e.value().clone()) else { return Ok(()) };
         let clean = |g: &super::file::FileInner| !g.evicted && !g.is_dirty() && g.last_seq <= g.flushed_seq;
         let idle = {
             let g = st.inner.lock();
+            if g.evicted {
+                return Ok(());
+            }
             if !clean(&g) {
+                drop(g);
+                if self.meta.store().keeps_content_versions() {
+                    let _flushing = st.flush_lock.lock();
+                    self.rebase(&st)?;
+                }
                 return Ok(());
             }
             g.open == 0
@@ -229,6 +241,7 @@ impl Volume {
         let mut g = st.inner.lock();
         if clean(&g) {
             g.base = base;
+            g.base_cver = row.cver;
             g.base_valid = row.attr.size;
             g.size = row.attr.size;
             g.mtime = row.attr.mtime;

@@ -252,11 +252,22 @@ pub struct Volume {
     pub(crate) problems: crate::health::Problems,
     /// Counters for monitoring (`metrics_snapshot`).
     pub(crate) metrics: crate::metrics::Metrics,
+    /// Tests: a stalled machine made deterministic (a frozen heartbeat, a
+    /// flush held between its uploads and its commit).
+    pub(crate) stall: Stall,
     opened: std::time::Instant,
     /// The volume directory's lock: the last field, so it goes after
     /// everything that may still write to the directory when the volume
     /// drops (the cache's clean mark, the lease).
     _lock: Option<File>,
+}
+
+/// Tests' hooks that stall a machine (see [`Volume::pause_heartbeat`],
+/// [`Volume::hold_next_flush_commit`]).
+#[derive(Default)]
+pub(crate) struct Stall {
+    pub heartbeat_paused: AtomicBool,
+    pub before_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 /// What [`Volume::assemble`] builds a volume from.
@@ -410,6 +421,7 @@ impl Volume {
             io,
             problems: Default::default(),
             metrics: crate::metrics::Metrics::new(),
+            stall: Stall::default(),
             opened: std::time::Instant::now(),
             _lock: Some(lock),
         });
@@ -684,6 +696,22 @@ impl Volume {
     pub fn flush_file_now(&self, ino: Ino) -> Result<FlushReport> {
         self.check_writable()?;
         self.flush_round_of(true, Some(ino))
+    }
+
+    /// Tests: stops (or resumes) this mount's session heartbeats, as a
+    /// machine frozen by SIGSTOP or a paused VM would, while the rest of
+    /// the engine runs on.
+    #[doc(hidden)]
+    pub fn pause_heartbeat(&self, paused: bool) {
+        self.stall.heartbeat_paused.store(paused, Ordering::SeqCst);
+    }
+
+    /// Tests: the next flush round that gets to its commit runs `f` first,
+    /// its packs uploaded and recorded, its transaction not begun (a
+    /// machine stalled between a pack's upload and its commit).
+    #[doc(hidden)]
+    pub fn hold_next_flush_commit(&self, f: impl FnOnce() + Send + 'static) {
+        *self.stall.before_commit.lock() = Some(Box::new(f));
     }
 
     /// Stops background work and drops the handle without flushing or

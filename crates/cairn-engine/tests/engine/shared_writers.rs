@@ -558,3 +558,168 @@ fn a_read_after_another_machine_moved_the_chunks_finds_them() {
     b.release(f).unwrap();
     unmount_all_then_fsck(&tmp, vols, "m1");
 }
+
+/// Issue 49: two machines write different ranges of one file that has a
+/// clone, both having opened it before either closes. A writes 1 MiB at
+/// offset 0, B 1 MiB at 4 MiB of the 8 MiB file; A commits first, so B's
+/// in-memory base is stale when it flushes. B's flush finds the file's
+/// content version moved, re-bases (reloads the committed extent map and
+/// lays its own dirty range over it) and commits: both ranges are in the
+/// file, the clone made before the writes reads its original bytes, and
+/// fsck is clean after every machine unmounts. Before the re-base, B's
+/// commit dropped a page the clone still shared (the clone read EIO) and
+/// A's range was lost.
+#[test]
+fn two_machines_writing_one_cloned_file_keep_both_ranges_and_the_clone() {
+    let (tmp, _url, cfg, vols) = machines("writers", 2, pg_opts);
+    let (a, b) = (&vols[0], &vols[1]);
+    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap();
+    let orig = random_bytes(4901, 8 << 20);
+    let f = mkfile(a, ROOT_INO, "f", &orig);
+    a.fsync(f, false).unwrap();
+    let c = a.create(ROOT_INO, b"clone", FileKind::File, 0o644, 0, root()).unwrap().ino;
+    assert_eq!(a.clone_range(f, 0, c, 0, orig.len() as u64).unwrap(), orig.len() as u64);
+    a.fsync(c, false).unwrap();
+    let pages = store.read(|r| Ok(r.page_links(f)?)).unwrap();
+    assert!(pages.iter().any(|p| p.refs >= 2), "the clone shares no page of the file: {pages:?}");
+
+    // Both open before either writes or closes.
+    let fb = b.resolve(b"f").unwrap();
+    assert_eq!(fb, f);
+    a.open(f).unwrap();
+    b.open(f).unwrap();
+    let wa = random_bytes(4902, 1 << 20);
+    let wb = random_bytes(4903, 1 << 20);
+    a.write(f, 0, &wa).unwrap();
+    b.write(f, 4 << 20, &wb).unwrap();
+    a.fsync(f, false).unwrap();
+    a.close_commit(f).unwrap();
+    a.release(f).unwrap();
+    let before = b.metrics_snapshot().flush_rebases;
+    b.fsync(f, false).unwrap();
+    b.close_commit(f).unwrap();
+    b.release(f).unwrap();
+    assert!(b.metrics_snapshot().flush_rebases > before, "B's flush never re-based on A's commit");
+
+    let mut want = orig.clone();
+    want[..1 << 20].copy_from_slice(&wa);
+    want[4 << 20..5 << 20].copy_from_slice(&wb);
+    for (m, v) in [("A", a), ("B", b)] {
+        v.catch_up(f).unwrap();
+        assert!(read_all(v, c) == orig, "machine {m}: the clone changed");
+        assert!(read_all(v, f) == want, "machine {m}: the file does not hold both ranges");
+    }
+    unmount_all_then_fsck(&tmp, vols, "m0");
+    let v = Volume::load(&tmp.path().join("m1"), pg_opts()).unwrap();
+    assert!(read_all(&v, v.resolve(b"clone").unwrap()) == orig, "the clone after a remount");
+    assert!(read_all(&v, v.resolve(b"f").unwrap()) == want, "the file after a remount");
+    v.close().unwrap();
+}
+
+/// Issue 49, fencing: machine A stalls (its heartbeats frozen, as under
+/// SIGSTOP or a paused VM) between a flush's pack upload and its commit,
+/// longer than its session's lifetime, while machine B runs gc. First,
+/// while A's session lives, B's gc leaves A's uploaded, uncommitted pack
+/// alone (it is recorded as uploading) and A's commit then goes through.
+/// Then A stalls for good: B's gc removes A's expired session (A's lock
+/// passes to B) and reclaims A's upload as an orphan, the trash is pruned
+/// at once, and when A thaws its commit is fenced: the fsync answers EIO,
+/// nothing names the deleted pack, A's later lock request fails. Every
+/// fsync'd byte of both machines reads back, A's unacknowledged bytes
+/// come back from its journal at its remount, and fsck is clean. Before
+/// fencing, gc trashed the live upload and the thawed commit named a
+/// deleted pack (the file read EIO, fsck failed).
+#[test]
+fn a_stalled_machines_commit_is_fenced_after_its_session_is_cleaned() {
+    let fast = || {
+        let o = pg_opts();
+        OpenOptions {
+            // No background round takes the files before the test holds
+            // its commit.
+            flush_age: Duration::from_secs(3600),
+            cloud: CloudOptions { session_ttl: Duration::from_secs(1), lease_renew: Duration::from_millis(100), ..o.cloud.clone() },
+            ..o
+        }
+    };
+    let (tmp, _url, cfg, vols) = machines("stall", 2, fast);
+    let (a, b) = (vols[0].clone(), vols[1].clone());
+    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap();
+    let ida = a.lock_session().unwrap();
+    let a_synced = random_bytes(4911, 300_000);
+    let fa = mkfile(&a, ROOT_INO, "a-synced", &a_synced);
+    a.fsync(fa, false).unwrap();
+    let b_synced = random_bytes(4912, 300_000);
+    let fb = mkfile(&b, ROOT_INO, "b-synced", &b_synced);
+    b.fsync(fb, false).unwrap();
+
+    // A live flush's upload survives gc and the trash prune on B.
+    let live = random_bytes(4913, 400_000);
+    let fl = mkfile(&a, ROOT_INO, "live", &live);
+    let trashed = Arc::new(std::sync::Mutex::new(0u64));
+    {
+        let (b, trashed) = (b.clone(), trashed.clone());
+        a.hold_next_flush_commit(move || {
+            let rep = maintenance::gc(&b, 0.0, &maintenance::NoProgress).unwrap();
+            *trashed.lock().unwrap() = rep.orphans_deleted;
+            b.prune_trash_older_than(Duration::ZERO);
+        });
+    }
+    a.fsync(fl, false).unwrap();
+    assert_eq!(*trashed.lock().unwrap(), 0, "gc took a live machine's uploaded, uncommitted pack for an orphan");
+    b.catch_up(fl).unwrap();
+    assert!(read_all(&b, fl) == live, "a file whose pack gc took while its commit was under way");
+
+    // A holds a lock, then stalls past its session between upload and commit.
+    let locked = b.resolve(b"b-synced").unwrap();
+    assert_eq!(a.set_lock(locked, 1, LockStyle::Posix, LockKind::Write, 0, LOCK_EOF, 11).unwrap(), LockOutcome::Granted);
+    assert!(matches!(b.set_lock(locked, 2, LockStyle::Posix, LockKind::Write, 0, LOCK_EOF, 22).unwrap(), LockOutcome::Conflict(_)));
+    let late = random_bytes(4914, 400_000);
+    let fs = mkfile(&a, ROOT_INO, "stalled", &late);
+    {
+        let (a2, b, store) = (a.clone(), b.clone(), meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap());
+        a.hold_next_flush_commit(move || {
+            a2.pause_heartbeat(true);
+            let t = Instant::now();
+            while !store.store().expired_sessions().unwrap().iter().any(|s| s.id == ida) {
+                assert!(t.elapsed() < Duration::from_secs(20), "A's session never expired");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // B's gc cleans the dead session up and takes its upload.
+            let rep = maintenance::gc(&b, 0.0, &maintenance::NoProgress).unwrap();
+            assert!(rep.orphans_deleted > 0, "gc kept the upload of a session it removed: {rep:?}");
+            b.prune_trash_older_than(Duration::ZERO);
+            assert!(!store.store().sessions().unwrap().iter().any(|s| s.id == ida), "gc did not remove the expired session");
+        });
+    }
+    let e = a.fsync(fs, false).expect_err("a stalled machine's commit went through after its session was cleaned up");
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    // Its lock passed on; it takes none again, and changes nothing more.
+    assert_eq!(b.set_lock(locked, 2, LockStyle::Posix, LockKind::Write, 0, LOCK_EOF, 22).unwrap(), LockOutcome::Granted, "the stalled machine's lock outlived its session");
+    assert!(a.set_lock(locked, 1, LockStyle::Posix, LockKind::Write, 0, LOCK_EOF, 11).is_err(), "a fenced machine took a lock again");
+    assert_eq!(b.set_lock(locked, 2, LockStyle::Posix, LockKind::Unlock, 0, LOCK_EOF, 22).unwrap(), LockOutcome::Granted);
+    assert!(a.create(ROOT_INO, b"after", FileKind::File, 0o644, 0, root()).is_err(), "a fenced machine created a file");
+    assert!(b.resolve(b"after").is_err());
+    // Nothing names a deleted pack; every fsync'd byte is there.
+    for (name, data) in [("a-synced", &a_synced), ("b-synced", &b_synced), ("live", &live)] {
+        let ino = b.resolve(name.as_bytes()).unwrap();
+        b.catch_up(ino).unwrap();
+        assert!(read_all(&b, ino) == *data, "{name} on B");
+    }
+    assert_eq!(b.getattr(fs).unwrap().size, 0, "the fenced commit changed the file");
+    fsck_clean(&b);
+    assert!(a.close().is_err(), "the unmount of a fenced mount says so");
+    drop(vols);
+    drop(a);
+    // A's directory mounts again: its journal replays what the fenced
+    // commit could not save.
+    let a = Volume::load(&tmp.path().join("m0"), fast()).unwrap();
+    assert_ne!(a.lock_session().unwrap(), ida);
+    assert!(read_all(&a, a.resolve(b"stalled").unwrap()) == late, "the stalled machine's journaled bytes after its remount");
+    a.sync().unwrap();
+    b.close().unwrap();
+    drop(b);
+    a.close().unwrap();
+    drop(a);
+    unmount_all_then_fsck(&tmp, Vec::new(), "m1");
+    drop(store);
+}
