@@ -1165,7 +1165,7 @@ mod tests {
             assert_eq!(scan.records.len(), 4, "{what}");
             let tail = scan.tail.unwrap_or_else(|| panic!("{what}: no tail reported"));
             assert_eq!((tail.offset, tail.len), (starts[4], starts[5] - starts[4]), "{what}");
-            let why = tail.damaged.unwrap_or_else(|| panic!("{what}: called a torn write"));
+            let why = tail.damaged.clone().unwrap_or_else(|| panic!("{what}: called a torn write"));
             assert!(why.contains(if what == "magic" { "magic" } else { "checksum" }), "{what}: {why}");
             assert!(tail.describe(&path).contains(&format!("at byte {}", starts[4])), "{}", tail.describe(&path));
         }
