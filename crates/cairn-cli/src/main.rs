@@ -1096,6 +1096,9 @@ fn run(cli: Cli) -> Result<i32> {
                     eprintln!("cairn: mounted {} at {}", dir.display(), mountpoint.display())
                 });
                 utab::remove(&source, &mp_canon);
+                // Its Unix socket goes with the mount (the process may end
+                // without running destructors).
+                drop(exporter);
                 mounted?;
                 Ok(0)
             } else {
@@ -1117,6 +1120,7 @@ fn run(cli: Cli) -> Result<i32> {
                         ready()
                     });
                     utab::remove(&source, &mp_canon);
+                    drop(exporter);
                     mounted?;
                     Ok(())
                 });

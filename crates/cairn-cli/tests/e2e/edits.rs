@@ -325,7 +325,7 @@ fn insert_from_stdin_killed_leaves_no_scratch_file() {
 /// itself.
 #[test]
 fn raw_rpwrite_ioctl_then_append_keeps_every_byte() {
-    use cairn_client::ioctl::{Rpwrite, IOC_RPWRITE};
+    use cairn::ioctl::{Rpwrite, IOC_RPWRITE};
     use std::io::Write;
     use std::os::fd::AsRawFd;
     let _serial = serial();

@@ -466,7 +466,11 @@ fn metrics_scraped_during_a_write_agree_with_stats() {
 
     let out = run(Command::new("umount").arg(&env.mnt));
     assert!(out.ok(), "{out}");
-    assert!(!sock.exists(), "the metrics socket outlived the mount");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!sock.exists(), "the metrics socket outlived the daemon");
 }
 
 /// The daemon's resident set, in KiB.
@@ -496,7 +500,7 @@ fn metrics_endpoint_survives_a_flood_and_an_endless_header() {
     m.umount();
     drop(squatter);
 
-    let m = Mount::new(&env.vol, &env.mnt, &["--metrics", "127.0.0.1:0"]).unwrap();
+    let m = Mount::new(&env.vol, &env.mnt, &["--metrics", "127.0.0.1:0"]).unwrap_or_else(|o| panic!("{o}"));
     let rows = status_of(&[&env.mnt]);
     let addr = rows[0]["metrics"].as_str().unwrap_or_else(|| panic!("no metrics address: {rows:#?}")).to_string();
     let pid = daemon_pid(&env.vol, &env.mnt).expect("daemon pid");
@@ -506,7 +510,9 @@ fn metrics_endpoint_survives_a_flood_and_an_endless_header() {
     for hidden in ["cairn_deduplicated", "cairn_new_chunk", "cairn_stored", "cairn_chunks_written", "cairn_packs_written"] {
         assert!(!text.contains(hidden), "{hidden} is served over TCP on a volume of one dedup domain:\n{text}");
     }
-    let fds = || fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    // Sockets the daemon holds (the mount's own files come and go with the
+    // writes below; the endpoint's connections are sockets).
+    let fds = || fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten().filter(|e| fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))).count();
     let (fds0, rss0) = (fds(), rss_kib(pid));
 
     // An endless header, streamed as fast as the daemon takes it.
@@ -553,7 +559,7 @@ fn metrics_endpoint_survives_a_flood_and_an_endless_header() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let sent = header.join().unwrap();
     drop(flood);
-    assert!(fds1 <= fds0 + 16, "the endpoint holds descriptors per connection: {fds0} before, {fds1} during the flood");
+    assert!(fds1 <= fds0 + 11, "the endpoint holds a socket per connection: {fds0} before, {fds1} during the flood");
     assert!(rss1 <= rss0 + 64 * 1024, "daemon RSS {rss0} KiB before, {rss1} KiB after a {sent}-byte header");
     assert!(!env.log().contains("Too many open files"), "{}", env.log());
     // Answers again once the flood is gone (idle connections time out).
@@ -688,7 +694,7 @@ fn plain_umount_of_a_cairn_mount_waits_for_the_flush() {
     let env = Env::new("plain-umount");
     let _helpers = Helpers::install();
     let _unmount = Unmounter(&env.mnt);
-    let m = Mount::new(&env.vol, &env.mnt, &[]).unwrap();
+    let m = Mount::new(&env.vol, &env.mnt, &[]).unwrap_or_else(|o| panic!("{o}"));
     let mnt = fs::canonicalize(&env.mnt).unwrap();
     let utab = || fs::read_to_string("/run/mount/utab").unwrap_or_default();
     let ours = |t: &str| t.lines().any(|l| l.contains(&format!("TARGET={} ", mnt.display())) && l.contains("uhelper=fuse.cairn"));
@@ -706,7 +712,7 @@ fn plain_umount_of_a_cairn_mount_waits_for_the_flush() {
     assert!(!ours(&utab()), "the utab line outlived the mount:\n{}", utab());
     let journal: u64 = fs::read_dir(env.vol.join("journal")).map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".jnl")).map(|e| e.metadata().unwrap().len()).sum()).unwrap_or(0);
     assert_eq!(journal, 0, "data left in the journal after a plain umount");
-    let m = Mount::new(&env.vol, &env.mnt, &[]).unwrap();
+    let m = Mount::new(&env.vol, &env.mnt, &[]).unwrap_or_else(|o| panic!("{o}"));
     check_stream(&env.mnt.join("big"), 5, 96 << 20, true).unwrap();
     m.umount();
 }
