@@ -4,7 +4,7 @@
 # and writes BENCHMARKS.md at the repo root.
 set -euo pipefail
 
-ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud,frugal,tape,shared
+ALL_SECTIONS=ingest,seq,meta,dedup,clone,nine,insert,cow,archive,memory,mount,datapath,cloud,frugal,tape,shared,bytewise
 
 usage() {
     cat <<'EOF'
@@ -137,6 +137,12 @@ Cairn run by run:
                every figure; visibility p99 < 100 ms; SQLite no slower.)
                Needs postgresql, moto_server, juicefs, linux-source-6.1,
                git and cargo (stops at the start if one is missing). About 20 minutes
+ 17. bytewise  flush cost of byte-sized edits (issue 50): cairn-bench
+               bytewise, through the engine API, 10^4, 10^5 and 10^6
+               one-byte writes 40 bytes apart into a stored file, and as
+               many one-byte hole punches, each flushed in one round; time
+               per edit must stay flat as n grows (linear, not quadratic).
+               About 1 minute
 
 Results are kept per section. Every row a section records carries the
 section's name; all sections' raw rows live in RESULTS_DIR/results.jsonl
@@ -865,6 +871,17 @@ for run in $(seq "$COW_RUNS"); do
 done
 umount_volume "$MNT"
 rm -rf "$VOL"
+}
+
+# --- 17. byte-sized edits ------------------------------------------------------
+section_bytewise() {
+log "17. bytewise: flushes of 10^4..10^6 one-byte writes and punches"
+cmd bytewise "target/release/cairn-bench bytewise --n 10000,100000,1000000"
+local line
+"$BENCH" bytewise --n 10000,100000,1000000 > "$SCRATCH/bytewise.jsonl"
+while read -r line; do
+    record kind=bytewise "{\"data\": $line}"
+done < "$SCRATCH/bytewise.jsonl"
 }
 
 # --- run the selected sections, then the report -------------------------------------

@@ -48,6 +48,20 @@ enum Cmd {
     /// `{"block_size": N, "blocks": N, "runs": [[start, count], ...]}` on
     /// stdin; prints seconds, locates and the rate for both ways.
     TapePrice,
+    /// Flush cost of byte-sized edits through the engine API (issue 50):
+    /// for each n, n one-byte writes 40 bytes apart into a stored file of
+    /// 40·n bytes, then (apart) n one-byte hole punches there, each flushed
+    /// in one round. Prints one JSON row per n and kind, with the seconds
+    /// to make the edits and to flush them and nanoseconds of flush per
+    /// edit: linear cost keeps the last column flat as n grows.
+    Bytewise(BytewiseArgs),
+}
+
+#[derive(clap::Args)]
+struct BytewiseArgs {
+    /// Numbers of edits (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    n: Vec<u64>,
 }
 
 #[derive(clap::Args)]
@@ -74,7 +88,50 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Ingest(a) => ingest(&a),
         Cmd::TapePrice => tape_price(),
+        Cmd::Bytewise(a) => bytewise(&a),
     }
+}
+
+/// `cairn-bench bytewise`: see [`Cmd::Bytewise`].
+fn bytewise(a: &BytewiseArgs) -> Result<()> {
+    use cairn_engine::{Caller, FileKind, InitOptions, OpenOptions, Volume, ROOT_INO};
+    for &n in &a.n {
+        for kind in ["write", "punch"] {
+            let d = tempfile::tempdir()?;
+            cairn_engine::init(d.path(), &InitOptions::default())?;
+            let v = Volume::load(d.path(), OpenOptions::default())?;
+            let f = v.create(ROOT_INO, b"f", FileKind::File, 0o644, 0, Caller { uid: 0, gid: 0 })?;
+            let len = (40 * n) as usize;
+            v.open(f.ino)?;
+            for (i, piece) in random_data(len, n).chunks(1 << 20).enumerate() {
+                v.write(f.ino, (i << 20) as u64, piece)?;
+            }
+            v.flush_file_now(f.ino)?;
+            let t = Instant::now();
+            for i in 0..n {
+                match kind {
+                    "write" => {
+                        v.write(f.ino, 1 + 40 * i, &[i as u8])?;
+                    }
+                    _ => v.fallocate(f.ino, 1 + 40 * i, 1, libc_punch())?,
+                }
+            }
+            let made = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            v.flush_file_now(f.ino)?;
+            let flushed = t.elapsed().as_secs_f64();
+            v.release(f.ino)?;
+            v.close()?;
+            let row = json!({"bench": "bytewise", "kind": kind, "n": n, "make_s": made, "flush_s": flushed, "flush_ns_per_edit": flushed * 1e9 / n as f64});
+            println!("{row}");
+        }
+    }
+    Ok(())
+}
+
+/// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE` (Linux values).
+fn libc_punch() -> i32 {
+    0x02 | 0x01
 }
 
 /// Fills a buffer with incompressible bytes: the BLAKE3 extendable output of

@@ -16,6 +16,7 @@ mod sim;
 mod size;
 mod status;
 mod tape;
+mod utab;
 mod target;
 
 use anyhow::{bail, Context, Result};
@@ -108,6 +109,14 @@ enum Cmd {
         /// zstd level for chunk compression (1 is fast; 19 is small).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(-7..=22))]
         zstd_level: i32,
+        /// Which files' data may share chunks: `volume` (any file's, the
+        /// default: identical data is stored once) or `owner` (only the
+        /// files of one owner's: identical data of two users is stored
+        /// twice, and no user can learn by writing whether another stored
+        /// some data). Fixed for the volume's life; see
+        /// docs/threat-model.md, "What dedup tells a co-tenant".
+        #[arg(long, default_value = "volume", value_name = "volume|owner")]
+        dedup_domain: cairn_engine::config::DedupDomain,
     },
     /// Mount VOLUME at MOUNTPOINT (in the background unless -f).
     #[command(after_long_help = MOUNT_HELPER_HELP)]
@@ -315,7 +324,16 @@ enum Cmd {
         #[arg(long)]
         fuse_uring: bool,
         /// Serve Prometheus metrics at http://ADDR/metrics (e.g.
-        /// 127.0.0.1:9567; port 0 picks a free one, shown by `cairn status`):
+        /// 127.0.0.1:9567; port 0 picks a free one, shown by `cairn status`),
+        /// or on the Unix socket PATH with `unix:PATH` (made 0600: only the
+        /// mounting user may read it; `curl --unix-socket PATH
+        /// http://x/metrics`). A TCP port is open to every local user, so
+        /// there the counters that tell whether written data was stored
+        /// already (deduplicated, new, stored bytes; bucket requests) are
+        /// left out unless the volume's dedup domain is `owner`. An address
+        /// that cannot be bound (taken by someone else) is logged and the
+        /// mount goes on without metrics. At most 2 requests are served
+        /// and 8 wait; more connections are closed at once:
         /// FUSE requests and latencies by operation, bytes the kernel read
         /// and wrote, bytes chunked, deduplicated, compressed and stored,
         /// cache hits and misses, journal fill, flush and upload queues,
@@ -926,7 +944,7 @@ fn maintain<T>(
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
-        Cmd::Init { dir: volume, cloud, meta, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level } => {
+        Cmd::Init { dir: volume, cloud, meta, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level, dedup_domain } => {
             let dir = target::local_dir(&volume, &cloud)?;
             let meta_url = meta.for_init()?;
             let pack_size = pack_size.unwrap_or(if cairn_engine::tape::is_tape_url(&volume) {
@@ -947,7 +965,7 @@ fn run(cli: Cli) -> Result<i32> {
                 bail!("--pack-size must be at least 1M");
             }
             let passphrase = if encrypt { Some(passphrase::get(pass.passphrase_file.as_deref(), true)?) } else { None };
-            let io = InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None, meta_url: meta_url.clone() };
+            let io = InitOptions { chunker, passphrase, kdf: None, zstd_level: Some(zstd_level), pack_target: Some(pack_size), backend: None, meta_url: meta_url.clone(), dedup_domain };
             let cfg = if target::is_url(&volume) {
                 let volume = target::canonical(&volume)?;
                 // A blank tape is formatted (an emulated one created) and
@@ -1084,13 +1102,19 @@ fn run(cli: Cli) -> Result<i32> {
                 init_logging(cli.verbose, log_file.as_deref())?;
                 let vol = Volume::load(&dir, opts)?;
                 let _control = serve(&vol)?;
-                let exporter = metrics.as_deref().map(|a| metrics::serve(&vol, a)).transpose()?;
+                let exporter = metrics.as_deref().and_then(|a| metrics::serve_or_log(&vol, a));
                 let mut registration = None;
-                cairn_fuse::mount(vol, &cfg, || {
+                let mounted = cairn_fuse::mount(vol, &cfg, || {
                     fresh.keep();
                     register(&mut registration, exporter.as_ref().map(metrics::Server::addr));
+                    utab::add(&source, &mp_canon);
                     eprintln!("cairn: mounted {} at {}", dir.display(), mountpoint.display())
-                })?;
+                });
+                utab::remove(&source, &mp_canon);
+                // Its Unix socket goes with the mount (the process may end
+                // without running destructors).
+                drop(exporter);
+                mounted?;
                 Ok(0)
             } else {
                 let log = log_file.unwrap_or_else(|| dir.join("cairn.log"));
@@ -1103,12 +1127,16 @@ fn run(cli: Cli) -> Result<i32> {
                     // dropped at its close stops the drive.
                     drop(held_tape.take());
                     let _control = serve(&vol)?;
-                    let exporter = metrics.as_deref().map(|a| metrics::serve(&vol, a)).transpose()?;
+                    let exporter = metrics.as_deref().and_then(|a| metrics::serve_or_log(&vol, a));
                     let mut registration = None;
-                    cairn_fuse::mount(vol, &cfg, || {
+                    let mounted = cairn_fuse::mount(vol, &cfg, || {
                         register(&mut registration, exporter.as_ref().map(metrics::Server::addr));
+                        utab::add(&source, &mp_canon);
                         ready()
-                    })?;
+                    });
+                    utab::remove(&source, &mp_canon);
+                    drop(exporter);
+                    mounted?;
                     Ok(())
                 });
                 // The parent: the child has the tape's drive. Dropping the
@@ -1146,6 +1174,11 @@ fn run(cli: Cli) -> Result<i32> {
             // and check what is committed through a read-only open (or
             // salvage the journal when asked to).
             let damage = cairn_engine::journal::check_dir(&dir.join("journal"))?;
+            // Bytes a segment ends with past its last record that verifies:
+            // a torn write is a warning, a whole record that fails (damage
+            // to what may have been fsync'd) an error. Read before the open
+            // below replays (and may then delete) the segments.
+            let tails = cairn_engine::journal::check_tails(&dir.join("journal"))?;
             let mut rep = if damage.is_empty() || salvage_journal {
                 maintain(&dir, &pass, &meta, json, |o| o.salvage_journal = salvage_journal, |vol, bars| maintenance::fsck(vol, read_data, bars))?
             } else {
@@ -1165,6 +1198,13 @@ fn run(cli: Cli) -> Result<i32> {
                         format!("{d}; the volume will not mount until `cairn fsck --salvage-journal` replays every record that verifies")
                     },
                 );
+            }
+            for (line, damaged) in tails {
+                if damaged {
+                    rep.errors.push(line);
+                } else {
+                    rep.warnings.push(line);
+                }
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);

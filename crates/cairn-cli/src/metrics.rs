@@ -1,7 +1,8 @@
 //! `cairn mount --metrics ADDR`: the mount's counters in Prometheus' text
-//! format at `http://ADDR/metrics` (prometheus-client encodes, tiny_http
-//! serves; any other path is a 404), and `cairn top`, the same numbers as
-//! rates in a terminal, read over the control socket.
+//! format at `http://ADDR/metrics` or on a Unix socket (prometheus-client
+//! encodes, a small bounded server of our own answers; any other path is a
+//! 404), and `cairn top`, the same numbers as rates in a terminal, read
+//! over the control socket.
 //!
 //! Both read one [`Snapshot`] per scrape or refresh; the counters behind it
 //! are atomics the engine and the FUSE adapter add to (no lock on the
@@ -114,57 +115,274 @@ fn render(registry: &Registry) -> Result<String> {
     Ok(out)
 }
 
-/// A running metrics endpoint; stops when dropped.
-pub struct Server {
-    http: Arc<tiny_http::Server>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// The series a reader of a TCP endpoint does not get on a volume whose
+/// dedup domain is the whole volume: each tells whether written data was
+/// stored already, so a local user could confirm another user's file
+/// contents one guess at a time (docs/threat-model.md, "What dedup tells a
+/// co-tenant"). The Unix socket (`unix:PATH`, 0600) serves them.
+const CONTENT_REVEALING: &[&str] = &[
+    "cairn_deduplicated",
+    "cairn_new_chunk",
+    "cairn_compressed",
+    "cairn_stored",
+    "cairn_chunks_written",
+    "cairn_packs_written",
+    "cairn_upload_queue",
+    "cairn_backend_",
+];
+
+/// Drops the families named in [`CONTENT_REVEALING`] from `text`.
+fn without_content_revealing(text: &str) -> String {
+    let revealing = |name: &str| CONTENT_REVEALING.iter().any(|p| name.starts_with(p));
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let name = match line.strip_prefix("# ") {
+            Some(meta) => meta.split_whitespace().nth(1).unwrap_or(""),
+            None => line.split(['{', ' ']).next().unwrap_or(""),
+        };
+        if !revealing(name) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
-impl Server {
-    /// Where it listens (the port chosen, when asked for port 0).
-    pub fn addr(&self) -> String {
-        self.http.server_addr().to_string()
+/// Limits of the endpoint, so that no client can take the mount's
+/// threads, descriptors or memory (docs/threat-model.md): this many
+/// connections are served at once and this many wait; one more is closed
+/// as soon as it is accepted.
+const WORKERS: usize = 2;
+const WAITING: usize = 8;
+/// A request (line and headers) longer than this is answered 431.
+const MAX_REQUEST: usize = 8 << 10;
+/// A client gets this long to send its request and this long to take the
+/// answer; then the connection is closed (slow clients, slowloris).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Where the endpoint listens.
+enum Listener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+/// One accepted connection.
+trait Conn: std::io::Read + std::io::Write + Send {
+    fn deadlines(&self, d: Duration) -> std::io::Result<()>;
+}
+
+impl Conn for std::net::TcpStream {
+    fn deadlines(&self, d: Duration) -> std::io::Result<()> {
+        self.set_nonblocking(false)?;
+        self.set_read_timeout(Some(d))?;
+        self.set_write_timeout(Some(d))
     }
 }
 
-/// Serves `vol`'s metrics at `http://addr/metrics` on a thread of its own.
-/// Binding happens here, so a taken or bad address fails the mount.
-pub fn serve(vol: &Arc<Volume>, addr: &str) -> Result<Server> {
-    let http = Arc::new(tiny_http::Server::http(addr).map_err(|e| anyhow!("--metrics {addr}: cannot listen there: {e}"))?);
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(VolumeCollector(Arc::downgrade(vol))));
-    let h = http.clone();
-    let thread = std::thread::Builder::new()
-        .name("cairn-metrics".into())
-        .spawn(move || {
-            for req in h.incoming_requests() {
-                let path = req.url().split('?').next().unwrap_or("");
-                let resp = if path == "/metrics" && matches!(req.method(), tiny_http::Method::Get | tiny_http::Method::Head) {
-                    match render(&registry) {
-                        Ok(body) => tiny_http::Response::from_string(body).with_header(header("Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8")),
-                        Err(e) => tiny_http::Response::from_string(format!("{e:#}\n")).with_status_code(500),
-                    }
-                } else {
-                    tiny_http::Response::from_string("not found: Cairn serves its metrics at /metrics\n").with_status_code(404)
-                };
-                if let Err(e) = req.respond(resp) {
-                    tracing::debug!("answering a metrics request: {e}");
-                }
-            }
-        })
-        .context("spawning the metrics thread")?;
-    Ok(Server { http, thread: Some(thread) })
+impl Conn for std::os::unix::net::UnixStream {
+    fn deadlines(&self, d: Duration) -> std::io::Result<()> {
+        self.set_nonblocking(false)?;
+        self.set_read_timeout(Some(d))?;
+        self.set_write_timeout(Some(d))
+    }
 }
 
-fn header(k: &str, v: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).expect("a valid header")
+impl Listener {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix(l) => l.as_fd(),
+        }
+    }
+
+    fn accept(&self) -> std::io::Result<Box<dyn Conn>> {
+        Ok(match self {
+            Listener::Tcp(l) => Box::new(l.accept()?.0),
+            Listener::Unix(l) => Box::new(l.accept()?.0),
+        })
+    }
+}
+
+/// A running metrics endpoint; stops when dropped.
+pub struct Server {
+    addr: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    socket: Option<std::path::PathBuf>,
+}
+
+impl Server {
+    /// Where it listens (the port chosen, when asked for port 0; `unix:PATH`
+    /// for a socket).
+    pub fn addr(&self) -> String {
+        self.addr.clone()
+    }
+}
+
+/// Binds `unix:PATH`: created under a temporary name, made 0600 (the
+/// mounting user alone may connect), then renamed into place, so that no
+/// one can connect in between. A stale socket nobody answers on is
+/// replaced; anything else at PATH is left alone and refused.
+fn bind_unix(path: &Path) -> Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            bail!("{} exists and is not a socket", path.display());
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!("{} is in use (another mount's metrics?)", path.display());
+        }
+    }
+    let tmp = path.with_file_name(format!(".{}.{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("metrics"), std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let l = std::os::unix::net::UnixListener::bind(&tmp).with_context(|| format!("binding {}", tmp.display()))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("placing the socket at {}", path.display()));
+    }
+    Ok(l)
+}
+
+/// Serves `vol`'s metrics at `http://addr/metrics` (or on the Unix socket
+/// `unix:PATH`) from a small fixed set of threads. Binding happens here;
+/// the caller decides what a taken or bad address means (the mount logs it
+/// and goes on without metrics).
+pub fn serve(vol: &Arc<Volume>, addr: &str) -> Result<Server> {
+    let (listener, shown, socket) = match addr.strip_prefix("unix:") {
+        Some(p) => {
+            let path = std::path::PathBuf::from(p);
+            if !path.is_absolute() {
+                bail!("--metrics {addr}: the socket path must be absolute");
+            }
+            let l = bind_unix(&path).with_context(|| format!("--metrics {addr}"))?;
+            (Listener::Unix(l), addr.to_string(), Some(path))
+        }
+        None => {
+            let l = std::net::TcpListener::bind(addr).map_err(|e| anyhow!("--metrics {addr}: cannot listen there: {e}"))?;
+            let shown = l.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| addr.to_string());
+            (Listener::Tcp(l), shown, None)
+        }
+    };
+    // A TCP port is open to every local user: unless no data is shared
+    // across owners, it leaves out what tells whether data was stored.
+    let full = matches!(listener, Listener::Unix(_)) || vol.dedup_domain() == cairn_engine::config::DedupDomain::Owner;
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(VolumeCollector(Arc::downgrade(vol))));
+    let registry = Arc::new(registry);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Box<dyn Conn>>(WAITING);
+    let rx = Arc::new(parking_lot::Mutex::new(rx));
+    let mut threads = Vec::new();
+    for i in 0..WORKERS {
+        let (rx, registry) = (rx.clone(), registry.clone());
+        let t = std::thread::Builder::new().name(format!("cairn-metrics-{i}")).spawn(move || loop {
+            let next = rx.lock().recv();
+            let Ok(conn) = next else { return };
+            if let Err(e) = answer(conn, &registry, full) {
+                tracing::debug!("a metrics request: {e}");
+            }
+        });
+        threads.push(t.context("spawning a metrics thread")?);
+    }
+    let st = stop.clone();
+    let accept = std::thread::Builder::new()
+        .name("cairn-metrics".into())
+        .spawn(move || {
+            use std::os::fd::AsRawFd;
+            let mut pfd = libc::pollfd { fd: listener.fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            while !st.load(std::sync::atomic::Ordering::SeqCst) {
+                // SAFETY: one valid pollfd for the listener, alive here.
+                let n = unsafe { libc::poll(&mut pfd, 1, 200) };
+                if n <= 0 {
+                    continue;
+                }
+                match listener.accept() {
+                    // Full: closed at once (dropped), no thread, no waiting fd.
+                    Ok(c) => drop(tx.try_send(c)),
+                    Err(e) => {
+                        // EMFILE and the like: the listener stays, the
+                        // connection waits in the kernel's backlog.
+                        tracing::debug!("accepting a metrics connection: {e}");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+            drop(tx);
+        })
+        .context("spawning the metrics thread")?;
+    threads.push(accept);
+    Ok(Server { addr: shown, stop, threads, socket })
+}
+
+/// [`serve`], or `None` after logging why not: metrics are an extra that
+/// must never keep a volume from mounting (a port another user took first,
+/// a stale path).
+pub fn serve_or_log(vol: &Arc<Volume>, addr: &str) -> Option<Server> {
+    match serve(vol, addr) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::error!("no metrics endpoint: {e:#}; the volume is mounted without one");
+            eprintln!("cairn: no metrics endpoint: {e:#}; mounting without one");
+            None
+        }
+    }
+}
+
+/// Reads one request (bounded in size and time), answers it, closes.
+fn answer(mut c: Box<dyn Conn>, registry: &Registry, full: bool) -> std::io::Result<()> {
+    c.deadlines(Duration::from_secs(1))?;
+    let started = Instant::now();
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let head_end = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p;
+        }
+        if buf.len() > MAX_REQUEST {
+            let _ = c.write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+            return Ok(());
+        }
+        if started.elapsed() > REQUEST_DEADLINE {
+            return Ok(());
+        }
+        match c.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]);
+    let mut first = head.lines().next().unwrap_or("").split_whitespace();
+    let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, ctype, body) = if path == "/metrics" && matches!(method, "GET" | "HEAD") {
+        match render(registry) {
+            Ok(text) => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", if full { text } else { without_content_revealing(&text) }),
+            Err(e) => ("500 Internal Server Error", "text/plain", format!("{e:#}\n")),
+        }
+    } else {
+        ("404 Not Found", "text/plain", "not found: Cairn serves its metrics at /metrics\n".to_string())
+    };
+    c.deadlines(REQUEST_DEADLINE)?;
+    let mut out = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
+    if method != "HEAD" {
+        out.extend_from_slice(body.as_bytes());
+    }
+    c.write_all(&out)?;
+    c.flush()
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.http.unblock();
-        if let Some(t) = self.thread.take() {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in self.threads.drain(..).rev() {
             let _ = t.join();
+        }
+        if let Some(p) = &self.socket {
+            let _ = std::fs::remove_file(p);
         }
     }
 }

@@ -164,7 +164,10 @@ pub fn run(json: bool) -> Result<i32> {
             println!("    metadata {m}");
         }
         if let Some(m) = &r.metrics {
-            println!("    metrics http://{m}/metrics");
+            match m.strip_prefix("unix:") {
+                Some(path) => println!("    metrics on the socket {path} (curl --unix-socket {path} http://localhost/metrics)"),
+                None => println!("    metrics http://{m}/metrics"),
+            }
         }
         for p in &r.problems {
             let n = if p.failures > 1 { format!(" ({} times)", p.failures) } else { String::new() };

@@ -30,7 +30,8 @@ extern "C" {
  *   EISDIR  fd is a directory
  *   EINVAL  offset is past the end of the file
  *   EROFS   the file is in a snapshot
- *   EFBIG   the result would be larger than 16 TiB
+ *   EFBIG   the result would be larger than the largest file size
+ *           (2^63 - 1 bytes, as off_t allows)
  */
 ssize_t cairn_rpwrite(int fd, const void *buf, size_t nbyte, off_t offset, size_t mbyte);
 
@@ -58,6 +59,14 @@ int cairn_is_cairn(int fd);
  * file is closed; CAIRN_IOC_RPWRITE with CAIRN_RP_FROM_SOURCE on the target
  * takes it in `src`. An unknown or expired token is EBADF. Version 1's
  * inode numbers (flags 1) are refused with EINVAL.
+ *
+ * The kernel caches the file's pages and, with the writeback cache Cairn
+ * mounts use, its own size. Before answering, the daemon drops the cached
+ * pages and hands the kernel the file's new end, which also sets the new
+ * size when the file grew (an insert), so fstat and an O_APPEND write see
+ * it. A kernel keeps a size it cached when a delete shrank the file: after
+ * an rpwrite whose new_size is below the old size, call
+ * ftruncate(fd, new_size) as cairn_rpwrite does (it moves no data).
  */
 #define CAIRN_IOC_PROBE   0x8010CA00u /* _IOR(0xCA, 0, struct cairn_probe) */
 #define CAIRN_IOC_RPWRITE 0xFFD0CA01u /* _IOWR(0xCA, 1, struct cairn_rpwrite) */

@@ -85,6 +85,42 @@ pub struct VolumeConfig {
     /// it). Never a host or a password: the URL is given at each open.
     #[serde(default, skip_serializing_if = "MetaKind::is_sqlite")]
     pub meta: MetaKind,
+    /// Which writers' data may share chunks (absent: the whole volume, as
+    /// every volume before it). Fixed at `init` (docs/format.md §2).
+    #[serde(default, skip_serializing_if = "DedupDomain::is_volume")]
+    pub dedup_domain: DedupDomain,
+}
+
+/// Which writes may be deduplicated against each other
+/// (docs/threat-model.md, "What dedup tells a co-tenant").
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DedupDomain {
+    /// Any file's data against any other's: identical data is stored once.
+    #[default]
+    Volume,
+    /// Only files of one owner (uid, at the time of the write) against each
+    /// other: the chunk id is keyed by the volume key and the owner, so
+    /// identical data of two owners is stored twice and no one can learn,
+    /// by writing, whether another owner stored some data.
+    Owner,
+}
+
+impl DedupDomain {
+    pub fn is_volume(&self) -> bool {
+        *self == DedupDomain::Volume
+    }
+}
+
+impl std::str::FromStr for DedupDomain {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "volume" => Ok(DedupDomain::Volume),
+            "owner" => Ok(DedupDomain::Owner),
+            _ => Err(format!("unknown dedup domain {s:?} (volume or owner)")),
+        }
+    }
 }
 
 /// The metadata store a volume keeps its metadata in.
@@ -183,6 +219,8 @@ pub struct InitOptions {
     /// password comes from PGPASSWORD or ~/.pgpass), instead of
     /// `DIR/meta.sqlite`.
     pub meta_url: Option<String>,
+    /// Which writes share chunks (default: the whole volume).
+    pub dedup_domain: DedupDomain,
 }
 
 /// A backend handed to `init` or `Volume::load` by the program instead of
@@ -264,6 +302,7 @@ impl VolumeConfig {
             pack_target: opts.pack_target.unwrap_or(32 << 20),
             key,
             meta: if opts.meta_url.is_some() { MetaKind::Postgres } else { MetaKind::Sqlite },
+            dedup_domain: opts.dedup_domain,
         };
         Ok((cfg, master))
     }
@@ -323,7 +362,7 @@ impl VolumeConfig {
                 crypto::unwrap_master(w, p, self.volume_id.as_bytes())?
             }
         };
-        Ok(Keys::derive(&master, self.encryption == Encryption::Aes256Gcm))
+        Ok(Keys::derive(&master, self.encryption == Encryption::Aes256Gcm).with_owner_domains(self.dedup_domain == DedupDomain::Owner))
     }
 }
 

@@ -32,6 +32,8 @@ pub struct Keys {
     cipher: Option<LessSafeKey>,
     /// Key of the write-back journal's records (encrypted volumes only).
     journal: Option<Zeroizing<[u8; 32]>>,
+    /// Chunk ids are per owner (`DedupDomain::Owner`, docs/format.md §2).
+    owner_domains: bool,
 }
 
 /// Seals and opens the write-back journal's records: AES-256-GCM under its
@@ -96,7 +98,47 @@ impl Keys {
             aes_key(&dk[..])
         });
         let journal = encrypt.then(|| Zeroizing::new(blake3::derive_key("cairn v1 journal key", master)));
-        Keys { id_key, cipher, journal }
+        Keys { id_key, cipher, journal, owner_domains: false }
+    }
+
+    /// Keys whose chunk ids are per owner (a volume made with
+    /// `--dedup-domain owner`).
+    pub fn with_owner_domains(mut self, on: bool) -> Self {
+        self.owner_domains = on;
+        self
+    }
+
+    /// Whether chunk ids are per owner.
+    pub fn owner_domains(&self) -> bool {
+        self.owner_domains
+    }
+
+    /// The id of a chunk written by a file of owner `uid`: on a volume of
+    /// one dedup domain, [`Keys::chunk_id`] (the owner plays no part); with
+    /// owner domains, the first 28 bytes of `keyed_hash(id_key, "cairn
+    /// owner domain" || 0 || uid_le32 || chunk)` followed by `uid_le32`, so
+    /// that the id alone says which key to verify it with.
+    pub fn chunk_id_of(&self, uid: u32, data: &[u8]) -> ChunkId {
+        if !self.owner_domains {
+            return self.chunk_id(data);
+        }
+        let mut h = blake3::Hasher::new_keyed(&self.id_key);
+        h.update(b"cairn owner domain\0");
+        h.update(&uid.to_le_bytes());
+        h.update(data);
+        let mut id = *h.finalize().as_bytes();
+        id[28..].copy_from_slice(&uid.to_le_bytes());
+        id
+    }
+
+    /// Whether `id` is the id of `data` (in whichever owner's domain the
+    /// id names, with owner domains).
+    pub fn verify_id(&self, id: &ChunkId, data: &[u8]) -> bool {
+        if !self.owner_domains {
+            return self.chunk_id(data) == *id;
+        }
+        let uid = u32::from_le_bytes(id[28..].try_into().expect("4 bytes"));
+        self.chunk_id_of(uid, data) == *id
     }
 
     /// The journal's cipher, for encrypted volumes.

@@ -344,6 +344,115 @@ impl ExtentMap {
         removed
     }
 
+    /// Whether `[start, end)` holds more than `cap` extents, counting at
+    /// most `cap + 1` of them (a bounded [`ExtentMap::range`]`.len()`).
+    pub fn more_extents_than(&self, start: u64, end: u64, cap: usize) -> bool {
+        let end = end.min(self.len);
+        if start >= end {
+            return false;
+        }
+        let mut n = 0;
+        let mut pi = self.page_at(start);
+        let mut pos = self.starts[pi];
+        while pi < self.pages.len() {
+            for e in &self.pages[pi].extents {
+                let (es, ee) = (pos, pos + e.len);
+                pos = ee;
+                if ee <= start {
+                    continue;
+                }
+                if es >= end {
+                    return false;
+                }
+                n += 1;
+                if n > cap {
+                    return true;
+                }
+            }
+            pi += 1;
+        }
+        false
+    }
+
+    /// Overwrites many ranges at once: each `(at, extents)` replaces the
+    /// bytes `[at, at + their length)`, as `splice` of each would, but in
+    /// one pass over the pages the edits touch. `edits` are in increasing
+    /// order of `at` and do not overlap. n scattered edits (a flush of a
+    /// million one-byte writes) cost O(n + extents of the touched pages +
+    /// groups · pages) instead of O(n · (PAGE_MAX + pages)) for n splices.
+    pub fn overwrite_many(&mut self, edits: Vec<(u64, Vec<Extent>)>) {
+        let edits: Vec<(u64, u64, Vec<Extent>)> = edits
+            .into_iter()
+            .map(|(at, ex)| {
+                let ex: Vec<Extent> = ex.into_iter().filter(|e| e.len > 0).collect();
+                (at, ex.iter().map(|e| e.len).sum::<u64>(), ex)
+            })
+            .filter(|(_, l, _)| *l > 0)
+            .collect();
+        if edits.is_empty() {
+            return;
+        }
+        let mut prev_end = 0;
+        for (at, l, _) in &edits {
+            assert!(*at >= prev_end && at + l <= self.len, "overwrite_many: edit {at}+{l} out of order, overlapping or past {}", self.len);
+            prev_end = at + l;
+        }
+        // Groups of edits touching overlapping page ranges: (first page,
+        // last page, first edit, end of edits).
+        let mut groups: Vec<(usize, usize, usize, usize)> = Vec::new();
+        for (k, (at, l, _)) in edits.iter().enumerate() {
+            let p0 = self.page_at(*at);
+            let p1 = self.page_at(at + l - 1).max(p0);
+            match groups.last_mut() {
+                Some(g) if p0 <= g.1 => {
+                    g.1 = g.1.max(p1);
+                    g.3 = k + 1;
+                }
+                _ => groups.push((p0, p1, k, k + 1)),
+            }
+        }
+        let mut edits: Vec<Option<(u64, u64, Vec<Extent>)>> = edits.into_iter().map(Some).collect();
+        // Right to left: rebuilding a group leaves the pages before it,
+        // and so the next groups' page indexes, as they were.
+        for &(p0, p1, k0, k1) in groups.iter().rev() {
+            let mut out: Vec<Extent> = Vec::new();
+            let mut j = k0;
+            let mut emitted = false;
+            let mut es = self.starts[p0];
+            for page in &self.pages[p0..=p1] {
+                for e in &page.extents {
+                    let ee = es + e.len;
+                    let mut s = es;
+                    while s < ee {
+                        let cur = (j < k1).then(|| edits[j].as_ref().map(|(a, l, _)| (*a, a + l)).expect("edit taken once"));
+                        match cur {
+                            Some((a, b)) if a <= s => {
+                                if !emitted {
+                                    out.extend(edits[j].as_ref().expect("edit taken once").2.iter().copied());
+                                    emitted = true;
+                                }
+                                s = b.min(ee);
+                                if b <= ee {
+                                    edits[j] = None;
+                                    j += 1;
+                                    emitted = false;
+                                }
+                            }
+                            next => {
+                                let t = next.map_or(ee, |(a, _)| a.min(ee));
+                                out.push(e.slice(s - es, t - s));
+                                s = t;
+                            }
+                        }
+                    }
+                    es = ee;
+                }
+            }
+            debug_assert_eq!(j, k1, "every edit of the group applied");
+            self.rebuild(p0, p1 + 1, out);
+        }
+    }
+
     /// Sets the length: truncates, or extends with a hole.
     pub fn set_len(&mut self, new_len: u64) -> Vec<Extent> {
         if new_len < self.len {
@@ -652,6 +761,50 @@ mod tests {
                 .prop_map(|(a, b, new)| Op::Splice { a, b, new }),
             1 => (0u64..3000).prop_map(Op::SetLen),
         ]
+    }
+
+    proptest! {
+        /// `overwrite_many` leaves the same content as one splice per edit,
+        /// on maps of many pages, and persists through the page store.
+        #[test]
+        fn overwrite_many_is_splices_in_one_pass(
+            base in prop::collection::vec(ext_strategy(), 1..3000),
+            cuts in prop::collection::vec((any::<u64>(), prop::collection::vec(ext_strategy(), 1..3)), 0..400),
+        ) {
+            let mut a = ExtentMap::new();
+            a.splice(0, 0, base);
+            let mut store = Store::default();
+            store.persist(1, &mut a);
+            let mut b = a.clone();
+            let len = a.len();
+            // Disjoint, ordered edits: one per cut point, each at most up
+            // to the next cut (clipped extents keep their total length).
+            let mut points: Vec<(u64, Vec<Extent>)> = cuts.into_iter().map(|(at, ex)| (at % len, ex)).collect();
+            points.sort_by_key(|p| p.0);
+            points.dedup_by_key(|p| p.0);
+            let mut edits = Vec::new();
+            for i in 0..points.len() {
+                let (at, ref ex) = points[i];
+                let room = points.get(i + 1).map_or(len, |p| p.0) - at;
+                let mut left = room;
+                let ex: Vec<Extent> = ex.iter().filter_map(|e| {
+                    let l = e.len.min(left);
+                    left -= l;
+                    (l > 0).then(|| e.slice(0, l))
+                }).collect();
+                edits.push((at, ex));
+            }
+            for (at, ex) in &edits {
+                let l: u64 = ex.iter().map(|e| e.len).sum();
+                a.splice(*at, at + l, ex.clone());
+            }
+            b.overwrite_many(edits);
+            prop_assert_eq!(b.len(), len);
+            prop_assert_eq!(materialize(&a), materialize(&b));
+            store.persist(1, &mut b);
+            prop_assert_eq!(materialize(&store.load(1)), materialize(&a));
+            store.check()?;
+        }
     }
 
     /// A page store as the metadata keeps it: page rows with link counts,

@@ -209,6 +209,23 @@ pub fn check_dir(dir: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// The tails every segment of a journal directory ends with (bytes past
+/// the last record that verifies; see [`Tail`]), one line each, and
+/// whether it is damage (`true`) or a torn write.
+pub fn check_tails(dir: &Path) -> Result<Vec<(String, bool)>> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for (sh, seg, path) in segments_in(dir)? {
+        let file = File::open(&path).map_err(|e| Error::os(format_args!("opening {}", path.display()), &e))?;
+        if let Some(t) = scan_segment(&file, Some(sh), seg)?.tail {
+            out.push((t.describe(&path), t.damaged.is_some()));
+        }
+    }
+    Ok(out)
+}
+
 /// The file in a journal directory naming the journal: 16 hex digits.
 pub const ID_FILE: &str = "id";
 
@@ -289,6 +306,14 @@ impl Journal {
                     scan.records.len(),
                     kept.display()
                 );
+            }
+            if let Some(t) = &scan.tail {
+                if t.damaged.is_some() {
+                    let kept = keep_evidence(dir, &path).map(|p| format!("; a copy of the segment is kept as {}", p.display())).unwrap_or_else(|e| format!("; keeping a copy failed: {e}"));
+                    tracing::error!("{}{kept}", t.describe(&path));
+                } else {
+                    tracing::warn!("{}", t.describe(&path));
+                }
             }
             let recs = scan.records;
             let good_len = scan.end;
@@ -701,6 +726,94 @@ pub struct Scan {
     pub end: u64,
     /// The segment's length.
     pub len: u64,
+    /// What the bytes past `end` are, when there are any.
+    pub tail: Option<Tail>,
+}
+
+/// Bytes after a segment's last record that verifies, with no record that
+/// verifies after them: dropped on replay (the torn-tail rule), but not
+/// silently (issue 50).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tail {
+    /// Where they start (the start of the record that fails).
+    pub offset: u64,
+    /// How many bytes there are.
+    pub len: u64,
+    /// `Some(why)` when they hold a whole record (its length as its header
+    /// says) that fails its checks: damage to a record written in full,
+    /// which may have been acknowledged (fsync'd), not a torn write.
+    /// `None`: an append cut short (shorter than its header says, or no
+    /// readable header, or zeros), as a crash leaves it: never acknowledged.
+    pub damaged: Option<String>,
+}
+
+impl Tail {
+    /// One line about it, naming the segment.
+    pub fn describe(&self, path: &Path) -> String {
+        match &self.damaged {
+            Some(why) => format!(
+                "journal segment {}: the last record, at byte {} ({} bytes), is whole but {why}: damage, not a torn write; \
+                 its change (possibly acknowledged by an fsync) was dropped on replay",
+                path.display(),
+                self.offset,
+                self.len
+            ),
+            None => format!(
+                "journal segment {}: {} bytes at byte {} after the last intact record are a torn write (an append cut short \
+                 by a crash, never acknowledged) and were ignored",
+                path.display(),
+                self.len,
+                self.offset
+            ),
+        }
+    }
+}
+
+/// Classifies the bytes `[pos, size)` of a segment past its last record
+/// that verifies (see [`Tail`]).
+fn classify_tail<R: ReadAt + ?Sized>(f: &R, pos: u64, size: u64) -> std::io::Result<Tail> {
+    let len = size - pos;
+    let torn = Tail { offset: pos, len, damaged: None };
+    if len < HEADER as u64 {
+        return Ok(torn);
+    }
+    let mut h = [0u8; HEADER];
+    f.read_at(&mut h, pos)?;
+    if h.iter().all(|&b| b == 0) {
+        return Ok(torn);
+    }
+    let magic_ok = h[0..4] == MAGIC.to_le_bytes();
+    // Read the header as if its magic were right: a whole record whose
+    // only fault is the magic, or its checksum, is damage.
+    let mut fixed = h;
+    fixed[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    let kind_ok = matches!(fixed[4], 1..=3) && fixed[5] & !FLAG_SEALED == 0 && fixed[6..8] == [0, 0];
+    if !kind_ok {
+        return Ok(torn);
+    }
+    let sealed = fixed[5] & FLAG_SEALED != 0;
+    let rlen = u32::from_le_bytes(fixed[40..44].try_into().expect("4")) as u64;
+    let dlen = match fixed[4] {
+        1 if sealed => rlen + SEAL_OVERHEAD as u64,
+        1 => rlen,
+        _ => 0,
+    };
+    if HEADER as u64 + dlen > len {
+        return Ok(torn);
+    }
+    let mut buf = Vec::new();
+    let verifies_fixed = checksum_ok(f, pos, &fixed, dlen, &mut buf)?;
+    // A crash leaves the end of an append unwritten (zeros), never its
+    // bytes changed: a record whose magic alone is wrong, or whose last
+    // byte got out and whose checksum still fails, was written whole.
+    let mut last = [0u8; 1];
+    f.read_at(&mut last, pos + HEADER as u64 + dlen - 1)?;
+    let why = match (magic_ok, verifies_fixed) {
+        (false, true) => "its magic is altered (the rest of it verifies)",
+        (true, false) if last[0] != 0 => "its checksum fails",
+        _ => return Ok(torn),
+    };
+    Ok(Tail { offset: pos, len, damaged: Some(why.to_string()) })
 }
 
 impl Scan {
@@ -895,6 +1008,9 @@ fn scan_segment<R: ReadAt + ?Sized>(f: &R, shard: Option<u16>, seg: u32) -> Resu
         pos += HEADER as u64 + dlen;
         scan.end = pos;
     }
+    if scan.end < size && scan.damage.last().is_none_or(|d| d.resume.is_some_and(|r| r <= scan.end)) {
+        scan.tail = Some(classify_tail(f, scan.end, size)?);
+    }
     Ok(scan)
 }
 
@@ -1032,6 +1148,35 @@ mod tests {
         let scan = scan_bytes(&t).unwrap();
         assert!(scan.damage.is_empty());
         assert_eq!(scan.records.len(), 5);
+    }
+
+    #[test]
+    fn a_damaged_last_record_is_reported_apart_from_a_torn_one() {
+        let d = tempfile::tempdir().unwrap();
+        let (path, starts) = five_records(d.path());
+        let b = fs::read(&path).unwrap();
+        // Its magic damaged (the issue's case), or a byte of its data
+        // flipped: whole records that fail, so damage, at their offset.
+        for (what, at, mask) in [("magic", starts[4], 0xFFu8), ("data", starts[4] + HEADER as u64 + 1, 0x10)] {
+            let mut t = b.clone();
+            t[at as usize] ^= mask;
+            let scan = scan_bytes(&t).unwrap();
+            assert!(scan.damage.is_empty(), "{what}: {:?}", scan.damage);
+            assert_eq!(scan.records.len(), 4, "{what}");
+            let tail = scan.tail.unwrap_or_else(|| panic!("{what}: no tail reported"));
+            assert_eq!((tail.offset, tail.len), (starts[4], starts[5] - starts[4]), "{what}");
+            let why = tail.damaged.clone().unwrap_or_else(|| panic!("{what}: called a torn write"));
+            assert!(why.contains(if what == "magic" { "magic" } else { "checksum" }), "{what}: {why}");
+            assert!(tail.describe(&path).contains(&format!("at byte {}", starts[4])), "{}", tail.describe(&path));
+        }
+        // Cut short, or its end never written (zeros): a torn write.
+        for t in [b[..starts[4] as usize + 30].to_vec(), { let mut t = b[..starts[5] as usize - 20].to_vec(); t.extend_from_slice(&[0; 20]); t }] {
+            let tail = scan_bytes(&t).unwrap().tail.expect("a tail");
+            assert_eq!(tail.offset, starts[4]);
+            assert_eq!(tail.damaged, None, "{tail:?}");
+        }
+        // An intact segment has none.
+        assert_eq!(scan_bytes(&b).unwrap().tail, None);
     }
 
     #[test]

@@ -303,7 +303,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     create_local_state(&layout, &cfg, None)?;
     // Version 1: the empty volume, so a mount from the bucket alone works
     // from the start.
-    let keys = Keys::derive(&master, cfg.encryption == crate::config::Encryption::Aes256Gcm);
+    let keys = Keys::derive(&master, cfg.encryption == crate::config::Encryption::Aes256Gcm).with_owner_domains(cfg.dedup_domain == crate::config::DedupDomain::Owner);
     let mut state = crate::cloud::LocalState::fresh();
     let snapshot = {
         let m = Meta::open(&layout.meta_db(), true, Duration::ZERO)?;

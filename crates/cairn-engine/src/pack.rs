@@ -126,7 +126,7 @@ pub fn decode_blob(keys: &Keys, e: &BlobEntry, stored: Vec<u8>, verify: Verify) 
         payload
     };
     let hash_it = verify == Verify::Full || !keys.encrypted();
-    if chunk.len() != e.raw_len as usize || (hash_it && keys.chunk_id(&chunk) != e.id) {
+    if chunk.len() != e.raw_len as usize || (hash_it && !keys.verify_id(&e.id, &chunk)) {
         return Err(Error::corrupt("chunk content does not match its id"));
     }
     Ok(chunk)

@@ -311,8 +311,10 @@ impl CairnFs {
                 r.new_bytes = rep.new_chunk_bytes;
                 r.old_chunks = rep.old_chunks_rechunked;
                 // The kernel caches pages and the size of this file; the
-                // ioctl changed both behind its back.
-                self.vol.notify_changed(ino);
+                // ioctl changed both behind its back. The notices go from a
+                // thread of their own (mount.rs, KernelNotifier), which this
+                // handler waits for, boundedly.
+                self.vol.notify_resized(ino, rep.size);
                 Ok(r.header_bytes().to_vec())
             }
             _ => Err(Errno::ENOTTY),

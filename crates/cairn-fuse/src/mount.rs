@@ -179,7 +179,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     if let (Some(w), Some(id)) = (&watch, conn) {
         w.set_connection(id);
     }
-    let kernel = Arc::new(KernelNotifier(session.notifier()));
+    let kernel = Arc::new(KernelNotifier::new(session.notifier()));
     vol.set_kernel_cache(kernel.clone());
     let bg = match session.spawn() {
         Ok(bg) => bg,
@@ -330,26 +330,101 @@ mod tests {
 
 /// Drops what the kernel caches when the engine changes files outside a
 /// kernel request (control-socket clones and snapshots, rpwrite ioctls).
-struct KernelNotifier(fuser::Notifier);
+///
+/// Every notice goes out from a thread of its own: `inval_*` and `store`
+/// wait for the kernel, which may wait for a request a handler is serving
+/// (an ioctl's handler asking for its own inode would deadlock). The caller
+/// waits for its notice at most [`NOTICE_WAIT`], so an answer that comes
+/// back at once (the usual case) is in place when an ioctl returns, and a
+/// kernel that blocks costs a bounded delay, never a hang.
+struct KernelNotifier {
+    jobs: parking_lot::Mutex<Option<std::sync::mpsc::Sender<(Notice, std::sync::mpsc::SyncSender<()>)>>>,
+    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
 
-impl cairn_engine::KernelCache for KernelNotifier {
-    fn inode_changed(&self, ino: cairn_engine::Ino) {
-        // Offset 0, length 0: the attributes and every cached page.
-        if let Err(e) = self.0.inval_inode(fuser::INodeNo(ino), 0, 0) {
-            // ENOENT: the kernel holds nothing for it, which is fine.
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                debug!("invalidating inode {ino}: {e}");
+/// The longest a caller waits for its notice to reach the kernel.
+const NOTICE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+enum Notice {
+    Inode(cairn_engine::Ino),
+    Entry(cairn_engine::Ino, Vec<u8>),
+    Resized(cairn_engine::Ino, u64, Vec<u8>),
+}
+
+impl KernelNotifier {
+    fn new(n: fuser::Notifier) -> KernelNotifier {
+        let (tx, rx) = std::sync::mpsc::channel::<(Notice, std::sync::mpsc::SyncSender<()>)>();
+        let thread = std::thread::Builder::new().name("cairn-kernel-notices".into()).spawn(move || {
+            for (notice, done) in rx {
+                Self::send(&n, notice);
+                let _ = done.try_send(());
+            }
+        });
+        match thread {
+            Ok(t) => KernelNotifier { jobs: parking_lot::Mutex::new(Some(tx)), thread: parking_lot::Mutex::new(Some(t)) },
+            Err(e) => {
+                warn!("cannot start the kernel notice thread: {e}; changes made outside kernel requests are seen after the attribute timeout");
+                KernelNotifier { jobs: parking_lot::Mutex::new(None), thread: parking_lot::Mutex::new(None) }
             }
         }
     }
 
-    fn entry_changed(&self, parent: cairn_engine::Ino, name: &[u8]) {
+    fn send(n: &fuser::Notifier, notice: Notice) {
         use std::os::unix::ffi::OsStrExt;
-        if let Err(e) = self.0.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::from_bytes(name)) {
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                debug!("invalidating entry {}: {e}", String::from_utf8_lossy(name));
+        // ENOENT: the kernel holds nothing for it, which is fine.
+        let quiet = |what: &str, r: io::Result<()>| {
+            if let Err(e) = r {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    debug!("{what}: {e}");
+                }
+            }
+        };
+        match notice {
+            // Offset 0, length 0: the attributes and every cached page.
+            Notice::Inode(ino) => quiet(&format!("invalidating inode {ino}"), n.inval_inode(fuser::INodeNo(ino), 0, 0)),
+            Notice::Entry(parent, name) => quiet(&format!("invalidating entry {}", String::from_utf8_lossy(&name)), n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::from_bytes(&name))),
+            Notice::Resized(ino, size, tail) => {
+                quiet(&format!("invalidating inode {ino}"), n.inval_inode(fuser::INodeNo(ino), 0, 0));
+                // The kernel takes a stored range past its size as the new
+                // size (fuse_notify_store); a writeback cache ignores the
+                // size in attributes.
+                if !tail.is_empty() {
+                    quiet(&format!("storing the end of inode {ino}"), n.store(fuser::INodeNo(ino), size - tail.len() as u64, &tail));
+                }
             }
         }
+    }
+
+    /// Hands `notice` to the thread and waits for it, boundedly.
+    fn notify(&self, notice: Notice) {
+        let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+        let sent = self.jobs.lock().as_ref().is_some_and(|tx| tx.send((notice, done_tx)).is_ok());
+        if sent && done_rx.recv_timeout(NOTICE_WAIT).is_err() {
+            debug!("a kernel notice is still under way after {NOTICE_WAIT:?}");
+        }
+    }
+}
+
+impl Drop for KernelNotifier {
+    fn drop(&mut self) {
+        drop(self.jobs.lock().take());
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl cairn_engine::KernelCache for KernelNotifier {
+    fn inode_changed(&self, ino: cairn_engine::Ino) {
+        self.notify(Notice::Inode(ino));
+    }
+
+    fn entry_changed(&self, parent: cairn_engine::Ino, name: &[u8]) {
+        self.notify(Notice::Entry(parent, name.to_vec()));
+    }
+
+    fn size_changed(&self, ino: cairn_engine::Ino, size: u64, tail: &[u8]) {
+        self.notify(Notice::Resized(ino, size, tail.to_vec()));
     }
 }
 

@@ -316,3 +316,47 @@ fn insert_from_stdin_killed_leaves_no_scratch_file() {
     m.umount();
     env.assert_fsck_clean(|_| false);
 }
+
+/// Issue 50: the raw rpwrite ioctl (as `cairn.h` documents it for programs
+/// that cannot link libcairn, so without the library's `ftruncate`): after
+/// an insert, `fstat` shows the new size and an `O_APPEND` write lands after
+/// the moved bytes instead of over them ("XYZhelmore"); after a replace that
+/// grows the file in the middle, the same. The daemon tells the kernel
+/// itself.
+#[test]
+fn raw_rpwrite_ioctl_then_append_keeps_every_byte() {
+    use cairn::ioctl::{Rpwrite, IOC_RPWRITE};
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let _serial = serial();
+    let env = Env::new("raw-rpwrite");
+    let m = env.mount();
+    let p = m.join("f");
+    fs::write(&p, b"hello\n").unwrap();
+    let mut f = fs::OpenOptions::new().read(true).append(true).open(&p).unwrap();
+    let rpwrite = |f: &fs::File, offset: u64, mbyte: u64, data: &[u8]| {
+        let mut r = Rpwrite::new();
+        r.offset = offset;
+        r.mbyte = mbyte;
+        r.nbyte = data.len() as u64;
+        r.data[..data.len()].copy_from_slice(data);
+        // SAFETY: IOC_RPWRITE's size is that of Rpwrite, which outlives the call.
+        let rc = unsafe { libc::ioctl(f.as_raw_fd(), IOC_RPWRITE as _, &mut *r as *mut Rpwrite) };
+        assert_eq!(rc, 0, "ioctl: {}", std::io::Error::last_os_error());
+        r.new_size
+    };
+    assert_eq!(rpwrite(&f, 0, 0, b"XYZ"), 9);
+    assert_eq!(f.metadata().unwrap().len(), 9, "fstat after the ioctl shows the old size");
+    assert_eq!(fs::metadata(&p).unwrap().len(), 9, "stat after the ioctl shows the old size");
+    f.write_all(b"more").unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"XYZhello\nmore", "the append went over moved bytes");
+    // A replace in the middle that grows the file by 5 bytes.
+    assert_eq!(rpwrite(&f, 3, 2, b"HEEEEE"), 17);
+    f.write_all(b"!").unwrap();
+    drop(f);
+    assert_eq!(fs::read(&p).unwrap(), b"XYZHEEEEEllo\nmore!");
+    m.umount();
+    let m = env.mount();
+    assert_eq!(fs::read(m.join("f")).unwrap(), b"XYZHEEEEEllo\nmore!");
+    m.umount();
+}

@@ -354,11 +354,21 @@ fn cairn_status_lists_a_local_and_a_bucket_mount() {
 /// One HTTP GET to `addr` (`host:port`): the status code and the body.
 fn http_get(addr: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
+    match addr.strip_prefix("unix:") {
+        Some(sock) => {
+            let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap_or_else(|e| panic!("connecting to {sock}: {e}"));
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+            s.read_to_string(&mut raw).unwrap();
+        }
+        None => {
+            let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+            s.read_to_string(&mut raw).unwrap();
+        }
+    }
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer: {raw:?}"));
     let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("status line: {head}"));
     (code, body.to_string())
@@ -372,21 +382,27 @@ fn sample(text: &str, series: &str) -> u64 {
         .unwrap_or_else(|| panic!("no sample {series} in:\n{text}"))
 }
 
-/// `cairn mount --metrics`, given as `-o metrics=127.0.0.1:0` through the
-/// mount(8) helper: scraped during a write, the counters grow with every
-/// fsync'd step; at the end they agree with `cairn stats` (bytes written,
-/// chunks, packs, stored bytes); other paths answer 404. `cairn top` shows
-/// the write as rates, reading the same counters over the control socket.
+/// `cairn mount --metrics`, given as `-o metrics=unix:PATH` through the
+/// mount(8) helper: the socket is 0600; scraped during a write, the
+/// counters grow with every fsync'd step; at the end they agree with `cairn
+/// stats` (bytes written, chunks, packs, stored bytes); other paths answer
+/// 404. `cairn top` shows the write as rates, reading the same counters
+/// over the control socket.
 #[test]
 fn metrics_scraped_during_a_write_agree_with_stats() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let _serial = serial();
     let env = Env::new("metrics");
     let _helpers = Helpers::install();
     let _unmount = Unmounter(&env.mnt);
-    let out = run(Command::new("mount").arg("-t").arg("fuse.cairn").arg(&env.vol).arg(&env.mnt).arg("-o").arg("metrics=127.0.0.1:0,_netdev"));
+    let sock = env.path("metrics.sock");
+    let out = run(Command::new("mount").arg("-t").arg("fuse.cairn").arg(&env.vol).arg(&env.mnt).arg("-o").arg(format!("metrics=unix:{},_netdev", sock.display())));
     assert!(out.ok(), "{out}");
     let rows = status_of(&[&env.mnt]);
     let addr = rows[0]["metrics"].as_str().unwrap_or_else(|| panic!("no metrics address in status: {rows:#?}")).to_string();
+    assert_eq!(addr, format!("unix:{}", sock.display()));
+    let m = fs::symlink_metadata(&sock).unwrap();
+    assert!(m.file_type().is_socket() && m.permissions().mode() & 0o777 == 0o600, "socket mode {:o}", m.permissions().mode());
 
     let (code, body) = http_get(&addr, "/nope");
     assert_eq!(code, 404, "{body}");
@@ -450,7 +466,123 @@ fn metrics_scraped_during_a_write_agree_with_stats() {
 
     let out = run(Command::new("umount").arg(&env.mnt));
     assert!(out.ok(), "{out}");
-    assert!(std::net::TcpStream::connect(&addr).is_err(), "the metrics endpoint outlived the mount");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!sock.exists(), "the metrics socket outlived the daemon");
+}
+
+/// The daemon's resident set, in KiB.
+fn rss_kib(pid: i32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap()
+}
+
+/// Issue 50: a TCP metrics endpoint is open to every local user. Acting as
+/// `nobody`-like clients, 600 idle connections, a client sending an
+/// endless header (800 MiB if let) and a slowloris client: meanwhile the
+/// mount's own writes and fsyncs succeed, the daemon keeps few descriptors
+/// and little memory, and the endpoint answers again afterwards. It leaves
+/// out the counters that tell whether written data was stored already.
+/// And a port someone else holds does not keep the volume from mounting.
+#[test]
+fn metrics_endpoint_survives_a_flood_and_an_endless_header() {
+    use std::io::Write;
+    let _serial = serial();
+    let env = Env::new("metrics-flood");
+    let _unmount = Unmounter(&env.mnt);
+    // A port another user holds first: the mount logs it and goes on.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = squatter.local_addr().unwrap().to_string();
+    let m = Mount::new(&env.vol, &env.mnt, &["--metrics", &taken]).unwrap_or_else(|o| panic!("a taken metrics port failed the mount: {o}"));
+    assert!(env.log().contains("no metrics endpoint") && env.log().contains(&taken), "{}", env.log());
+    m.umount();
+    drop(squatter);
+
+    let m = Mount::new(&env.vol, &env.mnt, &["--metrics", "127.0.0.1:0"]).unwrap_or_else(|o| panic!("{o}"));
+    let rows = status_of(&[&env.mnt]);
+    let addr = rows[0]["metrics"].as_str().unwrap_or_else(|| panic!("no metrics address: {rows:#?}")).to_string();
+    let pid = daemon_pid(&env.vol, &env.mnt).expect("daemon pid");
+    let (code, text) = http_get(&addr, "/metrics");
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("cairn_kernel_written_bytes_total"), "{text}");
+    for hidden in ["cairn_deduplicated", "cairn_new_chunk", "cairn_stored", "cairn_chunks_written", "cairn_packs_written"] {
+        assert!(!text.contains(hidden), "{hidden} is served over TCP on a volume of one dedup domain:\n{text}");
+    }
+    // Sockets the daemon holds (the mount's own files come and go with the
+    // writes below; the endpoint's connections are sockets).
+    let fds = || fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten().filter(|e| fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))).count();
+    let (fds0, rss0) = (fds(), rss_kib(pid));
+
+    // An endless header, streamed as fast as the daemon takes it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let header = {
+        let (addr, stop) = (addr.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX-Fill: ");
+            let junk = vec![b'a'; 1 << 20];
+            let mut sent = 0u64;
+            while sent < 800 << 20 && !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                match s.write_all(&junk) {
+                    Ok(()) => sent += junk.len() as u64,
+                    Err(_) => break,
+                }
+            }
+            sent
+        })
+    };
+    // A flood of connections that send nothing, and some that send a byte
+    // a second (slowloris).
+    let mut flood = Vec::new();
+    for i in 0..600 {
+        match std::net::TcpStream::connect(&addr) {
+            Ok(mut c) => {
+                if i % 50 == 0 {
+                    let _ = c.write_all(b"G");
+                }
+                flood.push(c);
+            }
+            Err(e) => panic!("connection {i}: {e}"),
+        }
+    }
+    // The mount's own I/O meanwhile: writes and fsyncs of 64 files.
+    for i in 0..64 {
+        let p = env.mnt.join(format!("f{i}"));
+        let mut f = fs::File::create(&p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
+        write_stream(&mut f, i, 256 << 10).unwrap();
+        f.sync_all().unwrap_or_else(|e| panic!("fsync {} during the flood: {e}", p.display()));
+    }
+    let (fds1, rss1) = (fds(), rss_kib(pid));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sent = header.join().unwrap();
+    drop(flood);
+    assert!(fds1 <= fds0 + 11, "the endpoint holds a socket per connection: {fds0} before, {fds1} during the flood");
+    assert!(rss1 <= rss0 + 64 * 1024, "daemon RSS {rss0} KiB before, {rss1} KiB after a {sent}-byte header");
+    assert!(!env.log().contains("Too many open files"), "{}", env.log());
+    // Answers again once the flood is gone (idle connections time out).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ok = std::net::TcpStream::connect(&addr).ok().and_then(|mut s| {
+            use std::io::Read;
+            s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+            write!(s, "GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+            let mut r = String::new();
+            s.read_to_string(&mut r).ok()?;
+            Some(r.starts_with("HTTP/1.1 200"))
+        });
+        if ok == Some(true) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the endpoint does not answer after the flood");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 0..64 {
+        check_stream(&env.mnt.join(format!("f{i}")), i, 256 << 10, true).unwrap();
+    }
+    m.umount();
 }
 
 /// Removes the test's package again however the test ends.
@@ -548,4 +680,39 @@ fn the_debian_package_installs_and_mounts() {
     for gone in ["/usr/bin/cairn", "/sbin/mount.fuse.cairn", "/usr/lib/libcairn.so", "/usr/share/man/man1/cairn-mount.1.gz"] {
         assert!(fs::symlink_metadata(gone).is_err(), "{gone} is still there after dpkg -r");
     }
+}
+
+/// Issue 50: a plain `umount` of a mount made by `cairn mount` (no
+/// `uhelper=` option anywhere) waits until the daemon has flushed and
+/// exited: the daemon writes its line (`uhelper=fuse.cairn`) into
+/// /run/mount/utab, so umount(8) finds umount.fuse.cairn instead of calling
+/// umount(2) and returning while data is still in the journal. The line
+/// goes when the daemon exits.
+#[test]
+fn plain_umount_of_a_cairn_mount_waits_for_the_flush() {
+    let _serial = serial();
+    let env = Env::new("plain-umount");
+    let _helpers = Helpers::install();
+    let _unmount = Unmounter(&env.mnt);
+    let m = Mount::new(&env.vol, &env.mnt, &[]).unwrap_or_else(|o| panic!("{o}"));
+    let mnt = fs::canonicalize(&env.mnt).unwrap();
+    let utab = || fs::read_to_string("/run/mount/utab").unwrap_or_default();
+    let ours = |t: &str| t.lines().any(|l| l.contains(&format!("TARGET={} ", mnt.display())) && l.contains("uhelper=fuse.cairn"));
+    assert!(ours(&utab()), "no utab line for {}:\n{}", mnt.display(), utab());
+    let pid = daemon_pid(&env.vol, &env.mnt).expect("daemon pid");
+    {
+        let mut f = fs::File::create(env.mnt.join("big")).unwrap();
+        write_stream(&mut f, 5, 96 << 20).unwrap();
+    }
+    let out = run(Command::new("umount").arg(&env.mnt));
+    assert!(out.ok(), "{out}");
+    // umount returned: the daemon has exited (nothing left in its journal).
+    assert!(!alive(pid), "plain umount returned while the daemon (pid {pid}) still runs");
+    m.detach();
+    assert!(!ours(&utab()), "the utab line outlived the mount:\n{}", utab());
+    let journal: u64 = fs::read_dir(env.vol.join("journal")).map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".jnl")).map(|e| e.metadata().unwrap().len()).sum()).unwrap_or(0);
+    assert_eq!(journal, 0, "data left in the journal after a plain umount");
+    let m = Mount::new(&env.vol, &env.mnt, &[]).unwrap_or_else(|o| panic!("{o}"));
+    check_stream(&env.mnt.join("big"), 5, 96 << 20, true).unwrap();
+    m.umount();
 }

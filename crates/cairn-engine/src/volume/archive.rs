@@ -129,6 +129,7 @@ impl Volume {
         // encryption and (on extract) a fetch per member.
         let block_target = (self.cfg.chunker.avg as usize).max(64 << 10);
         let mut batch = super::flush::Batch::new(self);
+        batch.set_owner(opts.caller.uid);
         let mut block: Vec<u8> = Vec::with_capacity(block_target);
         let mut ids: Vec<u64> = Vec::new();
         let mut parts: Vec<Part> = Vec::new();

@@ -183,6 +183,7 @@ impl Volume {
         map.splice(offset, offset + mbyte, new_exts);
         let mut report = EditReport { size: new_size, ..Default::default() };
         let mut batch = Batch::new(self);
+        batch.owner_of(ino)?;
         match new {
             NewBytes::Data(_) => {
                 self.rechunk(&mut map, offset, offset + n, &mut batch, false, mem)?;
@@ -200,6 +201,7 @@ impl Volume {
                 self.finish_edit(&st, &mut g, map, batch, &mut report)?;
                 let mut map = g.base.clone();
                 let mut batch = Batch::new(self);
+                batch.owner_of(ino)?;
                 self.rechunk(&mut map, offset, offset, &mut batch, false, &[])?;
                 self.finish_edit(&st, &mut g, map, batch, &mut report)?;
             }

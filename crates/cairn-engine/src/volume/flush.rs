@@ -94,6 +94,9 @@ pub(crate) struct Batch<'a> {
     moved: Vec<(u64, usize, u64, u32)>,
     /// The held pack they came from (name, metadata id).
     absorbed: Option<(String, u64)>,
+    /// Whose dedup domain the chunks stored next belong to (the owner of
+    /// the file being written; only read on a volume with owner domains).
+    owner: u32,
     /// Counters for stats and benchmarks.
     pub chunked_bytes: u64,
     pub new_bytes: u64,
@@ -125,7 +128,22 @@ const PARALLEL_MIN_BYTES: usize = 1 << 20;
 
 impl<'a> Batch<'a> {
     pub(crate) fn new(vol: &'a Volume) -> Self {
-        Batch { vol, _chunk_guard: vol.chunk_guard.shared(), builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), moved: Vec::new(), absorbed: None, chunked_bytes: 0, new_bytes: 0, chunks_stored: 0, old_chunks_rechunked: 0, patches: 0 }
+        Batch { vol, _chunk_guard: vol.chunk_guard.shared(), builder: None, sealed: Vec::new(), uploads: Default::default(), new_chunks: Vec::new(), by_hash: HashMap::new(), moved: Vec::new(), absorbed: None, owner: 0, chunked_bytes: 0, new_bytes: 0, chunks_stored: 0, old_chunks_rechunked: 0, patches: 0 }
+    }
+
+    /// Makes the chunks stored next those of owner `uid` (a volume with
+    /// owner dedup domains keys their ids by it; docs/format.md §2).
+    pub(crate) fn set_owner(&mut self, uid: u32) {
+        self.owner = uid;
+    }
+
+    /// [`Batch::set_owner`] with the owner of file `ino`, looked up only
+    /// on a volume with owner domains.
+    pub(crate) fn owner_of(&mut self, ino: u64) -> Result<()> {
+        if self.vol.keys.owner_domains() {
+            self.owner = self.vol.getattr(ino)?.uid;
+        }
+        Ok(())
     }
 
     /// Stores chunks (deduplicated); returns their metadata ids in order.
@@ -146,7 +164,8 @@ impl<'a> Batch<'a> {
         // to rayon's pool it cost more in wake-ups and idle workers' spins
         // (`sched_yield`) than the hashing itself.
         let parallel = total >= PARALLEL_MIN_BYTES && chunks.len() > 1;
-        let hash = |c: &&[u8]| vol.keys.chunk_id(c);
+        let owner = self.owner;
+        let hash = |c: &&[u8]| vol.keys.chunk_id_of(owner, c);
         let ids: Vec<ChunkId> = if parallel { chunks.par_iter().map(hash).collect() } else { chunks.iter().map(hash).collect() };
         let mut out = vec![0u64; chunks.len()];
         let mut todo: Vec<usize> = Vec::new();
@@ -431,22 +450,42 @@ fn first_gap(pieces: &[(u64, super::file::Piece)], from: u64, size: u64) -> Opti
 /// would read the patch's chunk, which is only in this round's batch (not
 /// yet in the chunk index), and would fold it away at once anyway.
 fn demote_patches_near_rechunks(patches: &mut Vec<(u64, u64)>, rest: &mut Vec<(u64, u64)>, max: u64) {
+    // One sweep each way until nothing moves: a demoted patch demotes the
+    // patches after it within 2·max (left to right) and before it within
+    // max (right to left). Each sweep is linear (a demotion per round of a
+    // sort and a scan was quadratic when patches chained).
+    let mut all: Vec<(u64, u64, bool)> = patches.iter().map(|&(a, b)| (a, b, false)).chain(rest.iter().map(|&(a, b)| (a, b, true))).collect();
+    all.sort_unstable();
     loop {
-        rest.sort_unstable();
-        let mut demoted = Vec::new();
-        patches.retain(|&(a, b)| {
-            // Ranges are disjoint: rest[i - 1] ends at or before `a`.
-            let i = rest.partition_point(|r| r.0 < b);
-            let near = rest.get(i).is_some_and(|r| r.0 < b + max) || (i > 0 && rest[i - 1].1 + 2 * max > a);
-            if near {
-                demoted.push((a, b));
+        let mut moved = false;
+        let mut last_rest_end: Option<u64> = None;
+        for r in all.iter_mut() {
+            if !r.2 && last_rest_end.is_some_and(|e| e + 2 * max > r.0) {
+                r.2 = true;
+                moved = true;
             }
-            !near
-        });
-        if demoted.is_empty() {
-            return;
+            if r.2 {
+                last_rest_end = Some(r.1);
+            }
         }
-        rest.extend(demoted);
+        let mut next_rest_start: Option<u64> = None;
+        for r in all.iter_mut().rev() {
+            if !r.2 && next_rest_start.is_some_and(|a| a < r.1 + max) {
+                r.2 = true;
+                moved = true;
+            }
+            if r.2 {
+                next_rest_start = Some(r.0);
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    patches.clear();
+    rest.clear();
+    for (a, b, is_rest) in all {
+        if is_rest { rest.push((a, b)) } else { patches.push((a, b)) }
     }
 }
 
@@ -905,6 +944,7 @@ impl Volume {
     /// runs to its end out of this flush: that chunk was cut by the flush, not
     /// by content, so storing it would waste a chunk and misalign dedup.
     fn prepare(&self, st: &FileState, batch: &mut Batch, hold_tail: bool) -> Result<Plan> {
+        batch.owner_of(st.ino)?;
         let (mut map, cver, pieces, size, base_valid, seq, writing) = {
             let g = st.inner.lock();
             let pieces: Vec<(u64, super::file::Piece)> = g.overlay.iter().map(|(&s, p)| (s, *p)).collect();
@@ -926,6 +966,10 @@ impl Volume {
         };
         map.set_len(end);
         let mut dirty: Vec<(u64, u64)> = Vec::new();
+        // The overlay's pieces are disjoint and in order: spliced in one
+        // pass (one splice each cost O(PAGE_MAX + pages), quadratic in
+        // the pieces of a file written a byte at a time).
+        let mut edits: Vec<(u64, Vec<Extent>)> = Vec::with_capacity(pieces.len());
         for (s, p) in &pieces {
             if *s >= end {
                 continue;
@@ -941,8 +985,9 @@ impl Volume {
                     Extent { src: Source::Pending(loc), off: 0, len: p.len }
                 }
             };
-            map.splice(*s, s + p.len, vec![ext]);
+            edits.push((*s, vec![ext]));
         }
+        map.overwrite_many(edits);
         let dirty = self.store_patches(&mut map, dirty, batch, !hold_tail)?;
         // Cluster dirty ranges that would re-chunk the same old chunks.
         let max = self.cfg.chunker.max as u64;
@@ -1011,7 +1056,7 @@ impl Volume {
             let after = std::mem::replace(&mut prev_end, b);
             let append = appends && b == map.len();
             let small = b - a <= patch_max && a > 0 && (b < map.len() || append);
-            if small && is_chunk(map, a - 1) && (append || is_chunk(map, b)) && map.range(a.saturating_sub(max), (b + max).min(map.len())).len() <= PATCH_EXTENTS {
+            if small && is_chunk(map, a - 1) && (append || is_chunk(map, b)) && !map.more_extents_than(a.saturating_sub(max), (b + max).min(map.len()), PATCH_EXTENTS) {
                 patches.push((a, b));
             } else if append && small && is_chunk(map, a - 1) {
                 // Too many extents near the end: re-chunk from up to `max`
@@ -1045,9 +1090,7 @@ impl Volume {
         let ids = batch.store(&slices)?;
         drop(slices);
         self.windows.give(bytes);
-        for ((a, b), id) in patches.iter().zip(ids) {
-            map.splice(*a, *b, vec![Extent::chunk(id, 0, b - a)]);
-        }
+        map.overwrite_many(patches.iter().zip(ids).map(|((a, b), id)| (*a, vec![Extent::chunk(id, 0, b - a)])).collect());
         batch.patches += patches.len() as u64;
         Ok(rest)
     }

@@ -154,6 +154,16 @@ pub trait KernelCache: Send + Sync {
     fn inode_changed(&self, ino: Ino);
     /// The entry `name` of directory `parent` appeared, went or changed.
     fn entry_changed(&self, parent: Ino, name: &[u8]);
+    /// Content of `ino` changed and its size is now `size`; `tail` is its
+    /// content from the start of the page holding its last byte to `size`.
+    /// A kernel with a writeback cache keeps its own size of a file and
+    /// ignores the daemon's, so dropping attributes is not enough (an
+    /// append would write at the old end): the adapter hands the kernel
+    /// these bytes, which also sets its size when the file grew.
+    fn size_changed(&self, ino: Ino, size: u64, tail: &[u8]) {
+        let _ = (size, tail);
+        self.inode_changed(ino);
+    }
 }
 
 /// An open Cairn volume.
@@ -462,6 +472,11 @@ impl Volume {
         &self.cfg
     }
 
+    /// Which writes may share chunks (fixed at `init`).
+    pub fn dedup_domain(&self) -> crate::config::DedupDomain {
+        self.cfg.dedup_domain
+    }
+
     /// The backend holding the packs.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
@@ -475,6 +490,21 @@ impl Volume {
     /// Tells the kernel that `ino` changed outside its requests (an ioctl).
     pub fn notify_changed(&self, ino: Ino) {
         self.kernel_inode_changed(ino);
+    }
+
+    /// Tells the kernel that `ino` changed outside its requests and is now
+    /// `size` bytes long (an rpwrite ioctl): its cached pages and
+    /// attributes go, and it learns the new size (see
+    /// [`KernelCache::size_changed`]).
+    pub fn notify_resized(&self, ino: Ino, size: u64) {
+        let Some(k) = self.kernel.get() else { return };
+        let from = size.saturating_sub(1) & !4095;
+        let tail = if size == 0 { Vec::new() } else { self.read(ino, from, (size - from) as u32).unwrap_or_default() };
+        if tail.len() as u64 == size - from {
+            k.size_changed(ino, size, &tail);
+        } else {
+            k.inode_changed(ino);
+        }
     }
 
     pub(crate) fn kernel_inode_changed(&self, ino: Ino) {

@@ -32,3 +32,4 @@ mod postgres;
 mod pg_bucket;
 mod shared_writers;
 mod pg_failures;
+mod bytewise;
