@@ -15,6 +15,7 @@ use cairn_tar::{Member, MemberKind};
 
 /// A test whose outside tool (tar, bsdtar) or FUSE is missing fails and
 /// says which, rather than passing unrun.
+#[allow(unused_imports)]
 pub use cairn_testing::{require_fuse, require_tool};
 
 pub fn run(cmd: &mut Command) -> Output {
