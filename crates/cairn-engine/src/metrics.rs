@@ -75,6 +75,9 @@ pub struct Metrics {
     pub(crate) new_chunks: AtomicU64,
     pub(crate) packs: AtomicU64,
     pub(crate) flushes: AtomicU64,
+    /// Flush rounds that lost a chunk to another writer (`Raced`) and were
+    /// prepared again (a volume shared by several machines).
+    pub(crate) flush_rounds_raced: AtomicU64,
     /// Lookups in the memory cache of decoded chunks.
     pub(crate) chunk_hits: AtomicU64,
     pub(crate) chunk_misses: AtomicU64,
@@ -137,6 +140,7 @@ impl Metrics {
             new_chunks: g(&self.new_chunks),
             packs_written: g(&self.packs),
             flushes: g(&self.flushes),
+            flush_rounds_raced: g(&self.flush_rounds_raced),
             chunk_cache_hits: g(&self.chunk_hits),
             chunk_cache_misses: g(&self.chunk_misses),
             chunk_tail_hits: g(&self.tail_hits),
@@ -205,6 +209,10 @@ pub struct Snapshot {
     pub new_chunks: u64,
     pub packs_written: u64,
     pub flushes: u64,
+    /// Flush rounds that lost a chunk to another machine's writer and were
+    /// prepared again.
+    #[serde(default)]
+    pub flush_rounds_raced: u64,
     pub chunk_cache_hits: u64,
     pub chunk_cache_misses: u64,
     /// Reads answered from the last pages of chunks kept in memory (the

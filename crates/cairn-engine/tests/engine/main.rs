@@ -31,3 +31,4 @@ mod rounds;
 mod postgres;
 mod pg_bucket;
 mod shared_writers;
+mod fuzz_seeds;
