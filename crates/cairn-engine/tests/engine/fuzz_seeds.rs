@@ -137,8 +137,8 @@ fn seeds() -> Vec<Seed> {
     // journal
     let seg = journal_segment();
     s.push(seed("journal", "segment", seg.clone()));
-    s.push(seed("journal", "damaged-middle", flip(seg.clone(), 48 + 11 + 50)));
-    s.push(seed("journal", "torn-tail", seg[..seg.len() - 2].to_vec()));
+    s.push(seed("journal", "bad-damaged-middle", flip(seg.clone(), 48 + 11 + 50)));
+    s.push(seed("journal", "bad-torn-tail", seg[..seg.len() - 2].to_vec()));
     // journal_damage (any input is well formed: the target damages it)
     s.push(seed("journal_damage", "flip", journal_damage([5, 0, 1, 7])));
     s.push(seed("journal_damage", "cut", journal_damage([2, 1, 9, 3])));
@@ -174,7 +174,7 @@ fn seeds() -> Vec<Seed> {
     ];
     let t = trace(&recs);
     s.push(seed("trace_reader", "trace", t.clone()));
-    s.push(seed("trace_reader", "torn-tail", t[..t.len() - 5].to_vec()));
+    s.push(seed("trace_reader", "bad-torn-tail", t[..t.len() - 5].to_vec()));
     s.push(seed("trace_reader", "bad-magic", flip(t, 0)));
     // tar
     let a = tar(&[(b"dir/", b"", b'5'), (b"dir/hello.txt", b"hello world\n", b'0'), (b"PaxHeader", &[pax("path", "a/long/name/é.txt"), pax("mtime", "1.5")].concat(), b'x'), (b"x", b"pax named", b'0')]);
