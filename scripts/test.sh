@@ -46,9 +46,10 @@ command -v moto_server >/dev/null || { echo "test.sh: moto_server is missing aft
 S3_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 S3_LOG=$(mktemp)
 log=$(mktemp)
+pglog=$(mktemp)
 moto_server -H 127.0.0.1 -p "$S3_PORT" > "$S3_LOG" 2>&1 &
 S3_PID=$!
-trap 'kill $S3_PID 2>/dev/null; rm -f "$log" "$S3_LOG"' EXIT
+trap 'kill $S3_PID 2>/dev/null; rm -f "$log" "$pglog" "$S3_LOG"' EXIT
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break; sleep 0.1; done
 curl -sf -X PUT "http://127.0.0.1:$S3_PORT/cairn-test" -o /dev/null || { echo "test.sh: moto_server did not start:" >&2; tail -n 20 "$S3_LOG" >&2; exit 1; }
 export CAIRN_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT" CAIRN_TEST_S3_BUCKET=cairn-test
@@ -60,7 +61,8 @@ cargo build --release --workspace
 cargo test --release --workspace 2>&1 | tee "$log"
 # The engine's suites that hold for every metadata store, again with the
 # metadata in PostgreSQL (a server of the test process's own; issue 26).
-CAIRN_TEST_META=postgres cargo test --release -p cairn-engine --test engine -- cases:: archive:: edits:: model:: inspect:: patches:: 2>&1 | tee -a "$log"
+CAIRN_TEST_META=postgres cargo test --release -p cairn-engine --test engine -- cases:: archive:: edits:: model:: inspect:: patches:: 2>&1 | tee "$pglog"
+cat "$pglog" >> "$log"
 # cargo fuzz needs a nightly toolchain (sanitizer flags). Without one the
 # fuzz runs are skipped, and the closing line says so, rather than failing
 # a machine with only stable Rust.
@@ -74,6 +76,16 @@ else
   fuzz="fuzz: every target 20s, no crashes"
 fi
 echo "test.sh: all tests passed in $(( $(date +%s) - start ))s"
-# One closing line over every cargo test target (the last target's own
-# summary is a doc-test run that may well count zero).
-awk -v fuzz="$fuzz" '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed; %s\n", p, f, fuzz }' "$log"
+# The closing lines over every cargo test target (the last target's own
+# summary is a doc-test run that may well count zero). Each "test result:"
+# line reads "ok. P passed; F failed; I ignored; M measured; ...". The
+# PostgreSQL re-run runs tests already counted once with SQLite: the detail
+# line says how many of the passes it holds. The last line keeps the plain
+# shape a CI parser reads ('N passed, N failed, N skipped', skipped being
+# the ignored tests: helpers run as child processes, benchmarks, tests of
+# hardware this machine lacks).
+count() { awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d %d %d\n", p, f, i }' "$1"; }
+read -r passed failed ignored < <(count "$log")
+read -r pg_passed _ _ < <(count "$pglog")
+echo "test.sh: $passed passed ($pg_passed of them the PostgreSQL re-run of the engine suites), $failed failed, $ignored ignored; $fuzz"
+echo "$passed passed, $failed failed, $ignored skipped"

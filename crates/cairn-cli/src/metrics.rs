@@ -70,6 +70,7 @@ fn encode(s: &Snapshot, mut e: DescriptorEncoder) -> Fmt {
     counter(e, "cairn_chunks_written", "New chunks stored", None, s.new_chunks)?;
     counter(e, "cairn_packs_written", "Packs written by flushes and edits", None, s.packs_written)?;
     counter(e, "cairn_flushes", "Flush rounds that committed something", None, s.flushes)?;
+    counter(e, "cairn_flush_rounds_raced", "Flush rounds that lost a chunk to another machine's writer and were prepared again", None, s.flush_rounds_raced)?;
     let caches = [("chunk", s.chunk_cache_hits, s.chunk_cache_misses), ("pack", s.pack_cache_hits, s.pack_cache_misses)];
     counters(e, "cairn_cache_hits", "Reads served by a cache: decoded chunks in memory, packs on local disk (a volume in a bucket)", None, "cache", caches.iter().map(|c| (c.0, c.1)))?;
     counters(e, "cairn_cache_misses", "Reads a cache could not serve", None, "cache", caches.iter().map(|c| (c.0, c.2)))?;

@@ -79,6 +79,9 @@ pub struct Metrics {
     /// committed them since their extent map was loaded here, and that
     /// were re-based on the committed map (docs/shared-volume.md §3).
     pub(crate) flush_rebases: AtomicU64,
+    /// Flush rounds that lost a chunk to another writer (`Raced`) and were
+    /// prepared again (a volume shared by several machines).
+    pub(crate) flush_rounds_raced: AtomicU64,
     /// Lookups in the memory cache of decoded chunks.
     pub(crate) chunk_hits: AtomicU64,
     pub(crate) chunk_misses: AtomicU64,
@@ -162,6 +165,7 @@ impl Metrics {
             packs_written: g(&self.packs),
             flushes: g(&self.flushes),
             flush_rebases: g(&self.flush_rebases),
+            flush_rounds_raced: g(&self.flush_rounds_raced),
             chunk_cache_hits: g(&self.chunk_hits),
             chunk_cache_misses: g(&self.chunk_misses),
             chunk_tail_hits: g(&self.tail_hits),
@@ -242,6 +246,10 @@ pub struct Snapshot {
     /// Dirty files re-based on another machine's commit of them.
     #[serde(default)]
     pub flush_rebases: u64,
+    /// Flush rounds that lost a chunk to another machine's writer and were
+    /// prepared again.
+    #[serde(default)]
+    pub flush_rounds_raced: u64,
     pub chunk_cache_hits: u64,
     pub chunk_cache_misses: u64,
     /// Reads answered from the last pages of chunks kept in memory (the

@@ -24,6 +24,64 @@ pub fn test_page(key: i64, chunks: &[u64]) -> PageUpsert {
     PageUpsert { key, id: 0, data: chunks.iter().flat_map(|c| c.to_le_bytes()).collect(), chunks: chunks.to_vec() }
 }
 
+/// Every check, by the name of its function, in the order [`run_all`]
+/// runs them. [`conformance_tests!`](crate::conformance_tests) makes one
+/// `#[test]` of each (and fails if its list and this one differ).
+pub const CHECKS: &[&str] = &[
+    "namespace",
+    "entry_removal_checks_the_inode",
+    "xattrs",
+    "pages_and_reference_counts",
+    "a_hash_is_claimed_once",
+    "bad_reference_counts_fail_whole",
+    "rollback_leaves_nothing",
+    "locking_writes",
+    "shared_clock",
+    "read_your_writes_and_sync",
+    "ids_never_repeat",
+    "sessions",
+    "expired_sessions_stay_lost",
+    "maintenance_lock",
+    "change_log",
+    "open_files",
+    "file_locks",
+    "fencing",
+    "content_versions",
+    "journal_marks",
+];
+
+/// Runs one check (a name in [`CHECKS`]); panics with a message if the
+/// store breaks the contract. Returns false if the store does not take part
+/// in it: `open_files` for a store without an open-file registry (one
+/// process opens it), `journal_marks` for a store with one journal per
+/// volume (SQLite). `make` as for [`run_all`].
+pub fn run_one(name: &str, make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
+    match name {
+        "namespace" => namespace(&*make(true)),
+        "entry_removal_checks_the_inode" => entry_removal_checks_the_inode(&*make(true)),
+        "xattrs" => xattrs(&*make(true)),
+        "pages_and_reference_counts" => pages_and_reference_counts(&*make(true)),
+        "a_hash_is_claimed_once" => a_hash_is_claimed_once(&*make(true)),
+        "bad_reference_counts_fail_whole" => bad_reference_counts_fail_whole(&*make(true)),
+        "rollback_leaves_nothing" => rollback_leaves_nothing(&*make(true)),
+        "locking_writes" => locking_writes(&*make(true)),
+        "shared_clock" => shared_clock(&*make(true)),
+        "read_your_writes_and_sync" => read_your_writes_and_sync(&*make(true)),
+        "ids_never_repeat" => ids_never_repeat(make),
+        "sessions" => sessions(&*make(true)),
+        "expired_sessions_stay_lost" => expired_sessions_stay_lost(&*make(true)),
+        "maintenance_lock" => maintenance_lock(&*make(true)),
+        "change_log" => change_log(&*make(true)),
+        "open_files" => return open_files(&*make(true)),
+        "file_locks" => file_locks(&*make(true)),
+        "fencing" => return fencing(&*make(true)),
+        "content_versions" => return content_versions(&*make(true)),
+        "journal_marks" => return journal_marks(make),
+        _ => panic!("no conformance check is named {name:?} (the names are conformance::CHECKS)"),
+    }
+    true
+}
+
 /// Runs every check; panics with a message on the first failure, and
 /// returns the names of the checks the store does not take part in (each
 /// also said on stderr), for the caller to assert: `"two journals"` for a
@@ -32,40 +90,23 @@ pub fn test_page(key: i64, chunks: &[u64]) -> PageUpsert {
 /// 1) opened with [`TestCodec`]; `make(false)` reopens the store made last
 /// (the caller has dropped it first, except for a store that keeps marks
 /// per journal, which is opened a second time as another machine).
+/// A store's tests use [`conformance_tests!`](crate::conformance_tests)
+/// instead, one test per check.
 #[must_use = "assert which checks were skipped"]
 pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
     let mut skipped = Vec::new();
-    namespace(&*make(true));
-    entry_removal_checks_the_inode(&*make(true));
-    xattrs(&*make(true));
-    pages_and_reference_counts(&*make(true));
-    a_hash_is_claimed_once(&*make(true));
-    bad_reference_counts_fail_whole(&*make(true));
-    rollback_leaves_nothing(&*make(true));
-    locking_writes(&*make(true));
-    shared_clock(&*make(true));
-    read_your_writes_and_sync(&*make(true));
-    ids_never_repeat(make);
-    sessions(&*make(true));
-    expired_sessions_stay_lost(&*make(true));
-    maintenance_lock(&*make(true));
-    change_log(&*make(true));
-    if !open_files(&*make(true)) {
-        eprintln!("conformance: skipped \"open files\": this store keeps no open-file registry (one process opens it)");
-        skipped.push("open files");
-    }
-    file_locks(&*make(true));
-    if !fencing(&*make(true)) {
-        eprintln!("conformance: skipped \"fencing\": this store fences no session (one process writes it)");
-        skipped.push("fencing");
-    }
-    if !content_versions(&*make(true)) {
-        eprintln!("conformance: skipped \"content versions\": this store keeps none (one process writes it)");
-        skipped.push("content versions");
-    }
-    if !journal_marks(make) {
-        eprintln!("conformance: skipped \"two journals\": this store keeps one journal per volume (set_journal answered false)");
-        skipped.push("two journals");
+    for name in CHECKS {
+        if !run_one(name, make) {
+            let (said, why) = match *name {
+                "open_files" => ("open files", "this store keeps no open-file registry (one process opens it)"),
+                "journal_marks" => ("two journals", "this store keeps one journal per volume (set_journal answered false)"),
+                "fencing" => ("fencing", "this store fences no session (one process writes it)"),
+                "content_versions" => ("content versions", "this store keeps none (one process writes it)"),
+                n => (n, "it answered false"),
+            };
+            eprintln!("conformance: skipped {said:?}: {why}");
+            skipped.push(said);
+        }
     }
     skipped
 }
@@ -162,6 +203,55 @@ fn content_versions(s: &dyn MetaStore) -> bool {
     assert_eq!(cver(), 3, "two update_content in one transaction raise it twice");
     assert_eq!(s.read_with(|r| r.all_inodes()).unwrap().iter().find(|r| r.attr.ino == x).unwrap().cver, 3, "all_inodes reads it too");
     true
+}
+
+/// One `#[test]` per conformance check ([`CHECKS`]), so that the first
+/// failure hides no other and each counts on its own, plus one that the
+/// list is complete. `$maker` is an expression run at the start of each
+/// test giving that test's `make` (a `Fn(bool) -> Box<dyn MetaStore>`, see
+/// [`run_all`]); `not_taking_part` names the checks the store answers false
+/// to, which is then asserted (and true for every other).
+/// ```ignore
+/// mod contract {
+///     cairn_meta::conformance_tests!(super::maker(); not_taking_part: [open_files, journal_marks]);
+/// }
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    (@each $maker:expr; [$($skip:ident),*]; $($check:ident)*) => {
+        const NOT_TAKING_PART: &[&str] = &[$(stringify!($skip)),*];
+
+        $(
+            #[test]
+            fn $check() {
+                let make = $maker;
+                let takes_part = $crate::conformance::run_one(stringify!($check), &make);
+                assert_eq!(
+                    takes_part,
+                    !NOT_TAKING_PART.contains(&stringify!($check)),
+                    "whether this store takes part in the check {} (its tests say it does not take part in {:?})",
+                    stringify!($check),
+                    NOT_TAKING_PART
+                );
+            }
+        )*
+
+        #[test]
+        fn every_check_is_a_test() {
+            assert_eq!(&[$(stringify!($check)),*][..], $crate::conformance::CHECKS, "conformance_tests! and conformance::CHECKS list different checks");
+            for s in NOT_TAKING_PART {
+                assert!($crate::conformance::CHECKS.contains(s), "not_taking_part names {s}, which is no check");
+            }
+        }
+    };
+    ($maker:expr; not_taking_part: [$($skip:ident),* $(,)?]) => {
+        $crate::conformance_tests!(@each $maker; [$($skip),*];
+            namespace entry_removal_checks_the_inode xattrs pages_and_reference_counts
+            a_hash_is_claimed_once bad_reference_counts_fail_whole rollback_leaves_nothing
+            locking_writes shared_clock read_your_writes_and_sync ids_never_repeat sessions
+            expired_sessions_stay_lost maintenance_lock change_log open_files file_locks
+            fencing content_versions journal_marks);
+    };
 }
 
 /// Journal positions (`docs/metadata-store.md` "Journal marks"): `jseq`

@@ -52,67 +52,56 @@ fn create(s: &PgMeta, dir: Ino, name: &[u8]) -> Result<Ino> {
     })
 }
 
-/// One server for the suite and the concurrency checks (the outage test
-/// has its own: it stops its server).
-#[test]
-fn postgres_store() {
-    let pg = server();
-    let t0 = Instant::now();
-    // The shared contract, as the SQLite store passes it.
-    let n = AtomicU32::new(0);
-    let make = |new: bool| -> Box<dyn MetaStore> {
+/// The process's shared server (`cairn_testing::postgres::shared`): every
+/// test here but those that stop, kill or count the connections of theirs
+/// (`server()`) keeps to schemas of its own on it.
+fn pg() -> Arc<PgServer> {
+    cairn_testing::postgres::shared()
+}
+
+/// A `make` for the conformance checks: a fresh schema of the shared
+/// server for each store it makes.
+fn conformance_maker() -> impl Fn(bool) -> Box<dyn MetaStore> {
+    static SCHEMAS: AtomicU32 = AtomicU32::new(0);
+    let pg = pg();
+    let last = std::cell::RefCell::new(String::new());
+    move |new: bool| -> Box<dyn MetaStore> {
         if new {
-            n.fetch_add(1, Ordering::SeqCst);
+            *last.borrow_mut() = format!("conf{}", SCHEMAS.fetch_add(1, Ordering::SeqCst));
         }
-        let id = format!("conf{}", n.load(Ordering::SeqCst));
+        let id = last.borrow().clone();
         let url = if new { fresh(&pg, &id) } else { pg.url("cairn") };
         Box::new(PgMeta::open(&url, &id, codec()).unwrap())
-    };
-    read_one_refuses_a_second_query(&pg);
-    let skipped = conformance::run_all(&make);
-    assert!(skipped.is_empty(), "PostgreSQL skipped conformance checks: {skipped:?}");
-    eprintln!("conformance: {:?}", t0.elapsed());
+    }
+}
 
-    // Schema handling: a second create of the same volume is refused; an
-    // unknown volume, or a schema that is not ours, is named in the error.
-    let url = pg.url("cairn");
-    let e = PgMeta::create(&url, "conf1", ROOT).unwrap_err();
+/// The shared store contract (`docs/metadata-store.md`), as the SQLite
+/// store passes it: one test per check, every one of them taken part in.
+mod contract {
+    cairn_meta::conformance_tests!(super::conformance_maker(); not_taking_part: []);
+}
+
+/// Schema handling: a second create of the same volume is refused; an
+/// unknown volume, or a schema that is not ours, is named in the error.
+#[test]
+fn schemas_are_checked_at_create_and_open() {
+    let pg = pg();
+    let url = fresh(&pg, "twice");
+    let e = PgMeta::create(&url, "twice", ROOT).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Exists, "{e}");
-    assert!(e.to_string().contains("cairn_conf1"), "{e}");
+    assert!(e.to_string().contains("cairn_twice"), "{e}");
     let e = PgMeta::open(&url, "nosuch", codec()).err().expect("a missing schema was opened");
     assert!(e.to_string().contains("cairn_nosuch"), "{e}");
     pg.psql("cairn", "CREATE SCHEMA cairn_alien; CREATE TABLE cairn_alien.info(key text, value bigint)").unwrap();
     let e = PgMeta::open(&url, "alien", codec()).err().expect("a schema without a version was opened");
     assert!(e.to_string().contains("cairn_alien") && e.to_string().contains("schema version"), "{e}");
-
-    inode_numbers_from_two_machines(&pg);
-    eprintln!("+ids: {:?}", t0.elapsed());
-    same_and_different_names_from_two_machines(&pg);
-    creates_that_lock_their_directory_queue_instead_of_retrying(&pg);
-    eprintln!("+names: {:?}", t0.elapsed());
-    reference_counts_from_two_machines(&pg);
-    eprintln!("+refs: {:?}", t0.elapsed());
-    a_lost_commit_reply_is_not_a_second_commit(&pg);
-    abandon_refuses_later_calls(&pg);
-    sessions_from_two_machines(&pg);
-    maintenance_lock_across_machines(&pg);
-    eprintln!("+maintenance: {:?}", t0.elapsed());
-    changes_seen_by_another_machine(&pg);
-    a_retried_closure_logs_its_last_run_only(&pg);
-    feed_wakes_on_another_machines_commit(&pg);
-    a_change_committing_late_is_not_missed(&pg);
-    eprintln!("+feed: {:?}", t0.elapsed());
-    a_version_1_schema_is_upgraded(&pg);
-    a_version_2_schema_gets_journal_marks(&pg);
-    a_version_3_schema_gets_locks(&pg);
-    a_version_4_schema_gets_zero_dates(&pg);
-    one_writer_at_a_time_across_stores(&pg);
-    an_rmdir_and_renames_out_of_the_directory_never_deadlock(&pg);
 }
 
 /// Two stores on one schema ("two machines"), four threads each,
 /// allocating inode numbers at once: no number is handed out twice.
-fn inode_numbers_from_two_machines(pg: &PgServer) {
+#[test]
+fn inode_numbers_from_two_machines() {
+    let pg = &*pg();
     let url = fresh(pg, "ids");
     let stores = [open(&url, "ids"), open(&url, "ids")];
     let mut threads = Vec::new();
@@ -134,7 +123,9 @@ fn inode_numbers_from_two_machines(pg: &PgServer) {
 /// Two stores create names in one directory from several threads, each
 /// name tried by every thread: every name exists exactly once, every loser
 /// gets Exists (never a serialization failure), and no loser's inode stays.
-fn same_and_different_names_from_two_machines(pg: &PgServer) {
+#[test]
+fn same_and_different_names_from_two_machines() {
+    let pg = &*pg();
     let url = fresh(pg, "names");
     let stores = [open(&url, "names"), open(&url, "names")];
     const SHARED: usize = 40;
@@ -185,7 +176,9 @@ fn same_and_different_names_from_two_machines(pg: &PgServer) {
 /// directory). As serializable writes they conflict on the directory's row
 /// and run again; as `write_locking` writes (READ COMMITTED, the directory
 /// locked first) they queue: not one retry, and every name once.
-fn creates_that_lock_their_directory_queue_instead_of_retrying(pg: &PgServer) {
+#[test]
+fn creates_that_lock_their_directory_queue_instead_of_retrying() {
+    let pg = &*pg();
     let run = |id: &str, locking: bool| -> (u64, usize) {
         let url = fresh(pg, id);
         let stores = [open(&url, id), open(&url, id)];
@@ -232,7 +225,9 @@ fn creates_that_lock_their_directory_queue_instead_of_retrying(pg: &PgServer) {
 /// Two stores, two threads each, save pages referencing one chunk at once:
 /// the count ends equal to the number of commits, and the chunk's pack has
 /// no dead bytes left.
-fn reference_counts_from_two_machines(pg: &PgServer) {
+#[test]
+fn reference_counts_from_two_machines() {
+    let pg = &*pg();
     let url = fresh(pg, "refs");
     let stores = [open(&url, "refs"), open(&url, "refs")];
     let x = stores[0].alloc_chunk_id().unwrap();
@@ -320,14 +315,12 @@ fn postgres_outage() {
     assert!(short.read_with(|r| r.lookup(ROOT_INO, b"before")).unwrap().is_some());
 }
 
-/// Commits wait for no WAL flush by default (`PgOptions::sync_commit`
-/// off): a change is durable once `sync` returned, which a crash of the
-/// server (SIGKILL: what was not flushed is lost) proves; with
-/// `sync_commit` every write is durable when it returns.
 /// `read_one` runs without a transaction, so a closure that asks twice
 /// would see two snapshots: PostgreSQL refuses the second query (the
 /// conformance suite accepts stores that simply run both).
-fn read_one_refuses_a_second_query(pg: &PgServer) {
+#[test]
+fn read_one_refuses_a_second_query() {
+    let pg = &*pg();
     let url = fresh(pg, "readone");
     let s = open(&url, "readone");
     let e = s.read_one_with(|r| -> Result<Option<InodeRow>> {
@@ -339,6 +332,10 @@ fn read_one_refuses_a_second_query(pg: &PgServer) {
     assert!(s.read_one_with(|r| r.get_inode(ROOT_INO)).unwrap().is_some());
 }
 
+/// Commits wait for no WAL flush by default (`PgOptions::sync_commit`
+/// off): a change is durable once `sync` returned, which a crash of the
+/// server (SIGKILL: what was not flushed is lost) proves; with
+/// `sync_commit` every write is durable when it returns.
 #[test]
 fn a_synced_change_survives_a_server_crash() {
     let mut pg = server();
@@ -371,7 +368,9 @@ fn a_synced_change_survives_a_server_crash() {
 /// A COMMIT whose reply is lost with its connection is not run again when
 /// it did commit: a create answers Ok (not Exists), a flush counts its
 /// references once.
-fn a_lost_commit_reply_is_not_a_second_commit(pg: &PgServer) {
+#[test]
+fn a_lost_commit_reply_is_not_a_second_commit() {
+    let pg = &*pg();
     let url = fresh(pg, "lost");
     let s = open(&url, "lost");
     s.lose_next_commit_reply();
@@ -390,7 +389,9 @@ fn a_lost_commit_reply_is_not_a_second_commit(pg: &PgServer) {
 }
 
 /// The store refuses everything after `abandon`.
-fn abandon_refuses_later_calls(pg: &PgServer) {
+#[test]
+fn abandon_refuses_later_calls() {
+    let pg = &*pg();
     let url = fresh(pg, "gone");
     let s = open(&url, "gone");
     create(&s, ROOT_INO, b"a").unwrap();
@@ -469,7 +470,9 @@ fn kill_backends(pg: &PgServer, app: &str) -> usize {
 /// Sessions live in the database: another machine sees them, ids never
 /// repeat across machines, and one machine's renewal of a session the
 /// other's cleaner removed fails.
-fn sessions_from_two_machines(pg: &PgServer) {
+#[test]
+fn sessions_from_two_machines() {
+    let pg = &*pg();
     let url = fresh(pg, "sess");
     let (a, b) = (open(&url, "sess"), open(&url, "sess"));
     let mut ids = HashSet::new();
@@ -491,7 +494,10 @@ fn sessions_from_two_machines(pg: &PgServer) {
 
 /// One maintenance holder across machines; a dead holder's connection
 /// releases the lock.
-fn maintenance_lock_across_machines(pg: &PgServer) {
+#[test]
+fn maintenance_lock_across_machines() {
+    // A server of its own: it counts the connections of one kind.
+    let pg = &server();
     let url = fresh(pg, "maint");
     let (a, b) = (open(&url, "maint"), open(&url, "maint"));
     // Another volume in the same database has a lock of its own.
@@ -529,7 +535,9 @@ fn mkfile(s: &PgMeta, dir: Ino, name: &[u8]) -> Ino {
 /// A create on machine A is in the log machine B reads: the entry and the
 /// directory, once each, carrying A's session; nothing of a rolled-back
 /// transaction.
-fn changes_seen_by_another_machine(pg: &PgServer) {
+#[test]
+fn changes_seen_by_another_machine() {
+    let pg = &*pg();
     let url = fresh(pg, "chg");
     let (a, b) = (open(&url, "chg"), open(&url, "chg"));
     let sa = a.open_session(&conformance::who("/a"), Duration::from_secs(60)).unwrap();
@@ -544,10 +552,14 @@ fn changes_seen_by_another_machine(pg: &PgServer) {
     let last = got.last().unwrap().seq;
     assert_eq!(b.changes_since(last, 100).unwrap().iter().map(|c| c.what.clone()).collect::<Vec<_>>(), vec![Changed::Inode(f)]);
     let last = b.last_change_seq().unwrap();
-    let _ = a.write_with(|tx| -> Result<()> {
-        tx.set_xattr(f, b"user.k", b"w")?;
-        Err(Error::invalid("roll back"))
-    });
+    let e = a
+        .write_with(|tx| -> Result<()> {
+            tx.set_xattr(f, b"user.k", b"w")?;
+            Err(Error::invalid("roll back"))
+        })
+        .expect_err("a write whose closure failed committed");
+    assert!(e.to_string().contains("roll back"), "the closure's own error comes back: {e}");
+    assert_eq!(a.read_with(|r| r.get_xattr(f, b"user.k")).unwrap().as_deref(), Some(&b"v"[..]), "the rolled-back write changed the value");
     assert!(b.changes_since(last, 100).unwrap().is_empty(), "a rolled-back transaction left change rows");
     a.close_session(sa).unwrap();
     mkfile(&a, ROOT_INO, b"no-session");
@@ -571,7 +583,9 @@ fn hold_commit(s: &PgMeta) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::S
 /// took seq n can commit after seq n+1 was read: B's reader must still
 /// deliver n (once), at its next read; a seq that never commits (rolled
 /// back) is a hole that does not block later rows.
-fn a_change_committing_late_is_not_missed(pg: &PgServer) {
+#[test]
+fn a_change_committing_late_is_not_missed() {
+    let pg = &*pg();
     let url = fresh(pg, "late");
     let (a1, a2, b) = (open(&url, "late"), open(&url, "late"), open(&url, "late"));
     let d1 = s_mkdir(&a1, b"d1");
@@ -649,7 +663,9 @@ fn a_change_committing_late_is_not_missed(pg: &PgServer) {
 
 /// A closure that hits a serialization failure runs again; the log holds
 /// exactly what the committed run changed, once.
-fn a_retried_closure_logs_its_last_run_only(pg: &PgServer) {
+#[test]
+fn a_retried_closure_logs_its_last_run_only() {
+    let pg = &*pg();
     let url = fresh(pg, "retry");
     let (a, b) = (open(&url, "retry"), open(&url, "retry"));
     let d = s_mkdir(&a, b"d");
@@ -695,10 +711,15 @@ fn s_mkdir(s: &PgMeta, name: &[u8]) -> Ino {
     .unwrap()
 }
 
-/// Machine B's feed wakes within a second of A's commit, stays quiet
-/// otherwise, and after its connection is killed says so (true) once it
+/// Machine B's feed wakes on A's commit (waits are bounded by a generous
+/// deadline: the test asserts that a notice comes, not how fast; the
+/// latency is measured by bench/), stays quiet otherwise, and after its connection is killed says so (true) once it
 /// has reconnected, then wakes again on the next commit.
-fn feed_wakes_on_another_machines_commit(pg: &PgServer) {
+#[test]
+fn feed_wakes_on_another_machines_commit() {
+    // A server of its own: it counts the connections of one kind.
+    let pg = &server();
+    const WAKE: Duration = Duration::from_secs(30);
     let url = fresh(pg, "feed");
     let (a, b) = (open(&url, "feed"), open(&url, "feed"));
     let mut feed = b.subscribe().unwrap().expect("the PostgreSQL store has a feed");
@@ -712,21 +733,19 @@ fn feed_wakes_on_another_machines_commit(pg: &PgServer) {
     mkfile(&b, ROOT_INO, b"own");
     assert!(!feed.wait(Duration::from_millis(300)).unwrap(), "this store's own commit woke its feed");
     mkfile(&b, ROOT_INO, b"own2");
-    let t = Instant::now();
     mkfile(&a, ROOT_INO, b"theirs");
-    assert!(feed.wait(Duration::from_secs(1)).unwrap(), "another machine's commit after this one's own did not wake the feed");
-    assert!(t.elapsed() < Duration::from_secs(1));
+    assert!(feed.wait(WAKE).unwrap(), "another machine's commit after this one's own did not wake the feed");
     for i in 0..3 {
         let t = Instant::now();
         mkfile(&a, ROOT_INO, format!("n{i}").as_bytes());
-        assert!(feed.wait(Duration::from_secs(1)).unwrap(), "no notice within 1 s of a commit on another machine");
+        assert!(feed.wait(WAKE).unwrap(), "no notice within {WAKE:?} of a commit on another machine");
         eprintln!("feed: woke {:?} after the commit began", t.elapsed());
     }
     // Several commits before a wait: one wake-up takes them all.
     for i in 0..5 {
         mkfile(&a, ROOT_INO, format!("m{i}").as_bytes());
     }
-    assert!(feed.wait(Duration::from_secs(1)).unwrap());
+    assert!(feed.wait(WAKE).unwrap());
     std::thread::sleep(Duration::from_millis(50));
     let _ = feed.wait(Duration::from_millis(10));
     assert!(!feed.wait(Duration::from_millis(200)).unwrap(), "notices already taken woke the feed again");
@@ -734,15 +753,17 @@ fn feed_wakes_on_another_machines_commit(pg: &PgServer) {
     // true (notices sent meanwhile are lost; the caller reads the log).
     assert_eq!(kill_backends(pg, "cairn-listen"), 1);
     mkfile(&a, ROOT_INO, b"while-away");
-    assert!(feed.wait(Duration::from_secs(2)).unwrap(), "a feed whose connection died did not say so");
+    assert!(feed.wait(WAKE).unwrap(), "a feed whose connection died did not say so");
     assert!(!feed.wait(Duration::from_millis(200)).unwrap());
     mkfile(&a, ROOT_INO, b"after");
-    assert!(feed.wait(Duration::from_secs(1)).unwrap(), "a reconnected feed missed a notice");
+    assert!(feed.wait(WAKE).unwrap(), "a reconnected feed missed a notice");
 }
 
 /// A schema of version 1 (no sessions, no change log) is upgraded when
 /// opened, keeping its files.
-fn a_version_1_schema_is_upgraded(pg: &PgServer) {
+#[test]
+fn a_version_1_schema_is_upgraded() {
+    let pg = &*pg();
     let url = fresh(pg, "old");
     mkfile(&open(&url, "old"), ROOT_INO, b"kept");
     pg.psql("cairn", "DROP TABLE cairn_old.sessions; DROP SEQUENCE cairn_old.session_seq; DROP TABLE cairn_old.changes; UPDATE cairn_old.info SET value = 1 WHERE key = 'schema'")
@@ -760,7 +781,9 @@ fn a_version_1_schema_is_upgraded(pg: &PgServer) {
 /// journal that held records before it had an id adopts the positions the
 /// single-writer build recorded on the inodes, a new journal starts with
 /// none.
-fn a_version_2_schema_gets_journal_marks(pg: &PgServer) {
+#[test]
+fn a_version_2_schema_gets_journal_marks() {
+    let pg = &*pg();
     let url = fresh(pg, "old2");
     let f = mkfile(&open(&url, "old2"), ROOT_INO, b"kept");
     pg.psql(
@@ -781,7 +804,9 @@ fn a_version_2_schema_gets_journal_marks(pg: &PgServer) {
 /// A schema of version 3 (no lock table) gets it when opened, and locks
 /// then work (two stores, "two machines": one is refused the other's
 /// range).
-fn a_version_3_schema_gets_locks(pg: &PgServer) {
+#[test]
+fn a_version_3_schema_gets_locks() {
+    let pg = &*pg();
     let url = fresh(pg, "old3");
     let f = mkfile(&open(&url, "old3"), ROOT_INO, b"kept");
     pg.psql("cairn", "DROP TABLE cairn_old3.locks; UPDATE cairn_old3.info SET value = 3 WHERE key = 'schema'").unwrap();
@@ -796,7 +821,9 @@ fn a_version_3_schema_gets_locks(pg: &PgServer) {
 
 /// A version 4 schema (before chunks' zero dates) gets the column at open;
 /// a chunk at zero from before reads undated (dead since long ago).
-fn a_version_4_schema_gets_zero_dates(pg: &PgServer) {
+#[test]
+fn a_version_4_schema_gets_zero_dates() {
+    let pg = &*pg();
     let url = fresh(pg, "old4");
     let s = open(&url, "old4");
     let x = s.alloc_chunk_id().unwrap();
@@ -820,7 +847,9 @@ fn a_version_4_schema_gets_zero_dates(pg: &PgServer) {
 /// holds P and waits for D while the rename holds D and waits for P, and
 /// PostgreSQL breaks the cycle after its deadlock_timeout (1 s). With D
 /// locked with P in one ascending pass there is no cycle: no retry.
-fn an_rmdir_and_renames_out_of_the_directory_never_deadlock(pg: &PgServer) {
+#[test]
+fn an_rmdir_and_renames_out_of_the_directory_never_deadlock() {
+    let pg = &*pg();
     let run = |id: &str, up_front: bool, rounds: usize| -> u64 {
         let url = fresh(pg, id);
         let s0 = open(&url, id);
@@ -891,7 +920,9 @@ fn an_rmdir_and_renames_out_of_the_directory_never_deadlock(pg: &PgServer) {
 /// Two stores ("two machines"), three threads each, racing for one write
 /// lock range: never two holders at once (the inode row lock serializes
 /// the check and the insert), and every thread gets its turn.
-fn one_writer_at_a_time_across_stores(pg: &PgServer) {
+#[test]
+fn one_writer_at_a_time_across_stores() {
+    let pg = &*pg();
     let url = fresh(pg, "lockrace");
     let f = mkfile(&open(&url, "lockrace"), ROOT_INO, b"f");
     let stores = [open(&url, "lockrace"), open(&url, "lockrace")];

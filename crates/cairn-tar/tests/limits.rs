@@ -1,12 +1,11 @@
 //! Hostile archives crafted from raw header blocks: names and xattrs past
 //! the Linux limits are refused (naming the member) while parsing, a huge
 //! GNU long name is refused without being read, and pax global headers
-//! cost linear time.
+//! are bounded (their parse time is measured by an ignored test).
 
 use cairn_tar::{parse, ReadAt, TarError, NAME_MAX, PATH_MAX, XATTR_SIZE_MAX};
 use cairn_testing::ustar_header;
 use std::cell::Cell;
-use std::time::{Duration, Instant};
 
 /// Appends a header and its data, padded to a block.
 fn push(out: &mut Vec<u8>, name: &[u8], typeflag: u8, data: &[u8]) {
@@ -216,17 +215,18 @@ fn global_archive(keys: usize, members: usize, key: impl Fn(usize) -> Vec<u8>) -
     a
 }
 
+/// Many global pax records: the members still parse with what applies to
+/// them, and what cannot be honoured is refused at the global header. How
+/// long it takes (it used to be quadratic) is for
+/// `global_pax_headers_timing`, not asserted here.
 #[test]
-fn global_pax_headers_cost_linear_time() {
+fn global_pax_headers_many_records() {
     // 80,000 keys (about 1.1 MB), then 2,000 members: every member used to
     // re-apply every global record, and each record rescanned the list.
     let a = global_archive(80_000, 2_000, |i| format!("comment.k{i:07}").into_bytes());
     assert!(a.len() > 1_000_000);
-    let t = Instant::now();
     let ms = parse(&a[..], a.len() as u64).unwrap();
-    let took = t.elapsed();
     assert_eq!(ms.len(), 2_000);
-    assert!(took < Duration::from_secs(2), "80k global keys took {took:?}");
 
     // Global keys that do apply to every member (uid, xattrs), repeated.
     let a = global_archive(80_000, 2_000, |i| match i % 3 {
@@ -234,26 +234,39 @@ fn global_pax_headers_cost_linear_time() {
         1 => b"SCHILY.xattr.user.a".to_vec(),
         _ => format!("SCHILY.xattr.user.n{}", i % 100).into_bytes(),
     });
-    let t = Instant::now();
     let ms = parse(&a[..], a.len() as u64).unwrap();
-    let took = t.elapsed();
     assert_eq!(ms[1999].uid, 1);
     assert_eq!(ms[1999].xattrs.len(), 101);
-    assert!(took < Duration::from_secs(2), "80k global records took {took:?}");
 
     // 80,000 distinct global xattrs exceed what listxattr can return: refused
-    // at the global header, quickly.
+    // at the global header.
     let a = global_archive(80_000, 10, |i| format!("SCHILY.xattr.user.{i:07}").into_bytes());
-    let t = Instant::now();
     let e = parse_err(&a);
     assert!(e.contains("pax global header") && e.contains("65536"), "{e}");
-    assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
 
     // Global headers are bounded.
     let a = global_archive(400_000, 1, |i| format!("comment.k{i:07}").into_bytes());
     assert!(a.len() > 4 << 20);
     let e = parse_err(&a);
     assert!(e.contains("global header of"), "{e}");
+}
+
+/// Not a check: the parse time of many global records at two sizes, to see
+/// that it grows linearly (twice the records, about twice the time).
+/// `cargo test --release -p cairn-tar --test limits global_pax_headers_timing -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, not a check: run by hand with --ignored --nocapture"]
+fn global_pax_headers_timing() {
+    for (keys, members) in [(40_000, 1_000), (80_000, 2_000), (160_000, 4_000)] {
+        let a = global_archive(keys, members, |i| match i % 3 {
+            0 => b"uid".to_vec(),
+            1 => b"SCHILY.xattr.user.a".to_vec(),
+            _ => format!("SCHILY.xattr.user.n{}", i % 100).into_bytes(),
+        });
+        let t = std::time::Instant::now();
+        let ms = parse(&a[..], a.len() as u64).unwrap();
+        eprintln!("{keys} global records, {} members: {:?}", ms.len(), t.elapsed());
+    }
 }
 
 #[test]

@@ -148,9 +148,7 @@ fn bsd(dir: &Path, root: &Path, name: &str, args: &[&str]) -> PathBuf {
 
 #[test]
 fn gnu_tar_gnu_format() {
-    if !have("tar") {
-        return;
-    }
+    require_tool("tar");
     let t = tempfile::tempdir().unwrap();
     let root = tree(t.path(), FULL);
     let a = gnu(
@@ -175,9 +173,7 @@ fn gnu_tar_gnu_format() {
 
 #[test]
 fn gnu_tar_gnu_format_without_pax() {
-    if !have("tar") {
-        return;
-    }
+    require_tool("tar");
     let t = tempfile::tempdir().unwrap();
     let root = tree(
         t.path(),
@@ -201,9 +197,7 @@ fn gnu_tar_gnu_format_without_pax() {
 
 #[test]
 fn gnu_tar_posix_sparse_versions() {
-    if !have("tar") {
-        return;
-    }
+    require_tool("tar");
     let t = tempfile::tempdir().unwrap();
     let root = tree(t.path(), FULL);
     let e = Expect {
@@ -258,9 +252,7 @@ fn gnu_tar_posix_sparse_versions() {
 
 #[test]
 fn gnu_tar_ustar_and_v7() {
-    if !have("tar") {
-        return;
-    }
+    require_tool("tar");
     let t = tempfile::tempdir().unwrap();
     let root = tree(
         t.path(),
@@ -312,9 +304,7 @@ fn gnu_tar_ustar_and_v7() {
 
 #[test]
 fn bsdtar_pax() {
-    if !have("bsdtar") {
-        return;
-    }
+    require_tool("bsdtar");
     let t = tempfile::tempdir().unwrap();
     let root = tree(t.path(), FULL);
     let a = bsd(t.path(), &root, "pax.tar", &["--format=pax"]);
@@ -336,9 +326,7 @@ fn bsdtar_pax() {
 
 #[test]
 fn bsdtar_gnutar_and_ustar() {
-    if !have("bsdtar") {
-        return;
-    }
+    require_tool("bsdtar");
     let t = tempfile::tempdir().unwrap();
     let root = tree(
         t.path(),

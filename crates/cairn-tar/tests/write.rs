@@ -277,9 +277,8 @@ fn roundtrip(align: Option<u64>) {
             );
         }
     }
-    if !have("tar") || !have("bsdtar") {
-        return;
-    }
+    require_tool("tar");
+    require_tool("bsdtar");
     let t = tempfile::tempdir().unwrap();
     let a = t.path().join("a.tar");
     fs::write(&a, &bytes_).unwrap();
@@ -392,9 +391,7 @@ fn huge_member() {
             assert_eq!(ms[1].data[0].archive_offset % al, 0);
         }
         for tool in ["tar", "bsdtar"] {
-            if !have(tool) {
-                continue;
-            }
+            require_tool(tool);
             let l = list_silently(tool, &a);
             assert!(l.contains(&size.to_string()), "{tool}: {l}");
             assert!(l.contains("after.txt"), "{tool}: {l}");

@@ -15,12 +15,16 @@
 //!   PostgreSQL cluster on a loopback port, for the metadata store's tests
 //!   (it can be stopped, killed and started again under load).
 //! - [`ustar_header`]: a raw tar header block, for crafted archives.
+//! - [`require_tool`], [`require_fuse`]: a test whose outside tool is
+//!   missing fails and says which, rather than passing unrun.
 
 mod faulty;
 mod memory;
 pub mod postgres;
 mod tar;
+mod tools;
 
 pub use faulty::{FaultPlan, FaultStats, FaultyBackend};
 pub use memory::MemoryBackend;
 pub use tar::ustar_header;
+pub use tools::{missing_tool, require_fuse, require_tool};

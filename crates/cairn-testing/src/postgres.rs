@@ -366,3 +366,32 @@ impl Drop for PgServer {
         }
     }
 }
+
+/// The test process's shared server (see [`shared`]), taken and stopped at
+/// exit: statics are never dropped.
+static SHARED: std::sync::Mutex<Option<std::sync::Arc<PgServer>>> = std::sync::Mutex::new(None);
+
+extern "C" fn stop_shared() {
+    if let Ok(mut s) = SHARED.lock() {
+        drop(s.take());
+    }
+}
+
+/// One server for every test of the process that needs no server of its
+/// own (one that it stops, kills, or whose every connection it counts),
+/// started by the first to ask, with an empty database `cairn`, and
+/// stopped when the process exits. Tests keep apart by schema (volume id).
+/// Panics, saying what is missing, if no server can be started.
+pub fn shared() -> std::sync::Arc<PgServer> {
+    let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(pg) = &*s {
+        return pg.clone();
+    }
+    let pg = PgServer::start().unwrap_or_else(|e| panic!("starting a PostgreSQL server for the tests: {e}"));
+    pg.create_database("cairn").unwrap_or_else(|e| panic!("creating database cairn on the test server: {e}"));
+    let pg = std::sync::Arc::new(pg);
+    *s = Some(pg.clone());
+    // SAFETY: registers a plain function with no preconditions.
+    unsafe { libc::atexit(stop_shared) };
+    pg
+}

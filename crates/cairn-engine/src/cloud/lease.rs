@@ -107,6 +107,9 @@ pub struct Lease {
     /// Why the lease was lost, once a renewal found it so: checks fail from
     /// then on without asking again.
     lost: parking_lot::Mutex<Option<String>>,
+    /// How long the lease lasts after each renewal ([`EXPIRY`]; shorter in
+    /// tests of its expiry).
+    expiry: Duration,
 }
 
 /// The error of a holder that lost its lease (kind Busy: the shipper
@@ -138,6 +141,13 @@ impl Lease {
     /// with `force`; a lease of this same directory on this machine (a
     /// crash) is taken over at once.
     pub fn acquire(backend: &dyn Backend, dir: &str, force: bool, volume: &str) -> Result<Lease> {
+        Self::acquire_expiring(backend, dir, force, volume, EXPIRY)
+    }
+
+    /// [`Lease::acquire`] with a lease that lasts `expiry` after each
+    /// renewal (whole seconds, at least one) instead of [`EXPIRY`].
+    pub(crate) fn acquire_expiring(backend: &dyn Backend, dir: &str, force: bool, volume: &str, expiry: Duration) -> Result<Lease> {
+        let expiry = Duration::from_secs(expiry.as_secs().max(1));
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let sent = std::time::Instant::now();
         let t = now();
@@ -148,7 +158,7 @@ impl Lease {
             dir: dir.to_string(),
             mount_id: hex::encode(rand::random::<[u8; 8]>()),
             since: t,
-            expires: t + EXPIRY.as_secs(),
+            expires: t + expiry.as_secs(),
         };
         let bytes = serde_json::to_vec_pretty(&body).expect("lease serialises");
         let ours = |body: LeaseBody| -> Result<Lease> {
@@ -163,7 +173,7 @@ impl Lease {
             } else {
                 None
             };
-            Ok(Lease { body: parking_lot::Mutex::new(body), tag: parking_lot::Mutex::new(tag), renewed: parking_lot::Mutex::new(sent), lost: parking_lot::Mutex::new(None) })
+            Ok(Lease { body: parking_lot::Mutex::new(body), tag: parking_lot::Mutex::new(tag), renewed: parking_lot::Mutex::new(sent), lost: parking_lot::Mutex::new(None), expiry })
         };
         match backend.put_if_absent(OBJECT, &bytes) {
             Ok(()) => return ours(body),
@@ -225,7 +235,7 @@ impl Lease {
         let sent = std::time::Instant::now();
         if let Some(t) = tag.as_ref() {
             let mut next = b.clone();
-            next.expires = now() + EXPIRY.as_secs();
+            next.expires = now() + self.expiry.as_secs();
             let bytes = serde_json::to_vec_pretty(&next).expect("lease serialises");
             return match backend.put_if_match(OBJECT, &bytes, t) {
                 Ok(new) => {
@@ -247,7 +257,7 @@ impl Lease {
         if held.mount_id != b.mount_id {
             return Err(Error::new(ErrorKind::Busy, format!("the volume's lease was taken over by {} (pid {}) at {}", held.host, held.pid, show_time(held.since))));
         }
-        b.expires = now() + EXPIRY.as_secs();
+        b.expires = now() + self.expiry.as_secs();
         backend.put(OBJECT, &serde_json::to_vec_pretty(&*b).expect("lease serialises")).map_err(|e| Error::from(e).context("renewing the volume's lease"))?;
         *self.renewed.lock() = sent;
         Ok(())
@@ -302,5 +312,91 @@ impl Lease {
         }
         backend.delete(OBJECT)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_testing::MemoryBackend;
+    use std::time::Instant;
+
+    /// Waits (a few seconds at most, the lease being short) until the
+    /// store's lease has expired by its own `expires`.
+    fn wait_for_expiry(backend: &dyn Backend) -> LeaseBody {
+        let held = parse(&backend.get(OBJECT).unwrap()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while now() < held.expires {
+            assert!(Instant::now() < deadline, "a lease expiring at {} had not expired 30 s later", held.expires);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        held
+    }
+
+    /// A lease its holder stops renewing runs out by itself: until then
+    /// another mount is refused; after it, refused still without `force`
+    /// (the holder may only be cut off), taken with it; the old holder's
+    /// next renewal, check and release then fail as lost, naming the new
+    /// holder.
+    #[test]
+    fn a_lease_not_renewed_expires_and_is_taken_over_only_with_force() {
+        let mem = MemoryBackend::new();
+        let a = Lease::acquire_expiring(&mem, "/cache/a", false, "s3://b/v", Duration::from_secs(2)).unwrap();
+        let e = Lease::acquire(&mem, "/cache/b", false, "s3://b/v").err().expect("a live lease was taken");
+        assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+        assert!(e.to_string().contains("is mounted read-write by") && e.to_string().contains("/cache/a"), "{e}");
+        let held = wait_for_expiry(&mem);
+        assert_eq!(held.dir, "/cache/a");
+        let e = Lease::acquire(&mem, "/cache/b", false, "s3://b/v").err().expect("an expired lease was taken without --force");
+        assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+        assert!(e.to_string().contains("expired") && e.to_string().contains("--force"), "{e}");
+        let b = Lease::acquire(&mem, "/cache/b", true, "s3://b/v").unwrap_or_else(|e| panic!("--force on an expired lease: {e}"));
+        let e = a.renew(&mem).expect_err("the old holder renewed a lease another mount took");
+        assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+        assert!(e.to_string().contains("/cache/b"), "the loss names the new holder: {e}");
+        assert_eq!(a.check(&mem).expect_err("a lost lease passed its check").kind(), ErrorKind::Busy);
+        assert_eq!(a.release(&mem).expect_err("a lost lease was released").kind(), ErrorKind::Busy);
+        b.renew(&mem).unwrap();
+        b.release(&mem).unwrap();
+        assert_eq!(mem.get(OBJECT).unwrap_err().kind(), cairn_backend::ErrorKind::NotFound, "the release deleted the lease object");
+    }
+
+    /// Renewals push the expiry back: a lease renewed more often than it
+    /// lasts never expires, however long it is held.
+    #[test]
+    fn renewals_keep_a_short_lease_alive() {
+        let mem = MemoryBackend::new();
+        let a = Lease::acquire_expiring(&mem, "/cache/a", false, "s3://b/v", Duration::from_secs(2)).unwrap();
+        let first = parse(&mem.get(OBJECT).unwrap()).unwrap().expires;
+        let until = Instant::now() + Duration::from_secs(4);
+        while Instant::now() < until {
+            a.renew(&mem).unwrap();
+            let e = Lease::acquire(&mem, "/cache/b", true, "s3://b/v").err().expect("a renewed lease was taken, even with force");
+            assert!(e.to_string().contains("is mounted read-write by"), "{e}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let last = parse(&mem.get(OBJECT).unwrap()).unwrap().expires;
+        assert!(last > first + 1, "renewals did not move the expiry ({first} then {last})");
+        a.release(&mem).unwrap();
+    }
+
+    /// A lease of this same directory on this machine is a crash of it (the
+    /// caller holds the directory's lock): taken over at once, unexpired.
+    #[test]
+    fn a_lease_of_this_directory_is_taken_over_at_once() {
+        let mem = MemoryBackend::new();
+        let old = Lease::acquire(&mem, "/cache/a", false, "s3://b/v").unwrap();
+        let again = Lease::acquire(&mem, "/cache/a", false, "s3://b/v").unwrap_or_else(|e| panic!("the same directory after a crash: {e}"));
+        assert!(old.renew(&mem).is_err(), "the crashed mount's lease still renews");
+        again.release(&mem).unwrap();
+    }
+
+    /// A lease object that is not one says so, and how to recover.
+    #[test]
+    fn a_damaged_lease_object_is_named() {
+        let mem = MemoryBackend::new();
+        mem.put(OBJECT, b"{not json").unwrap();
+        let e = Lease::acquire(&mem, "/cache/a", false, "s3://b/v").err().expect("a damaged lease was taken");
+        assert!(e.to_string().contains("lease object is not valid") && e.to_string().contains("delete it"), "{e}");
     }
 }

@@ -706,3 +706,78 @@ pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Re
     let _ = std::fs::remove_dir_all(&tmpdir);
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_backend::ObjectInfo;
+    use cairn_testing::MemoryBackend;
+
+    #[test]
+    fn a_trash_objects_version_is_read_from_its_name() {
+        assert_eq!(trash_version(&format!("{TRASH_PREFIX}{:016}-0a1b2c3d", 42)), Some(42));
+        assert_eq!(trash_version(&format!("{TRASH_PREFIX}0000000000000007")), Some(7));
+        assert_eq!(trash_version("packs/0000000000000042-00"), None, "not in the trash");
+        assert_eq!(trash_version(&format!("{TRASH_PREFIX}x12-00")), None);
+    }
+
+    /// A trash object is read within its listed size and refused, naming
+    /// it, when empty, oversized or not a list of names.
+    #[test]
+    fn trash_objects_are_bounded_and_checked() {
+        let mem = MemoryBackend::new();
+        let names = vec!["packs/a".to_string(), "packs/b".to_string()];
+        let body = serde_json::to_vec(&names).unwrap();
+        let name = format!("{TRASH_PREFIX}{:016}-00", 3);
+        mem.put(&name, &body).unwrap();
+        assert_eq!(read_trash(&mem, &ObjectInfo { name: name.clone(), size: body.len() as u64 }).unwrap(), names);
+        for size in [0, MAX_TRASH_OBJECT + 1] {
+            let e = read_trash(&mem, &ObjectInfo { name: name.clone(), size }).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+            assert!(e.to_string().contains(&name) && e.to_string().contains("not read"), "{e}");
+        }
+        mem.put(&name, b"[\"packs/a\", 7]").unwrap();
+        let e = read_trash(&mem, &ObjectInfo { name: name.clone(), size: 14 }).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+        assert!(e.to_string().contains(&name), "{e}");
+    }
+
+    /// The shipping state survives a save and load as it was; a damaged
+    /// file is named; none is None.
+    #[test]
+    fn local_state_saves_and_loads() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(LocalState::load(d.path()).unwrap(), None);
+        let mut s = LocalState::fresh();
+        s.shipped = 9;
+        s.dirty = true;
+        s.shipped_digest = Some(hex::encode([5u8; 32]));
+        s.save(d.path()).unwrap();
+        assert_eq!(LocalState::load(d.path()).unwrap(), Some(s.clone()));
+        assert_eq!(hex::encode(s.writer_bytes()), s.writer);
+        std::fs::write(d.path().join("cloud.json"), b"{\"writer\": 3").unwrap();
+        let e = LocalState::load(d.path()).unwrap_err();
+        assert!(e.to_string().contains("cloud.json") && e.to_string().contains("damaged"), "{e}");
+    }
+
+    /// The predecessor the next version names: none before the first, the
+    /// digest known here, else the digest of the version in the bucket,
+    /// and an error naming a version missing from it.
+    #[test]
+    fn the_predecessor_comes_from_the_state_or_the_bucket() {
+        let mem = MemoryBackend::new();
+        let mut s = LocalState::fresh();
+        assert_eq!(s.predecessor(&mem).unwrap(), None);
+        s.shipped = 4;
+        s.shipped_digest = Some(hex::encode([6u8; 32]));
+        assert_eq!(s.predecessor(&mem).unwrap(), Some(versions::Prev { version: 4, digest: [6; 32] }));
+        s.shipped_digest = None;
+        let e = s.predecessor(&mem).unwrap_err();
+        assert!(e.to_string().contains("metadata version 4"), "{e}");
+        mem.put(&versions::object_name(4, versions::Kind::Delta), b"the stored version").unwrap();
+        assert_eq!(s.predecessor(&mem).unwrap(), Some(versions::Prev { version: 4, digest: versions::digest(b"the stored version") }));
+        // A digest that is not hex is not trusted: the bucket's is used.
+        s.shipped_digest = Some("zz".into());
+        assert_eq!(s.predecessor(&mem).unwrap().unwrap().digest, versions::digest(b"the stored version"));
+    }
+}

@@ -671,6 +671,7 @@ impl Volume {
                 // The failed round deleted the packs it uploaded.
                 Err(e) if e.kind() == ErrorKind::Raced && raced < MAX_RACED_ROUNDS => {
                     raced += 1;
+                    self.metrics.flush_rounds_raced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!("flush round raced another writer ({e}); preparing it again");
                 }
                 r => break r,

@@ -33,3 +33,4 @@ mod pg_bucket;
 mod shared_writers;
 mod pg_failures;
 mod bytewise;
+mod fuzz_seeds;

@@ -491,3 +491,107 @@ fn a_follower_makes_another_machines_rewrite_visible_to_an_open_file() {
     vb.close().unwrap();
     va.close().unwrap();
 }
+
+/// Calls `f.next` until a batch satisfies `done`; the batches' union
+/// (panics after `limit`: a generous deadline, not a speed).
+fn follow_until_batch(f: &ChangeFollower, limit: Duration, done: impl Fn(&ChangeBatch) -> bool) -> ChangeBatch {
+    let t = std::time::Instant::now();
+    let mut all = ChangeBatch::default();
+    while !done(&all) {
+        assert!(t.elapsed() < limit, "the follower did not deliver what was awaited within {limit:?}: {all:?}");
+        let b = f.next(Duration::from_millis(100)).unwrap();
+        f.done(&b);
+        all.all |= b.all;
+        all.inodes.extend(b.inodes);
+        all.entries.extend(b.entries);
+    }
+    all
+}
+
+/// A follower whose cursor a trim of the change log overtook (B read
+/// nothing while A changed files and the log was trimmed past B's place,
+/// docs/shared-volume.md §6) cannot know what it missed: its batch says
+/// `all`, names the root and every inode B holds state of, and B's open
+/// file then reads A's bytes.
+#[test]
+fn a_follower_overtaken_by_a_trim_of_the_log_drops_everything() {
+    let url = fresh_url("trim");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let cfg = pg_init_cloud(a.path(), &url);
+    let va = Volume::load(a.path(), pg_opts()).unwrap();
+    let old = random_bytes(70, 100_000);
+    let f = mkfile(&va, ROOT_INO, "f", &old);
+    va.fsync(f, false).unwrap();
+    let mut ro = pg_opts();
+    ro.read_only = true;
+    let vb = mount_elsewhere(&b.path().join("cache"), &url, ro);
+    let follower = vb.follow_changes().unwrap().expect("followed");
+    vb.open(f).unwrap();
+    assert!(read_open(&vb, f, old.len()) == old);
+    let first = follower.next(Duration::ZERO).unwrap();
+    assert!(!first.all, "nothing trimmed yet: {first:?}");
+    follower.done(&first);
+    let start = follower.cursor();
+
+    // A changes f and makes more files; then the log loses every row but
+    // the newest (what `trim_changes` does to rows past their age), and the
+    // mark of how far it was trimmed moves past B's cursor.
+    let new = random_bytes(71, old.len());
+    va.open(f).unwrap();
+    va.write(f, 0, &new).unwrap();
+    va.close_commit(f).unwrap();
+    va.release(f).unwrap();
+    for i in 0..3 {
+        let g = mkfile(&va, ROOT_INO, &format!("g{i}"), b"more");
+        va.fsync(g, false).unwrap();
+    }
+    let schema = format!("cairn_{}", cfg.volume_id);
+    pg_query(&format!(
+        "WITH d AS (DELETE FROM {schema}.changes WHERE seq < (SELECT MAX(seq) FROM {schema}.changes) RETURNING seq) \
+         INSERT INTO {schema}.info(key, value) SELECT 'changes_trimmed', MAX(seq) FROM d \
+         ON CONFLICT (key) DO UPDATE SET value = GREATEST({schema}.info.value, excluded.value)"
+    ));
+    let trimmed: u64 = pg_query(&format!("SELECT value FROM {schema}.info WHERE key = 'changes_trimmed'")).trim().parse().unwrap();
+    assert!(trimmed > start, "the trim did not pass B's cursor ({trimmed} <= {start}): the test did not test");
+
+    let batch = follow_until_batch(&follower, Duration::from_secs(60), |b| b.all);
+    assert!(batch.inodes.contains(&ROOT_INO) && batch.inodes.contains(&f), "an overtaken cursor names the root and B's open file: {batch:?}");
+    let got = read_open(&vb, f, new.len());
+    assert!(got == new, "B's open handle still reads the old bytes after the follower dropped everything");
+    // Caught up: the next batches are not `all` again.
+    let next = follower.next(Duration::ZERO).unwrap();
+    assert!(!next.all, "a follower past the trim still says all: {next:?}");
+    vb.release(f).unwrap();
+    vb.close().unwrap();
+    va.close().unwrap();
+}
+
+/// A change whose notice never comes (a row written without `NOTIFY`,
+/// as when the listener lost its connection at that moment) still reaches
+/// the follower: the poll reads the log every FOLLOW_POLL without a
+/// notice, and drops B's state of the inode.
+#[test]
+fn a_change_without_a_notice_is_found_by_the_poll() {
+    let url = fresh_url("poll");
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let cfg = pg_init_cloud(a.path(), &url);
+    let va = Volume::load(a.path(), pg_opts()).unwrap();
+    let f = mkfile(&va, ROOT_INO, "f", b"some bytes");
+    va.fsync(f, false).unwrap();
+    let mut ro = pg_opts();
+    ro.read_only = true;
+    let vb = mount_elsewhere(&b.path().join("cache"), &url, ro);
+    let follower = vb.follow_changes().unwrap().expect("followed");
+    // What committed before the follower began is read by its first call.
+    follower.done(&follower.next(Duration::ZERO).unwrap());
+    let before = follower.cursor();
+    // A change row with no notice (no pg_notify), for f.
+    pg_query(&format!("INSERT INTO cairn_{}.changes(kind, ino) VALUES (0, {f})", cfg.volume_id));
+    let batch = follow_until_batch(&follower, Duration::from_secs(60), |b| b.inodes.contains(&f));
+    assert!(!batch.all);
+    assert!(follower.cursor() > before, "the cursor did not move past the polled row");
+    vb.close().unwrap();
+    va.close().unwrap();
+}

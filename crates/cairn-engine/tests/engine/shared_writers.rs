@@ -113,24 +113,34 @@ fn three_machines_create_in_one_directory_at_once() {
 }
 
 /// Two machines write the same 6 MiB into files of their own at the same
-/// time, again and again: whichever claims a chunk first wins, the other
-/// learns it lost and references the winner's chunk. Every file reads back
-/// on both, the volume's referenced chunks hold the data once, and fsck
-/// reads every byte cleanly.
+/// time, again and again (new bytes each round): whichever claims a chunk
+/// first wins, the other learns it lost (its round fails `Raced` and is
+/// prepared again, counted in `flush_rounds_raced`) and references the
+/// winner's chunk. The rounds go on until a lost race has been seen (a
+/// bounded number of them): a run in which every round happened not to
+/// race proves nothing of the retry. Every file reads back on both, the
+/// volume's referenced chunks hold each round's data once, and fsck reads
+/// every byte cleanly.
 #[test]
 fn two_machines_storing_the_same_data_at_once_store_it_once() {
+    const MIN_ROUNDS: usize = 3;
+    const MAX_ROUNDS: usize = 30;
     let (tmp, _url, _cfg, vols) = machines("dedup", 2, pg_opts);
-    let data = random_bytes(77, 6 << 20);
-    let start = Arc::new(Barrier::new(2));
-    let inos: Vec<Vec<Ino>> = std::thread::scope(|s| {
-        let hs: Vec<_> = vols
-            .iter()
-            .enumerate()
-            .map(|(m, v)| {
-                let (start, data) = (start.clone(), &data);
-                s.spawn(move || {
-                    let mut inos = Vec::new();
-                    for round in 0..3 {
+    let raced = || vols.iter().map(|v| v.metrics_snapshot().flush_rounds_raced).sum::<u64>();
+    let start = Barrier::new(2);
+    let mut written: Vec<(Vec<Ino>, Vec<u8>)> = Vec::new();
+    for round in 0..MAX_ROUNDS {
+        if round >= MIN_ROUNDS && raced() > 0 {
+            break;
+        }
+        let data = random_bytes(77 + round as u64, 6 << 20);
+        let inos: Vec<Ino> = std::thread::scope(|s| {
+            let hs: Vec<_> = vols
+                .iter()
+                .enumerate()
+                .map(|(m, v)| {
+                    let (start, data) = (&start, &data);
+                    s.spawn(move || {
                         let a = v.create(ROOT_INO, format!("m{m}-r{round}").as_bytes(), FileKind::File, 0o644, 0, root()).unwrap();
                         v.open(a.ino).unwrap();
                         start.wait();
@@ -139,22 +149,27 @@ fn two_machines_storing_the_same_data_at_once_store_it_once() {
                         }
                         v.close_commit(a.ino).unwrap_or_else(|e| panic!("machine {m} round {round}: {e}"));
                         v.release(a.ino).unwrap();
-                        inos.push(a.ino);
-                    }
-                    inos
+                        a.ino
+                    })
                 })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        written.push((inos, data));
+    }
+    let rounds = written.len() as u64;
+    eprintln!("{rounds} rounds, {} flush rounds raced and were prepared again", raced());
+    assert!(raced() > 0, "in {rounds} rounds of two machines storing the same bytes at once, no flush round ever lost a chunk to the other: the retry was never reached");
     for v in &vols {
-        for ino in inos.iter().flatten() {
-            assert!(read_all(v, *ino) == data, "inode {ino} differs");
+        for (inos, data) in &written {
+            for ino in inos {
+                assert!(&read_all(v, *ino) == data, "inode {ino} differs");
+            }
         }
     }
     let st = maintenance::stats(&vols[0]).unwrap();
-    assert_eq!(st.data_bytes, 6 * (6 << 20), "{st:?}");
-    assert_eq!(st.unique_bytes, 6 << 20, "six copies of the data, written on two machines at once, are one in the volume: {st:?}");
+    assert_eq!(st.data_bytes, rounds * 2 * (6 << 20), "{st:?}");
+    assert_eq!(st.unique_bytes, rounds * (6 << 20), "each round's data, written on two machines at once, is once in the volume: {st:?}");
     unmount_all_then_fsck(&tmp, vols, "m0");
 }
 
@@ -375,17 +390,28 @@ fn gc_on_one_machine_while_another_revives_its_chunks() {
     let blobs: Vec<Vec<u8>> = (0..3).map(|i| random_bytes(300 + i, 150_000)).collect();
     let mut model: std::collections::HashMap<usize, Vec<u8>> = Default::default();
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let (passes, kept) = std::thread::scope(|s| {
+    // Packs gc kept because a chunk it had planned as dead came back.
+    let kept_so_far = std::sync::atomic::AtomicU64::new(0);
+    // At least MIN_WRITES, and on until gc has kept a pack (the race the
+    // test is about), at most MAX_WRITES.
+    const MIN_WRITES: usize = 60;
+    const MAX_WRITES: usize = 1200;
+    let (passes, kept, writes) = std::thread::scope(|s| {
         let collector = s.spawn(|| {
-            let (mut passes, mut kept) = (0, 0);
+            let mut passes = 0;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let r = maintenance::gc(g, 0.5, &maintenance::NoProgress).unwrap_or_else(|e| panic!("gc pass {passes} beside a writer: {e}"));
-                kept += r.packs_kept;
+                kept_so_far.fetch_add(r.packs_kept, std::sync::atomic::Ordering::SeqCst);
                 passes += 1;
             }
-            (passes, kept)
+            passes
         });
-        for i in 0..60usize {
+        let mut writes = 0;
+        for i in 0..MAX_WRITES {
+            if i >= MIN_WRITES && kept_so_far.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                break;
+            }
+            writes += 1;
             let slot = i % 4;
             let name = format!("f{slot}");
             if model.remove(&slot).is_some() {
@@ -402,16 +428,18 @@ fn gc_on_one_machine_while_another_revives_its_chunks() {
             model.insert(slot, data);
         }
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        collector.join().unwrap()
+        let passes = collector.join().unwrap();
+        (passes, kept_so_far.load(std::sync::atomic::Ordering::SeqCst), writes)
     });
     assert!(passes > 1, "gc ran only {passes} times beside the writer");
+    assert!(kept > 0, "in {writes} writes beside {passes} gc passes, gc never kept a pack whose chunk came back: the race was never reached");
     for v in &vols {
         for (slot, data) in &model {
             let ino = v.lookup(ROOT_INO, format!("f{slot}").as_bytes()).unwrap().ino;
             assert!(&read_all(v, ino) == data, "f{slot} differs after {passes} gc passes ({kept} packs kept)");
         }
     }
-    eprintln!("{passes} gc passes, {kept} packs kept");
+    eprintln!("{writes} writes, {passes} gc passes, {kept} packs kept");
     unmount_all_then_fsck(&tmp, vols, "m1");
 }
 
@@ -481,42 +509,52 @@ fn a_chunk_that_died_within_the_grace_is_kept_for_a_writer_that_finds_it() {
 /// two each can miss the other).
 #[test]
 fn opens_racing_unlinks_on_another_machine_keep_what_they_opened() {
+    // Rounds of 40 files until both outcomes have been seen (an open that
+    // won and one that lost), at most MAX_ROUNDS.
+    const MAX_ROUNDS: u64 = 20;
     let (tmp, _url, _cfg, vols) = machines("open-race", 2, pg_opts);
     let (a, b) = (&vols[0], &vols[1]);
-    let files: Vec<(Ino, Vec<u8>)> = (0..40u64).map(|i| {
-        let data = random_bytes(500 + i, 20_000 + i as usize);
-        (mkfile(a, ROOT_INO, &format!("f{i}"), &data), data)
-    }).collect();
-    a.sync().unwrap();
-    let start = Barrier::new(2);
-    let opened: Vec<usize> = std::thread::scope(|s| {
-        s.spawn(|| {
-            for i in 0..files.len() {
+    let (mut won, mut lost, mut rounds) = (0, 0, 0);
+    while (won == 0 || lost == 0) && rounds < MAX_ROUNDS {
+        let files: Vec<(Ino, Vec<u8>)> = (0..40u64).map(|i| {
+            let data = random_bytes(500 + 100 * rounds + i, 20_000 + i as usize);
+            (mkfile(a, ROOT_INO, &format!("r{rounds}-f{i}"), &data), data)
+        }).collect();
+        a.sync().unwrap();
+        let start = Barrier::new(2);
+        let opened: Vec<usize> = std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..files.len() {
+                    start.wait();
+                    // Staggered, so the race falls either way.
+                    std::thread::sleep(Duration::from_micros(40 * (i as u64 % 8)));
+                    a.unlink(ROOT_INO, format!("r{rounds}-f{i}").as_bytes()).unwrap();
+                }
+            });
+            let mut opened = Vec::new();
+            for (i, (ino, _)) in files.iter().enumerate() {
                 start.wait();
-                // Staggered, so the race falls either way.
-                std::thread::sleep(Duration::from_micros(40 * (i as u64 % 8)));
-                a.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+                match b.open(*ino) {
+                    Ok(_) => opened.push(i),
+                    Err(e) => assert_eq!(e.kind(), ErrorKind::NotFound, "open of r{rounds}-f{i}: {e}"),
+                }
             }
+            opened
         });
-        let mut opened = Vec::new();
-        for (i, (ino, _)) in files.iter().enumerate() {
-            start.wait();
-            match b.open(*ino) {
-                Ok(_) => opened.push(i),
-                Err(e) => assert_eq!(e.kind(), ErrorKind::NotFound, "open of f{i}: {e}"),
-            }
+        for &i in &opened {
+            let (ino, data) = &files[i];
+            assert!(&read_all(b, *ino) == data, "r{rounds}-f{i}, opened on B while A unlinked it, lost bytes ({} of {} opened)", opened.len(), files.len());
+            b.release(*ino).unwrap();
         }
-        opened
-    });
-    for &i in &opened {
-        let (ino, data) = &files[i];
-        assert!(&read_all(b, *ino) == data, "f{i}, opened on B while A unlinked it, lost bytes ({} of {} opened)", opened.len(), files.len());
-        b.release(*ino).unwrap();
+        for (ino, _) in &files {
+            assert_eq!(a.getattr(*ino).expect_err("an unlinked file outlived its last close").kind(), ErrorKind::NotFound);
+        }
+        won += opened.len();
+        lost += files.len() - opened.len();
+        rounds += 1;
     }
-    for (ino, _) in &files {
-        assert_eq!(a.getattr(*ino).expect_err("an unlinked file outlived its last close").kind(), ErrorKind::NotFound);
-    }
-    eprintln!("{} of {} opened before their unlink", opened.len(), files.len());
+    eprintln!("{rounds} rounds: {won} opens before their unlink, {lost} after");
+    assert!(won > 0 && lost > 0, "in {rounds} rounds {won} opens won the race and {lost} lost it: both outcomes must have happened for the test to test");
     unmount_all_then_fsck(&tmp, vols, "m1");
 }
 

@@ -13,17 +13,10 @@ use std::process::{Command, Output};
 
 use cairn_tar::{Member, MemberKind};
 
-/// True if `tool` runs; prints why a test is skipped otherwise.
-pub fn have(tool: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIP: {tool} is not installed (apt-get install -y tar libarchive-tools attr)");
-    }
-    ok
-}
+/// A test whose outside tool (tar, bsdtar) or FUSE is missing fails and
+/// says which, rather than passing unrun.
+#[allow(unused_imports)]
+pub use cairn_testing::{require_fuse, require_tool};
 
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
