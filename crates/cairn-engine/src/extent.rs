@@ -248,32 +248,35 @@ impl ExtentMap {
         out
     }
 
+    /// The extents that overlap `[start, end)` (`end` already clipped to
+    /// the map), whole, each with the file offset where it begins: the one
+    /// page walk `range` and `more_extents_than` share. Lazy, so a caller
+    /// that stops early walks only what it took.
+    fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, &Extent)> + '_ {
+        let pi = if start < end { self.page_at(start) } else { self.pages.len() };
+        let mut pos = self.starts.get(pi).copied().unwrap_or(self.len);
+        self.pages[pi..]
+            .iter()
+            .flat_map(|p| p.extents.iter())
+            .map(move |e| {
+                let at = pos;
+                pos += e.len;
+                (at, e)
+            })
+            .skip_while(move |(at, e)| at + e.len <= start)
+            .take_while(move |(at, _)| *at < end)
+    }
+
     /// The extents covering `[start, end)`, clipped, with their file offsets.
     pub fn range(&self, start: u64, end: u64) -> Vec<(u64, Extent)> {
         let end = end.min(self.len);
-        let mut out = Vec::new();
-        if start >= end {
-            return out;
-        }
-        let mut pi = self.page_at(start);
-        let mut pos = self.starts[pi];
-        'outer: while pi < self.pages.len() {
-            for e in &self.pages[pi].extents {
-                let (es, ee) = (pos, pos + e.len);
-                pos = ee;
-                if ee <= start {
-                    continue;
-                }
-                if es >= end {
-                    break 'outer;
-                }
+        self.overlapping(start, end)
+            .map(|(es, e)| {
                 let s = start.max(es);
-                let t = end.min(ee);
-                out.push((s, e.slice(s - es, t - s)));
-            }
-            pi += 1;
-        }
-        out
+                let t = end.min(es + e.len);
+                (s, e.slice(s - es, t - s))
+            })
+            .collect()
     }
 
     /// All extents with their offsets.
@@ -347,31 +350,7 @@ impl ExtentMap {
     /// Whether `[start, end)` holds more than `cap` extents, counting at
     /// most `cap + 1` of them (a bounded [`ExtentMap::range`]`.len()`).
     pub fn more_extents_than(&self, start: u64, end: u64, cap: usize) -> bool {
-        let end = end.min(self.len);
-        if start >= end {
-            return false;
-        }
-        let mut n = 0;
-        let mut pi = self.page_at(start);
-        let mut pos = self.starts[pi];
-        while pi < self.pages.len() {
-            for e in &self.pages[pi].extents {
-                let (es, ee) = (pos, pos + e.len);
-                pos = ee;
-                if ee <= start {
-                    continue;
-                }
-                if es >= end {
-                    return false;
-                }
-                n += 1;
-                if n > cap {
-                    return true;
-                }
-            }
-            pi += 1;
-        }
-        false
+        self.overlapping(start, end.min(self.len)).nth(cap).is_some()
     }
 
     /// Overwrites many ranges at once: each `(at, extents)` replaces the
