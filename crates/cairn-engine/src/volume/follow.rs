@@ -11,6 +11,7 @@ use crate::types::{FileKind, Ino};
 use cairn_meta::{ChangeCursor, ChangeFeed, Changed};
 use std::collections::BTreeSet;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,6 +54,8 @@ pub struct ChangeFollower {
     vol: Arc<Volume>,
     /// Only the thread calling `next` waits on it.
     feed: Mutex<Option<Box<dyn ChangeFeed>>>,
+    /// Calls of `next` that a notice woke (or found waiting).
+    notices: AtomicU64,
 }
 
 /// A shared volume's position in its change log (`Volume::changes`).
@@ -87,8 +90,16 @@ impl Volume {
     /// metadata is in PostgreSQL). If the store's listener cannot connect,
     /// the follower still polls the log every [`FOLLOW_POLL`].
     pub fn follow_changes(self: &Arc<Self>) -> Result<Option<ChangeFollower>> {
+        self.follow_changes_with(|store| store.subscribe())
+    }
+
+    /// [`Volume::follow_changes`] with the store's `subscribe` replaced by
+    /// `subscribe` (tests: a listener that cannot connect, or one whose
+    /// every wait fails, must leave the follower to its poll).
+    #[doc(hidden)]
+    pub fn follow_changes_with(self: &Arc<Self>, subscribe: impl FnOnce(&dyn cairn_meta::MetaStore) -> cairn_meta::Result<Option<Box<dyn ChangeFeed>>>) -> Result<Option<ChangeFollower>> {
         let Some(changes) = self.changes.as_ref() else { return Ok(None) };
-        let feed = match self.meta.store().subscribe() {
+        let feed = match subscribe(&**self.meta.store()) {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!("cannot listen for other machines' changes ({e}); polling the change log every {FOLLOW_POLL:?} instead");
@@ -101,7 +112,7 @@ impl Volume {
         s.pending = true;
         s.following = true;
         drop(s);
-        Ok(Some(ChangeFollower { vol: self.clone(), feed: Mutex::new(feed) }))
+        Ok(Some(ChangeFollower { vol: self.clone(), feed: Mutex::new(feed), notices: AtomicU64::new(0) }))
     }
 
     /// Reads the change log now, as an `open` on a shared volume does
@@ -273,6 +284,12 @@ impl ChangeFollower {
         self.state().lock().cursor.after
     }
 
+    /// How many calls of `next` a notice of another machine's commit woke
+    /// (tests: the notices arrive, the poll is not all that works).
+    pub fn notices(&self) -> u64 {
+        self.notices.load(Ordering::Relaxed)
+    }
+
     /// Waits up to `max_wait` for a notice of another machine's commit,
     /// then, if one came or [`FOLLOW_POLL`] passed since the last read,
     /// reads the change log from the cursor and drops the engine's clean
@@ -301,6 +318,9 @@ impl ChangeFollower {
                 },
                 None => std::thread::sleep(wait),
             }
+        }
+        if notified {
+            self.notices.fetch_add(1, Ordering::Relaxed);
         }
         let mut s = self.state().lock();
         s.pending |= notified;
