@@ -53,6 +53,10 @@ struct Prepared {
     committed_seq: u64,
     /// The content version the map was built on (`FileInner::base_cver`).
     cver: u64,
+    /// Overlay pieces from this offset on were left out of the map (a
+    /// background round's bound per file, [`ROUND_PIECES`]); `u64::MAX`:
+    /// none. They stay in the overlay for the next rounds.
+    kept_from: u64,
 }
 
 /// A file's prepared content.
@@ -62,6 +66,7 @@ struct Plan {
     seq: u64,
     committed_seq: u64,
     cver: u64,
+    kept_from: u64,
 }
 
 /// How many times in a row a flush round is prepared again after losing a
@@ -122,6 +127,15 @@ pub struct FlushReport {
 /// A grouped round (in a bucket) takes files up to this many packs' worth
 /// of dirty bytes, oldest first.
 const ROUND_PACKS: u64 = 2;
+
+/// A background round applies at most this many of one file's overlay
+/// pieces (its first ones by offset); the rest wait for the next rounds
+/// (issue 50: one file's million byte-sized writes held every other
+/// file's flush back for minutes). A round's work per file is then
+/// bounded, so the other files of the round, and an fsync waiting for the
+/// round to end, wait for at most this much. A file's own fsync or close,
+/// and `sync`, flush it whole.
+pub(crate) const ROUND_PIECES: usize = 1 << 16;
 
 /// Steps of fewer bytes hash and encode their chunks on the calling thread.
 const PARALLEL_MIN_BYTES: usize = 1 << 20;
@@ -808,8 +822,9 @@ impl Volume {
             let mut prepared = Vec::new();
             for st in chosen {
                 let guard = st.flush_lock.lock_arc();
-                match self.prepare(&st, &mut batch, !all) {
-                    Ok(Plan { map, size, seq, committed_seq, cver }) => prepared.push(Prepared { st, _guard: guard, map, size, seq, committed_seq, cver }),
+                let bound = (!all && only.is_none()).then_some(ROUND_PIECES);
+                match self.prepare(&st, &mut batch, !all, bound) {
+                    Ok(Plan { map, size, seq, committed_seq, cver, kept_from }) => prepared.push(Prepared { st, _guard: guard, map, size, seq, committed_seq, cver, kept_from }),
                     // A round for one file (its fsync or close) that could
                     // not prepare it fails: committing the rest (nothing)
                     // and answering Ok would report bytes durable that
@@ -872,7 +887,7 @@ impl Volume {
                 let keep: Vec<(u64, super::file::Piece)> = g
                     .overlay
                     .iter()
-                    .filter(|(&s0, pc)| pc.seq > seq || (p.committed_seq < seq && s0 + pc.len > p.size))
+                    .filter(|(&s0, pc)| pc.seq > seq || s0 >= p.kept_from || (p.committed_seq < seq && s0 + pc.len > p.size))
                     .map(|(&s0, pc)| (s0, *pc))
                     .collect();
                 g.overlay.clear();
@@ -887,7 +902,7 @@ impl Volume {
                     let held: Vec<(u64, super::file::Piece)> = g
                         .overlay
                         .range(..)
-                        .filter(|(&s0, pc)| pc.seq <= seq && s0 + pc.len > p.size)
+                        .filter(|(&s0, pc)| pc.seq <= seq && s0 < p.kept_from && s0 + pc.len > p.size)
                         .map(|(&s0, pc)| (s0, *pc))
                         .collect();
                     for (s0, pc) in held {
@@ -903,9 +918,11 @@ impl Volume {
                 }
                 if !g.is_dirty() {
                     g.dirty_since = None;
-                } else {
+                } else if p.kept_from == u64::MAX || g.dirty_since.is_none() {
                     g.dirty_since = Some(Instant::now());
                 }
+                // Cut short by the round's bound: the file stays as old as
+                // it was, so the next round goes on with it.
             }
         }
         // Retire journal segments every committed record lives in, and forget
@@ -944,7 +961,14 @@ impl Volume {
     /// With `hold_tail`, a file still open for writing keeps the chunk that
     /// runs to its end out of this flush: that chunk was cut by the flush, not
     /// by content, so storing it would waste a chunk and misalign dedup.
-    fn prepare(&self, st: &FileState, batch: &mut Batch, hold_tail: bool) -> Result<Plan> {
+    ///
+    /// With `max_pieces`, only the overlay's first `max_pieces` pieces (by
+    /// offset) go into the map; the others stay in the overlay
+    /// (`Plan::kept_from`), their records replay after a crash (the
+    /// committed journal position stays below the first of them), and the
+    /// committed size stops where the stored content or the last applied
+    /// piece ends.
+    fn prepare(&self, st: &FileState, batch: &mut Batch, hold_tail: bool, max_pieces: Option<usize>) -> Result<Plan> {
         batch.owner_of(st.ino)?;
         let (mut map, cver, pieces, size, base_valid, seq, writing) = {
             let g = st.inner.lock();
@@ -961,10 +985,22 @@ impl Volume {
         // Bounded: with more than a quarter of the journal's limit past the
         // gap (a writer that leaves it open for good), the flush goes
         // through it, so held bytes never stall writers on journal room.
-        let end = match hold_tail.then(|| first_gap(&pieces, map.len(), size)).flatten() {
+        let mut end = match hold_tail.then(|| first_gap(&pieces, map.len(), size)).flatten() {
             Some(gap) if size - gap <= self.opts.journal_limit / 4 => gap,
             _ => size,
         };
+        // Pieces are disjoint and in order, so those before the first one
+        // left out end at or before it.
+        let kept_from = match max_pieces.and_then(|k| pieces.get(k)) {
+            Some((s, _)) if *s < end => *s,
+            _ => u64::MAX,
+        };
+        if kept_from != u64::MAX {
+            // What lies past the stored content and the applied pieces is
+            // left for later rounds (as a held tail is), not committed as
+            // a hole.
+            end = end.min(map.len().max(kept_from));
+        }
         map.set_len(end);
         let mut dirty: Vec<(u64, u64)> = Vec::new();
         // The overlay's pieces are disjoint and in order: spliced in one
@@ -972,7 +1008,7 @@ impl Volume {
         // the pieces of a file written a byte at a time).
         let mut edits: Vec<(u64, Vec<Extent>)> = Vec::with_capacity(pieces.len());
         for (s, p) in &pieces {
-            if *s >= end {
+            if *s >= end || *s >= kept_from {
                 continue;
             }
             let p = &if s + p.len > end { p.slice(0, end - s) } else { *p };
@@ -1012,7 +1048,9 @@ impl Volume {
         // the committed journal position stays below them.
         let below = |t: u64| pieces.iter().filter(|(s0, p)| s0 + p.len > t).map(|(_, p)| p.seq).min().map_or(seq, |first| first - 1);
         let mut committed = end;
-        let mut committed_seq = if end < size { below(end) } else { seq };
+        // Records of the pieces left out replay after a crash.
+        let left_out = if kept_from != u64::MAX { below(kept_from) } else { seq };
+        let mut committed_seq = if end < size { below(end) } else { seq }.min(left_out);
         for (i, (a, b)) in clusters.into_iter().enumerate().rev() {
             let last = i + 1 == n_clusters;
             let held = self.rechunk(&mut map, a, b, batch, hold_tail && last && b == end, &[])?;
@@ -1021,11 +1059,11 @@ impl Volume {
                 // crash, so the committed journal position stays below them.
                 committed = t;
                 map.set_len(t);
-                committed_seq = below(t);
+                committed_seq = below(t).min(left_out);
             }
         }
         debug_assert!(!map.has_pending());
-        Ok(Plan { map, size: committed, seq, committed_seq, cver })
+        Ok(Plan { map, size: committed, seq, committed_seq, cver, kept_from })
     }
 
     /// Stores each small overwrite inside stored content as a chunk of its

@@ -164,6 +164,14 @@ pub trait KernelCache: Send + Sync {
         let _ = (size, tail);
         self.inode_changed(ino);
     }
+    /// `ino` shrank to `size` by a request of process `pid` that was not
+    /// the kernel's own truncate (an rpwrite ioctl that deleted bytes). A
+    /// kernel with a writeback cache never lowers its size of a file on a
+    /// notice; the adapter has the kernel truncate it (through `pid`'s own
+    /// descriptor of the file), so an append lands at the new end.
+    fn shrunk(&self, ino: Ino, size: u64, pid: u32) {
+        let _ = (ino, size, pid);
+    }
 }
 
 /// An open Cairn volume.
@@ -277,6 +285,7 @@ pub struct Volume {
 #[derive(Default)]
 pub(crate) struct Stall {
     pub heartbeat_paused: AtomicBool,
+    pub flusher_paused: AtomicBool,
     pub before_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
@@ -507,6 +516,14 @@ impl Volume {
         }
     }
 
+    /// Tells the kernel that `ino` shrank to `size` by an ioctl of process
+    /// `pid` (see [`KernelCache::shrunk`]); after [`Volume::notify_resized`].
+    pub fn notify_shrunk(&self, ino: Ino, size: u64, pid: u32) {
+        if let Some(k) = self.kernel.get() {
+            k.shrunk(ino, size, pid);
+        }
+    }
+
     pub(crate) fn kernel_inode_changed(&self, ino: Ino) {
         if let Some(k) = self.kernel.get() {
             k.inode_changed(ino);
@@ -559,6 +576,9 @@ impl Volume {
                     s.0 = false;
                 }
                 let Some(vol) = weak.upgrade() else { return };
+                if vol.stall.flusher_paused.load(Ordering::SeqCst) {
+                    continue;
+                }
                 vol.release_old_held_pack();
                 // Under journal pressure nothing is held back: a held tail
                 // pins every later journal segment (a program writing an open
@@ -726,6 +746,24 @@ impl Volume {
     pub fn flush_file_now(&self, ino: Ino) -> Result<FlushReport> {
         self.check_writable()?;
         self.flush_round_of(true, Some(ino))
+    }
+
+    /// Tests: stops (or resumes) the background flusher's rounds, so that
+    /// a test runs the rounds itself ([`Volume::flush_due`]) and sees what
+    /// each one did.
+    #[doc(hidden)]
+    pub fn pause_flusher(&self, paused: bool) {
+        self.stall.flusher_paused.store(paused, Ordering::SeqCst);
+    }
+
+    /// Tests: whether this mount holds changes of `ino` not yet committed
+    /// (bytes in its overlay, or a size or times to write).
+    #[doc(hidden)]
+    pub fn is_dirty(&self, ino: Ino) -> bool {
+        self.files.get(&ino).is_some_and(|e| {
+            let g = e.value().inner.lock();
+            !g.evicted && g.is_dirty()
+        })
     }
 
     /// Tests: stops (or resumes) this mount's session heartbeats, as a

@@ -140,3 +140,86 @@ fn owner_dedup_domains_store_two_owners_identical_files_apart() {
     assert_eq!(a, b, "under one volume domain identical files share every chunk");
     assert_eq!(shared as usize, a.len());
 }
+
+/// Issue 50, fairness: "no operation on one file may hold back other
+/// files' flushes". A file with 200,000 scattered one-byte writes and one
+/// with 100,000 one-byte appends share a background round with a small
+/// file: the small file is committed by that first round, while the round
+/// applies only the first `ROUND_PIECES` (65,536) writes of each big file
+/// and leaves the rest to the next rounds (before, one round applied them
+/// all, so the small file's commit waited for every one). Order, not
+/// speed: after round 1 the small file is clean and the big ones are not.
+/// A crash right after that round loses nothing (the left-out writes
+/// replay from the journal), and background rounds alone finish such a
+/// file in a few slices.
+#[test]
+fn a_small_file_is_not_held_back_by_files_of_byte_sized_writes() {
+    const M: u64 = 200_000;
+    let d = tempfile::tempdir().unwrap();
+    init(d.path(), &InitOptions { meta_url: meta_url(), ..Default::default() }).unwrap();
+    // Every dirty file is over `flush_bytes`: a background round takes all.
+    let load = || Volume::load(d.path(), OpenOptions { flush_bytes: 1, ..opts() }).unwrap();
+    let v = load();
+    v.pause_flusher(true);
+    let mut scattered = random_bytes(11, 8 << 20);
+    let h = mkfile(&v, ROOT_INO, "scattered", &scattered);
+    let base = random_bytes(12, 1 << 20);
+    let a = mkfile(&v, ROOT_INO, "appended", &base);
+    v.sync().unwrap();
+    v.open(h).unwrap();
+    for i in 0..M {
+        let off = 1 + i * 40;
+        let b = [(i % 251) as u8];
+        v.write(h, off, &b).unwrap();
+        scattered[off as usize] = b[0];
+    }
+    v.release(h).unwrap();
+    let mut appended = base.clone();
+    appended.extend(random_bytes(13, (M / 2) as usize));
+    v.open(a).unwrap();
+    for (i, b) in appended.iter().enumerate().skip(base.len()) {
+        v.write(a, i as u64, std::slice::from_ref(b)).unwrap();
+    }
+    v.release(a).unwrap();
+    let small = random_bytes(14, 100_000);
+    let s = mkfile(&v, ROOT_INO, "small", &small);
+    assert!(v.is_dirty(h) && v.is_dirty(a) && v.is_dirty(s));
+
+    let r = v.flush_due().unwrap();
+    assert_eq!(r.files, 3, "one background round takes the three files: {r:?}");
+    assert!(!v.is_dirty(s), "the small file was not committed by the round that took it");
+    assert!(v.is_dirty(h), "one round applied all 200,000 scattered writes: a file's work per round is not bounded");
+    assert!(v.is_dirty(a), "one round applied all 100,000 appends: a file's work per round is not bounded");
+    // What a reader sees meanwhile is every write.
+    assert!(read_all(&v, h) == scattered && read_all(&v, a) == appended && read_all(&v, s) == small, "content after a bounded round");
+
+    // A crash now: the open replays the left-out writes from the journal.
+    v.simulate_crash();
+    let v = load();
+    v.pause_flusher(true);
+    assert!(read_all(&v, h) == scattered, "scattered writes left out of a round were lost in a crash");
+    assert!(read_all(&v, a) == appended, "appends left out of a round were lost in a crash");
+    assert!(read_all(&v, s) == small);
+
+    // Background rounds alone finish such a file, a slice each.
+    v.open(h).unwrap();
+    for i in 0..M {
+        let off = 3 + i * 40;
+        let b = [(i % 241) as u8];
+        v.write(h, off, &b).unwrap();
+        scattered[off as usize] = b[0];
+    }
+    v.release(h).unwrap();
+    let mut rounds = 0;
+    while v.is_dirty(h) {
+        v.flush_due().unwrap();
+        rounds += 1;
+        assert!(rounds <= 10, "200,000 writes still dirty after {rounds} rounds of up to 65,536 each");
+    }
+    assert!(rounds >= 3, "200,000 writes took only {rounds} rounds: not bounded per round");
+    assert!(read_all(&v, h) == scattered, "content after the rounds");
+    v.close().unwrap();
+    let v = load();
+    assert!(read_all(&v, h) == scattered && read_all(&v, a) == appended && read_all(&v, s) == small, "content after a remount");
+    v.close().unwrap();
+}
