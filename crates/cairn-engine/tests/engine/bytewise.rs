@@ -219,6 +219,7 @@ fn a_small_file_is_not_held_back_by_files_of_byte_sized_writes() {
     assert!(rounds >= 3, "200,000 writes took only {rounds} rounds: not bounded per round");
     assert!(read_all(&v, h) == scattered, "content after the rounds");
     v.close().unwrap();
+    drop(v);
     let v = load();
     assert!(read_all(&v, h) == scattered && read_all(&v, a) == appended && read_all(&v, s) == small, "content after a remount");
     v.close().unwrap();
