@@ -1192,9 +1192,10 @@ mod tests {
             r[40..44].copy_from_slice(&(n.saturating_sub(b.len() + HEADER) as u32).to_le_bytes());
             b.extend_from_slice(&r);
         }
-        let t = std::time::Instant::now();
+        // The budget's outcome, not a time: only a search that ran out of
+        // it leaves `resume: None` (one that finds nothing ends the scan
+        // with no damage).
         let scan = scan_bytes(&b).unwrap();
-        assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", t.elapsed());
         assert_eq!(scan.records.len(), 1);
         assert_eq!(scan.damage, vec![Damage { offset: 51, resume: None }], "a search that ran out counts as damage");
     }

@@ -262,10 +262,12 @@ fn reference_counts_from_two_machines() {
     assert!(retries > 0, "four writers of one chunk's count never conflicted: the test did not test");
 }
 
-/// The server goes away for ~3 s: a write issued meanwhile succeeds once
-/// it is back (within the deadline); with a 1 s deadline, a write during an
-/// outage fails with the I/O kind, naming the PostgreSQL error, and the
-/// operations after it fail at once until the server answers again.
+/// The server goes away for ~3 s: a write issued meanwhile (with the
+/// default deadline) succeeds once it is back, and returns only after it
+/// is back; with a 1 s deadline, a write during the outage fails by itself
+/// (the server still down) with the I/O kind, naming the PostgreSQL error,
+/// and the operations after it fail after one try each until the server
+/// answers again. Order and counts, no speed: the waits are deadlines.
 #[test]
 fn postgres_outage() {
     let mut pg = server();
@@ -275,40 +277,51 @@ fn postgres_outage() {
     create(&s, ROOT_INO, b"before").unwrap();
     create(&short, ROOT_INO, b"before-short").unwrap();
     pg.stop().unwrap();
+    let down = Instant::now();
     let w = {
         let s = s.clone();
         std::thread::spawn(move || {
-            let t = Instant::now();
-            (create(&s, ROOT_INO, b"during"), t.elapsed())
+            let r = create(&s, ROOT_INO, b"during");
+            (r, Instant::now())
         })
     };
-    let t = Instant::now();
-    let e = create(&short, ROOT_INO, b"during-short").expect_err("a write with the server down succeeded");
-    let took = t.elapsed();
+    // The short store gives up by itself: the server stays down until it
+    // did (or a generous minute passed, which fails the test).
+    let gave_up = {
+        let short = short.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            (create(&short, ROOT_INO, b"during-short"), t.elapsed())
+        })
+    };
+    let limit = Instant::now() + Duration::from_secs(60);
+    while !gave_up.is_finished() {
+        assert!(Instant::now() < limit, "a write with a 1 s deadline was still waiting after 60 s with the server down");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (r, took) = gave_up.join().unwrap();
+    let e = r.expect_err("a write with the server down succeeded");
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert!(e.to_string().contains("PostgreSQL") && e.to_string().contains("last error: error connecting"), "the error names the last PostgreSQL error: {e}");
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "gave up after {took:?} with a 1 s deadline");
+    // It tried for its deadline (a lower bound: a sleep's floor, not a speed).
+    assert!(took >= Duration::from_millis(900), "gave up after {took:?}, before its 1 s deadline");
     // The server has been unreachable for the deadline: later operations
     // (the next ones of the same system call, say) fail after one try, not
     // after a deadline each, and say why.
-    let t = Instant::now();
     let e = create(&short, ROOT_INO, b"during-short-2").expect_err("a second write with the server down succeeded");
-    assert!(t.elapsed() < Duration::from_millis(500), "a second write during the outage waited {:?}", t.elapsed());
-    assert!(e.to_string().contains("unreachable for"), "{e}");
-    let t = Instant::now();
-    short.read_with(|r| r.lookup(ROOT_INO, b"before")).expect_err("a read with the server down succeeded");
-    assert!(t.elapsed() < Duration::from_millis(500), "a read during the outage waited {:?}", t.elapsed());
-    let took = took + t.elapsed();
-    std::thread::sleep(Duration::from_secs(3).saturating_sub(took));
+    assert!(e.to_string().contains("unreachable for") && e.to_string().contains("failed after 1 tries"), "a second write during the outage: {e}");
+    let e = short.read_with(|r| r.lookup(ROOT_INO, b"before")).expect_err("a read with the server down succeeded");
+    assert!(e.to_string().contains("unreachable for") && e.to_string().contains("failed after 1 tries"), "a read during the outage: {e}");
+    assert!(!w.is_finished(), "the write with the default deadline returned while the server was down: {:?}", w.join().unwrap().0);
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(down.elapsed()));
+    let back = Instant::now();
     pg.start_again().unwrap();
     // Back: the first operation connects and works, no waiting for the
-    // outage to be forgotten.
-    let t = Instant::now();
+    // outage to be forgotten (a 1 s deadline leaves no room for waiting).
     create(&short, ROOT_INO, b"after-short").unwrap_or_else(|e| panic!("the first write after the server came back: {e}"));
-    assert!(t.elapsed() < Duration::from_secs(1), "the first write after the outage took {:?}", t.elapsed());
-    let (r, took) = w.join().unwrap();
+    let (r, done) = w.join().unwrap();
     let ino = r.unwrap_or_else(|e| panic!("a write during a 3 s outage failed: {e}"));
-    assert!(took >= Duration::from_secs(2), "the write returned before the server was back ({took:?})");
+    assert!(done >= back, "the write returned before the server was back");
     assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"during")).unwrap().map(|x| x.0), Some(ino));
     assert_eq!(short.read_with(|r| r.lookup(ROOT_INO, b"during-short")).unwrap(), None, "the failed write left its entry");
     // Reads reconnect too.
@@ -519,7 +532,7 @@ fn maintenance_lock_across_machines() {
         if let Some(g) = a.try_maintenance().unwrap() {
             break g;
         }
-        assert!(t.elapsed() < Duration::from_secs(5), "the lock of a killed connection was not released");
+        assert!(t.elapsed() < Duration::from_secs(60), "the lock of a killed connection was not released within 60 s");
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(!gb.still_held(), "a guard whose connection was killed says it still holds the lock");
