@@ -360,3 +360,41 @@ fn raw_rpwrite_ioctl_then_append_keeps_every_byte() {
     assert_eq!(fs::read(m.join("f")).unwrap(), b"XYZHEEEEEllo\nmore!");
     m.umount();
 }
+
+/// Issue 50: a raw rpwrite ioctl that deletes bytes (the file shrinks)
+/// leaves the kernel with the new size too: under the writeback cache no
+/// notice lowers the kernel's size, so the daemon has the kernel truncate
+/// the file through the caller's own descriptor. `fstat` and `stat` show
+/// the new size and an `O_APPEND` write lands right after the last byte,
+/// not after zeros up to the old end.
+#[test]
+fn raw_rpwrite_ioctl_delete_then_append_keeps_the_new_size() {
+    use cairn::ioctl::{Rpwrite, IOC_RPWRITE};
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let _serial = serial();
+    let env = Env::new("raw-rpwrite-delete");
+    let m = env.mount();
+    let p = m.join("f");
+    fs::write(&p, b"hello, cruel world\n").unwrap();
+    let mut f = fs::OpenOptions::new().read(true).append(true).open(&p).unwrap();
+    let mut r = Rpwrite::new();
+    // Delete "cruel " (6 bytes at offset 7), insert nothing.
+    r.offset = 7;
+    r.mbyte = 6;
+    r.nbyte = 0;
+    // SAFETY: IOC_RPWRITE's size is that of Rpwrite, which outlives the call.
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), IOC_RPWRITE as _, &mut *r as *mut Rpwrite) };
+    assert_eq!(rc, 0, "ioctl: {}", std::io::Error::last_os_error());
+    assert_eq!(r.new_size, 13);
+    assert_eq!(f.metadata().unwrap().len(), 13, "fstat after the deleting ioctl shows the old size");
+    assert_eq!(fs::metadata(&p).unwrap().len(), 13, "stat after the deleting ioctl shows the old size");
+    f.write_all(b"bye\n").unwrap();
+    drop(f);
+    assert_eq!(fs::read(&p).unwrap(), b"hello, world\nbye\n", "the append did not land at the new end");
+    m.umount();
+    let m = env.mount();
+    assert_eq!(fs::read(m.join("f")).unwrap(), b"hello, world\nbye\n");
+    m.umount();
+    env.assert_fsck_clean(|_| false);
+}
