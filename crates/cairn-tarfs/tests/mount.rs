@@ -127,7 +127,7 @@ fn compare_trees(src: &Path, mnt: &Path) {
         .arg(src)
         .arg(mnt)
         .output()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("this test needs diff (apt-get install -y diffutils): {e}"));
     assert!(
         out.status.success(),
         "diff -r: {}{}",

@@ -148,7 +148,7 @@ for i in range(n):
 
 pub(crate) fn expected(seed: u64, i: u64, len: u64) -> Vec<u8> {
     let script = "import random,sys; sys.stdout.buffer.write(random.Random(int(sys.argv[1])).randbytes(int(sys.argv[2])))";
-    let out = Command::new("python3").args(["-c", script, &(seed + i).to_string(), &len.to_string()]).output().unwrap();
+    let out = Command::new("python3").args(["-c", script, &(seed + i).to_string(), &len.to_string()]).output().unwrap_or_else(|e| panic!("this test needs python3 (apt-get install -y python3): {e}"));
     assert!(out.status.success());
     out.stdout
 }
@@ -478,7 +478,7 @@ s3 = boto3.client("s3", endpoint_url=ep, region_name="us-east-1")
 s3.head_object(Bucket=bucket, Key=prefix + "/lease")
 s3.delete_object(Bucket=bucket, Key=prefix + "/lease")
 "#;
-    let out = Command::new("python3").args(["-c", delete, &ep, &bucket, &prefix]).output().unwrap();
+    let out = Command::new("python3").args(["-c", delete, &ep, &bucket, &prefix]).output().unwrap_or_else(|e| panic!("this test needs python3 (apt-get install -y python3): {e}"));
     assert!(out.status.success(), "deleting the lease with boto3: {}", String::from_utf8_lossy(&out.stderr));
     // The next renewal (every second here) finds it gone.
     let t = Instant::now();
@@ -526,7 +526,7 @@ body[len(body) // 2] ^= 1
 s3.put_object(Bucket=bucket, Key=key, Body=bytes(body))
 print(key)
 "#;
-    let out = Command::new("python3").args(["-c", flip, &ep, &bucket, &prefix]).output().unwrap();
+    let out = Command::new("python3").args(["-c", flip, &ep, &bucket, &prefix]).output().unwrap_or_else(|e| panic!("this test needs python3 (apt-get install -y python3): {e}"));
     assert!(out.status.success(), "flipping a byte with boto3: {}", String::from_utf8_lossy(&out.stderr));
     let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let m = c.mount("b", &[]);
