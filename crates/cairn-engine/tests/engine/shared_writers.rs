@@ -873,5 +873,6 @@ fn a_chunk_that_died_during_a_flush_round_stays_until_it_ends() {
     std::thread::sleep(Duration::from_secs(cairn_engine::maintenance::DEATH_MARGIN_SECS as u64 + 2));
     let rep = maintenance::gc(&b, 0.0, &maintenance::NoProgress).unwrap();
     assert!(rep.packs_deleted > 0 && rep.packs_settling == 0, "gc with no round under way: {rep:?}");
+    drop((a, b));
     unmount_all_then_fsck(&tmp, vols, "m1");
 }
