@@ -17,8 +17,14 @@
 # non-zero if any failed.
 #
 #   scripts/soak-rewrite.sh [--minutes 30] [--kinds local,bucket,shared]
-#                           [--cairn target/release/cairn] [--out DIR]
-#                           [--cleaner on|off] [-- EXTRA MOUNT ARGS]
+#                           [--parallel] [--cairn target/release/cairn]
+#                           [--out DIR] [--cleaner on|off]
+#                           [-- EXTRA MOUNT ARGS]
+#
+# --kinds takes any of local (a directory), bucket (moto) and shared
+# (PostgreSQL + moto), one after the other; --parallel runs them at once
+# (one moto and one PostgreSQL for all; the operation rates then share the
+# machine's cores). --cleaner off mounts with --gc-interval 0.
 #
 # Needs: python3; for bucket and shared moto_server (pip install
 # 'moto[server]') and curl; for shared PostgreSQL's server binaries
@@ -32,6 +38,7 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 CAIRN=$HERE/target/release/cairn
 OUT=
 CLEANER=on
+PARALLEL=0
 EXTRA=()
 while (($#)); do
     case $1 in
@@ -40,8 +47,9 @@ while (($#)); do
         --cairn) CAIRN=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --cleaner) CLEANER=$2; shift 2 ;;
+        --parallel) PARALLEL=1; shift ;;
         --) shift; EXTRA=("$@"); break ;;
-        *) echo "usage: $0 [--minutes N] [--kinds local,bucket,shared] [--cairn BIN] [--out DIR] [--cleaner on|off] [-- MOUNT ARGS]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--minutes N] [--kinds local,bucket,shared] [--cairn BIN] [--out DIR] [--cleaner on|off] [--parallel] [-- MOUNT ARGS]" >&2; exit 2 ;;
     esac
 done
 [[ -x $CAIRN ]] || { echo "no cairn binary at $CAIRN (cargo build --release -p cairn-cli)" >&2; exit 2; }
@@ -261,9 +269,30 @@ print(min(max(ram // 16, 256 << 20), 1 << 30))
 EOF
 )
 IFS=, read -r -a KIND_LIST <<< "$KINDS"
-for k in "${KIND_LIST[@]}"; do
-    soak "$k"
-done
+if ((PARALLEL)); then
+    # The servers first, shared by every kind; then each kind in a
+    # subshell of its own, which unmounts and stops what it started.
+    for k in "${KIND_LIST[@]}"; do
+        case $k in
+            bucket) start_moto ;;
+            shared) start_moto; start_pg ;;
+        esac
+    done
+    KPIDS=()
+    for k in "${KIND_LIST[@]}"; do
+        ( PIDS=() MNTS=(); trap cleanup EXIT; soak "$k" ) &
+        KPIDS+=("$!")
+    done
+    failed=0
+    for p in "${KPIDS[@]}"; do
+        wait "$p" || failed=1
+    done
+    ((failed == 0)) || die "a soak failed (see above)"
+else
+    for k in "${KIND_LIST[@]}"; do
+        soak "$k"
+    done
+fi
 
 # --- the table and the targets --------------------------------------------------
 python3 - "$OUT" "$CLEANER" "$CACHE_BYTES" "${KIND_LIST[@]}" <<'EOF'

@@ -221,10 +221,11 @@ enum Cmd {
         /// always allowed (so a small volume is not rewritten for nothing).
         #[arg(long, default_value = "256M", value_parser = size::parse)]
         gc_dead_floor: u64,
-        /// Metadata in PostgreSQL: seconds a chunk whose last reference
-        /// went is left alone before this mount's cleaner may delete it
-        /// (default 900; as `cairn gc --chunk-grace`). Keep it longer than
-        /// every mount's --meta-timeout and --session-ttl.
+        /// Metadata in PostgreSQL: a fixed number of seconds a chunk whose
+        /// last reference went is left alone before this mount's cleaner
+        /// may delete it (as `cairn gc --chunk-grace`). Default: until no
+        /// flush round that began before it died (less 5 s) is under way
+        /// on any machine; a gone session's uploads are kept 900 s.
         #[arg(long, value_name = "SECONDS")]
         chunk_grace: Option<u64>,
         /// The prices the cleaner weighs (aws, coral, local or a TOML file,
@@ -540,11 +541,12 @@ enum Cmd {
         /// aws in a bucket, local in a directory).
         #[arg(long, value_name = "aws|coral|local|FILE")]
         prices: Option<String>,
-        /// Metadata in PostgreSQL: seconds a chunk whose last reference
-        /// went is left alone before gc may delete it (default 900). Another
-        /// machine may have found the chunk by its hash and be about to
-        /// reference it again; within the grace it does so safely. Keep it
-        /// longer than the mounts' --meta-timeout and --session-ttl.
+        /// Metadata in PostgreSQL: a fixed number of seconds a chunk whose
+        /// last reference went is left alone before gc may delete it.
+        /// Default: until no flush round that began before it died (less
+        /// 5 s) is under way on any machine, since such a round may have
+        /// found it by hash and be about to reference it (one that finds it
+        /// dead and loses it stores it again).
         #[arg(long, value_name = "SECONDS")]
         chunk_grace: Option<u64>,
         /// Print the report as JSON.

@@ -374,6 +374,7 @@ pub fn clean(vol: &Volume, now: i64, pol: &Policy) -> Result<CleanReport> {
         return Ok(rep);
     };
     let done = vol.meta.write(|tx| mover.commit(tx, picks.iter().map(|p| p.id)))?;
+    vol.forget_chunks(&done.freed_chunks);
     // Readers that resolved a location before the commit may still find
     // the old pack (in a bucket it goes to the trash below, not away; in a
     // directory it goes, and such a reader asks the metadata again); new

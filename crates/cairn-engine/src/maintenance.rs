@@ -392,24 +392,46 @@ pub struct GcReport {
     pub bytes_after: u64,
 }
 
-/// How long a chunk of a shared volume stays after its last reference
-/// went before gc or the cleaner may delete it (docs/shared-volume.md §7):
-/// longer than any flush's lookup-to-commit window (bounded by the store's
-/// deadline, 30 s by default) and than the session lifetime (60 s), so a
-/// writer that found the chunk by hash commits its reference first.
+/// How long the upload records of a gone session are kept before their
+/// objects count as orphans (`uploads_in_flight`: room for a PUT still in
+/// flight on a stalled machine), and the fixed chunk grace `--chunk-grace`
+/// used to mean by default (docs/shared-volume.md §7).
 pub const CHUNK_GRACE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Seconds before the start of the oldest flush round under way that a
+/// chunk must have died for a collector to take it: the store dates a
+/// death at the statement that brings the count to 0, a little before
+/// that transaction commits, and counts whole seconds.
+pub const DEATH_MARGIN_SECS: i64 = 5;
 
 impl Volume {
     /// The store-clock second up to which a chunk at zero references may
     /// be collected (its `zero_since` at or before it); None when every
     /// chunk at zero may be (a volume one process writes: its flushes
     /// and its collector take turns under the chunk guard).
+    ///
+    /// On a shared volume (docs/shared-volume.md §7 "Chunk grace"): a
+    /// chunk that died after the oldest flush round under way on any
+    /// machine began (less [`DEATH_MARGIN_SECS`]) stays, since that round
+    /// may have found it by hash while it was live and be about to
+    /// reference it; with no round under way, one that died more than the
+    /// margin ago may go. A writer that finds a chunk already dead and
+    /// loses it to a collector learns so at its commit (`Raced`) and
+    /// stores it again. `--chunk-grace` asks for a fixed grace instead.
     pub(crate) fn collect_dead_before(&self) -> Result<Option<i64>> {
-        let grace = self.opts.chunk_grace.unwrap_or(CHUNK_GRACE);
-        if !self.is_shared() || grace.is_zero() {
+        if !self.is_shared() {
             return Ok(None);
         }
-        Ok(Some(self.meta.store().clock_secs()? - grace.as_secs() as i64))
+        match self.opts.chunk_grace {
+            Some(g) if g.is_zero() => Ok(None),
+            Some(g) => Ok(Some(self.meta.store().clock_secs()? - g.as_secs() as i64)),
+            None => {
+                let store = self.meta.store();
+                let now = store.clock_secs()?;
+                let oldest = store.oldest_flush()?.map_or(now, |s| s.min(now));
+                Ok(Some(oldest - DEATH_MARGIN_SECS))
+            }
+        }
     }
 }
 
@@ -546,6 +568,10 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     // Point chunks at their new packs and drop the old rows in one
     // transaction; only then delete the old objects.
     let done = vol.meta.write(|tx| mover.commit(tx, emptied.iter().map(|p| p.id)))?;
+    vol.forget_chunks(&done.freed_chunks);
+    for p in emptied.iter().filter(|p| !done.kept.contains(&p.id)) {
+        vol.pack_names.remove(&p.id);
+    }
     rep.chunks_deleted = done.chunks_dropped;
     rep.packs_kept = done.kept.len() as u64;
     rep.packs_repacked = repacked.difference(&done.kept).count() as u64;
@@ -636,6 +662,9 @@ pub(crate) struct Committed {
     pub(crate) dead_bytes_freed: u64,
     /// Packs kept whole because a chunk of theirs came back to life.
     pub(crate) kept: HashSet<u64>,
+    /// The dead chunks whose rows went (ids are never reused): what this
+    /// mount holds of them in memory goes too (`Volume::forget_chunks`).
+    pub(crate) freed_chunks: Vec<u64>,
 }
 
 pub(crate) struct Mover<'a> {
@@ -705,6 +734,7 @@ impl<'a> Mover<'a> {
         for p in emptied {
             let mut freed = 0;
             let mut revived = false;
+            let mut ids = Vec::new();
             for c in tx.chunks_in_pack(p)? {
                 if moved_ids.contains(&c.id) {
                     continue;
@@ -714,11 +744,13 @@ impl<'a> Mover<'a> {
                     break;
                 }
                 freed += c.stored_len as u64;
+                ids.push(c.id);
             }
             if revived {
                 out.kept.insert(p);
             } else {
                 out.dead_bytes_freed += freed;
+                out.freed_chunks.extend(ids);
                 gone.push(p);
             }
         }

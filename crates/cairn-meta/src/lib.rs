@@ -696,6 +696,26 @@ pub trait MetaStore: Send + Sync {
         let _ = names;
         Ok(())
     }
+    /// Records that this store's session has a flush round under way from
+    /// now (store clock; kept if one is recorded already) until
+    /// [`MetaStore::flush_ended`]: a collector on any machine leaves every
+    /// chunk that died after that moment alone, since the round may have
+    /// found it by hash while it was live (docs/shared-volume.md §7 "Chunk
+    /// grace"). Nothing to do without a session or where
+    /// [`MetaStore::fences_sessions`] is false.
+    fn flush_started(&self) -> Result<()> {
+        Ok(())
+    }
+    /// The round recorded by [`MetaStore::flush_started`] committed or
+    /// gave up.
+    fn flush_ended(&self) -> Result<()> {
+        Ok(())
+    }
+    /// The store-clock second the oldest flush round under way on any
+    /// session began (see [`MetaStore::flush_started`]); None if none is.
+    fn oldest_flush(&self) -> Result<Option<i64>> {
+        Ok(None)
+    }
     /// The packs recorded as uploading that a collector must leave alone:
     /// those of existing sessions, and those of gone sessions recorded
     /// less than `grace` ago (store clock); the records of the others are

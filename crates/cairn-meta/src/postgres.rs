@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema version of a volume's PostgreSQL schema (`info.schema`).
-pub const PG_SCHEMA_VERSION: i64 = 6;
+pub const PG_SCHEMA_VERSION: i64 = 7;
 
 /// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
 pub const ID_BLOCK: u64 = 1024;
@@ -112,6 +112,7 @@ CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
 {V4_DDL}
 {V5_DDL}
 {V6_DDL}
+{V7_DDL}
 {}
 INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});",
         fence_ddl(schema)
@@ -176,6 +177,14 @@ const V6_DDL: &str = "ALTER TABLE inodes ADD COLUMN IF NOT EXISTS cver BIGINT NO
 CREATE TABLE IF NOT EXISTS uploads(name TEXT PRIMARY KEY, session BIGINT NOT NULL, since TIMESTAMPTZ NOT NULL DEFAULT now());
 CREATE INDEX IF NOT EXISTS uploads_session ON uploads(session);";
 
+/// What schema version 7 added: when each session's flush round under
+/// way began (`flush_since`, the server's clock in seconds; NULL between
+/// rounds), so that a collector on any machine leaves alone the chunks
+/// that died after the oldest of them (docs/shared-volume.md §7 "Chunk
+/// grace"), instead of every chunk that died in the last 15 minutes. Run
+/// as is on an older schema at open.
+const V7_DDL: &str = "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS flush_since BIGINT;";
+
 /// SQLSTATE of a write fenced off: its session's row is gone.
 const FENCED: &str = "ZF001";
 
@@ -219,7 +228,10 @@ macro_rules! db_secs {
 /// Reference-count changes, dating a count that reaches 0.
 const APPLY_REFS_SQL: &str = concat!(
     "UPDATE chunks c SET refs = c.refs + d.d, zero_since = CASE WHEN c.refs + d.d = 0 THEN ",
-    db_secs!(),
+    // The statement's time, not the transaction's start: as close to the
+    // commit as the store can date it (the collector compares it with
+    // the start of flush rounds under way, `oldest_flush`).
+    "floor(extract(epoch FROM clock_timestamp()))::bigint",
     " END FROM unnest($1::bigint[], $2::bigint[]) AS d(id, d) WHERE c.id = d.id"
 );
 
@@ -609,15 +621,17 @@ impl PgMeta {
             // Adds sessions and the change log (from 1), journal marks
             // (from 1 or 2), the open-file registry and locks (from 1 to
             // 3), the chunks' zero dates (from 1 to 4), the content
-            // versions (from 1 to 5); the table lock makes a second
+            // versions (from 1 to 5), the flushes under way (from 1 to
+            // 6); the table lock makes a second
             // machine upgrading at once wait, then find them.
-            Some(1..=5) => c
+            Some(1..=6) => c
                 .batch_execute(&format!(
                     "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
                      {V3_DDL}
                      {V4_DDL}
                      {V5_DDL}
                      {V6_DDL}
+                     {V7_DDL}
                      {}
                      UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;",
                     fence_ddl(&schema)
@@ -2743,6 +2757,35 @@ impl MetaStore for PgMeta {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         self.stmt("dropping upload records", |c| c.execute("DELETE FROM uploads WHERE name = ANY($1)", &[&names]))?;
         Ok(())
+    }
+    /// Keeps an older start: a round retried after a lost race is the
+    /// same round. The row's key is not changed, so a commit's fence
+    /// (`FOR KEY SHARE`) does not wait for it.
+    fn flush_started(&self) -> Result<()> {
+        let session = self.session.load(Ordering::SeqCst);
+        if session == 0 {
+            return Ok(());
+        }
+        self.stmt("recording a flush under way", |c| {
+            c.execute(
+                "UPDATE sessions SET flush_since = COALESCE(flush_since, floor(extract(epoch FROM clock_timestamp()))::bigint) WHERE id = $1",
+                &[&(session as i64)],
+            )
+        })?;
+        Ok(())
+    }
+    fn flush_ended(&self) -> Result<()> {
+        let session = self.session.load(Ordering::SeqCst);
+        if session == 0 {
+            return Ok(());
+        }
+        self.stmt("recording a flush done", |c| c.execute("UPDATE sessions SET flush_since = NULL WHERE id = $1 AND flush_since IS NOT NULL", &[&(session as i64)]))?;
+        Ok(())
+    }
+    /// Every session row counts, expired or not: one not yet cleaned up
+    /// may still commit (its fence finds the row).
+    fn oldest_flush(&self) -> Result<Option<i64>> {
+        self.stmt("reading the flushes under way", |c| c.query_one("SELECT MIN(flush_since) FROM sessions", &[]).map(|r| r.get::<_, Option<i64>>(0)))
     }
     /// One statement: the records of gone sessions older than `grace`
     /// are deleted, the others listed (a data-modifying `WITH` and the

@@ -104,6 +104,21 @@ impl ChunkCache {
         }
     }
 
+    /// Drops a chunk (one that no longer exists: its id is never used
+    /// again).
+    pub fn remove(&self, id: u64) {
+        let mut s = self.shard(id).lock();
+        if let Some(old) = s.entries.remove(&id) {
+            s.bytes -= old.len();
+            s.policy.removed(id);
+        }
+    }
+
+    /// Chunks held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().entries.len()).sum()
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.shards.iter().map(|s| s.lock().bytes).sum()

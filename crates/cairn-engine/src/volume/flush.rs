@@ -691,6 +691,15 @@ impl Volume {
                 r => break r,
             }
         };
+        // The round committed or gave up: the chunks it found no longer
+        // need holding. Left recorded if this fails (collectors only wait
+        // longer, until the next round's end or the session's cleanup).
+        if self.flush_marked.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            if let Err(e) = self.meta.store().flush_ended() {
+                self.flush_marked.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::debug!("recording the end of a flush round: {e}");
+            }
+        }
         *self.signal.done.lock() += 1;
         self.signal.done_cv.notify_all();
         r
@@ -806,6 +815,16 @@ impl Volume {
         }
         let mut report = FlushReport::default();
         if !chosen.is_empty() {
+            // On a shared volume, recorded before this round looks a chunk
+            // up by hash: collectors on every machine leave the chunks
+            // that die from now on alone until the round ends
+            // (docs/shared-volume.md §7 "Chunk grace").
+            if self.is_shared() && !self.flush_marked.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                if let Err(e) = self.meta.store().flush_started() {
+                    self.flush_marked.store(false, std::sync::atomic::Ordering::SeqCst);
+                    return Err(e.into());
+                }
+            }
             let mut batch = Batch::new(self);
             // With local durability and metadata that only this machine
             // ships, a grouped round's last, short pack waits in the outbox

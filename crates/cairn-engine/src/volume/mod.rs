@@ -99,10 +99,26 @@ pub struct OpenOptions {
     /// (the engine's `sync`), or within PostgreSQL's WAL writer delay, as
     /// a local volume's changes are at the end of their group window.
     pub meta_sync_commit: bool,
-    /// On a shared volume, how long a chunk whose last reference went
-    /// stays before gc or the cleaner may delete it (None:
+    /// On a shared volume, a fixed time a chunk whose last reference went
+    /// stays before gc or the cleaner may delete it (None: until no flush
+    /// round that began before it died is under way on any machine,
+    /// `Volume::collect_dead_before`; zero: at once), and how long a gone
+    /// session's upload records stay (None:
     /// [`crate::maintenance::CHUNK_GRACE`]); unused elsewhere.
     pub chunk_grace: Option<Duration>,
+}
+
+/// What a mount holds in memory per chunk and per pack
+/// ([`Volume::memory_held`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryHeld {
+    /// Decoded chunks in the memory cache, and their bytes.
+    pub cached_chunks: u64,
+    pub cached_bytes: u64,
+    /// Chunk locations resolved (chunk id to pack and offset).
+    pub chunk_locations: u64,
+    /// Pack names resolved (pack id to name).
+    pub pack_names: u64,
 }
 
 impl Default for OpenOptions {
@@ -219,6 +235,9 @@ pub struct Volume {
     /// that the caller's handle is the last and the lock goes with it.
     prefetch_runs: Arc<RunsInFlight>,
     pub(crate) flush_mutex: Mutex<()>,
+    /// A flush round under way is recorded in the shared store
+    /// (`MetaStore::flush_started`; only under `flush_mutex`).
+    pub(crate) flush_marked: std::sync::atomic::AtomicBool,
     /// When this mount last deleted its journal's marks, and the flush
     /// count then (None: not yet); see `Volume::trim_marks`.
     pub(crate) marks_trimmed: Mutex<Option<(std::time::Instant, u64)>>,
@@ -420,6 +439,7 @@ impl Volume {
             prefetching: DashMap::new(),
             prefetch_runs: Arc::default(),
             flush_mutex: Mutex::new(()),
+            flush_marked: std::sync::atomic::AtomicBool::new(false),
             marks_trimmed: Mutex::new(None),
             inode_count: Mutex::new(None),
             open_files: Default::default(),
@@ -1005,6 +1025,24 @@ impl Volume {
         }
         self.chunk_locs.insert(id, (name.clone(), entry.clone()));
         Ok((name, entry))
+    }
+
+    /// Forgets chunks whose rows the cleaner or gc dropped: their decoded
+    /// bytes in the memory cache and their locations (issue 55). Nothing
+    /// else drops them but the cache's LRU and the location map's reset
+    /// past a million entries, so under a rewrite load the cache filled
+    /// its whole budget with chunks that no longer exist (1 GiB for a
+    /// 256 KiB file) and the map grew with every chunk ever read.
+    pub(crate) fn forget_chunks(&self, ids: &[u64]) {
+        for id in ids {
+            self.cache.remove(*id);
+            self.chunk_locs.remove(id);
+        }
+    }
+
+    /// What this mount holds in memory per chunk and per pack.
+    pub fn memory_held(&self) -> MemoryHeld {
+        MemoryHeld { cached_chunks: self.cache.len() as u64, cached_bytes: self.cache.bytes() as u64, chunk_locations: self.chunk_locs.len() as u64, pack_names: self.pack_names.len() as u64 }
     }
 
     /// Starts fetching chunks in the background so a sequential reader

@@ -327,3 +327,59 @@ fn tiny_flushes_do_not_leave_a_pack_each() {
     fsck_clean(&v);
     v.close().unwrap();
 }
+
+/// Issue 55, memory: a file of 256 KiB rewritten and read back round after
+/// round on a volume in a directory with a memory cache far larger than
+/// the volume (256 MiB). What the mount holds per chunk follows what
+/// exists (the live chunks and the dead ones the bound allows), not the
+/// history: the chunks the cleaner drops leave the memory cache and the
+/// location map with their rows. Before, they stayed until the cache's LRU
+/// reached its whole budget (the daemon grew by some 90 MB a minute under
+/// the soak, to 1 GiB and more) and the location map until a million.
+#[test]
+fn the_memory_held_per_chunk_follows_the_live_chunks_not_the_history() {
+    const FILE: usize = 256 << 10;
+    const FLOOR: u64 = 1 << 20;
+    let d = tempfile::tempdir().unwrap();
+    init(d.path(), &InitOptions { chunker: small_chunks(), meta_url: meta_url(), ..Default::default() }).unwrap();
+    let mut o = crate::common::opts();
+    o.cache_bytes = 256 << 20;
+    o.cloud.gc_interval = Some(std::time::Duration::from_secs(3600));
+    o.cloud.gc_bound = cleaner::DeadBound { ratio: 1.0, floor: FLOOR };
+    let v = Volume::load(d.path(), o).unwrap();
+    let mut model = random_bytes(3, FILE);
+    let f = mkfile(&v, ROOT_INO, "db", &model);
+    v.flush_now().unwrap();
+    v.open(f).unwrap();
+    let mut written = 0u64;
+    for i in 0..300u64 {
+        let off = (i * 7919 % (FILE as u64 - (48 << 10))) as usize;
+        let data = random_bytes(30_000 + i, 48 << 10);
+        v.write(f, off as u64, &data).unwrap();
+        model[off..off + data.len()].copy_from_slice(&data);
+        written += data.len() as u64;
+        v.flush_file_now(f).unwrap();
+        // Read back, as fsx does: the chunks come through the memory cache.
+        assert!(read_all(&v, f) == model, "round {i}: the file differs from the model");
+    }
+    v.release(f).unwrap();
+    v.sync().unwrap();
+    assert!(written > 8 * FLOOR, "the loop rewrote {written} bytes: not past the bound");
+    let s = wait_stats(&v, "dead bytes under the bound", |s| s.dead_bound.is_some_and(|b| s.dead_bytes <= b));
+    // Every chunk the cleaner dropped has left memory: what stays is at
+    // most the chunks that exist (live, or dead within the bound).
+    let t0 = std::time::Instant::now();
+    let m = loop {
+        let m = v.memory_held();
+        let s = maintenance::stats(&v).unwrap();
+        if m.cached_bytes <= s.stored_bytes && m.chunk_locations <= s.chunks + s.dead_chunks {
+            break m;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the mount holds {m:?} in memory for {s:?} after {written} bytes rewritten");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(m.cached_bytes <= FLOOR + 2 * FILE as u64, "{m:?} for {s:?}");
+    assert!(read_all(&v, f) == model);
+    fsck_clean(&v);
+    v.close().unwrap();
+}

@@ -761,3 +761,118 @@ fn a_stalled_machines_commit_is_fenced_after_its_session_is_cleaned() {
     unmount_all_then_fsck(&tmp, Vec::new(), "m1");
     drop(store);
 }
+
+/// Issue 55 on a shared volume: a file of 256 KiB rewritten in place,
+/// round after round (random writes, each round flushed as an fsync
+/// would), on machine A, with the default chunk grace (none fixed: the
+/// flush rounds under way, docs/shared-volume.md §7 "Chunk grace"). The
+/// mounts' own cleaners (a look every second at the bound) bring the dead
+/// bytes under the bound once no round is under way, with no call to gc,
+/// and every byte reads back on both machines. With the old fixed grace
+/// (15 minutes) not one dead chunk could go before the grace was over, and
+/// the dead bytes grew with every rewrite.
+#[test]
+fn a_shared_volume_keeps_its_dead_bytes_bounded_under_rewrites() {
+    const FILE: usize = 256 << 10;
+    const FLOOR: u64 = 1 << 20;
+    let opts = || {
+        let o = pg_opts();
+        OpenOptions {
+            chunk_grace: None,
+            cloud: CloudOptions { gc_interval: Some(Duration::from_secs(3600)), gc_bound: cairn_engine::cleaner::DeadBound { ratio: 1.0, floor: FLOOR }, ..o.cloud.clone() },
+            ..o
+        }
+    };
+    let (tmp, _url, _cfg, vols) = machines("rewrite-bound", 2, opts);
+    let (a, b) = (&vols[0], &vols[1]);
+    let mut model = random_bytes(551, FILE);
+    let f = mkfile(a, ROOT_INO, "db", &model);
+    a.flush_now().unwrap();
+    a.open(f).unwrap();
+    let mut written = 0u64;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for i in 0..120u64 {
+        let off = next(FILE as u64 - 1024) as usize;
+        let len = (next(48 << 10) as usize + (16 << 10)).min(FILE - off);
+        let data = random_bytes(55_000 + i, len);
+        a.write(f, off as u64, &data).unwrap();
+        model[off..off + len].copy_from_slice(&data);
+        written += len as u64;
+        a.flush_file_now(f).unwrap();
+    }
+    a.release(f).unwrap();
+    a.sync().unwrap();
+    assert!(written > 4 * FLOOR, "the loop rewrote {written} bytes: not past the bound");
+    let t0 = Instant::now();
+    let s = loop {
+        let s = maintenance::stats(b).unwrap();
+        if s.dead_bound.is_some_and(|d| s.dead_bytes <= d) {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(90), "the dead bytes never came under the bound: {s:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(s.dead_bound, Some(FLOOR), "live bytes are below the floor: {s:?}");
+    assert!(vols.iter().map(|v| v.metrics_snapshot().cleaner_rounds).sum::<u64>() > 0);
+    b.catch_up(f).unwrap();
+    for v in &vols {
+        assert!(read_all(v, f) == model, "the file differs from the model");
+    }
+    unmount_all_then_fsck(&tmp, vols, "m1");
+}
+
+/// The chunk grace against flush rounds under way (docs/shared-volume.md
+/// §7): machine A's round finds a chunk by hash while it is live (file
+/// `y` holds the same bytes as `x`); held between its lookups and its
+/// commit, machine B unlinks `x` (the chunk dies, after A's round began)
+/// and runs gc: the pack stays (settling), A's commit references the
+/// chunk without losing a race, and `y` reads back on both. Once A's
+/// round is over, the same chunk dead again goes at B's next gc, a few
+/// seconds later, not 15 minutes. With no grace at all (gc takes every
+/// chunk at zero) A's round lost the chunk and had to store it again.
+#[test]
+fn a_chunk_that_died_during_a_flush_round_stays_until_it_ends() {
+    let opts = || {
+        let o = pg_opts();
+        // No background round takes the file before the test holds it.
+        OpenOptions { chunk_grace: None, flush_age: Duration::from_secs(3600), ..o }
+    };
+    let (tmp, _url, _cfg, vols) = machines("inflight", 2, opts);
+    let (a, b) = (vols[0].clone(), vols[1].clone());
+    let data = random_bytes(552, 3 << 20);
+    let x = mkfile(&a, ROOT_INO, "x", &data);
+    a.fsync(x, false).unwrap();
+    let y = mkfile(&a, ROOT_INO, "y", &data);
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (b, seen) = (b.clone(), seen.clone());
+        a.hold_next_flush_commit(move || {
+            b.catch_up(ROOT_INO).unwrap();
+            b.unlink(ROOT_INO, b"x").unwrap();
+            b.sync().unwrap();
+            let rep = maintenance::gc(&b, 0.0, &maintenance::NoProgress).unwrap();
+            *seen.lock().unwrap() = Some(rep);
+        });
+    }
+    a.fsync(y, false).unwrap();
+    let rep = seen.lock().unwrap().take().expect("the held commit ran");
+    assert!(rep.packs_settling > 0 && rep.packs_deleted == 0, "gc during A's round took the chunk A found live: {rep:?}");
+    assert_eq!(a.metrics_snapshot().flush_rounds_raced, 0, "A's round lost a chunk it found live");
+    b.catch_up(y).unwrap();
+    assert!(read_all(&a, y) == data && read_all(&b, y) == data);
+
+    // A's round is over: dead again, the chunk goes once the margin passed.
+    a.unlink(ROOT_INO, b"y").unwrap();
+    a.sync().unwrap();
+    std::thread::sleep(Duration::from_secs(cairn_engine::maintenance::DEATH_MARGIN_SECS as u64 + 2));
+    let rep = maintenance::gc(&b, 0.0, &maintenance::NoProgress).unwrap();
+    assert!(rep.packs_deleted > 0 && rep.packs_settling == 0, "gc with no round under way: {rep:?}");
+    drop((a, b));
+    unmount_all_then_fsck(&tmp, vols, "m1");
+}
