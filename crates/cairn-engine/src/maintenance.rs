@@ -545,7 +545,10 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     mover.finish()?;
     // Point chunks at their new packs and drop the old rows in one
     // transaction; only then delete the old objects.
-    let done = vol.meta.write(|tx| mover.commit(tx, emptied.iter().map(|p| p.id)))?;
+    let done = vol.meta.write(|tx| mover.commit(tx, emptied.iter().map(|p| p.id))).inspect_err(|_| {
+        // Nothing committed: the packs this run wrote name nothing.
+        mover.discard();
+    })?;
     rep.chunks_deleted = done.chunks_dropped;
     rep.packs_kept = done.kept.len() as u64;
     rep.packs_repacked = repacked.difference(&done.kept).count() as u64;
@@ -733,7 +736,7 @@ impl<'a> Mover<'a> {
             ids.push(tx.insert_pack(name, *size, *blobs, dead_in.get(&i).copied().unwrap_or(0))?);
         }
         for m in self.moved.iter().filter(|m| !out.kept.contains(&m.from)) {
-            tx.relocate_chunk(m.id, ids[m.to], m.offset)?;
+            tx.relocate_chunk(m.id, m.from, ids[m.to], m.offset)?;
         }
         for p in gone {
             out.chunks_dropped += tx.delete_pack(p)?;
