@@ -688,6 +688,10 @@ impl<'a> Mover<'a> {
         if let Some(b) = self.builder.take().filter(|b| !b.is_empty()) {
             self.sealed.push(upload(self.vol, b)?);
         }
+        let hold = self.vol.stall.before_move_commit.lock().take();
+        if let Some(f) = hold {
+            f();
+        }
         Ok(())
     }
 
@@ -752,18 +756,29 @@ impl<'a> Mover<'a> {
 }
 
 /// Deletes uploaded packs that no metadata names (their transaction never
-/// committed). A failure only leaves orphans, which gc removes.
+/// committed), then their upload records. A failure only leaves orphans,
+/// which gc removes (the records go once this session is gone).
 pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'a str>) {
-    for name in names {
+    let names: Vec<&str> = names.into_iter().collect();
+    for name in &names {
         if let Err(e) = vol.backend.delete(name) {
             tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
         }
+    }
+    if let Err(e) = vol.meta.store().end_uploads(&names) {
+        tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
     }
 }
 
 pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)> {
     let (pack, entries) = b.finish(&vol.keys, &vol.vid);
     let name = pack::fresh_name();
+    // Recorded as under way before the PUT, as a flush's pack is: a
+    // cleaner that stalls past its maintenance lock (its connection
+    // dropped) must not find its copies taken for orphans by the gc that
+    // took over, and then commit rows naming them. Its commit drops the
+    // record (`insert_pack`); a session gone uploads nothing.
+    vol.meta.store().begin_upload(&name)?;
     vol.backend.put(&name, pack.bytes())?;
     Ok((name, pack.bytes().len() as u64, entries.len() as u64))
 }

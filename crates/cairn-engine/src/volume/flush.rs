@@ -344,10 +344,6 @@ impl<'a> Batch<'a> {
     /// orphans that gc removes.
     pub(crate) fn discard(&self) {
         crate::maintenance::discard_packs(self.vol, self.sealed.iter().map(|p| p.name.as_str()));
-        let names: Vec<&str> = self.sealed.iter().map(|p| p.name.as_str()).collect();
-        if let Err(e) = self.vol.meta.store().end_uploads(&names) {
-            tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
-        }
     }
 
     /// Adds what this batch stored to the volume's metrics, once the
