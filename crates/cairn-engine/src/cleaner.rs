@@ -373,7 +373,25 @@ pub fn clean(vol: &Volume, now: i64, pol: &Policy) -> Result<CleanReport> {
         rep.gave_up = Some(why);
         return Ok(rep);
     };
-    let done = vol.meta.write(|tx| mover.commit(tx, picks.iter().map(|p| p.id)))?;
+    let done = match vol.meta.write(|tx| mover.commit(tx, picks.iter().map(|p| p.id))) {
+        Ok(done) => done,
+        Err(e) => {
+            // Nothing of the round is committed: its new packs name
+            // nothing, so they go now rather than wait for gc.
+            drop(guard);
+            mover.discard();
+            if e.kind() != crate::error::ErrorKind::Raced {
+                return Err(e);
+            }
+            // Another machine moved, freed or revived chunks of the
+            // chosen packs since they were read; the next round plans
+            // from what is there now.
+            let why = format!("another machine changed the chosen packs: {e}");
+            tracing::info!("cleaning round given up: {why}");
+            rep.gave_up = Some(why);
+            return Ok(rep);
+        }
+    };
     vol.forget_chunks(&done.freed_chunks);
     // Readers that resolved a location before the commit may still find
     // the old pack (in a bucket it goes to the trash below, not away; in a

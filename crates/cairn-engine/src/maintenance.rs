@@ -567,7 +567,10 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     mover.finish()?;
     // Point chunks at their new packs and drop the old rows in one
     // transaction; only then delete the old objects.
-    let done = vol.meta.write(|tx| mover.commit(tx, emptied.iter().map(|p| p.id)))?;
+    let done = vol.meta.write(|tx| mover.commit(tx, emptied.iter().map(|p| p.id))).inspect_err(|_| {
+        // Nothing committed: the packs this run wrote name nothing.
+        mover.discard();
+    })?;
     vol.forget_chunks(&done.freed_chunks);
     for p in emptied.iter().filter(|p| !done.kept.contains(&p.id)) {
         vol.pack_names.remove(&p.id);
@@ -714,6 +717,10 @@ impl<'a> Mover<'a> {
         if let Some(b) = self.builder.take().filter(|b| !b.is_empty()) {
             self.sealed.push(upload(self.vol, b)?);
         }
+        let hold = self.vol.stall.before_move_commit.lock().take();
+        if let Some(f) = hold {
+            f();
+        }
         Ok(())
     }
 
@@ -765,7 +772,7 @@ impl<'a> Mover<'a> {
             ids.push(tx.insert_pack(name, *size, *blobs, dead_in.get(&i).copied().unwrap_or(0))?);
         }
         for m in self.moved.iter().filter(|m| !out.kept.contains(&m.from)) {
-            tx.relocate_chunk(m.id, ids[m.to], m.offset)?;
+            tx.relocate_chunk(m.id, m.from, ids[m.to], m.offset)?;
         }
         for p in gone {
             out.chunks_dropped += tx.delete_pack(p)?;
@@ -781,18 +788,29 @@ impl<'a> Mover<'a> {
 }
 
 /// Deletes uploaded packs that no metadata names (their transaction never
-/// committed). A failure only leaves orphans, which gc removes.
+/// committed), then their upload records. A failure only leaves orphans,
+/// which gc removes (the records go once this session is gone).
 pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'a str>) {
-    for name in names {
+    let names: Vec<&str> = names.into_iter().collect();
+    for name in &names {
         if let Err(e) = vol.backend.delete(name) {
             tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
         }
+    }
+    if let Err(e) = vol.meta.store().end_uploads(&names) {
+        tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
     }
 }
 
 pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)> {
     let (pack, entries) = b.finish(&vol.keys, &vol.vid);
     let name = pack::fresh_name();
+    // Recorded as under way before the PUT, as a flush's pack is: a
+    // cleaner that stalls past its maintenance lock (its connection
+    // dropped) must not find its copies taken for orphans by the gc that
+    // took over, and then commit rows naming them. Its commit drops the
+    // record (`insert_pack`); a session gone uploads nothing.
+    vol.meta.store().begin_upload(&name)?;
     vol.backend.put(&name, pack.bytes())?;
     Ok((name, pack.bytes().len() as u64, entries.len() as u64))
 }

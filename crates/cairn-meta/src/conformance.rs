@@ -33,6 +33,7 @@ pub const CHECKS: &[&str] = &[
     "xattrs",
     "pages_and_reference_counts",
     "a_hash_is_claimed_once",
+    "a_chunk_moves_only_from_its_pack",
     "bad_reference_counts_fail_whole",
     "rollback_leaves_nothing",
     "locking_writes",
@@ -62,6 +63,7 @@ pub fn run_one(name: &str, make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
         "xattrs" => xattrs(&*make(true)),
         "pages_and_reference_counts" => pages_and_reference_counts(&*make(true)),
         "a_hash_is_claimed_once" => a_hash_is_claimed_once(&*make(true)),
+        "a_chunk_moves_only_from_its_pack" => a_chunk_moves_only_from_its_pack(&*make(true)),
         "bad_reference_counts_fail_whole" => bad_reference_counts_fail_whole(&*make(true)),
         "rollback_leaves_nothing" => rollback_leaves_nothing(&*make(true)),
         "locking_writes" => locking_writes(&*make(true)),
@@ -247,7 +249,7 @@ macro_rules! conformance_tests {
     ($maker:expr; not_taking_part: [$($skip:ident),* $(,)?]) => {
         $crate::conformance_tests!(@each $maker; [$($skip),*];
             namespace entry_removal_checks_the_inode xattrs pages_and_reference_counts
-            a_hash_is_claimed_once bad_reference_counts_fail_whole rollback_leaves_nothing
+            a_hash_is_claimed_once a_chunk_moves_only_from_its_pack bad_reference_counts_fail_whole rollback_leaves_nothing
             locking_writes shared_clock read_your_writes_and_sync ids_never_repeat sessions
             expired_sessions_stay_lost maintenance_lock change_log open_files file_locks
             fencing content_versions journal_marks);
@@ -524,6 +526,30 @@ fn a_hash_is_claimed_once(s: &dyn MetaStore) {
     assert_eq!(s.read_with(|r| r.chunk_by_hash(&hash)).unwrap().map(|c| c.id), Some(2), "the winner's row changed");
     assert!(s.read_with(|r| r.chunk_by_id(9)).unwrap().is_none(), "the loser's row stayed");
     assert_eq!(s.read_with(|r| r.all_packs()).unwrap().len(), 1, "the loser's pack row stayed");
+}
+
+/// Two movers of one chunk (a cleaner stalled past its lease and the one
+/// that took over, or a cleaner and a flush absorbing its held pack): the
+/// first move wins, the second learns it lost (Raced) and nothing of its
+/// transaction stays, so no row names a copy the winner may delete.
+fn a_chunk_moves_only_from_its_pack(s: &dyn MetaStore) {
+    let p = chunks(s);
+    let q = s.write_with(|tx| tx.insert_pack("packs/first-mover", 100, 1, 0)).unwrap();
+    s.write_with(|tx| tx.relocate_chunk(1, p, q, 7)).unwrap();
+    let row = s.read_with(|r| r.chunk_by_id(1)).unwrap().expect("chunk 1");
+    assert_eq!((row.pack, row.offset), (q, 7), "the move did not land");
+    let e = s
+        .write_with(|tx| {
+            let late = tx.insert_pack("packs/late-mover", 100, 1, 0)?;
+            tx.relocate_chunk(1, p, late, 0)
+        })
+        .expect_err("a chunk was moved out of a pack it had already left");
+    assert_eq!(e.kind(), ErrorKind::Raced, "{e}");
+    let row = s.read_with(|r| r.chunk_by_id(1)).unwrap().expect("chunk 1");
+    assert_eq!((row.pack, row.offset), (q, 7), "the losing move changed the row");
+    assert!(!s.read_with(|r| r.pack_exists("packs/late-mover")).unwrap(), "the losing mover's pack row stayed");
+    let e = s.write_with(|tx| tx.relocate_chunk(77, p, q, 0)).expect_err("a chunk that does not exist was moved");
+    assert_eq!(e.kind(), ErrorKind::Raced, "{e}");
 }
 
 fn bad_reference_counts_fail_whole(s: &dyn MetaStore) {

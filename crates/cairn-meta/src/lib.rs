@@ -505,8 +505,12 @@ pub trait MetaTx: MetaRead {
     /// A new chunk row (with its id given and `refs` usually 0: its first
     /// reference comes with the pages that use it).
     fn insert_chunk(&self, ch: &ChunkRow) -> Result<()>;
-    /// Moves a chunk to another pack (repacking).
-    fn relocate_chunk(&self, id: u64, pack: u64, offset: u64) -> Result<()>;
+    /// Moves a chunk from pack `from` to pack `to` at `offset` (repacking,
+    /// or a flush absorbing its held pack). [`ErrorKind::Raced`] if the
+    /// chunk is no longer in `from`, or gone: another cleaner moved or
+    /// freed it since the caller read it, and applying this move would
+    /// point the row at a copy the other side may already have deleted.
+    fn relocate_chunk(&self, id: u64, from: u64, to: u64, offset: u64) -> Result<()>;
     /// A new pack; returns its id. `dead_bytes`: bytes of its blobs no page
     /// references yet.
     fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64>;

@@ -2197,8 +2197,16 @@ impl MetaTx for PgTx<'_> {
         }
         Ok(())
     }
-    fn relocate_chunk(&self, id: u64, pack: u64, offset: u64) -> Result<()> {
-        self.exec("UPDATE chunks SET pack = $2, \"offset\" = $3 WHERE id = $1", &[&(id as i64), &(pack as i64), &(offset as i64)])?;
+    fn relocate_chunk(&self, id: u64, from: u64, to: u64, offset: u64) -> Result<()> {
+        // `AND pack = $2`: two cleaners (one stalled past its lease) that
+        // both planned to move this chunk must not both succeed; the
+        // second would point the row at its own copy while the first's
+        // transaction deletes the source, leaking one copy or naming a
+        // pack gc already took.
+        let n = self.exec("UPDATE chunks SET pack = $3, \"offset\" = $4 WHERE id = $1 AND pack = $2", &[&(id as i64), &(from as i64), &(to as i64), &(offset as i64)])?;
+        if n == 0 {
+            return Err(Error::new(ErrorKind::Raced, format!("chunk #{id} is no longer in pack #{from} (moved or freed by another machine since it was read)")));
+        }
         Ok(())
     }
     fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {

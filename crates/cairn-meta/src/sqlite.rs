@@ -1160,9 +1160,13 @@ fn count_inodes(c: &Connection) -> Result<u64> {
     Ok(c.query_row("SELECT COUNT(*) FROM inodes", [], |r| r.get::<_, i64>(0))? as u64)
 }
 
-/// Moves a chunk to another pack (repacking).
-fn relocate_chunk(c: &Connection, id: u64, pack: u64, offset: u64) -> Result<()> {
-    c.prepare_cached("UPDATE chunks SET pack=?2, offset=?3 WHERE id=?1")?.execute(params![id as i64, pack as i64, offset as i64])?;
+/// Moves a chunk from one pack to another (repacking); Raced if it is no
+/// longer in `from`.
+fn relocate_chunk(c: &Connection, id: u64, from: u64, to: u64, offset: u64) -> Result<()> {
+    let n = c.prepare_cached("UPDATE chunks SET pack=?3, offset=?4 WHERE id=?1 AND pack=?2")?.execute(params![id as i64, from as i64, to as i64, offset as i64])?;
+    if n == 0 {
+        return Err(Error::new(ErrorKind::Raced, format!("chunk #{id} is no longer in pack #{from} (moved or freed since it was read)")));
+    }
     Ok(())
 }
 
@@ -1701,8 +1705,8 @@ impl MetaTx for SqlTx<'_> {
     fn insert_chunk(&self, ch: &ChunkRow) -> Result<()> {
         insert_chunk(self.c, ch)
     }
-    fn relocate_chunk(&self, id: u64, pack: u64, offset: u64) -> Result<()> {
-        relocate_chunk(self.c, id, pack, offset)
+    fn relocate_chunk(&self, id: u64, from: u64, to: u64, offset: u64) -> Result<()> {
+        relocate_chunk(self.c, id, from, to, offset)
     }
     fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
         insert_pack(self.c, name, size, blobs, dead_bytes)

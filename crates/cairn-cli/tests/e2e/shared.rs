@@ -669,6 +669,99 @@ fn a_mount_killed_while_writing_leaves_the_others_working_and_is_cleaned_up() {
     assert_eq!(rep["packs_in_trash"], gc["orphans_deleted"], "fsck {rep}");
 }
 
+/// Issue 49, a machine that stalls: mount A's daemon is stopped with
+/// SIGSTOP (as a paused VM is) right after writing a file it has not
+/// fsync'd, while it holds a flock, for longer than its session's
+/// lifetime; mount B's cleaner removes A's expired session meanwhile and
+/// B keeps working. B then gets the lock A held; when A is continued,
+/// its next write fails with EIO (fenced: it must not commit under a
+/// session the others have cleaned up) instead of succeeding; A's
+/// directory mounted again replays the stalled file from its journal;
+/// every fsync'd byte reads back and fsck is clean.
+#[test]
+fn a_mount_stopped_past_its_session_is_fenced_and_loses_nothing() {
+    let _serial = serial();
+    let s = Shared::new("shared-sigstop");
+    let db = "shared_sigstop";
+    let fast = ["--session-ttl", "3", "--gc-interval", "1"];
+    let ma = s.mount("a", &s.mountpoint("m-a"), &fast);
+    let mb = s.mount("b", &s.mountpoint("m-b"), &fast);
+    let sessions = || volume_sql(db, "SELECT id FROM sessions ORDER BY id");
+    assert_eq!(sessions().lines().count(), 2, "two mounts, two sessions");
+
+    let synced = s.env.path("synced.src");
+    write_random_file(&synced, 81, 2 * MIB);
+    let out = run(Command::new("dd").arg(format!("if={}", synced.display())).arg(format!("of={}", ma.join("synced").display())).args(["bs=1M", "conv=fsync"]));
+    assert!(out.ok(), "dd: {out}");
+    fs::write(ma.join("locked"), b"lock me").unwrap();
+    let (_holder, _o) = lock_holder(&ma.join("locked"), "flock");
+    assert_eq!(run(Command::new("flock").args(["-n", "-E", "75"]).arg(mb.join("locked")).arg("true")).code, Some(75), "B got the flock A holds");
+    // Written, not fsync'd: the bytes are in A's journal (or already
+    // committed by a background round; either way they must survive).
+    let stalled = gen(82, 3 * MIB as usize);
+    fs::write(ma.join("stalled"), &stalled).unwrap();
+
+    let pid = ma.pid.expect("daemon pid");
+    // From here until SIGCONT nothing may touch A's mountpoint: any call
+    // there would hang on the stopped daemon.
+    // SAFETY: plain kill(2) of the daemon identified by its command line.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "kill -STOP {pid}: {}", std::io::Error::last_os_error());
+    struct Cont(i32);
+    impl Drop for Cont {
+        fn drop(&mut self) {
+            // SAFETY: as above; a failed assertion must not leave it stopped.
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    let cont = Cont(pid);
+    let t = Instant::now();
+    let mut i = 0;
+    loop {
+        let p = mb.join(&format!("b{i}"));
+        fs::write(&p, format!("B while A was stopped, {i}")).unwrap_or_else(|e| panic!("B writing {}: {e}", p.display()));
+        i += 1;
+        if sessions().lines().count() == 1 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "B never removed A's expired session (sessions {:?})", sessions());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("SIGSTOP: A's session removed {:?} after the stop; B wrote {i} files meanwhile", t.elapsed());
+    // A's lock went with its session.
+    let out = run(Command::new("flock").args(["-n", "-E", "75"]).arg(mb.join("locked")).arg("true"));
+    assert_eq!(out.code, Some(0), "B did not get the lock of the stopped machine: {out}");
+    drop(cont);
+
+    // A, continued, is fenced. Which errno depends on who learns first
+    // that its session is gone: its heartbeat turns the mount read-only
+    // (EROFS, as ext4 with errors=remount-ro), or the create's commit is
+    // refused by the fence (EIO, and the mount turns read-only then).
+    // Success would be the defect.
+    let out = python(
+        "import os, sys\ntry:\n    fd = os.open(sys.argv[-1], os.O_WRONLY | os.O_CREAT, 0o644)\n    os.write(fd, b'after the stop' * 1000)\n    os.fsync(fd)\n    print('ok')\nexcept OSError as e:\n    print('errno', e.errno)",
+        &[ma.join("after-thaw").as_os_str()],
+        None,
+    );
+    let fenced = [format!("errno {}", libc::EROFS), format!("errno {}", libc::EIO)];
+    assert!(fenced.contains(&out.stdout.trim().to_string()), "a write on the fenced mount (want EROFS or EIO): {out}");
+    assert!(fs::metadata(mb.join("after-thaw")).is_err(), "the fenced mount's create reached the volume");
+    assert_eq!(fs::read(mb.join("synced")).unwrap(), fs::read(&synced).unwrap(), "A's fsync'd file on B");
+    drop(_holder);
+    let out = ma.umount_failing();
+    eprintln!("the fenced mount's umount: {out}");
+
+    // A's directory mounts again (a new session): the stalled bytes are
+    // there, from its journal if no round committed them before the stop.
+    let ma = s.mount("a", &s.mountpoint("m-a2"), &[]);
+    assert!(fs::read(ma.join("stalled")).unwrap() == stalled, "the stopped machine's written bytes after its remount");
+    assert_eq!(fs::read(ma.join("synced")).unwrap(), fs::read(&synced).unwrap());
+    assert!(fs::read(mb.join("stalled")).unwrap() == stalled, "B reads the replayed file");
+    ma.umount();
+    mb.umount();
+    let extra: Vec<OsString> = s.args("fsck", &[]).into_iter().map(OsString::from).collect();
+    assert_fsck_clean_at(Path::new(&s.url), true, &extra, |w| w.contains("uploading") || w.contains("trash"));
+}
+
 /// A child process killed when dropped (a failed assertion must not
 /// leave a lock holder keeping the mount busy).
 struct Killed(std::process::Child);

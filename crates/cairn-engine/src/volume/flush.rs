@@ -358,10 +358,6 @@ impl<'a> Batch<'a> {
     /// orphans that gc removes.
     pub(crate) fn discard(&self) {
         crate::maintenance::discard_packs(self.vol, self.sealed.iter().map(|p| p.name.as_str()));
-        let names: Vec<&str> = self.sealed.iter().map(|p| p.name.as_str()).collect();
-        if let Err(e) = self.vol.meta.store().end_uploads(&names) {
-            tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
-        }
     }
 
     /// Adds what this batch stored to the volume's metrics, once the
@@ -426,8 +422,10 @@ impl<'a> Batch<'a> {
                 &ChunkRow { id: *id, hash: e.id, pack: pack_ids[*pidx], offset: e.offset, stored_len: e.stored_len, raw_len: e.raw_len, flags: e.flags, refs: 0, zero_since: None },
             )?;
         }
-        for (id, pidx, offset) in moving {
-            tx.relocate_chunk(id, pack_ids[pidx], offset)?;
+        if let Some((_, old)) = &self.absorbed {
+            for (id, pidx, offset) in moving {
+                tx.relocate_chunk(id, *old, pack_ids[pidx], offset)?;
+            }
         }
         if let Some((_, old)) = &self.absorbed {
             tx.delete_pack(*old)?;

@@ -300,12 +300,13 @@ pub struct Volume {
 }
 
 /// Tests' hooks that stall a machine (see [`Volume::pause_heartbeat`],
-/// [`Volume::hold_next_flush_commit`]).
+/// [`Volume::hold_next_flush_commit`], [`Volume::hold_next_move_commit`]).
 #[derive(Default)]
 pub(crate) struct Stall {
     pub heartbeat_paused: AtomicBool,
     pub flusher_paused: AtomicBool,
     pub before_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    pub before_move_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 /// What [`Volume::assemble`] builds a volume from.
@@ -800,6 +801,15 @@ impl Volume {
     #[doc(hidden)]
     pub fn hold_next_flush_commit(&self, f: impl FnOnce() + Send + 'static) {
         *self.stall.before_commit.lock() = Some(Box::new(f));
+    }
+
+    /// Tests: the next gc or cleaner round that gets to its commit runs
+    /// `f` first, its copies uploaded (and recorded), its transaction not
+    /// begun, its maintenance lock held or lost (a machine stalled between
+    /// a repack's upload and its commit).
+    #[doc(hidden)]
+    pub fn hold_next_move_commit(&self, f: impl FnOnce() + Send + 'static) {
+        *self.stall.before_move_commit.lock() = Some(Box::new(f));
     }
 
     /// Stops background work and drops the handle without flushing or

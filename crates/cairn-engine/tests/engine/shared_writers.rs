@@ -330,6 +330,9 @@ fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
     assert_eq!(read_all(b, b.resolve(b"synced").unwrap()), synced, "the crashed machine's fsync'd file, read on the other");
     // The cleanup freed the nameless file the dead session held open.
     assert_eq!(b.getattr(held).expect_err("the crashed machine's unlinked open file outlived its session").kind(), ErrorKind::NotFound);
+    // B unmounts (its background threads stop before the close returns;
+    // a bare drop let the fsck below find the directory still in use).
+    b.close().unwrap();
     drop(vols);
 
     let a = Volume::load(&tmp.path().join("m0"), fast()).unwrap();
@@ -875,4 +878,56 @@ fn a_chunk_that_died_during_a_flush_round_stays_until_it_ends() {
     assert!(rep.packs_deleted > 0 && rep.packs_settling == 0, "gc with no round under way: {rep:?}");
     drop((a, b));
     unmount_all_then_fsck(&tmp, vols, "m1");
+
+/// Issue 49, fencing for repacks: machine A's gc copies the live chunks
+/// of a partly dead pack into new packs and stalls before its commit; the
+/// server drops its maintenance connection (as `tcp_user_timeout` does to
+/// a frozen machine), so machine B's gc takes the lock and runs: it
+/// repacks the same pack itself and must leave A's uploaded copies alone
+/// (they are recorded as uploading under A's live session). When A thaws,
+/// its commit finds the chunks no longer where it read them and gives up
+/// (Raced), discarding its copies: no row names a deleted pack, every
+/// byte reads back, fsck is clean. Before, B's gc took A's copies for
+/// orphans and deleted them, and A's commit moved the chunks into them
+/// (the file read EIO).
+#[test]
+fn a_stalled_repack_neither_loses_its_copies_nor_moves_a_chunk_twice() {
+    let (tmp, _url, _cfg, vols) = machines("stalled-repack", 2, pg_opts);
+    let (a, b) = (vols[0].clone(), vols[1].clone());
+    // Packs of 1 MiB; a quarter of the first overwritten: partly dead.
+    let orig = random_bytes(4921, 2 << 20);
+    let f = mkfile(&a, ROOT_INO, "partly-dead", &orig);
+    a.fsync(f, false).unwrap();
+    let over = random_bytes(4922, 256 << 10);
+    a.write(f, 640 << 10, &over).unwrap();
+    a.fsync(f, false).unwrap();
+    let mut want = orig.clone();
+    want[640 << 10..896 << 10].copy_from_slice(&over);
+
+    let b_rep = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (b, b_rep) = (b.clone(), b_rep.clone());
+        a.hold_next_move_commit(move || {
+            // The server ends the stalled machine's maintenance connection.
+            let ended = pg_query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'cairn-maintenance'");
+            assert_eq!(ended, "1", "A's maintenance connection");
+            let rep = maintenance::gc(&b, 0.9, &maintenance::NoProgress).unwrap();
+            b.prune_trash_older_than(Duration::ZERO);
+            *b_rep.lock().unwrap() = Some(rep);
+        });
+    }
+    let a_result = maintenance::gc(&a, 0.9, &maintenance::NoProgress);
+    let b_rep = b_rep.lock().unwrap().take().expect("A's gc never reached its commit");
+    assert_eq!(b_rep.orphans_deleted, 0, "B's gc took the stalled machine's uploaded copies for orphans: {b_rep:?}");
+    assert!(b_rep.packs_repacked > 0, "B's gc did not repack the partly dead pack, so the race never happened: {b_rep:?}");
+    let e = a_result.expect_err("A's gc committed moves of chunks B had already moved");
+    assert_eq!(e.kind(), ErrorKind::Raced, "{e}");
+    b.prune_trash_older_than(Duration::ZERO);
+    for (m, v) in [("A", &a), ("B", &b)] {
+        v.catch_up(f).unwrap();
+        assert!(read_all(v, f) == want, "machine {m}: the file after both repacks");
+    }
+    fsck_clean(&b);
+    drop((a, b));
+    unmount_all_then_fsck(&tmp, vols, "m0");
 }
