@@ -878,6 +878,7 @@ fn a_chunk_that_died_during_a_flush_round_stays_until_it_ends() {
     assert!(rep.packs_deleted > 0 && rep.packs_settling == 0, "gc with no round under way: {rep:?}");
     drop((a, b));
     unmount_all_then_fsck(&tmp, vols, "m1");
+}
 
 /// Issue 49, fencing for repacks: machine A's gc copies the live chunks
 /// of a partly dead pack into new packs and stalls before its commit; the
