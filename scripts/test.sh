@@ -29,6 +29,11 @@ compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || need+=(libclang-dev)
 # (cairn-testing's PgServer) and stop them by PID; the package's own
 # cluster is not used.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+# A database that fails over (pg_failover.rs): etcd and two PostgreSQL
+# nodes under Patroni, started on loopback by cairn-testing's
+# PatroniCluster; the packages' own services are not used.
+command -v patroni >/dev/null || need+=(patroni)
+command -v etcd >/dev/null || need+=(etcd-server)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
   $SUDO apt-get update -qq

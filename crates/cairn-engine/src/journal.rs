@@ -347,6 +347,23 @@ impl Journal {
         Ok((j, records))
     }
 
+    /// Every intact record of the live segments, in sequence order: what
+    /// [`Journal::open`] would read back now (the replay after a loss of
+    /// metadata commits, `volume/resume.rs`). Each shard is read under its
+    /// lock, so no append of it is half written meanwhile.
+    pub fn live_records(&self) -> Result<Vec<Record>> {
+        let mut records = Vec::new();
+        for shm in &self.shards {
+            let sh = shm.lock();
+            for (&seg, s) in &sh.segments {
+                let scan = scan_segment(&*s.file, Some(sh.id), seg)?;
+                records.extend(scan.records);
+            }
+        }
+        records.sort_by_key(|r| r.seq);
+        Ok(records)
+    }
+
     /// A journal that holds nothing and refuses appends (read-only volumes).
     pub fn disabled() -> Self {
         Journal {

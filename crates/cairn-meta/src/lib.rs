@@ -608,6 +608,21 @@ pub trait MetaStore: Send + Sync {
     /// What a `kill -9` leaves (crash tests): uncommitted changes are lost
     /// and the store refuses every later change.
     fn abandon(&self);
+    /// Whether a `sync` found changes that may be lost (the server's
+    /// history changed before they were durable: a crash or a failover of
+    /// PostgreSQL): every later change and sync then fails until
+    /// [`MetaStore::resume_after_loss`]. Never, where that cannot happen.
+    fn is_lost(&self) -> bool {
+        false
+    }
+    /// After [`MetaStore::is_lost`]: the caller has what it needs to
+    /// redo the changes that may be lost (the engine: its write-back
+    /// journal, replayed as a new mount would). The store connects to the
+    /// history the server has now, forgets the unproven changes of the
+    /// old one, and accepts changes and syncs again.
+    fn resume_after_loss(&self) -> Result<()> {
+        Ok(())
+    }
     /// Folds logs back on a clean shutdown; a no-op where nothing to fold.
     fn checkpoint(&self) -> Result<()> {
         self.commit()

@@ -774,13 +774,29 @@ impl PgMeta {
     /// of the old history is suspect: its id blocks are dropped (the new
     /// server's sequences may hand them out again), its change cursors
     /// are reset (`history`: the followers invalidate everything), and
-    /// lazy commits made on the old history fail the next `sync`.
+    /// lazy commits made on the old history cannot be proven: the store is
+    /// lost at once (`is_lost`) until `resume_after_loss`.
     /// Returns whether it changed.
     fn saw(&self, ident: &Ident) -> bool {
         let mut seen = self.ident.lock();
         let changed = match &*seen {
             Some(old) if old == ident => return false,
             Some(old) => {
+                // Lazy commits of another history can no longer be proven:
+                // the store is lost from here (before the change cursors
+                // move, so no follower takes the new server's older rows
+                // for another machine's newer ones and re-bases on them;
+                // the engine replays its journal instead, resume.rs).
+                let unproven: u64 = self.lazy.lock().iter().filter(|x| x.ident != *ident).map(|x| x.done + x.inflight).sum();
+                if unproven > 0 {
+                    let msg = format!(
+                        "PostgreSQL metadata store: {unproven} metadata commits made without waiting for the WAL flush (on {old}) cannot be proven durable: \
+                         the server's history changed before they were flushed (a crash or a failover; now {ident}), so they may be lost. \
+                         This mount keeps its write-back journal, refuses changes and syncs until it has replayed it on the new history (as a new mount would), then resumes"
+                    );
+                    tracing::error!("{msg}");
+                    self.lost.lock().get_or_insert(msg);
+                }
                 self.history.fetch_add(1, Ordering::SeqCst);
                 tracing::warn!("PostgreSQL metadata store: the server's history changed (was {old}, now {ident}): a crash or a failover; id blocks dropped, sequences set past them, change cursors reset");
                 true
@@ -2652,7 +2668,7 @@ impl MetaStore for PgMeta {
         let msg = format!(
             "PostgreSQL metadata store: metadata commits made without waiting for the WAL flush ({}) cannot be proven durable: \
              the server's history changed before they were flushed (a crash or a failover; now {now}), so they may be lost. \
-             This mount keeps its write-back journal and refuses every later change and sync; unmount and mount again to replay it",
+             This mount keeps its write-back journal, refuses changes and syncs until it has replayed it on the new history (as a new mount would), then resumes",
             gone.join(", ")
         );
         tracing::error!("{msg}");
@@ -2661,6 +2677,35 @@ impl MetaStore for PgMeta {
     }
     fn is_durable(&self) -> bool {
         self.lost.lock().is_none() && self.lazy.lock().is_empty()
+    }
+    fn is_lost(&self) -> bool {
+        self.lost.lock().is_some()
+    }
+    /// Reads the server's history on a live connection (a new one after
+    /// a failover, which also sets the sequences past this store's
+    /// blocks), drops the lazy commits of every other history (the caller
+    /// redoes them from its journal) and clears the loss. Commits made on
+    /// the current history stay to be proven by the next `sync`.
+    fn resume_after_loss(&self) -> Result<()> {
+        self.check_alive()?;
+        let _one = self.syncing.lock();
+        if self.lost.lock().is_none() {
+            return Ok(());
+        }
+        let now = self.run("reading the server's history", |c| match c.client.simple_query(IDENT_SQL) {
+            Ok(m) => Step::Done(Ok(ident_of(&m))),
+            Err(e) => Step::Failed(e),
+        })?;
+        self.saw(&now);
+        let dropped: u64 = {
+            let mut l = self.lazy.lock();
+            let n = l.iter().filter(|x| x.ident != now).map(|x| x.done + x.inflight).sum();
+            l.retain(|x| x.ident == now);
+            n
+        };
+        *self.lost.lock() = None;
+        tracing::warn!("PostgreSQL metadata store: resuming on {now} after the loss ({dropped} more unproven commits of the old history dropped; the journal redoes them)");
+        Ok(())
     }
     /// Drops every connection (an open transaction dies with it, as with a
     /// `kill -9`) and refuses every later call.

@@ -14,12 +14,16 @@
 //! - [`postgres::PgServer`]: not a double but the real thing, a throwaway
 //!   PostgreSQL cluster on a loopback port, for the metadata store's tests
 //!   (it can be stopped, killed and started again under load).
+//! - [`patroni::PatroniCluster`]: two PostgreSQL nodes under Patroni and
+//!   etcd, a primary and its synchronous standby, whose primary can be
+//!   killed to make Patroni fail over.
 //! - [`ustar_header`]: a raw tar header block, for crafted archives.
 //! - [`require_tool`], [`require_fuse`]: a test whose outside tool is
 //!   missing fails and says which, rather than passing unrun.
 
 mod faulty;
 mod memory;
+pub mod patroni;
 pub mod postgres;
 mod tar;
 mod tools;

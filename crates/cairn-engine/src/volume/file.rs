@@ -359,6 +359,10 @@ impl Volume {
     /// `flush_lock`. True if it did (counted in the metrics).
     pub(crate) fn rebase(&self, st: &FileState) -> Result<bool> {
         let ino = st.ino;
+        // Rows older than the state after a loss: replayed instead (resume.rs).
+        if self.meta.store().is_lost() {
+            return Ok(false);
+        }
         let fresh = self.meta.read(|c| {
             let Some(row) = c.get_inode(ino)? else { return Ok(None) };
             if row.attr.kind != FileKind::File {
@@ -592,6 +596,11 @@ impl Volume {
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> Result<()> {
         if self.opts.read_only {
             return Ok(());
+        }
+        if self.lost_files.lock().contains(&ino) {
+            return Err(Error::io(format!(
+                "inode {ino} was created in metadata commits that were lost in a database crash or failover before they were durable; its data is gone"
+            )));
         }
         if self.durable_remotely() {
             // `--durability remote`: the file's bytes go into packs in the
@@ -1034,29 +1043,79 @@ impl Volume {
             if r.seq <= g.flushed_seq {
                 return Ok(());
             }
-            // A record's checksum held, but its range must still fit in a
-            // file (the size arithmetic below must not overflow).
-            let end = if r.kind == RecordKind::Truncate { Some(r.arg) } else { r.arg.checked_add(r.len as u64) };
-            if end.is_none_or(|e| e > MAX_FILE_SIZE) {
-                return Err(Error::corrupt(format!("journal record {} of inode {}: range {}+{} is past the largest file", r.seq, r.ino, r.arg, r.len)));
-            }
-            match r.kind {
-                RecordKind::Write => {
-                    g.overlay_insert(r.arg, Piece { len: r.len as u64, src: PieceSrc::Data(r.loc), seq: r.seq });
-                    g.size = g.size.max(r.arg + r.len as u64);
-                }
-                RecordKind::Truncate => apply_truncate(g, r.arg),
-                RecordKind::Punch => {
-                    g.overlay_insert(r.arg, Piece { len: r.len as u64, src: PieceSrc::Zero, seq: r.seq });
-                    g.size = g.size.max(r.arg + r.len as u64);
-                }
-            }
-            g.last_seq = r.seq;
-            g.touch(r.time);
-            g.due = true;
-            Ok(())
+            apply_record(g, r)
         })
     }
+
+    /// The state of `ino` as the store holds it now (row and extents), or
+    /// None if it is gone or no longer a regular file.
+    pub(crate) fn load_file_row(&self, ino: Ino) -> Result<Option<(cairn_meta::InodeRow, ExtentMap)>> {
+        let fresh = self.meta.read(|c| {
+            let Some(row) = c.get_inode(ino)? else { return Ok(None) };
+            if row.attr.kind != FileKind::File {
+                return Ok(None);
+            }
+            let base = meta::load_extents(c, ino)?;
+            Ok(Some((row, base)))
+        })?;
+        if let Some((row, base)) = &fresh {
+            if base.len() != row.attr.size {
+                return Err(Error::corrupt(format!("inode {ino}: extents cover {} bytes but its size is {}", base.len(), row.attr.size)));
+            }
+        }
+        Ok(fresh)
+    }
+
+    /// A fresh state of `ino` from a store row, for `resume.rs`.
+    pub(crate) fn state_from_row(ino: Ino, row: &cairn_meta::InodeRow, base: ExtentMap) -> Arc<FileState> {
+        FileState::new(ino, base, row.cver, &row.attr, row.data_bytes, row.jseq, row.attr.nlink == 0, row.read_only())
+    }
+}
+
+/// Applies a journal record to a file's state (replay).
+pub(crate) fn apply_record(g: &mut FileInner, r: &crate::journal::Record) -> Result<()> {
+    // A record's checksum held, but its range must still fit in a
+    // file (the size arithmetic below must not overflow).
+    let end = if r.kind == RecordKind::Truncate { Some(r.arg) } else { r.arg.checked_add(r.len as u64) };
+    if end.is_none_or(|e| e > MAX_FILE_SIZE) {
+        return Err(Error::corrupt(format!("journal record {} of inode {}: range {}+{} is past the largest file", r.seq, r.ino, r.arg, r.len)));
+    }
+    match r.kind {
+        RecordKind::Write => {
+            g.overlay_insert(r.arg, Piece { len: r.len as u64, src: PieceSrc::Data(r.loc), seq: r.seq });
+            g.size = g.size.max(r.arg + r.len as u64);
+        }
+        RecordKind::Truncate => apply_truncate(g, r.arg),
+        RecordKind::Punch => {
+            g.overlay_insert(r.arg, Piece { len: r.len as u64, src: PieceSrc::Zero, seq: r.seq });
+            g.size = g.size.max(r.arg + r.len as u64);
+        }
+    }
+    g.last_seq = g.last_seq.max(r.seq);
+    g.touch(r.time);
+    g.due = true;
+    Ok(())
+}
+
+/// Puts a newer state's changes since its base (`old`: its overlay, and
+/// a truncation below its base's end) on top of `g`, whose content up to
+/// `old.base`'s end is what `old.base` held (`resume.rs`).
+pub(crate) fn reapply_changes(g: &mut FileInner, old: &FileInner) {
+    if old.base_valid < g.size {
+        apply_truncate(g, old.base_valid);
+    }
+    for (&at, p) in &old.overlay {
+        g.overlay_insert(at, *p);
+    }
+    g.size = old.size;
+    g.last_seq = g.last_seq.max(old.last_seq);
+    g.mtime = old.mtime;
+    g.ctime = old.ctime;
+    g.mark_dirty();
+    g.due = true;
+}
+
+impl Volume {
 }
 
 /// The trace's PLACE records of a file's committed map (docs/trace.md).

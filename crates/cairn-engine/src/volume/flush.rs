@@ -673,6 +673,9 @@ impl Volume {
     /// A round, prepared again after lost races; the caller holds
     /// `flush_mutex`.
     fn flush_round_retrying(&self, all: bool, only: Option<crate::types::Ino>, may_hold: bool) -> Result<FlushReport> {
+        // Commits lost in a database crash or failover are redone from the
+        // journal first (resume.rs).
+        self.resume_after_loss()?;
         let mut raced = 0;
         let r = loop {
             match self.flush_round_locked(all, only, may_hold) {

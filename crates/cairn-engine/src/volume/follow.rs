@@ -202,6 +202,12 @@ impl Volume {
     /// docs/shared-volume.md §3; the flush re-bases too if this comes
     /// late).
     pub(crate) fn forget_clean_state(&self, ino: Ino) -> Result<()> {
+        // The store lost commits (a crash or failover): its rows may be
+        // older than this machine's states, not newer; the journal replay
+        // (resume.rs) rebuilds every state instead.
+        if self.meta.store().is_lost() {
+            return Ok(());
+        }
         let Some(st) = self.files.get(&ino).map(|e| e.value().clone()) else { return Ok(()) };
         let clean = |g: &super::file::FileInner| !g.evicted && !g.is_dirty() && g.last_seq <= g.flushed_seq;
         let idle = {

@@ -21,6 +21,7 @@ mod open_files;
 mod bill;
 mod locks;
 mod tails;
+mod resume;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
@@ -200,6 +201,10 @@ pub struct Volume {
     pub(crate) meta: Meta,
     pub(crate) journal: Journal,
     pub(crate) files: DashMap<Ino, Arc<FileState>>,
+    /// Files whose creation was in metadata commits lost in a database
+    /// crash or failover while this mount had them open (resume.rs): their
+    /// fsync fails with EIO.
+    pub(crate) lost_files: Mutex<std::collections::HashSet<Ino>>,
     pub(crate) cache: ChunkCache,
     /// The last page of chunks stored or fetched, where a read costs a
     /// request: the kernel's read of a file's partial last page before an
@@ -425,6 +430,7 @@ impl Volume {
             meta,
             journal,
             files: DashMap::new(),
+            lost_files: Mutex::new(Default::default()),
             cache: ChunkCache::new(opts.cache_bytes),
             tails: tails::ChunkTails::new(tail_bytes),
             // Two windows are live at once (one cut while the other is hashed).

@@ -32,5 +32,6 @@ mod postgres;
 mod pg_bucket;
 mod shared_writers;
 mod pg_failures;
+mod pg_failover;
 mod bytewise;
 mod fuzz_seeds;
