@@ -338,6 +338,8 @@ mod tests {
 /// back at once (the usual case) is in place when an ioctl returns, and a
 /// kernel that blocks costs a bounded delay, never a hang.
 struct KernelNotifier {
+    /// This mount's FUSE connection, for truncates through the kernel.
+    conn: Option<u64>,
     jobs: parking_lot::Mutex<Option<std::sync::mpsc::Sender<(Notice, std::sync::mpsc::SyncSender<()>)>>>,
     thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -399,10 +401,10 @@ impl KernelNotifier {
             }
         });
         match thread {
-            Ok(t) => KernelNotifier { jobs: parking_lot::Mutex::new(Some(tx)), thread: parking_lot::Mutex::new(Some(t)) },
+            Ok(t) => KernelNotifier { conn, jobs: parking_lot::Mutex::new(Some(tx)), thread: parking_lot::Mutex::new(Some(t)) },
             Err(e) => {
                 warn!("cannot start the kernel notice thread: {e}; changes made outside kernel requests are seen after the attribute timeout");
-                KernelNotifier { jobs: parking_lot::Mutex::new(None), thread: parking_lot::Mutex::new(None) }
+                KernelNotifier { conn, jobs: parking_lot::Mutex::new(None), thread: parking_lot::Mutex::new(None) }
             }
         }
     }
