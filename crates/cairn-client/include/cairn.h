@@ -64,12 +64,9 @@ int cairn_is_cairn(int fd);
  * mounts use, its own size. Before answering, the daemon drops the cached
  * pages and hands the kernel the file's new end, which also sets the new
  * size when the file grew (an insert), so fstat and an O_APPEND write see
- * it. No notice lowers a size the kernel cached, so when a delete shrank
- * the file the daemon has the kernel truncate it to new_size through the
- * caller's own descriptor (/proc/PID/fd) before answering. A caller in
- * another mount namespace than the daemon's is not found that way (the
- * daemon logs a warning): there, ftruncate(fd, new_size) after the ioctl,
- * as cairn_rpwrite does (it moves no data).
+ * it. A kernel keeps a size it cached when a delete shrank the file: after
+ * an rpwrite whose new_size is below the old size, call
+ * ftruncate(fd, new_size) as cairn_rpwrite does (it moves no data).
  */
 #define CAIRN_IOC_PROBE   0x8010CA00u /* _IOR(0xCA, 0, struct cairn_probe) */
 #define CAIRN_IOC_RPWRITE 0xFFD0CA01u /* _IOWR(0xCA, 1, struct cairn_rpwrite) */

@@ -275,7 +275,7 @@ impl CairnFs {
     }
 
     /// Answers the Cairn ioctls (`cairn_client::ioctl`).
-    fn cairn_ioctl(&self, req: &Request, ino: Ino, fh: FileHandle, cmd: u32, in_data: &[u8]) -> Result<Vec<u8>, Errno> {
+    fn cairn_ioctl(&self, _req: &Request, ino: Ino, fh: FileHandle, cmd: u32, in_data: &[u8]) -> Result<Vec<u8>, Errno> {
         use cairn::ioctl;
         match cmd {
             ioctl::IOC_PROBE => {
@@ -293,7 +293,6 @@ impl CairnFs {
                 if fh.0 & 1 == 0 {
                     return Err(Errno::EBADF);
                 }
-                let before = self.vol.getattr(ino).map(|a| a.size).ok();
                 let rep = if r.flags & ioctl::RP_FROM_SOURCE != 0 {
                     // The same answer for every token that is not a live
                     // one, so nothing tells which inode numbers exist.
@@ -316,11 +315,6 @@ impl CairnFs {
                 // thread of their own (mount.rs, KernelNotifier), which this
                 // handler waits for, boundedly.
                 self.vol.notify_resized(ino, rep.size);
-                // A deletion: no notice lowers the kernel's size under the
-                // writeback cache; a truncate through the kernel does.
-                if self.writeback_cache && before.is_some_and(|b| rep.size < b) {
-                    self.vol.notify_shrunk(ino, rep.size, req.pid());
-                }
                 Ok(r.header_bytes().to_vec())
             }
             _ => Err(Errno::ENOTTY),

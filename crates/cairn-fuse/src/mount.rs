@@ -179,7 +179,7 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     if let (Some(w), Some(id)) = (&watch, conn) {
         w.set_connection(id);
     }
-    let kernel = Arc::new(KernelNotifier::new(session.notifier(), conn));
+    let kernel = Arc::new(KernelNotifier::new(session.notifier()));
     vol.set_kernel_cache(kernel.clone());
     let bg = match session.spawn() {
         Ok(bg) => bg,
@@ -338,8 +338,6 @@ mod tests {
 /// back at once (the usual case) is in place when an ioctl returns, and a
 /// kernel that blocks costs a bounded delay, never a hang.
 struct KernelNotifier {
-    /// This mount's FUSE connection, for truncates through the kernel.
-    conn: Option<u64>,
     jobs: parking_lot::Mutex<Option<std::sync::mpsc::Sender<(Notice, std::sync::mpsc::SyncSender<()>)>>>,
     thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -351,65 +349,27 @@ enum Notice {
     Inode(cairn_engine::Ino),
     Entry(cairn_engine::Ino, Vec<u8>),
     Resized(cairn_engine::Ino, u64, Vec<u8>),
-    Shrunk(cairn_engine::Ino, u64, u32),
-}
-
-/// The longest a caller waits for a truncate through the kernel (it writes
-/// the file's dirty pages back first).
-const SHRINK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Has the kernel truncate `ino` to `size` through a descriptor process
-/// `pid` holds on it (`/proc/PID/fd/N`, found by its mount id and inode in
-/// `fdinfo`, nothing stat'ed): `open(O_WRONLY)` of that link and
-/// `ftruncate`, whose requests other workers of this mount serve. Only on
-/// this thread, never a request handler, which would wait for itself.
-/// `conn`: this mount's FUSE connection (its device's number).
-fn truncate_through_kernel(conn: u64, pid: u32, ino: cairn_engine::Ino, size: u64) -> io::Result<()> {
-    let dev = format!("{}:{}", conn >> 20, conn & ((1 << 20) - 1));
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let ours: Vec<&str> = mountinfo.lines().filter_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() > 2 && f[2] == dev).then_some(f[0])
-    }).collect();
-    if ours.is_empty() {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no mount of device {dev} in this mount namespace")));
-    }
-    // The thread's pid may be a thread of a process: its fds are the
-    // process's, reachable under /proc/TID too.
-    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
-        let e = e?;
-        let Ok(info) = std::fs::read_to_string(e.path()) else { continue };
-        let field = |k: &str| info.lines().find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()));
-        let (Some(mnt), Some(i)) = (field("mnt_id:"), field("ino:")) else { continue };
-        if !ours.contains(&mnt.as_str()) || i != ino.to_string() {
-            continue;
-        }
-        let link = std::path::Path::new("/proc").join(pid.to_string()).join("fd").join(e.file_name());
-        let f = std::fs::OpenOptions::new().write(true).open(&link)?;
-        return f.set_len(size);
-    }
-    Err(io::Error::new(io::ErrorKind::NotFound, format!("process {pid} holds no descriptor of inode {ino}")))
 }
 
 impl KernelNotifier {
-    fn new(n: fuser::Notifier, conn: Option<u64>) -> KernelNotifier {
+    fn new(n: fuser::Notifier) -> KernelNotifier {
         let (tx, rx) = std::sync::mpsc::channel::<(Notice, std::sync::mpsc::SyncSender<()>)>();
         let thread = std::thread::Builder::new().name("cairn-kernel-notices".into()).spawn(move || {
             for (notice, done) in rx {
-                Self::send(&n, conn, notice);
+                Self::send(&n, notice);
                 let _ = done.try_send(());
             }
         });
         match thread {
-            Ok(t) => KernelNotifier { conn, jobs: parking_lot::Mutex::new(Some(tx)), thread: parking_lot::Mutex::new(Some(t)) },
+            Ok(t) => KernelNotifier { jobs: parking_lot::Mutex::new(Some(tx)), thread: parking_lot::Mutex::new(Some(t)) },
             Err(e) => {
                 warn!("cannot start the kernel notice thread: {e}; changes made outside kernel requests are seen after the attribute timeout");
-                KernelNotifier { conn, jobs: parking_lot::Mutex::new(None), thread: parking_lot::Mutex::new(None) }
+                KernelNotifier { jobs: parking_lot::Mutex::new(None), thread: parking_lot::Mutex::new(None) }
             }
         }
     }
 
-    fn send(n: &fuser::Notifier, conn: Option<u64>, notice: Notice) {
+    fn send(n: &fuser::Notifier, notice: Notice) {
         use std::os::unix::ffi::OsStrExt;
         // ENOENT: the kernel holds nothing for it, which is fine.
         let quiet = |what: &str, r: io::Result<()>| {
@@ -432,24 +392,15 @@ impl KernelNotifier {
                     quiet(&format!("storing the end of inode {ino}"), n.store(fuser::INodeNo(ino), size - tail.len() as u64, &tail));
                 }
             }
-            Notice::Shrunk(ino, size, pid) => match conn {
-                Some(conn) => {
-                    if let Err(e) = truncate_through_kernel(conn, pid, ino, size) {
-                        warn!("inode {ino} shrank to {size} bytes by an ioctl, but the kernel keeps its old size (truncating it through process {pid}'s descriptor: {e}); an ftruncate by the program sets it");
-                    }
-                }
-                None => warn!("inode {ino} shrank by an ioctl, but this mount's FUSE connection is unknown: the kernel keeps its old size"),
-            },
         }
     }
 
     /// Hands `notice` to the thread and waits for it, boundedly.
     fn notify(&self, notice: Notice) {
-        let wait = if matches!(notice, Notice::Shrunk(..)) { SHRINK_WAIT } else { NOTICE_WAIT };
         let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
         let sent = self.jobs.lock().as_ref().is_some_and(|tx| tx.send((notice, done_tx)).is_ok());
-        if sent && done_rx.recv_timeout(wait).is_err() {
-            debug!("a kernel notice is still under way after {wait:?}");
+        if sent && done_rx.recv_timeout(NOTICE_WAIT).is_err() {
+            debug!("a kernel notice is still under way after {NOTICE_WAIT:?}");
         }
     }
 }
@@ -474,10 +425,6 @@ impl cairn_engine::KernelCache for KernelNotifier {
 
     fn size_changed(&self, ino: cairn_engine::Ino, size: u64, tail: &[u8]) {
         self.notify(Notice::Resized(ino, size, tail.to_vec()));
-    }
-
-    fn shrunk(&self, ino: cairn_engine::Ino, size: u64, pid: u32) {
-        self.notify(Notice::Shrunk(ino, size, pid));
     }
 }
 
