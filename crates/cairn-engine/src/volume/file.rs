@@ -363,19 +363,8 @@ impl Volume {
         if self.meta.store().is_lost() {
             return Ok(false);
         }
-        let fresh = self.meta.read(|c| {
-            let Some(row) = c.get_inode(ino)? else { return Ok(None) };
-            if row.attr.kind != FileKind::File {
-                return Ok(None);
-            }
-            let base = meta::load_extents(c, ino)?;
-            Ok(Some((row, base)))
-        })?;
         // Gone: the flush finds it gone too and commits nothing of it.
-        let Some((row, base)) = fresh else { return Ok(false) };
-        if base.len() != row.attr.size {
-            return Err(Error::corrupt(format!("inode {ino}: extents cover {} bytes but its size is {}", base.len(), row.attr.size)));
-        }
+        let Some((row, base)) = self.load_file_row(ino)? else { return Ok(false) };
         let done = st.inner.lock().rebase_onto(&row, base);
         if done {
             self.metrics.flush_rebases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

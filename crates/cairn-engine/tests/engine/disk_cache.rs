@@ -354,10 +354,11 @@ fn an_outage_queues_puts_in_the_outbox_and_they_upload_when_the_store_is_back() 
         let (c, calls) = (c.clone(), calls.clone());
         std::thread::spawn(move || c.drain(&mut |bytes, n| calls.lock().unwrap().push((bytes, n))))
     };
-    std::thread::sleep(Duration::from_millis(500));
+    // It reports its progress while it waits (at least twice: not once
+    // and then silence), and cannot finish while the store is down.
+    eventually("two progress reports during the outage", Duration::from_secs(30), || calls.lock().unwrap().len() >= 2);
     assert!(!drainer.is_finished(), "drain returned during the outage");
     let seen = calls.lock().unwrap().clone();
-    assert!(seen.len() >= 2, "progress was reported {} times in 500 ms", seen.len());
     assert!(seen.iter().all(|p| *p == (total, 5)), "{seen:?}");
 
     faulty.set_down(false);

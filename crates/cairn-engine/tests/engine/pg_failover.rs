@@ -14,6 +14,7 @@
 
 use crate::common::*;
 use crate::pg_bucket::{endpoint, fresh_url, REGION};
+use crate::pg_failures::write_fsynced;
 use cairn_engine::cloud::{self, CloudOptions};
 use cairn_engine::maintenance::{self, NoProgress};
 use cairn_engine::*;
@@ -28,15 +29,6 @@ fn opts(url: &str) -> OpenOptions {
         cloud: CloudOptions { cache_bytes: 64 << 20, meta_interval: Duration::from_millis(200), gc_interval: None, ..Default::default() },
         ..Default::default()
     }
-}
-
-/// Creates, writes and fsyncs one file; Ok only if every step was.
-fn write_fsynced(v: &Volume, name: &str, data: &[u8]) -> Result<()> {
-    let a = v.create(ROOT_INO, name.as_bytes(), FileKind::File, 0o644, 0, root())?;
-    v.open(a.ino)?;
-    let r = v.write(a.ino, 0, data).and_then(|_| v.fsync(a.ino, false));
-    let c = v.release(a.ino);
-    r.and(c)
 }
 
 #[test]

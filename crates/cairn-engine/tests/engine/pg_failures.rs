@@ -23,7 +23,7 @@ fn pg_opts(url: &str) -> OpenOptions {
 }
 
 /// Creates, writes and fsyncs one file; Ok only if every step was.
-fn write_fsynced(v: &Volume, name: &str, data: &[u8]) -> Result<()> {
+pub(crate) fn write_fsynced(v: &Volume, name: &str, data: &[u8]) -> Result<()> {
     let a = v.create(ROOT_INO, name.as_bytes(), FileKind::File, 0o644, 0, root())?;
     v.open(a.ino)?;
     let r = v.write(a.ino, 0, data).and_then(|_| v.fsync(a.ino, false));
