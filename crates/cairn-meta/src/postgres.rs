@@ -2861,7 +2861,10 @@ impl MetaStore for PgMeta {
     /// long as that connection (a dead holder's is released by the server).
     fn try_maintenance(&self) -> Result<Option<Box<dyn MaintenanceGuard>>> {
         self.check_alive()?;
-        let mut client = connect_as(&self.cfg, self.opts.timeout, "cairn-maintenance").map_err(|e| pg_err("connecting for the maintenance lock", &e))?;
+        // Named after the volume: an operator (or a test) can tell which
+        // volume's lock a connection holds.
+        let app = format!("cairn-maintenance {}", self.schema);
+        let mut client = connect_as(&self.cfg, self.opts.timeout, &app).map_err(|e| pg_err("connecting for the maintenance lock", &e))?;
         let got: bool = client
             .query_one("SELECT pg_try_advisory_lock($1)", &[&self.maintenance_key])
             .map_err(|e| pg_err("taking the maintenance lock", &e))?

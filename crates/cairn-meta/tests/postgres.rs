@@ -526,7 +526,7 @@ fn maintenance_lock_across_machines() {
     assert!(a.try_maintenance().unwrap().is_none());
     // B's connection dies (a crashed machine, a cut network): the server
     // releases the lock and A gets it; B's guard says it lost it.
-    assert_eq!(kill_backends(pg, "cairn-maintenance"), 1);
+    assert_eq!(kill_backends(pg, "cairn-maintenance cairn_maint"), 1);
     let t = Instant::now();
     let ga = loop {
         if let Some(g) = a.try_maintenance().unwrap() {

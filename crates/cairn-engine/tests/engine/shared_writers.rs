@@ -893,7 +893,7 @@ fn a_chunk_that_died_during_a_flush_round_stays_until_it_ends() {
 /// (the file read EIO).
 #[test]
 fn a_stalled_repack_neither_loses_its_copies_nor_moves_a_chunk_twice() {
-    let (tmp, _url, _cfg, vols) = machines("stalled-repack", 2, pg_opts);
+    let (tmp, _url, cfg, vols) = machines("stalled-repack", 2, pg_opts);
     let (a, b) = (vols[0].clone(), vols[1].clone());
     // Packs of 1 MiB; a quarter of the first overwritten: partly dead.
     let orig = random_bytes(4921, 2 << 20);
@@ -908,9 +908,11 @@ fn a_stalled_repack_neither_loses_its_copies_nor_moves_a_chunk_twice() {
     let b_rep = Arc::new(std::sync::Mutex::new(None));
     {
         let (b, b_rep) = (b.clone(), b_rep.clone());
+        // Only this volume's: other tests run on the same server at once.
+        let app = format!("cairn-maintenance cairn_{}", cfg.volume_id);
         a.hold_next_move_commit(move || {
             // The server ends the stalled machine's maintenance connection.
-            let ended = pg_query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'cairn-maintenance'");
+            let ended = pg_query(&format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{app}'"));
             assert_eq!(ended, "1", "A's maintenance connection");
             let rep = maintenance::gc(&b, 0.9, &maintenance::NoProgress).unwrap();
             b.prune_trash_older_than(Duration::ZERO);
