@@ -422,12 +422,12 @@ impl<'a> Batch<'a> {
                 &ChunkRow { id: *id, hash: e.id, pack: pack_ids[*pidx], offset: e.offset, stored_len: e.stored_len, raw_len: e.raw_len, flags: e.flags, refs: 0, zero_since: None },
             )?;
         }
+        // The held pack this batch absorbed: its chunks move into the new
+        // packs, then it goes.
         if let Some((_, old)) = &self.absorbed {
             for (id, pidx, offset) in moving {
                 tx.relocate_chunk(id, *old, pack_ids[pidx], offset)?;
             }
-        }
-        if let Some((_, old)) = &self.absorbed {
             tx.delete_pack(*old)?;
         }
         Ok(pack_ids)

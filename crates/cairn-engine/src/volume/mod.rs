@@ -176,18 +176,12 @@ pub trait KernelCache: Send + Sync {
     /// A kernel with a writeback cache keeps its own size of a file and
     /// ignores the daemon's, so dropping attributes is not enough (an
     /// append would write at the old end): the adapter hands the kernel
-    /// these bytes, which also sets its size when the file grew.
+    /// these bytes, which also sets its size when the file grew. No notice
+    /// lowers that size when the file shrank (an rpwrite that deleted
+    /// bytes): the caller ftruncates, as `cairn.h` says.
     fn size_changed(&self, ino: Ino, size: u64, tail: &[u8]) {
         let _ = (size, tail);
         self.inode_changed(ino);
-    }
-    /// `ino` shrank to `size` by a request of process `pid` that was not
-    /// the kernel's own truncate (an rpwrite ioctl that deleted bytes). A
-    /// kernel with a writeback cache never lowers its size of a file on a
-    /// notice; the adapter has the kernel truncate it (through `pid`'s own
-    /// descriptor of the file), so an append lands at the new end.
-    fn shrunk(&self, ino: Ino, size: u64, pid: u32) {
-        let _ = (ino, size, pid);
     }
 }
 
@@ -540,14 +534,6 @@ impl Volume {
             k.size_changed(ino, size, &tail);
         } else {
             k.inode_changed(ino);
-        }
-    }
-
-    /// Tells the kernel that `ino` shrank to `size` by an ioctl of process
-    /// `pid` (see [`KernelCache::shrunk`]); after [`Volume::notify_resized`].
-    pub fn notify_shrunk(&self, ino: Ino, size: u64, pid: u32) {
-        if let Some(k) = self.kernel.get() {
-            k.shrunk(ino, size, pid);
         }
     }
 
