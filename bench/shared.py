@@ -397,7 +397,7 @@ def render(rows, b, summary, h):
 
 def _notes(name, b):
     """Hand-written text kept beside the raw results (bench/results/NAME):
-    what changed since the previous run, and 16.6, whose figures come from
+    what changed since the previous run, what 16.7's figures mean, and 16.6, whose figures come from
     scripts of their own (scripts/soak-pg-failover.sh, juicefs-pg-failover.sh),
     not from this section. Rendered as it is, so a re-run keeps it."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", name)
@@ -461,6 +461,7 @@ def _i49(rs, b, summary, code):
     if sq:
         row("16.2 | 1 | write", sq, "mib_s")
     b("")
+    _notes("shared-i49.md", b)
     if worst:
         ok = worst[0] >= 0.95
         summary.append(("shared (section 16): after the issue-49 fixes ÷ before (16.1 at 1-2 mounts, 16.2 write)",
