@@ -1018,7 +1018,7 @@ def report(a):
                                 "arc", "mem", "mount_setup", "mount", "mount_startup", "dp_setup", "dp",
                                 "cloud_setup", "cloud", "cloud_req", "cloud_mount_setup", "cloud_mount",
                                 "tape_raw", "tape_write", "tape_read", "tape_read_session", "tape_mount", "tape_tar", "tape_cdp", "tape_pm_write", "tape_pm_read",
-                                "sh_setup", "sh_meta", "sh_seq", "sh_vis", "sh_dedup", "sh_fail"):
+                                "sh_setup", "sh_meta", "sh_seq", "sh_vis", "sh_dedup", "sh_fail", "sh_i49_meta", "sh_i49_seq"):
             w(json.dumps(r))
     w("```")
     w("")

@@ -250,6 +250,7 @@ def render(rows, b, summary, h):
     for line in code(cmds_for(rows, "shared")):
         b(line)
     b("")
+    _notes("shared-changes.md", b)
     if fails:
         b("**Failures recorded in this run:**")
         b("")
@@ -390,6 +391,81 @@ def render(rows, b, summary, h):
                             "stored once, below JuiceFS", f"Cairn {human(v['cairn'])}, JuiceFS {human(v.get('juicefs', float('nan')))}", ok))
 
     _seam(rs, b, summary, fmt_s)
+    _notes("shared-failover.md", b)
+    _i49(rs, b, summary, code)
+
+
+def _notes(name, b):
+    """Hand-written text kept beside the raw results (bench/results/NAME):
+    what changed since the previous run, what 16.7's figures mean, and 16.6, whose figures come from
+    scripts of their own (scripts/soak-pg-failover.sh, juicefs-pg-failover.sh),
+    not from this section. Rendered as it is, so a re-run keeps it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", name)
+    if os.path.exists(path):
+        for line in open(path).read().rstrip("\n").split("\n"):
+            b(line)
+        b("")
+
+
+def _i49(rs, b, summary, code):
+    """16.7: this run's cairn against the build before the issue-49 fixes, on
+    the section's PostgreSQL and moto, in alternating pairs."""
+    st = next((r for r in rs if r.get("kind") == "sh_i49_setup"), {})
+    mt = [r for r in rs if r.get("kind") == "sh_i49_meta"]
+    sq = [r for r in rs if r.get("kind") == "sh_i49_seq"]
+    if not mt and not sq:
+        return
+    loads = [float(r["load"].split()[0]) for r in mt + sq if r.get("load")]
+    b("### 16.7 Before and after the issue-49 fixes (PostgreSQL and moto, interleaved pairs)")
+    b("")
+    b(f"cairn built at {st.get('before', '?')} (the last commit before the first issue-49 change, the merge of "
+      "`i49-durable`; built by the section from this repository's history) and this run's cairn, on the section's "
+      f"PostgreSQL and moto, {st.get('runs', '?')} pairs, the builds alternating (before first in odd pairs, after first "
+      f"in even ones), each on a fresh volume (its own bucket and database) with {st.get('mounts', 2)} mounts: 16.1's "
+      f"phases ({st.get('files_per_mount', 0):,} empty files per mount) with 1 and 2 mounts, then 16.2's sequential "
+      f"write of {st.get('seq_mib', '?')} MiB on 1 mount. Medians of each build; after ÷ before is the median of the "
+      "pairs' ratios (each pair measured within a minute or two, so the load hits both sides), with the smallest and "
+      "largest pair's ratio."
+      + (f" Load (1 min) at the samples: {min(loads):.2f} to {max(loads):.2f} on 2 cores." if loads else ""))
+    b("")
+    for line in code([r["cmd"] for r in rs if r.get("kind") == "sh_i49_cmd"]):
+        b(line)
+    b("")
+    b("| layout | mounts | op | before | after | after ÷ before | pairs' ratios (min–max) |")
+    b("|---|---:|---|---:|---:|---:|---|")
+    worst = None
+
+    def row(label, key_rows, key):
+        nonlocal worst
+        by = {}
+        for r in key_rows:
+            by.setdefault(r["run"], {})[r["build"]] = r[key]
+        pairs = [v["after"] / v["before"] for v in by.values() if "after" in v and "before" in v and v["before"]]
+        bf = [v["before"] for v in by.values() if "before" in v]
+        af = [v["after"] for v in by.values() if "after" in v]
+        if not bf or not af:
+            b(f"| {label} | n/a | n/a | n/a | |")
+            return
+        rat = statistics.median(pairs) if pairs else float("nan")
+        if pairs and (worst is None or rat < worst[0]):
+            worst = (rat, label)
+        unit = " MiB/s" if key == "mib_s" else ""
+        dig = 1 if key == "mib_s" else 0
+        b(f"| {label} | {statistics.median(bf):,.{dig}f}{unit} | {statistics.median(af):,.{dig}f}{unit} | "
+          f"{rat:.2f} | " + (f"{min(pairs):.2f}–{max(pairs):.2f} ({len(pairs)})" if pairs else "") + " |")
+
+    for k in sorted({r["mounts"] for r in mt}):
+        for layout in ("own", "shared"):
+            for op in ("create", "stat", "unlink"):
+                row(f"{layout} | {k} | {op}/s", [r for r in mt if r["mounts"] == k and r["layout"] == layout], f"{op}_per_s")
+    if sq:
+        row("16.2 | 1 | write", sq, "mib_s")
+    b("")
+    _notes("shared-i49.md", b)
+    if worst:
+        ok = worst[0] >= 0.95
+        summary.append(("shared (section 16): after the issue-49 fixes ÷ before (16.1 at 1-2 mounts, 16.2 write)",
+                        "none below 0.95 without a reason", f"lowest {worst[0]:.2f} ({worst[1].replace(' | ', ' ')})", ok))
 
 
 def _seam(rs, b, summary, fmt_s):

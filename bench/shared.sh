@@ -278,24 +278,28 @@ sh_each() {
 # (+ sync), SH_SEAM_RUNS runs, the two builds alternating.
 SH_SEAM_BEFORE=b28c295^
 SH_SEAM_RUNS=3 SH_SEAM_FILES=20000 SH_SEAM_TREE_EVERY=16
-sh_seam_build() { # prints the path of the pre-seam cairn binary, building it if needed
-    local rev dir=/var/tmp/cairn-bench-seam
-    rev=$(git -C "$BENCH_DIR/.." rev-parse --verify -q "$SH_SEAM_BEFORE^{commit}") ||
-        die "16.5: commit $SH_SEAM_BEFORE is not in this repository (a shallow clone? git fetch --unshallow)"
+# sh_build_at REV DIR: prints the path of cairn built at REV (DIR/<full rev>/cairn),
+# building it once from this repository's history (a worktree DIR/src and a
+# target directory DIR/target of its own, kept for later runs).
+sh_build_at() {
+    local want=$1 dir=$2 rev
+    rev=$(git -C "$BENCH_DIR/.." rev-parse --verify -q "$want^{commit}") ||
+        die "commit $want is not in this repository (a shallow clone? git fetch --unshallow)"
     if [[ ! -x $dir/$rev/cairn ]]; then
-        log "16.5: building cairn at ${rev:0:7} (before the seam) in $dir (once; a few minutes)"
+        log "16: building cairn at ${rev:0:7} in $dir (once; a few minutes)"
         rm -rf "$dir/src"
         mkdir -p "$dir"
         git -C "$BENCH_DIR/.." worktree prune
-        git -C "$BENCH_DIR/.." worktree add --detach --force "$dir/src" "$rev" > /dev/null 2>&1 || die "16.5: git worktree add $dir/src $rev failed"
+        git -C "$BENCH_DIR/.." worktree add --detach --force "$dir/src" "$rev" > /dev/null 2>&1 || die "git worktree add $dir/src $rev failed"
         (cd "$dir/src" && cargo build --release -q -p cairn-cli --target-dir "$dir/target") > "$dir/build.log" 2>&1 ||
-            { tail -n 20 "$dir/build.log" >&2; die "16.5: building cairn at $rev failed (log: $dir/build.log)"; }
+            { tail -n 20 "$dir/build.log" >&2; die "building cairn at $rev failed (log: $dir/build.log)"; }
         mkdir -p "$dir/$rev"
         cp "$dir/target/release/cairn" "$dir/$rev/cairn"
         git -C "$BENCH_DIR/.." worktree remove --force "$dir/src" > /dev/null 2>&1 || true
     fi
     echo "$dir/$rev/cairn"
 }
+sh_seam_build() { sh_build_at "$SH_SEAM_BEFORE" /var/tmp/cairn-bench-seam; }
 sh_seam() {
     local before tar tree top run build bin vol=$SCRATCH/seam-vol mnt=$SCRATCH/seam-mnt r t0 t1 n
     before=$(sh_seam_build) || return 1
@@ -326,6 +330,75 @@ sh_seam() {
         done
     done
     rm -f "$tar"
+}
+
+# --- 16.7 PostgreSQL and S3 volumes before and after the issue-49 fixes ---------
+# The last commit before the first issue-49 change (b7f07b9 merges i49-durable:
+# proven syncs, bounded waits; then content versions, fencing, flush rounds on
+# the session's row, ...), built once into /var/tmp/cairn-bench-i49, against
+# this run's cairn on the section's PostgreSQL and moto: 16.1's metadata
+# phases with 1 and 2 mounts (own directories, then one shared directory) and
+# 16.2's sequential write on 1 mount, SH_I49_RUNS pairs, the two builds
+# alternating (before first in odd pairs, after first in even ones), each
+# build on a fresh volume (bucket cairn-i49BUILDRUN, database of that name)
+# with SH_I49_MOUNTS mounts.
+SH_I49_BEFORE=cb3f889
+SH_I49_RUNS=${SH_I49_RUNS:-5} SH_I49_MOUNTS=2
+sh_i49_cmd() { record kind=sh_i49_cmd cmd="$1"; }
+sh_i49() {
+    local before after=$CAIRN run build order k layout i dirs r t0 t1 w tag load
+    before=$(sh_build_at "$SH_I49_BEFORE" /var/tmp/cairn-bench-i49) || return 1
+    record kind=sh_i49_setup before="$(git -C "$BENCH_DIR/.." rev-parse --short "$SH_I49_BEFORE")" runs="$SH_I49_RUNS" \
+        files_per_mount="$SH_FILES" seq_mib="$SH_SEQ_MIB" mounts="$SH_I49_MOUNTS"
+    local M="$SCRATCH/sh-cairn-mnt"
+    sh_i49_cmd "# cairn at $SH_I49_BEFORE (git worktree add; cargo build --release -p cairn-cli) and this run's cairn, on the PostgreSQL and moto above"
+    sh_i49_cmd "# $SH_I49_RUNS pairs; in pair R the builds alternate (odd R: before, then after; even R: after, then before); per build and pair:"
+    sh_i49_cmd "curl -X PUT \$EP/cairn-i49BUILDR; psql -c 'CREATE DATABASE cairn_i49BUILDR'"
+    sh_i49_cmd "cairn init s3://cairn-i49BUILDR/vol --cache-dir $SCRATCH/sh-cache-cairn1 --endpoint \$EP --meta postgres://postgres@127.0.0.1:$SH_PG_PORT/cairn_i49BUILDR"
+    sh_i49_cmd "cairn mount s3://cairn-i49BUILDR/vol ${M}I --cache-dir $SCRATCH/sh-cache-cairnI --endpoint \$EP --meta postgres://postgres@127.0.0.1:$SH_PG_PORT/cairn_i49BUILDR    # I = 1..$SH_I49_MOUNTS"
+    sh_i49_cmd "# for K in 1 2: own directories, then one directory made through mount 1 (as 16.1)"
+    sh_i49_cmd "python3 bench/shared.py meta $SH_FILES ${M}1/own-kK-m1 ... ${M}K/own-kK-mK"
+    sh_i49_cmd "mkdir ${M}1/shared-kK; python3 bench/shared.py meta $SH_FILES ${M}1/shared-kK ... ${M}K/shared-kK"
+    sh_i49_cmd "cat RND > /dev/null; dd if=RND of=${M}1/seq.bin bs=1M count=$SH_SEQ_MIB conv=fsync    # timed (as 16.2, 1 mount)"
+    sh_i49_cmd "cairn umount ${M}I; curl -X POST \$EP/moto-api/reset    # I = 1..$SH_I49_MOUNTS"
+    for run in $(seq "$SH_I49_RUNS"); do
+        order="before after"
+        ((run % 2 == 0)) && order="after before"
+        for build in $order; do
+            local CAIRN=$after SH_MAX=$SH_I49_MOUNTS
+            [[ $build == before ]] && CAIRN=$before
+            tag=i49$build$run
+            load=$(cut -d' ' -f1-3 /proc/loadavg)
+            sh_up cairn "$tag" || return 1
+            for k in 1 2; do
+                for layout in own shared; do
+                    dirs=()
+                    if [[ $layout == shared ]]; then
+                        mkdir "$M"1/shared-k$k
+                        sh_wait_dir cairn "shared-k$k" || { sh_fail cairn "16.7 $build: shared-k$k seen on every mount" "ls -d MNT/shared-k$k" ""; return 1; }
+                        for i in $(seq "$k"); do dirs+=("$M$i/shared-k$k"); done
+                    else
+                        for i in $(seq "$k"); do dirs+=("$M$i/own-k$k-m$i"); done
+                    fi
+                    r=$("${SH[@]}" meta "$SH_FILES" "${dirs[@]}" 2> "$SCRATCH/sh-meta.err") ||
+                        { sh_fail cairn "16.7 $build: meta phase ($k mounts, $layout)" "python3 bench/shared.py meta $SH_FILES ${dirs[*]}" "$SCRATCH/sh-meta.err"; return 1; }
+                    record kind=sh_i49_meta build="$build" run="$run" layout="$layout" load="$(cut -d' ' -f1-3 /proc/loadavg)" "$r"
+                    log "16.7 pair $run/$SH_I49_RUNS $build: $k mount(s), $layout: create $(json_get "$r" create_per_s | cut -d. -f1)/s, stat $(json_get "$r" stat_per_s | cut -d. -f1)/s, unlink $(json_get "$r" unlink_per_s | cut -d. -f1)/s"
+                done
+            done
+            cat "$RND" > /dev/null
+            t0=$(now)
+            dd if="$RND" of="$M"1/seq.bin bs=1M count="$SH_SEQ_MIB" conv=fsync status=none ||
+                { sh_fail cairn "16.7 $build: sequential write" "dd if=RND of=MNT/seq.bin bs=1M count=$SH_SEQ_MIB conv=fsync" ""; return 1; }
+            t1=$(now)
+            w=$(elapsed "$t0" "$t1")
+            record kind=sh_i49_seq build="$build" run="$run" mib="$SH_SEQ_MIB" seconds="$w" load="$(cut -d' ' -f1-3 /proc/loadavg)" \
+                mib_s="$("${PY[@]}" -c 'import sys; print(int(sys.argv[1]) / float(sys.argv[2]))' "$SH_SEQ_MIB" "$w")"
+            log "16.7 pair $run/$SH_I49_RUNS $build: write $SH_SEQ_MIB MiB in $w s (load at start $load)"
+            sh_down cairn
+            curl -sf -X POST "$SH_EP/moto-api/reset" -o /dev/null || log "warning: moto did not reset"
+        done
+    done
 }
 
 # --- 16. shared ---------------------------------------------------------------------
@@ -388,6 +461,11 @@ for fs in $SH_SYSTEMS; do
     sh_down "$fs"
     curl -sf -X POST "$SH_EP/moto-api/reset" -o /dev/null || log "warning: moto did not reset"
 done
+if ((SH_I49_RUNS > 0)); then
+    SH_DEAD[cairn]=
+    sh_i49 || true
+    sh_down cairn
+fi
 sh_moto_stop
 sh_pg_stop
 SERVICE_PIDS=()

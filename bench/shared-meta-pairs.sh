@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# 16.1's 1-mount phases (2,000 files, bench/shared.py meta) on a local volume directory with --meta
+# PostgreSQL (no S3), two builds alternating, PAIRS pairs (before first in odd pairs). Prints one
+# JSON row per build and pair. Usage (as root): bench/shared-meta-pairs.sh BEFORE_CAIRN AFTER_CAIRN
+# Used for BENCHMARKS.md §16.7.
+set -euo pipefail
+PAIRS=${PAIRS:-8}; B=$1; A=$2; REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+S=$(mktemp -d /var/tmp/i49m-stat.XXXXXX); chmod 711 "$S"
+PGB=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
+mkdir -p "$S/pg/sock"; chown -R postgres:postgres "$S/pg"
+runuser -u postgres -- "$PGB/initdb" -D "$S/pg/data" -A trust -U postgres -E UTF8 --locale=C --no-sync > /dev/null
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+setpriv --reuid=postgres --regid=postgres --init-groups -- "$PGB/postgres" -D "$S/pg/data" -c listen_addresses=127.0.0.1 -p "$PORT" \
+  -c "unix_socket_directories=$S/pg/sock" -c max_connections=200 > "$S/pg.log" 2>&1 &
+PGPID=$!; MNT=; BIN=
+cleanup() { [[ -n $MNT ]] && mountpoint -q "$MNT" && "$BIN" umount "$MNT" > /dev/null 2>&1; kill -INT $PGPID 2>/dev/null; wait $PGPID 2>/dev/null; rm -rf "$S"; }
+trap cleanup EXIT
+for i in $(seq 100); do psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c 'SELECT 1' > /dev/null 2>&1 && break; sleep 0.1; done
+for run in $(seq "$PAIRS"); do
+  order="before after"; ((run % 2 == 0)) && order="after before"
+  for build in $order; do
+    BIN=$A; [[ $build == before ]] && BIN=$B
+    db=s_$build$run; psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c "CREATE DATABASE $db"
+    URL=postgres://postgres@127.0.0.1:$PORT/$db
+    "$BIN" init "$S/vol-$db" --meta "$URL" > /dev/null
+    MNT=$S/mnt-$db; mkdir -p "$MNT"
+    "$BIN" mount "$S/vol-$db" "$MNT" --meta "$URL"
+    for i in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    r=$(python3 -S $REPO/bench/shared.py meta 2000 "$MNT/own")
+    echo "{\"build\": \"$build\", \"run\": $run, \"load\": $load, \"r\": $r}"
+    "$BIN" umount "$MNT" > /dev/null; MNT=
+  done
+done
