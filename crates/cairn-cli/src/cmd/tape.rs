@@ -8,6 +8,15 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// Tapes: rebuild a lost catalog, show what a tape holds, stream raw
+/// blocks (docs/tape.md). A volume on a tape is created and mounted as
+/// any other: `cairn init tape-emu:DIR`, `cairn mount tape:/dev/nst0 MNT`.
+#[derive(clap::Args)]
+pub struct TapeArgs {
+    #[command(subcommand)]
+    pub op: TapeCmd,
+}
+
 #[derive(clap::Subcommand)]
 pub enum TapeCmd {
     /// Rebuild a tape's catalog from its blocks, after a crash or power cut
@@ -96,8 +105,9 @@ fn recall(paths: &[PathBuf], json: bool) -> Result<i32> {
     crate::inspect::warmup(paths, json, "recall")
 }
 
-pub fn run(cmd: TapeCmd) -> Result<i32> {
-    match cmd {
+pub fn run(a: TapeArgs, verbose: u8) -> Result<i32> {
+    crate::logging::init(verbose, None)?;
+    match a.op {
         TapeCmd::Recall { paths, json } => recall(&paths, json),
         TapeCmd::Recover { tape: url, json } => {
             let url = tape::absolute(&url)?;

@@ -1,0 +1,101 @@
+//! `cairn fsck`: check a volume.
+
+use crate::volume::{maintain, open_volume, PassArgs, VolumeDir};
+use crate::{logging, meta_url, progress, target};
+use anyhow::Result;
+use cairn_engine::maintenance;
+
+/// Check a volume's consistency (it must not be mounted).
+#[derive(clap::Args)]
+pub struct FsckArgs {
+    /// The volume (a directory, s3://BUCKET/PREFIX or a tape), or the
+    /// mountpoint of a mounted one.
+    #[arg(value_name = "VOLUME")]
+    pub dir: String,
+    #[command(flatten)]
+    pub cloud: target::CloudArgs,
+    #[command(flatten)]
+    pub meta: meta_url::MetaArgs,
+    /// Also read, decrypt and verify every stored chunk.
+    #[arg(long)]
+    pub read_data: bool,
+    /// Replay a damaged journal: every record that still verifies, the
+    /// damaged ones skipped (lost); a copy of each damaged segment is
+    /// kept in the volume's journal-damaged/ directory.
+    #[arg(long)]
+    pub salvage_journal: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub pass: PassArgs,
+}
+
+pub fn run(a: FsckArgs, verbose: u8) -> Result<i32> {
+    let FsckArgs { dir, cloud, meta, read_data, salvage_journal, json, pass } = a;
+    logging::init(verbose, None)?;
+    meta.check()?;
+    let dir = VolumeDir::unmounted(&dir, &cloud, "fsck")?.path;
+    // A damaged journal stops an open that replays it: report it,
+    // and check what is committed through a read-only open (or
+    // salvage the journal when asked to).
+    let damage = cairn_engine::journal::check_dir(&dir.join("journal"))?;
+    // Bytes a segment ends with past its last record that verifies:
+    // a torn write is a warning, a whole record that fails (damage
+    // to what may have been fsync'd) an error. Read before the open
+    // below replays (and may then delete) the segments.
+    let tails = cairn_engine::journal::check_tails(&dir.join("journal"))?;
+    let mut rep = if damage.is_empty() || salvage_journal {
+        maintain(&dir, &pass, &meta, json, |o| o.salvage_journal = salvage_journal, |vol, bars| maintenance::fsck(vol, read_data, bars))?
+    } else {
+        let vol = open_volume(&dir, &pass, &meta, true, None)?;
+        let bars = progress::Bars::new(!json);
+        let r = maintenance::fsck(&vol, read_data, &bars);
+        bars.finish();
+        vol.close()?;
+        r?
+    };
+    for (i, d) in damage.into_iter().enumerate() {
+        rep.errors.insert(
+            i,
+            if salvage_journal {
+                format!("{d}; salvaged: every record that verifies was replayed, the damaged ones are lost, a copy of the segment is in journal-damaged/")
+            } else {
+                format!("{d}; the volume will not mount until `cairn fsck --salvage-journal` replays every record that verifies")
+            },
+        );
+    }
+    for (line, damaged) in tails {
+        if damaged {
+            rep.errors.push(line);
+        } else {
+            rep.warnings.push(line);
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        for w in &rep.warnings {
+            println!("warning: {w}");
+        }
+        for e in &rep.errors {
+            println!("error: {e}");
+        }
+        if rep.packs_in_trash > 0 {
+            println!("{} packs no metadata names wait in the trash for their grace period (gc put them there)", rep.packs_in_trash);
+        }
+        if rep.packs_uploading > 0 {
+            println!("{} packs are being uploaded by a flush not yet committed (or by a gone session, reclaimed by gc after the grace)", rep.packs_uploading);
+        }
+        println!(
+            "checked {} inodes, {} chunks, {} packs{}: {} errors, {} warnings",
+            rep.inodes,
+            rep.chunks,
+            rep.packs,
+            if read_data { format!(", read {} blobs", rep.blobs_read) } else { String::new() },
+            rep.errors.len(),
+            rep.warnings.len()
+        );
+    }
+    Ok(if rep.errors.is_empty() { 0 } else { 1 })
+}

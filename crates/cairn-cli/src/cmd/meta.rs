@@ -1,0 +1,106 @@
+//! `cairn meta list|restore`: metadata versions of a volume in a bucket.
+
+use crate::show::hex_of;
+use crate::volume::{PassArgs, VolumeDir};
+use crate::{logging, passphrase, size, target};
+use anyhow::Result;
+use std::path::Path;
+
+/// Metadata versions of a volume in a bucket: list them, or roll the
+/// volume back to one (the volume must not be mounted).
+#[derive(clap::Args)]
+pub struct MetaArgs {
+    #[command(subcommand)]
+    pub op: MetaCmd,
+}
+
+pub fn run(a: MetaArgs, verbose: u8) -> Result<i32> {
+    let MetaArgs { op } = a;
+    logging::init(verbose, None)?;
+    meta_command(op)
+}
+
+#[derive(clap::Subcommand)]
+pub enum MetaCmd {
+    /// List the metadata versions kept in the bucket, oldest first.
+    List {
+        /// s3://BUCKET/PREFIX
+        volume: String,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make the state of VERSION the volume's latest state, as a new version
+    /// (nothing is deleted: restoring is itself undone the same way).
+    Restore {
+        /// s3://BUCKET/PREFIX
+        volume: String,
+        /// The version to go back to (`cairn meta list` shows them).
+        #[arg(value_name = "VERSION")]
+        target: u64,
+        #[command(flatten)]
+        cloud: target::CloudArgs,
+        #[command(flatten)]
+        pass: PassArgs,
+    },
+}
+
+/// `cairn meta list|restore`.
+fn meta_command(op: MetaCmd) -> Result<i32> {
+    use cairn_engine::cloud::{self, versions};
+    match op {
+        MetaCmd::List { volume, cloud: c, json } => {
+            let vd = VolumeDir::query(&volume, &c)?;
+            let dir = vd.path.clone();
+            let (_, settings, _, _) = cairn_engine::read_config(&dir)?;
+            let remote = cloud::open_remote(&settings)?;
+            let all = versions::list(remote.as_ref())?;
+            let heads = versions::headers(remote.as_ref(), &all)?;
+            save_requests(&dir, remote.as_ref());
+            let latest = versions::chain(&all, None).ok().and_then(|c| c.last().map(|v| v.version));
+            if json {
+                let rows: Vec<serde_json::Value> = all
+                    .iter()
+                    .zip(&heads)
+                    .map(|(v, h)| serde_json::json!({"version": v.version, "kind": v.kind, "bytes": v.size, "time": h.time, "writer": hex_of(&h.writer), "latest": Some(v.version) == latest}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("{:>8}  {:<5}  {:<23}  {:>10}  writer", "version", "kind", "written", "size");
+                for (v, h) in all.iter().zip(&heads) {
+                    let mark = if Some(v.version) == latest { "  (latest)" } else { "" };
+                    let kind = match v.kind {
+                        versions::Kind::Base => "base",
+                        versions::Kind::Delta => "delta",
+                    };
+                    let who = if h.writer == [0u8; 8] { "restore".to_string() } else { hex_of(&h.writer) };
+                    println!("{:>8}  {:<5}  {:<23}  {:>10}  {who}{mark}", v.version, kind, cloud::lease::show_time(h.time), size::human(v.size));
+                }
+            }
+            Ok(0)
+        }
+        MetaCmd::Restore { volume, target: version, cloud: c, pass } => {
+            let dir = target::open_dir(&volume, &c)?;
+            let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
+            let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
+            let keys = cfg.keys(passphrase.as_ref().map(|p| &p[..]))?;
+            let remote = cloud::open_remote(&settings)?;
+            let v = cloud::restore(remote.as_ref(), &keys, &volume, version);
+            save_requests(&dir, remote.as_ref());
+            let v = v?;
+            println!("restored version {version} of {volume} as version {v}; mount it to use it");
+            Ok(0)
+        }
+    }
+}
+
+/// Counts the requests of a command that does not open the volume into its
+/// bill (`cairn cost` shows them).
+fn save_requests(dir: &Path, remote: &dyn cairn_backend::Backend) {
+    if let Err(e) = cairn_engine::cost::save_unsaved(dir, remote) {
+        tracing::warn!("counting this command's requests into the bill: {e}");
+    }
+}
+
