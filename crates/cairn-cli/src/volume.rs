@@ -7,6 +7,32 @@ use cairn_engine::{OpenOptions, Volume};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The volume a command opens and how: where it is, its local directory
+/// and S3 service, its metadata database, its passphrase. Every command
+/// that opens a volume itself flattens it (no struct doc comment: a
+/// flattened one would replace the command's about text); each sets its
+/// VOLUME help with [`volume_help`] where it says more.
+#[derive(clap::Args, Clone)]
+pub struct VolumeArgs {
+    /// The volume (a directory, s3://BUCKET/PREFIX or a tape), or the
+    /// mountpoint of a mounted one.
+    #[arg(value_name = "VOLUME")]
+    pub volume: String,
+    #[command(flatten)]
+    pub cloud: target::CloudArgs,
+    #[command(flatten)]
+    pub meta: meta_url::MetaArgs,
+    #[command(flatten)]
+    pub pass: PassArgs,
+}
+
+/// For `#[command(mut_args(volume_help(...)))]`: a command's own help for
+/// [`VolumeArgs`]' VOLUME (None: none). `mut_args` changes it in place
+/// (`mut_arg` would move it after the command's other positionals).
+pub fn volume_help(help: Option<&'static str>) -> impl FnMut(clap::Arg) -> clap::Arg {
+    move |a| if a.get_id() == "volume" { a.help(help) } else { a }
+}
+
 #[derive(clap::Args, Clone)]
 pub struct PassArgs {
     /// Read the passphrase of an encrypted volume from this file (first line).

@@ -1,8 +1,8 @@
 //! `cairn cost`: the bill of a volume in a bucket.
 
 use crate::show::money;
-use crate::volume::{open_volume, PassArgs, VolumeDir};
-use crate::{logging, meta_url, size, target};
+use crate::volume::{VolumeArgs, VolumeDir, open_volume};
+use crate::{logging, size};
 use anyhow::{Context, Result};
 
 /// The bill of a volume in a bucket: requests by kind, transfer up and
@@ -33,15 +33,10 @@ use anyhow::{Context, Result};
 /// afterwards), metadata versions' storage, and
 /// the storage of packs gc trashed that wait for deletion.
 #[derive(clap::Args)]
+#[command(mut_args(crate::volume::volume_help(Some("s3://BUCKET/PREFIX (or the volume's local directory, or the mountpoint of the volume)"))))]
 pub struct CostArgs {
-    /// s3://BUCKET/PREFIX (or the volume's local directory, or the
-    /// mountpoint of the volume).
-    #[arg(value_name = "VOLUME")]
-    pub dir: String,
     #[command(flatten)]
-    pub cloud: target::CloudArgs,
-    #[command(flatten)]
-    pub meta: meta_url::MetaArgs,
+    pub vol: VolumeArgs,
     /// Count from this day on (YYYY-MM-DD, UTC). Default: everything.
     #[arg(long, value_name = "YYYY-MM-DD")]
     pub since: Option<String>,
@@ -60,12 +55,10 @@ pub struct CostArgs {
     /// Print as JSON (usage, prices, items, subsystems, total).
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub pass: PassArgs,
 }
 
 pub fn run(a: CostArgs, verbose: u8) -> Result<i32> {
-    let CostArgs { dir, cloud, meta, since, prices, json, pass } = a;
+    let CostArgs { vol: VolumeArgs { volume: dir, cloud, meta, pass }, since, prices, json } = a;
     logging::init(verbose, None)?;
     meta.check()?;
     use cairn_engine::cost;

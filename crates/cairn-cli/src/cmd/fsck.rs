@@ -1,21 +1,15 @@
 //! `cairn fsck`: check a volume.
 
-use crate::volume::{maintain, open_volume, PassArgs, VolumeDir};
-use crate::{logging, meta_url, progress, target};
+use crate::volume::{VolumeArgs, VolumeDir, maintain, open_volume};
+use crate::{logging, progress};
 use anyhow::Result;
 use cairn_engine::maintenance;
 
 /// Check a volume's consistency (it must not be mounted).
 #[derive(clap::Args)]
 pub struct FsckArgs {
-    /// The volume (a directory, s3://BUCKET/PREFIX or a tape), or the
-    /// mountpoint of a mounted one.
-    #[arg(value_name = "VOLUME")]
-    pub dir: String,
     #[command(flatten)]
-    pub cloud: target::CloudArgs,
-    #[command(flatten)]
-    pub meta: meta_url::MetaArgs,
+    pub vol: VolumeArgs,
     /// Also read, decrypt and verify every stored chunk.
     #[arg(long)]
     pub read_data: bool,
@@ -27,12 +21,10 @@ pub struct FsckArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub pass: PassArgs,
 }
 
 pub fn run(a: FsckArgs, verbose: u8) -> Result<i32> {
-    let FsckArgs { dir, cloud, meta, read_data, salvage_journal, json, pass } = a;
+    let FsckArgs { vol: VolumeArgs { volume: dir, cloud, meta, pass }, read_data, salvage_journal, json } = a;
     logging::init(verbose, None)?;
     meta.check()?;
     let dir = VolumeDir::unmounted(&dir, &cloud, "fsck")?.path;

@@ -1,7 +1,7 @@
 //! `cairn gc`: free dead space, or show what would be freed.
 
 use crate::show::{human_duration, money};
-use crate::volume::{maintain, open_volume, PassArgs, VolumeDir};
+use crate::volume::{PassArgs, VolumeArgs, VolumeDir, maintain, open_volume};
 use crate::{logging, meta_url, size, target};
 use anyhow::{bail, Context, Result};
 use cairn_engine::maintenance;
@@ -17,14 +17,8 @@ use std::path::Path;
 /// below --repack-below now, whatever that costs.
 #[derive(clap::Args)]
 pub struct GcArgs {
-    /// The volume (a directory, s3://BUCKET/PREFIX or a tape), or the
-    /// mountpoint of a mounted one.
-    #[arg(value_name = "VOLUME")]
-    pub dir: String,
     #[command(flatten)]
-    pub cloud: target::CloudArgs,
-    #[command(flatten)]
-    pub meta: meta_url::MetaArgs,
+    pub vol: VolumeArgs,
     /// Repack packs whose live share of bytes is below this fraction.
     #[arg(long, default_value_t = 0.5)]
     pub repack_below: f64,
@@ -49,12 +43,10 @@ pub struct GcArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub pass: PassArgs,
 }
 
 pub fn run(a: GcArgs, verbose: u8) -> Result<i32> {
-    let GcArgs { dir, cloud, meta, repack_below, dry_run, prices, chunk_grace, json, pass } = a;
+    let GcArgs { vol: VolumeArgs { volume: dir, cloud, meta, pass }, repack_below, dry_run, prices, chunk_grace, json } = a;
     logging::init(verbose, None)?;
     meta.check()?;
     let volume_arg = dir.clone();

@@ -1,26 +1,21 @@
 //! `cairn init`: create a volume.
 
-use crate::volume::PassArgs;
-use crate::{logging, meta_url, passphrase, size, target};
+use crate::volume::VolumeArgs;
+use crate::{logging, passphrase, size, target};
 use anyhow::{bail, Context, Result};
 use cairn_engine::{ChunkerParams, InitOptions};
 
 /// Create a new volume in DIR (a new or empty directory), or in a bucket
 /// (s3://BUCKET/PREFIX; the bucket must exist).
 #[derive(clap::Args)]
+#[command(mut_args(crate::volume::volume_help(None)))]
 pub struct InitArgs {
-    #[arg(value_name = "VOLUME")]
-    pub dir: String,
     #[command(flatten)]
-    pub cloud: target::CloudArgs,
-    #[command(flatten)]
-    pub meta: meta_url::MetaArgs,
+    pub vol: VolumeArgs,
     /// Encrypt data and metadata indexes with AES-256-GCM under a key
     /// wrapped by your passphrase (Argon2id).
     #[arg(long)]
     pub encrypt: bool,
-    #[command(flatten)]
-    pub pass: PassArgs,
     /// Smallest chunk (e.g. 256K).
     #[arg(long, default_value = "256K", value_parser = size::parse)]
     pub chunk_min: u64,
@@ -51,7 +46,7 @@ pub struct InitArgs {
 }
 
 pub fn run(a: InitArgs, verbose: u8) -> Result<i32> {
-    let InitArgs { dir: volume, cloud, meta, encrypt, pass, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level, dedup_domain } = a;
+    let InitArgs { vol: VolumeArgs { volume, cloud, meta, pass }, encrypt, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level, dedup_domain } = a;
     let dir = target::local_dir(&volume, &cloud)?;
     let meta_url = meta.for_init()?;
     let pack_size = pack_size.unwrap_or(if cairn_engine::tape::is_tape_url(&volume) {

@@ -1,8 +1,8 @@
 //! `cairn mount`: open a volume and serve it over FUSE, in the foreground
 //! or as a daemon.
 
-use crate::volume::PassArgs;
-use crate::{daemon, logging, meta_url, metrics, passphrase, resolve, runtime, size, target, utab};
+use crate::volume::VolumeArgs;
+use crate::{daemon, logging, metrics, passphrase, resolve, runtime, size, target, utab};
 use anyhow::{bail, Context, Result};
 use cairn_engine::{OpenOptions, Volume};
 use std::path::{Path, PathBuf};
@@ -32,15 +32,12 @@ at once. Examples: dist/fstab.example, dist/systemd/.";
 
 /// Mount VOLUME at MOUNTPOINT (in the background unless -f).
 #[derive(clap::Args)]
+#[command(mut_args(crate::volume::volume_help(None)))]
 #[command(after_long_help = MOUNT_HELPER_HELP)]
 pub struct MountArgs {
-    #[arg(value_name = "VOLUME")]
-    pub dir: String,
+    #[command(flatten)]
+    pub vol: VolumeArgs,
     pub mountpoint: PathBuf,
-    #[command(flatten)]
-    pub cloud: target::CloudArgs,
-    #[command(flatten)]
-    pub meta: meta_url::MetaArgs,
     /// Volume in a bucket: bound on the local pack cache in --cache-dir
     /// (fetched packs and packs not yet uploaded; the latter are never
     /// evicted, and writers wait when they fill it during an outage).
@@ -260,12 +257,10 @@ pub struct MountArgs {
     /// (format: docs/trace.md). Replaces FILE.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    #[command(flatten)]
-    pub pass: PassArgs,
 }
 
 pub fn run(a: MountArgs, verbose: u8) -> Result<i32> {
-    let MountArgs { dir: volume, mountpoint, cloud, meta, cache_dir_size, cache_block, cache_ahead, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, gc_dead_ratio, gc_dead_floor, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace, pass } = a;
+    let MountArgs { vol: VolumeArgs { volume, cloud, meta, pass }, mountpoint, cache_dir_size, cache_block, cache_ahead, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, gc_dead_ratio, gc_dead_floor, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace } = a;
     if tape_memory < cairn_tape::store::MIN_MEMORY {
         bail!("--tape-memory of {tape_memory} bytes is too small: a tape needs at least 16M (two packs being built and two queued)");
     }

@@ -1,7 +1,7 @@
 //! `cairn stats`: space use of a volume, or of a tree inside a mount.
 
-use crate::volume::{open_volume, PassArgs, VolumeDir};
-use crate::{inspect, logging, meta_url, metrics, size, target};
+use crate::volume::{VolumeArgs, VolumeDir, open_volume};
+use crate::{inspect, logging, metrics, size};
 use anyhow::{Context, Result};
 use cairn_engine::maintenance;
 
@@ -11,27 +11,20 @@ use cairn_engine::maintenance;
 /// bytes, dedup, and what it shares with the rest of the volume versus
 /// what deleting it would free.
 #[derive(clap::Args)]
+#[command(mut_args(crate::volume::volume_help(Some("The volume (a directory, s3://BUCKET/PREFIX or a tape), the mountpoint of a mounted one, or a path inside a mount"))))]
 pub struct StatsArgs {
-    /// The volume (a directory, s3://BUCKET/PREFIX or a tape), the
-    /// mountpoint of a mounted one, or a path inside a mount.
-    #[arg(value_name = "VOLUME")]
-    pub dir: String,
     #[command(flatten)]
-    pub cloud: target::CloudArgs,
-    #[command(flatten)]
-    pub meta: meta_url::MetaArgs,
+    pub vol: VolumeArgs,
     /// Print as JSON.
     #[arg(long)]
     pub json: bool,
     /// Show the mounted volume's live rates instead, as `cairn top`.
     #[arg(long, conflicts_with = "json")]
     pub watch: bool,
-    #[command(flatten)]
-    pub pass: PassArgs,
 }
 
 pub fn run(a: StatsArgs, verbose: u8) -> Result<i32> {
-    let StatsArgs { dir, cloud, meta, json, watch, pass } = a;
+    let StatsArgs { vol: VolumeArgs { volume: dir, cloud, meta, pass }, json, watch } = a;
     logging::init(verbose, None)?;
     meta.check()?;
     // A file or directory inside a mount (not its mountpoint): that tree.
