@@ -127,8 +127,6 @@ fn print_bill(b: &cairn_engine::cost::Bill) {
         }
         println!(" {:>12} {:>12} {:>12}", size::human(s.bytes_up), size::human(s.bytes_down), money(s.cost));
     }
-    let months = |bs: u64| bs as f64 / cairn_engine::cost::GB / cairn_engine::cost::MONTH_SECS;
-    let storage = (months(b.live_byte_seconds) + months(b.dead_byte_seconds)) * b.prices.storage_per_gb_month;
-    println!("{:<10} {:>92}", "storage", money(storage));
+    println!("{:<10} {:>92}", "storage", money(b.storage_cost()));
 }
 

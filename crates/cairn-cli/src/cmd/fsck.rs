@@ -3,7 +3,7 @@
 use crate::volume::{VolumeArgs, VolumeDir, maintain, open_volume};
 use crate::{logging, progress};
 use anyhow::Result;
-use cairn_engine::maintenance;
+use cairn_engine::{maintenance, report};
 
 /// Check a volume's consistency (it must not be mounted).
 #[derive(clap::Args)]
@@ -28,16 +28,12 @@ pub fn run(a: FsckArgs, verbose: u8) -> Result<i32> {
     logging::init(verbose, None)?;
     meta.check()?;
     let dir = VolumeDir::unmounted(&dir, &cloud, "fsck")?.path;
-    // A damaged journal stops an open that replays it: report it,
-    // and check what is committed through a read-only open (or
-    // salvage the journal when asked to).
-    let damage = cairn_engine::journal::check_dir(&dir.join("journal"))?;
-    // Bytes a segment ends with past its last record that verifies:
-    // a torn write is a warning, a whole record that fails (damage
-    // to what may have been fsync'd) an error. Read before the open
-    // below replays (and may then delete) the segments.
-    let tails = cairn_engine::journal::check_tails(&dir.join("journal"))?;
-    let mut rep = if damage.is_empty() || salvage_journal {
+    // A damaged journal stops an open that replays it: report it, and
+    // check what is committed through a read-only open (or salvage the
+    // journal when asked to). Read before the open replays (and may then
+    // delete) the segments.
+    let journal = report::journal_findings(&dir)?;
+    let mut rep = if !journal.is_damaged() || salvage_journal {
         maintain(&dir, &pass, &meta, json, |o| o.salvage_journal = salvage_journal, |vol, bars| maintenance::fsck(vol, read_data, bars))?
     } else {
         let vol = open_volume(&dir, &pass, &meta, true, None)?;
@@ -47,23 +43,7 @@ pub fn run(a: FsckArgs, verbose: u8) -> Result<i32> {
         vol.close()?;
         r?
     };
-    for (i, d) in damage.into_iter().enumerate() {
-        rep.errors.insert(
-            i,
-            if salvage_journal {
-                format!("{d}; salvaged: every record that verifies was replayed, the damaged ones are lost, a copy of the segment is in journal-damaged/")
-            } else {
-                format!("{d}; the volume will not mount until `cairn fsck --salvage-journal` replays every record that verifies")
-            },
-        );
-    }
-    for (line, damaged) in tails {
-        if damaged {
-            rep.errors.push(line);
-        } else {
-            rep.warnings.push(line);
-        }
-    }
+    journal.add_to(&mut rep, salvage_journal);
     if json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
     } else {

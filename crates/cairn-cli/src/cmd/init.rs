@@ -49,13 +49,7 @@ pub fn run(a: InitArgs, verbose: u8) -> Result<i32> {
     let InitArgs { vol: VolumeArgs { volume, cloud, meta, pass }, encrypt, chunk_min, chunk_avg, chunk_max, pack_size, zstd_level, dedup_domain } = a;
     let dir = target::local_dir(&volume, &cloud)?;
     let meta_url = meta.for_init()?;
-    let pack_size = pack_size.unwrap_or(if cairn_engine::tape::is_tape_url(&volume) {
-        64 << 20
-    } else if target::is_url(&volume) {
-        16 << 20
-    } else {
-        32 << 20
-    });
+    let pack_size = pack_size.unwrap_or_else(|| cairn_engine::config::default_pack_target(&volume));
     logging::init(verbose, None)?;
     let chunker = ChunkerParams {
         min: u32::try_from(chunk_min).context("--chunk-min too large")?,

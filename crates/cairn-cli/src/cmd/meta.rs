@@ -4,7 +4,8 @@ use crate::show::hex_of;
 use crate::volume::{PassArgs, VolumeDir};
 use crate::{logging, passphrase, size, target};
 use anyhow::Result;
-use std::path::Path;
+use cairn_engine::cloud::{self, versions};
+use cairn_engine::report;
 
 /// Metadata versions of a volume in a bucket: list them, or roll the
 /// volume back to one (the volume must not be mounted).
@@ -49,58 +50,35 @@ pub enum MetaCmd {
 
 /// `cairn meta list|restore`.
 fn meta_command(op: MetaCmd) -> Result<i32> {
-    use cairn_engine::cloud::{self, versions};
     match op {
         MetaCmd::List { volume, cloud: c, json } => {
             let vd = VolumeDir::query(&volume, &c)?;
-            let dir = vd.path.clone();
-            let (_, settings, _, _) = cairn_engine::read_config(&dir)?;
-            let remote = cloud::open_remote(&settings)?;
-            let all = versions::list(remote.as_ref())?;
-            let heads = versions::headers(remote.as_ref(), &all)?;
-            save_requests(&dir, remote.as_ref());
-            let latest = versions::chain(&all, None).ok().and_then(|c| c.last().map(|v| v.version));
+            let rows = report::meta_versions(&vd.path)?;
             if json {
-                let rows: Vec<serde_json::Value> = all
-                    .iter()
-                    .zip(&heads)
-                    .map(|(v, h)| serde_json::json!({"version": v.version, "kind": v.kind, "bytes": v.size, "time": h.time, "writer": hex_of(&h.writer), "latest": Some(v.version) == latest}))
-                    .collect();
+                let rows: Vec<serde_json::Value> =
+                    rows.iter().map(|v| serde_json::json!({"version": v.version, "kind": v.kind, "bytes": v.bytes, "time": v.time, "writer": hex_of(&v.writer), "latest": v.latest})).collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 println!("{:>8}  {:<5}  {:<23}  {:>10}  writer", "version", "kind", "written", "size");
-                for (v, h) in all.iter().zip(&heads) {
-                    let mark = if Some(v.version) == latest { "  (latest)" } else { "" };
+                for v in &rows {
+                    let mark = if v.latest { "  (latest)" } else { "" };
                     let kind = match v.kind {
                         versions::Kind::Base => "base",
                         versions::Kind::Delta => "delta",
                     };
-                    let who = if h.writer == [0u8; 8] { "restore".to_string() } else { hex_of(&h.writer) };
-                    println!("{:>8}  {:<5}  {:<23}  {:>10}  {who}{mark}", v.version, kind, cloud::lease::show_time(h.time), size::human(v.size));
+                    let who = if v.writer == [0u8; 8] { "restore".to_string() } else { hex_of(&v.writer) };
+                    println!("{:>8}  {:<5}  {:<23}  {:>10}  {who}{mark}", v.version, kind, cloud::lease::show_time(v.time), size::human(v.bytes));
                 }
             }
             Ok(0)
         }
         MetaCmd::Restore { volume, target: version, cloud: c, pass } => {
             let dir = target::open_dir(&volume, &c)?;
-            let (_, settings, _, cfg) = cairn_engine::read_config(&dir)?;
+            let (_, _, _, cfg) = cairn_engine::read_config(&dir)?;
             let passphrase = if cfg.needs_passphrase() { Some(passphrase::get(pass.passphrase_file.as_deref(), false)?) } else { None };
-            let keys = cfg.keys(passphrase.as_ref().map(|p| &p[..]))?;
-            let remote = cloud::open_remote(&settings)?;
-            let v = cloud::restore(remote.as_ref(), &keys, &volume, version);
-            save_requests(&dir, remote.as_ref());
-            let v = v?;
+            let v = report::restore_meta_version(&dir, passphrase.as_ref().map(|p| &p[..]), &volume, version)?;
             println!("restored version {version} of {volume} as version {v}; mount it to use it");
             Ok(0)
         }
     }
 }
-
-/// Counts the requests of a command that does not open the volume into its
-/// bill (`cairn cost` shows them).
-fn save_requests(dir: &Path, remote: &dyn cairn_backend::Backend) {
-    if let Err(e) = cairn_engine::cost::save_unsaved(dir, remote) {
-        tracing::warn!("counting this command's requests into the bill: {e}");
-    }
-}
-

@@ -261,10 +261,7 @@ pub struct MountArgs {
 
 pub fn run(a: MountArgs, verbose: u8) -> Result<i32> {
     let MountArgs { vol: VolumeArgs { volume, cloud, meta, pass }, mountpoint, cache_dir_size, cache_block, cache_ahead, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, gc_dead_ratio, gc_dead_floor, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace } = a;
-    if tape_memory < cairn_tape::store::MIN_MEMORY {
-        bail!("--tape-memory of {tape_memory} bytes is too small: a tape needs at least 16M (two packs being built and two queued)");
-    }
-    cairn_engine::tape::configure(cairn_engine::tape::TapeOptions { store: cairn_tape::store::StoreOptions { prepare_append: !read_only, prepare_read: read_only, ..cairn_tape::store::StoreOptions::for_memory(tape_memory) }, ..Default::default() });
+    cairn_engine::tape::configure_for_mount(tape_memory, read_only)?;
     use cairn_engine::mirror::MirrorChoice;
     let mirror = match (mirror, no_mirror) {
         (Some(d), _) => MirrorChoice::Use(d),

@@ -2,8 +2,8 @@
 
 use anyhow::{bail, Context, Result};
 use cairn_engine::tape::{self, TapeOptions};
-use cairn_tape::store::{self, TapeStore};
-use cairn_tape::{layout, EmuParams, TapeDevice};
+use cairn_tape::store;
+use cairn_tape::{EmuParams, TapeDevice};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -263,46 +263,28 @@ fn info(url: &str, json: bool) -> Result<i32> {
         }
         return Ok(0);
     }
-    let s = TapeStore::open(tape::open_device(&url, &TapeOptions::default(), None)?, Default::default(), None, false)?;
-    let (live, dead) = s.space();
-    let idx = s.index();
-    let l = s.label();
-    let live_objects = idx.objects.values().filter(|o| !o.dead).count();
-    // The volume's id, as `cairn init` printed it, is in its config object.
-    let volume_id = {
-        use cairn_backend::Backend;
-        s.get(cairn_engine::config::CONFIG_OBJECT).ok().and_then(|b| cairn_engine::config::VolumeConfig::parse(&b).ok()).map(|c| c.volume_id)
-    };
-    // An emulated drive records what its last session did (the drive of a
-    // mount is inside the mount's process), and knows its capacity; the st
-    // driver reports no cartridge capacity.
-    let emu_dir = url.strip_prefix(tape::EMU_SCHEME).map(std::path::Path::new);
-    let session = emu_dir.and_then(cairn_tape::Session::read);
-    let params = emu_dir.and_then(|d| std::fs::read_to_string(d.join("params.json")).ok()).and_then(|t| serde_json::from_str::<EmuParams>(&t).ok());
-    let used = s.data_end_at_open().saturating_mul(l.block_size as u64);
-    let capacity = params.as_ref().map(|p| p.capacity_bytes.saturating_sub(p.early_warning_bytes));
-    let free = capacity.map(|c| c.saturating_sub(used));
+    let t = tape::describe(&url)?;
     if json {
         println!(
             "{}",
-            serde_json::json!({"tape": url, "volume_id": volume_id, "tape_id": l.volume_id.to_string(), "block_size": l.block_size, "created": l.created, "objects": live_objects, "live_bytes": live, "dead_bytes": dead, "used_bytes": used, "capacity_bytes": capacity, "free_bytes": free, "last_session": session})
+            serde_json::json!({"tape": url, "volume_id": t.volume_id, "tape_id": t.tape_id, "block_size": t.block_size, "created": t.created, "objects": t.live_objects, "live_bytes": t.live_bytes, "dead_bytes": t.dead_bytes, "used_bytes": t.used_bytes, "capacity_bytes": t.capacity_bytes, "free_bytes": t.free_bytes, "last_session": t.last_session})
         );
         return Ok(0);
     }
     println!("tape        {url}");
-    match &volume_id {
+    match &t.volume_id {
         Some(v) => println!("volume      {v}"),
         None => println!("volume      none (no readable config object: not a Cairn volume, or a damaged one)"),
     }
-    println!("label       tape id {}, {}-byte blocks, format version {}", l.volume_id, l.block_size, layout::FORMAT_VERSION);
-    println!("objects     {live_objects} live");
-    println!("live        {}", h(live));
-    println!("dead        {}   (deleted or replaced; `cairn tape reclaim` copies the live data to a new tape)", h(dead));
-    match (capacity, free) {
-        (Some(c), Some(f)) => println!("capacity    {} (to the early-warning point), {} used, {} left", h(c), h(used), h(f)),
-        _ => println!("used        {}   (capacity: the st driver does not report a cartridge's)", h(used)),
+    println!("label       tape id {}, {}-byte blocks, format version {}", t.tape_id, t.block_size, t.format_version);
+    println!("objects     {} live", t.live_objects);
+    println!("live        {}", h(t.live_bytes));
+    println!("dead        {}   (deleted or replaced; `cairn tape reclaim` copies the live data to a new tape)", h(t.dead_bytes));
+    match (t.capacity_bytes, t.free_bytes) {
+        (Some(c), Some(f)) => println!("capacity    {} (to the early-warning point), {} used, {} left", h(c), h(t.used_bytes), h(f)),
+        _ => println!("used        {}   (capacity: the st driver does not report a cartridge's)", h(t.used_bytes)),
     }
-    if let Some(x) = &session {
+    if let Some(x) = &t.last_session {
         let t = &x.stats;
         println!(
             "last session {:.1} s: {} written, {} read, streaming {:.1} s, positioning {:.1} s, idle {:.1} s, {} backhitches, {} locates, {:.0} m of tape",
