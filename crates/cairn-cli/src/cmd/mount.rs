@@ -4,6 +4,7 @@
 use crate::volume::VolumeArgs;
 use crate::{daemon, logging, metrics, passphrase, resolve, runtime, size, target, utab};
 use anyhow::{bail, Context, Result};
+use cairn_engine::mirror::MirrorChoice;
 use cairn_engine::{OpenOptions, Volume};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,111 +39,8 @@ pub struct MountArgs {
     #[command(flatten)]
     pub vol: VolumeArgs,
     pub mountpoint: PathBuf,
-    /// Volume in a bucket: bound on the local pack cache in --cache-dir
-    /// (fetched packs and packs not yet uploaded; the latter are never
-    /// evicted, and writers wait when they fill it during an outage).
-    /// The journal of written data not yet packed gets a quarter of it
-    /// (at most 2G), and at least room for two packs.
-    #[arg(long, default_value = "10G", value_parser = size::parse)]
-    pub cache_dir_size: u64,
-    /// Volume in a bucket: what a read miss fetches. 0 (the default):
-    /// exactly the bytes the read needs that the cache does not hold,
-    /// two such gaps closer than a GET's price in transfer in one
-    /// ranged GET. SIZE (4K to 64M): each gap rounded out to aligned
-    /// blocks of SIZE, which brings neighbours along at the price of
-    /// their transfer; `cairn sim --pack-block` compares them on a
-    /// recorded trace.
-    #[arg(long, default_value = "0", value_parser = size::parse)]
-    pub cache_block: u64,
-    /// Volume in a bucket: a miss that starts where the pack's last GET
-    /// ended (a reader going through files flushed together, e.g. one
-    /// directory's) fetches this much more, so the next files come in
-    /// the same GET; a random reader's misses are fetched exactly. 0
-    /// turns it off.
-    #[arg(long, default_value = "256K", value_parser = size::parse)]
-    pub cache_ahead: u64,
-    /// Volume in a bucket: when fsync returns. `local`: the data is safe
-    /// in the local journal and is uploaded in the background (within
-    /// about 10 s while the bucket answers). `remote`: the pack and the
-    /// metadata version naming it are in the bucket.
-    #[arg(long, value_enum, default_value = "local")]
-    pub durability: DurabilityArg,
-    /// Volume in a bucket: what the pack cache evicts first. `lru`: the
-    /// least recently used block. `kd` (Coral's policy): the blocks of
-    /// files read long ago and seldom per byte, a file's blocks together,
-    /// in batches that shrink for a while when the read/write mix changes.
-    #[arg(long, value_enum, default_value = "lru")]
-    pub cache_policy: CachePolicyArg,
-    /// Volume in a bucket: seconds between metadata versions shipped to
-    /// the bucket (what a lost machine can lose with `local` durability).
-    #[arg(long, default_value_t = 5)]
-    pub meta_interval: u64,
-    /// Volume in a bucket: take the volume over from a machine whose
-    /// lease expired without an unmount (it died).
-    #[arg(long)]
-    pub force: bool,
-    /// Volume in a bucket: seconds between renewals of the mount's lease
-    /// (1 to 60; the lease expires 120 s after the last renewal). A
-    /// mount finds out at its next renewal that its lease was taken or
-    /// deleted; renewals happen at metadata shipping rounds
-    /// (`--meta-interval`).
-    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=60))]
-    pub lease_renew: u64,
-    /// Volume in a bucket with its metadata in PostgreSQL: seconds this
-    /// mount's session lives without a heartbeat (heartbeats come every
-    /// fifth of it; 3 to 3600). If this machine dies, the others clean
-    /// up after it (free the unlinked files it had open) this long after
-    /// its last heartbeat; if it is cut off from PostgreSQL this long,
-    /// it stops writing until remounted.
-    #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(3..=3600))]
-    pub session_ttl: u64,
-    /// Metadata in PostgreSQL: seconds one operation waits for the
-    /// database (reconnecting and retrying) before it fails with EIO
-    /// (1 to 3600). While PostgreSQL is unreachable, file operations
-    /// block until it has been unreachable this long, then fail at
-    /// once until it answers again (a call such as fsync or close
-    /// waits about this long in all); data already cached stays
-    /// readable.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub meta_timeout: u64,
-    /// Metadata in PostgreSQL: make every metadata change wait for
-    /// PostgreSQL's disk flush before it returns (as JuiceFS does).
-    /// Without it a change is seen by every mount at once and is
-    /// durable at the next fsync, fsyncdir or syncfs on any file, or
-    /// within PostgreSQL's WAL writer delay (0.6 s by default): a crash
-    /// of the database server loses at most that window of changes no
-    /// fsync covered, as a local file system's crash does.
-    #[arg(long)]
-    pub meta_sync_commit: bool,
-    /// Every volume but one on a tape: seconds between the cleaner's
-    /// rounds inside the mount, which clean the packs whose dead bytes
-    /// have cost what cleaning them costs (at --gc-prices). Between
-    /// rounds it looks every second whether the dead bytes passed
-    /// --gc-dead-ratio / --gc-dead-floor or small packs piled up, and
-    /// cleans at once if so (docs/frugal.md §8). 0: never clean inside
-    /// the mount (`cairn gc` then frees space, unmounted).
-    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
-    pub gc_interval: u64,
-    /// The cleaner's hard bound: dead bytes at most this many times the
-    /// live ones (or --gc-dead-floor, whichever is more).
-    #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
-    pub gc_dead_ratio: f64,
-    /// The cleaner's hard bound's floor: dead bytes up to this much are
-    /// always allowed (so a small volume is not rewritten for nothing).
-    #[arg(long, default_value = "256M", value_parser = size::parse)]
-    pub gc_dead_floor: u64,
-    /// Metadata in PostgreSQL: a fixed number of seconds a chunk whose
-    /// last reference went is left alone before this mount's cleaner
-    /// may delete it (as `cairn gc --chunk-grace`). Default: until no
-    /// flush round that began before it died (less 5 s) is under way
-    /// on any machine; a gone session's uploads are kept 900 s.
-    #[arg(long, value_name = "SECONDS")]
-    pub chunk_grace: Option<u64>,
-    /// The prices the cleaner weighs (aws, coral, local or a TOML file,
-    /// as for `cairn cost`); default: aws in a bucket, local (a local
-    /// disk's space against rewrite work) in a directory.
-    #[arg(long, value_name = "aws|coral|local|FILE")]
-    pub gc_prices: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// Volume on a tape: memory for data on its way to the drive (a
     /// write waits beyond it): the packs being built, a quarter of it
     /// each (at most 64M), and those queued for the drive. Reads keep a
@@ -259,18 +157,155 @@ pub struct MountArgs {
     pub trace: Option<PathBuf>,
 }
 
-pub fn run(a: MountArgs, verbose: u8) -> Result<i32> {
-    let MountArgs { vol: VolumeArgs { volume, cloud, meta, pass }, mountpoint, cache_dir_size, cache_block, cache_ahead, durability, cache_policy, meta_interval, force, lease_renew, session_ttl, meta_timeout, meta_sync_commit, gc_interval, gc_dead_ratio, gc_dead_floor, chunk_grace, gc_prices, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace } = a;
-    cairn_engine::tape::configure_for_mount(tape_memory, read_only)?;
-    use cairn_engine::mirror::MirrorChoice;
-    let mirror = match (mirror, no_mirror) {
-        (Some(d), _) => MirrorChoice::Use(d),
-        (None, true) => MirrorChoice::Off,
-        (None, false) => MirrorChoice::Remembered,
-    };
-    if mirror != MirrorChoice::Remembered && !cairn_engine::tape::is_tape_url(&volume) {
-        bail!("--mirror and --no-mirror are for volumes on a tape (tape:/dev/nstN or tape-emu:DIR); {volume} is not one");
+// How the mount keeps and cleans the volume's data: the bucket cache,
+// durability and lease, the PostgreSQL session, the cleaner (no doc
+// comment: flattened, it would replace the command's about text).
+#[derive(clap::Args)]
+pub struct StoreArgs {
+    /// Volume in a bucket: bound on the local pack cache in --cache-dir
+    /// (fetched packs and packs not yet uploaded; the latter are never
+    /// evicted, and writers wait when they fill it during an outage).
+    /// The journal of written data not yet packed gets a quarter of it
+    /// (at most 2G), and at least room for two packs.
+    #[arg(long, default_value = "10G", value_parser = size::parse)]
+    pub cache_dir_size: u64,
+    /// Volume in a bucket: what a read miss fetches. 0 (the default):
+    /// exactly the bytes the read needs that the cache does not hold,
+    /// two such gaps closer than a GET's price in transfer in one
+    /// ranged GET. SIZE (4K to 64M): each gap rounded out to aligned
+    /// blocks of SIZE, which brings neighbours along at the price of
+    /// their transfer; `cairn sim --pack-block` compares them on a
+    /// recorded trace.
+    #[arg(long, default_value = "0", value_parser = size::parse)]
+    pub cache_block: u64,
+    /// Volume in a bucket: a miss that starts where the pack's last GET
+    /// ended (a reader going through files flushed together, e.g. one
+    /// directory's) fetches this much more, so the next files come in
+    /// the same GET; a random reader's misses are fetched exactly. 0
+    /// turns it off.
+    #[arg(long, default_value = "256K", value_parser = size::parse)]
+    pub cache_ahead: u64,
+    /// Volume in a bucket: when fsync returns. `local`: the data is safe
+    /// in the local journal and is uploaded in the background (within
+    /// about 10 s while the bucket answers). `remote`: the pack and the
+    /// metadata version naming it are in the bucket.
+    #[arg(long, value_enum, default_value = "local")]
+    pub durability: DurabilityArg,
+    /// Volume in a bucket: what the pack cache evicts first. `lru`: the
+    /// least recently used block. `kd` (Coral's policy): the blocks of
+    /// files read long ago and seldom per byte, a file's blocks together,
+    /// in batches that shrink for a while when the read/write mix changes.
+    #[arg(long, value_enum, default_value = "lru")]
+    pub cache_policy: CachePolicyArg,
+    /// Volume in a bucket: seconds between metadata versions shipped to
+    /// the bucket (what a lost machine can lose with `local` durability).
+    #[arg(long, default_value_t = 5)]
+    pub meta_interval: u64,
+    /// Volume in a bucket: take the volume over from a machine whose
+    /// lease expired without an unmount (it died).
+    #[arg(long)]
+    pub force: bool,
+    /// Volume in a bucket: seconds between renewals of the mount's lease
+    /// (1 to 60; the lease expires 120 s after the last renewal). A
+    /// mount finds out at its next renewal that its lease was taken or
+    /// deleted; renewals happen at metadata shipping rounds
+    /// (`--meta-interval`).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub lease_renew: u64,
+    /// Volume in a bucket with its metadata in PostgreSQL: seconds this
+    /// mount's session lives without a heartbeat (heartbeats come every
+    /// fifth of it; 3 to 3600). If this machine dies, the others clean
+    /// up after it (free the unlinked files it had open) this long after
+    /// its last heartbeat; if it is cut off from PostgreSQL this long,
+    /// it stops writing until remounted.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(3..=3600))]
+    pub session_ttl: u64,
+    /// Metadata in PostgreSQL: seconds one operation waits for the
+    /// database (reconnecting and retrying) before it fails with EIO
+    /// (1 to 3600). While PostgreSQL is unreachable, file operations
+    /// block until it has been unreachable this long, then fail at
+    /// once until it answers again (a call such as fsync or close
+    /// waits about this long in all); data already cached stays
+    /// readable.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub meta_timeout: u64,
+    /// Metadata in PostgreSQL: make every metadata change wait for
+    /// PostgreSQL's disk flush before it returns (as JuiceFS does).
+    /// Without it a change is seen by every mount at once and is
+    /// durable at the next fsync, fsyncdir or syncfs on any file, or
+    /// within PostgreSQL's WAL writer delay (0.6 s by default): a crash
+    /// of the database server loses at most that window of changes no
+    /// fsync covered, as a local file system's crash does.
+    #[arg(long)]
+    pub meta_sync_commit: bool,
+    /// Every volume but one on a tape: seconds between the cleaner's
+    /// rounds inside the mount, which clean the packs whose dead bytes
+    /// have cost what cleaning them costs (at --gc-prices). Between
+    /// rounds it looks every second whether the dead bytes passed
+    /// --gc-dead-ratio / --gc-dead-floor or small packs piled up, and
+    /// cleans at once if so (docs/frugal.md §8). 0: never clean inside
+    /// the mount (`cairn gc` then frees space, unmounted).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub gc_interval: u64,
+    /// The cleaner's hard bound: dead bytes at most this many times the
+    /// live ones (or --gc-dead-floor, whichever is more).
+    #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
+    pub gc_dead_ratio: f64,
+    /// The cleaner's hard bound's floor: dead bytes up to this much are
+    /// always allowed (so a small volume is not rewritten for nothing).
+    #[arg(long, default_value = "256M", value_parser = size::parse)]
+    pub gc_dead_floor: u64,
+    /// Metadata in PostgreSQL: a fixed number of seconds a chunk whose
+    /// last reference went is left alone before this mount's cleaner
+    /// may delete it (as `cairn gc --chunk-grace`). Default: until no
+    /// flush round that began before it died (less 5 s) is under way
+    /// on any machine; a gone session's uploads are kept 900 s.
+    #[arg(long, value_name = "SECONDS")]
+    pub chunk_grace: Option<u64>,
+    /// The prices the cleaner weighs (aws, coral, local or a TOML file,
+    /// as for `cairn cost`); default: aws in a bucket, local (a local
+    /// disk's space against rewrite work) in a directory.
+    #[arg(long, value_name = "aws|coral|local|FILE")]
+    pub gc_prices: Option<String>,
+}
+
+impl StoreArgs {
+    /// The bucket and cleaner options of the mount, checked.
+    fn cloud_options(&self) -> Result<cairn_engine::cloud::CloudOptions> {
+        if self.cache_block != 0 && !(4 << 10..=64 << 20).contains(&self.cache_block) {
+            bail!("--cache-block must be 0 (exact) or between 4K and 64M");
+        }
+        if self.cache_ahead > 64 << 20 {
+            bail!("--cache-ahead must be at most 64M");
+        }
+        Ok(cairn_engine::cloud::CloudOptions {
+            cache_bytes: self.cache_dir_size,
+            cache_block: self.cache_block,
+            cache_ahead: self.cache_ahead,
+            durability: match self.durability {
+                DurabilityArg::Local => cairn_engine::cache::disk::Durability::Local,
+                DurabilityArg::Remote => cairn_engine::cache::disk::Durability::Remote,
+            },
+            cache_policy: match self.cache_policy {
+                CachePolicyArg::Lru => cairn_engine::cache::PolicyChoice::Lru,
+                CachePolicyArg::Kd => cairn_engine::cache::PolicyChoice::Kd,
+            },
+            meta_interval: std::time::Duration::from_secs(self.meta_interval.max(1)),
+            force: self.force,
+            lease_renew: std::time::Duration::from_secs(self.lease_renew),
+            session_ttl: std::time::Duration::from_secs(self.session_ttl),
+            gc_interval: (self.gc_interval > 0).then(|| std::time::Duration::from_secs(self.gc_interval)),
+            gc_prices: self.gc_prices.as_deref().map(cairn_engine::cost::Prices::load).transpose()?,
+            gc_bound: cairn_engine::cleaner::DeadBound { ratio: self.gc_dead_ratio, floor: self.gc_dead_floor },
+            ..Default::default()
+        })
     }
+}
+
+pub fn run(a: MountArgs, verbose: u8) -> Result<i32> {
+    let MountArgs { vol: VolumeArgs { volume, cloud, meta, pass }, mountpoint, store, tape_memory, mirror, no_mirror, foreground, read_only, threads, cache_size, log_file, private, no_writeback_cache, fsync_on_close, fuse_uring, no_io_workers, metrics, trace } = a;
+    cairn_engine::tape::configure_for_mount(tape_memory, read_only)?;
+    let mirror = mirror_choice(mirror, no_mirror, &volume)?;
     check_fuse_access(private)?;
     let local = target::local_dir(&volume, &cloud)?;
     // The same local directory mounted twice (the volume's lock
@@ -323,34 +358,8 @@ pub fn run(a: MountArgs, verbose: u8) -> Result<i32> {
         fuse_uring,
         fsync_on_close,
     };
-    if cache_block != 0 && !(4 << 10..=64 << 20).contains(&cache_block) {
-        bail!("--cache-block must be 0 (exact) or between 4K and 64M");
-    }
-    if cache_ahead > 64 << 20 {
-        bail!("--cache-ahead must be at most 64M");
-    }
-    let cloud_opts = cairn_engine::cloud::CloudOptions {
-        cache_bytes: cache_dir_size,
-        cache_block,
-        cache_ahead,
-        durability: match durability {
-            DurabilityArg::Local => cairn_engine::cache::disk::Durability::Local,
-            DurabilityArg::Remote => cairn_engine::cache::disk::Durability::Remote,
-        },
-        cache_policy: match cache_policy {
-            CachePolicyArg::Lru => cairn_engine::cache::PolicyChoice::Lru,
-            CachePolicyArg::Kd => cairn_engine::cache::PolicyChoice::Kd,
-        },
-        meta_interval: std::time::Duration::from_secs(meta_interval.max(1)),
-        force,
-        lease_renew: std::time::Duration::from_secs(lease_renew),
-        session_ttl: std::time::Duration::from_secs(session_ttl),
-        gc_interval: (gc_interval > 0).then(|| std::time::Duration::from_secs(gc_interval)),
-        gc_prices: gc_prices.as_deref().map(cairn_engine::cost::Prices::load).transpose()?,
-        gc_bound: cairn_engine::cleaner::DeadBound { ratio: gc_dead_ratio, floor: gc_dead_floor },
-        ..Default::default()
-    };
-    let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, meta_timeout: Some(std::time::Duration::from_secs(meta_timeout)), meta_sync_commit, chunk_grace: chunk_grace.map(std::time::Duration::from_secs), ..Default::default() };
+    let cloud_opts = store.cloud_options()?;
+    let opts = OpenOptions { passphrase, read_only, cache_bytes: cache_size.unwrap_or_else(default_cache_size) as usize, cloud: cloud_opts, trace, meta_url, meta_timeout: Some(std::time::Duration::from_secs(store.meta_timeout)), meta_sync_commit: store.meta_sync_commit, chunk_grace: store.chunk_grace.map(std::time::Duration::from_secs), ..Default::default() };
     // The control socket answers what POSIX cannot ask (stats, sync).
     let serve = |vol: &Arc<Volume>| -> Result<cairn_engine::control::Server> {
         Ok(cairn_engine::control::serve(vol, &cairn_engine::control::socket_path(&dir))?)
@@ -427,6 +436,20 @@ pub enum DurabilityArg {
 pub enum CachePolicyArg {
     Lru,
     Kd,
+}
+
+/// What `--mirror DIR` / `--no-mirror` ask for (neither: what the local
+/// directory remembers); refused for a volume not on a tape.
+fn mirror_choice(mirror: Option<PathBuf>, no_mirror: bool, volume: &str) -> Result<MirrorChoice> {
+    let choice = match (mirror, no_mirror) {
+        (Some(d), _) => MirrorChoice::Use(d),
+        (None, true) => MirrorChoice::Off,
+        (None, false) => MirrorChoice::Remembered,
+    };
+    if choice != MirrorChoice::Remembered && !cairn_engine::tape::is_tape_url(volume) {
+        bail!("--mirror and --no-mirror are for volumes on a tape (tape:/dev/nstN or tape-emu:DIR); {volume} is not one");
+    }
+    Ok(choice)
 }
 
 /// The chunk cache of a mount: 1/16 of physical memory, within [256 MiB, 1 GiB].
