@@ -222,3 +222,88 @@ impl crate::cost::Bill {
         (months(self.live_byte_seconds) + months(self.dead_byte_seconds)) * self.prices.storage_per_gb_month
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pack(name: &str, c_store: f64, c_clean: f64, due_at: Option<i64>, uploading: bool) -> PackCost {
+        PackCost {
+            id: 1,
+            name: name.into(),
+            size: 100,
+            dead_bytes: 60,
+            live_bytes: 40,
+            dead_acc: 0.0,
+            mark: 0,
+            gets: 1,
+            download_bytes: 40,
+            c_store,
+            c_clean,
+            due_at,
+            dead_per_month: 0.5,
+            uploading,
+        }
+    }
+
+    #[test]
+    fn the_plan_sums_the_due_packs_and_says_when_the_next_is() {
+        let now = 1_000_000_000_000;
+        let plan = vec![pack("a", 2.0, 1.0, Some(now - 5), false), pack("b", 0.1, 1.0, Some(now + 90 * 1_000_000_000), false), pack("c", 3.0, 1.0, Some(now), true)];
+        let s = plan_summary(&plan, now);
+        assert_eq!((s.packs, s.due), (3, 1));
+        assert_eq!((s.cost_due, s.saves_per_month), (1.0, 0.5));
+        assert_eq!(due(&plan[0], now), Due::Now);
+        assert_eq!(due(&plan[1], now), Due::In(90.0));
+        assert_eq!(due(&plan[2], now), Due::AfterUpload, "not cleaned before its upload, however dear");
+        assert_eq!(due(&pack("d", 0.0, 1.0, None, false), now), Due::Never);
+        // The earliest due_at, in the past counting as 0 s.
+        assert_eq!(s.next_due_in, Some(0.0));
+        assert_eq!(plan_summary(&plan[1..2], now).next_due_in, Some(90.0));
+        assert_eq!(plan_summary(&[], now), PlanSummary::default());
+    }
+
+    #[test]
+    fn candidate_totals_add_stored_and_dead_bytes() {
+        let c = [GcCandidate { name: "x".into(), size: 10, dead_bytes: 4, live_bytes: 6 }, GcCandidate { name: "y".into(), size: 20, dead_bytes: 20, live_bytes: 0 }];
+        assert_eq!(candidate_totals(&c), CandidateTotals { packs: 2, stored: 30, dead: 24 });
+        assert_eq!(candidate_totals(&[]), CandidateTotals::default());
+    }
+
+    #[test]
+    fn journal_damage_comes_first_and_tails_by_their_kind() {
+        let mut rep = FsckReport { errors: vec!["other".into()], ..Default::default() };
+        let f = JournalFindings { damaged: vec!["seg 1".into()], tails: vec![("torn".into(), false), ("bad".into(), true)] };
+        assert!(f.is_damaged());
+        f.add_to(&mut rep, false);
+        assert!(rep.errors[0].starts_with("seg 1; the volume will not mount until `cairn fsck --salvage-journal`"), "{:?}", rep.errors);
+        assert_eq!(&rep.errors[1..], ["other", "bad"]);
+        assert_eq!(rep.warnings, ["torn"]);
+        let mut rep = FsckReport::default();
+        JournalFindings { damaged: vec!["seg 2".into()], tails: vec![] }.add_to(&mut rep, true);
+        assert!(rep.errors[0].starts_with("seg 2; salvaged:"), "{:?}", rep.errors);
+    }
+
+    #[test]
+    fn cleaner_prices_default_by_place_and_storage_is_priced() {
+        assert_eq!(cleaner_prices(None, true).unwrap().name, Prices::aws().name);
+        assert_eq!(cleaner_prices(None, false).unwrap().name, Prices::local_disk().name);
+        assert_eq!(cleaner_prices(Some("coral"), false).unwrap().name, Prices::load("coral").unwrap().name);
+        assert!(cleaner_prices(Some("/nonexistent/prices.toml"), true).is_err());
+        let prices = Prices::aws();
+        let month_of_a_gb = (crate::cost::GB * crate::cost::MONTH_SECS) as u64;
+        let bill = crate::cost::price(&[], &prices, None);
+        assert_eq!(bill.storage_cost(), 0.0);
+        let bill = crate::cost::Bill { live_byte_seconds: month_of_a_gb, dead_byte_seconds: month_of_a_gb, ..bill };
+        assert!((bill.storage_cost() - 2.0 * prices.storage_per_gb_month).abs() < 1e-9);
+    }
+
+    #[test]
+    fn init_picks_the_pack_size_by_place() {
+        use crate::config::default_pack_target;
+        assert_eq!(default_pack_target("/srv/vol"), 32 << 20);
+        assert_eq!(default_pack_target("s3://bucket/prefix"), 16 << 20);
+        assert_eq!(default_pack_target("tape-emu:/tmp/t"), 64 << 20);
+        assert_eq!(default_pack_target("tape:/dev/nst0"), 64 << 20);
+    }
+}
