@@ -109,129 +109,138 @@ pub fn run(a: TapeArgs, verbose: u8) -> Result<i32> {
     crate::logging::init(verbose, None)?;
     match a.op {
         TapeCmd::Recall { paths, json } => recall(&paths, json),
-        TapeCmd::Recover { tape: url, json } => {
-            let url = tape::absolute(&url)?;
-            let dev = tape::open_device(&url, &TapeOptions::default(), None)?;
-            use cairn_engine::maintenance::Progress;
-            let bars = crate::progress::Bars::new(!json);
-            eprintln!("{url}: reading every block header (the whole tape)...");
-            let (r, _dev) = store::recover(dev, None, &mut |done, total| {
-                if done == 1 {
-                    bars.phase("objects", total);
-                }
-                bars.inc(1);
-            })?;
-            bars.finish();
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                println!("{url}: {} objects recovered, {} incomplete, {} bad blocks; a new catalog follows the data", r.recovered.len(), r.incomplete.len(), r.bad_blocks);
-                for n in &r.incomplete {
-                    println!("  incomplete (its blocks did not all reach the tape): {n}");
-                }
-            }
-            Ok(0)
-        }
+        TapeCmd::Recover { tape: url, json } => recover(&url, json),
         TapeCmd::Info { tape: url, json } => info(&url, json),
-        TapeCmd::Reclaim { src, dst, json } => {
-            let (src, dst) = (tape::absolute(&src)?, tape::absolute(&dst)?);
-            // The destination's queue keeps its drive streaming while the
-            // next object is read; with one object in hand it bounds memory.
-            let o = TapeOptions { store: store::StoreOptions { queue_bytes: 512 << 20, ..Default::default() }, ..Default::default() };
-            let (s, d) = tape::open_reclaim(&src, &dst, &o)?;
-            use cairn_engine::maintenance::Progress;
-            let bars = crate::progress::Bars::new(!json);
-            if !json {
-                eprintln!("{src} -> {dst}: copying the live objects in tape order...");
-            }
-            let mut shown = 0;
-            let r = store::reclaim(&s, &d, &mut |done, total| {
-                if done == 0 {
-                    bars.phase("bytes", total);
-                }
-                bars.inc(done - shown);
-                shown = done;
-            });
-            bars.finish();
-            drop(s);
-            drop(d);
-            let r = r.with_context(|| format!("reclaiming {src} to {dst}"))?;
-            let rate = r.bytes as f64 / r.seconds.max(1e-9) / 1e6;
-            if json {
-                println!("{}", serde_json::json!({"src": src, "dst": dst, "report": r, "mb_per_sec": rate}));
-            } else {
-                println!(
-                    "{dst}: {} objects, {} copied from {src} in {:.1} s ({rate:.1} MB/s); {} of dead data left behind on {src}",
-                    r.objects,
-                    crate::size::human(r.bytes),
-                    r.seconds,
-                    crate::size::human(r.dead_bytes_left)
-                );
-                println!("Mount the volume from {dst} with a new --cache-dir: a local directory belongs to the tape it was attached to and refuses {dst}. {src} is unchanged: keep it until `cairn fsck --read-data` has checked the volume on {dst}.");
-            }
-            Ok(0)
+        TapeCmd::Reclaim { src, dst, json } => reclaim(&src, &dst, json),
+        TapeCmd::Dd { to, from, create } => dd(to, from, create),
+    }
+}
+
+/// `cairn tape recover TAPE`: a new catalog from the blocks.
+fn recover(url: &str, json: bool) -> Result<i32> {
+    let url = tape::absolute(url)?;
+    let dev = tape::open_device(&url, &TapeOptions::default(), None)?;
+    use cairn_engine::maintenance::Progress;
+    let bars = crate::progress::Bars::new(!json);
+    eprintln!("{url}: reading every block header (the whole tape)...");
+    let (r, _dev) = store::recover(dev, None, &mut |done, total| {
+        if done == 1 {
+            bars.phase("objects", total);
         }
-        TapeCmd::Dd { to, from, create } => {
-            let url = tape::absolute(to.as_deref().or(from.as_deref()).expect("clap requires one"))?;
-            let o = TapeOptions::default();
-            let mut dev = match create {
-                Some(params) => {
-                    if !url.starts_with(tape::EMU_SCHEME) {
-                        bail!("--create makes emulated tapes (tape-emu:DIR) only");
-                    }
-                    tape::open_device(&url, &o, Some(emu_params(params)?))?
-                }
-                None => tape::open_device(&url, &o, None)?,
-            };
-            let bs = dev.block_size();
-            let t0 = Instant::now();
-            let mut total = 0u64;
-            if to.is_some() {
-                dev.rewind()?;
-                let mut buf = vec![0u8; bs * 32];
-                let mut stdin = std::io::stdin().lock();
-                loop {
-                    let mut n = 0;
-                    while n < buf.len() {
-                        let k = stdin.read(&mut buf[n..])?;
-                        if k == 0 {
-                            break;
-                        }
-                        n += k;
-                    }
-                    if n == 0 {
-                        break;
-                    }
-                    let padded = n.div_ceil(bs) * bs;
-                    buf[n..padded].fill(0);
-                    dev.write_blocks(&buf[..padded])?;
-                    total += n as u64;
-                    if n < buf.len() {
-                        break;
-                    }
-                }
-                dev.write_filemarks(1)?;
-                dev.flush()?;
-            } else {
-                dev.rewind()?;
-                let mut buf = vec![0u8; bs * 32];
-                let mut out = std::io::stdout().lock();
-                loop {
-                    match dev.read_blocks(&mut buf)? {
-                        cairn_tape::ReadOutcome::Blocks(n) => {
-                            out.write_all(&buf[..n * bs])?;
-                            total += (n * bs) as u64;
-                        }
-                        _ => break,
-                    }
-                }
-                out.flush()?;
-            }
-            let secs = t0.elapsed().as_secs_f64();
-            eprintln!("{} bytes in {secs:.2} s: {:.1} MB/s", total, total as f64 / secs / 1e6);
-            Ok(0)
+        bars.inc(1);
+    })?;
+    bars.finish();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("{url}: {} objects recovered, {} incomplete, {} bad blocks; a new catalog follows the data", r.recovered.len(), r.incomplete.len(), r.bad_blocks);
+        for n in &r.incomplete {
+            println!("  incomplete (its blocks did not all reach the tape): {n}");
         }
     }
+    Ok(0)
+}
+
+/// `cairn tape reclaim SRC DST`: the live objects copied to a blank tape.
+fn reclaim(src: &str, dst: &str, json: bool) -> Result<i32> {
+    let (src, dst) = (tape::absolute(src)?, tape::absolute(dst)?);
+    // The destination's queue keeps its drive streaming while the
+    // next object is read; with one object in hand it bounds memory.
+    let o = TapeOptions { store: store::StoreOptions { queue_bytes: 512 << 20, ..Default::default() }, ..Default::default() };
+    let (s, d) = tape::open_reclaim(&src, &dst, &o)?;
+    use cairn_engine::maintenance::Progress;
+    let bars = crate::progress::Bars::new(!json);
+    if !json {
+        eprintln!("{src} -> {dst}: copying the live objects in tape order...");
+    }
+    let mut shown = 0;
+    let r = store::reclaim(&s, &d, &mut |done, total| {
+        if done == 0 {
+            bars.phase("bytes", total);
+        }
+        bars.inc(done - shown);
+        shown = done;
+    });
+    bars.finish();
+    drop(s);
+    drop(d);
+    let r = r.with_context(|| format!("reclaiming {src} to {dst}"))?;
+    let rate = r.bytes as f64 / r.seconds.max(1e-9) / 1e6;
+    if json {
+        println!("{}", serde_json::json!({"src": src, "dst": dst, "report": r, "mb_per_sec": rate}));
+    } else {
+        println!(
+            "{dst}: {} objects, {} copied from {src} in {:.1} s ({rate:.1} MB/s); {} of dead data left behind on {src}",
+            r.objects,
+            crate::size::human(r.bytes),
+            r.seconds,
+            crate::size::human(r.dead_bytes_left)
+        );
+        println!("Mount the volume from {dst} with a new --cache-dir: a local directory belongs to the tape it was attached to and refuses {dst}. {src} is unchanged: keep it until `cairn fsck --read-data` has checked the volume on {dst}.");
+    }
+    Ok(0)
+}
+
+/// `cairn tape dd`: raw blocks between a tape and standard input or output.
+fn dd(to: Option<String>, from: Option<String>, create: Option<Option<PathBuf>>) -> Result<i32> {
+    let url = tape::absolute(to.as_deref().or(from.as_deref()).expect("clap requires one"))?;
+    let o = TapeOptions::default();
+    let mut dev = match create {
+        Some(params) => {
+            if !url.starts_with(tape::EMU_SCHEME) {
+                bail!("--create makes emulated tapes (tape-emu:DIR) only");
+            }
+            tape::open_device(&url, &o, Some(emu_params(params)?))?
+        }
+        None => tape::open_device(&url, &o, None)?,
+    };
+    let bs = dev.block_size();
+    let t0 = Instant::now();
+    let mut total = 0u64;
+    if to.is_some() {
+        dev.rewind()?;
+        let mut buf = vec![0u8; bs * 32];
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            let mut n = 0;
+            while n < buf.len() {
+                let k = stdin.read(&mut buf[n..])?;
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            if n == 0 {
+                break;
+            }
+            let padded = n.div_ceil(bs) * bs;
+            buf[n..padded].fill(0);
+            dev.write_blocks(&buf[..padded])?;
+            total += n as u64;
+            if n < buf.len() {
+                break;
+            }
+        }
+        dev.write_filemarks(1)?;
+        dev.flush()?;
+    } else {
+        dev.rewind()?;
+        let mut buf = vec![0u8; bs * 32];
+        let mut out = std::io::stdout().lock();
+        loop {
+            match dev.read_blocks(&mut buf)? {
+                cairn_tape::ReadOutcome::Blocks(n) => {
+                    out.write_all(&buf[..n * bs])?;
+                    total += (n * bs) as u64;
+                }
+                _ => break,
+            }
+        }
+        out.flush()?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    eprintln!("{} bytes in {secs:.2} s: {:.1} MB/s", total, total as f64 / secs / 1e6);
+    Ok(0)
 }
 
 /// `cairn tape info TAPE`.
