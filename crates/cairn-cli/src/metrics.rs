@@ -464,7 +464,7 @@ pub fn top(sock: &Path, what: &str, interval: Duration, count: Option<u64>) -> R
         if tty {
             out.push_str("\x1b[H\x1b[2J");
         }
-        out.push_str(&format!("cairn top {what}   up {}   every {:.1}s\n", crate::human_duration(now.uptime_secs), interval.as_secs_f64()));
+        out.push_str(&format!("cairn top {what}   up {}   every {:.1}s\n", crate::show::human_duration(now.uptime_secs), interval.as_secs_f64()));
         for (k, v) in &rows {
             out.push_str(&format!("  {k:<18} {v:>18}\n"));
         }

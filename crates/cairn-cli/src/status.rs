@@ -153,7 +153,7 @@ pub fn run(json: bool) -> Result<i32> {
             r.mountpoint.display(),
             r.volume,
             r.pid.map_or("-".into(), |p| p.to_string()),
-            opt(r.uptime_secs, |s| crate::human_duration(s as f64)),
+            opt(r.uptime_secs, |s| crate::show::human_duration(s as f64)),
             opt(r.dirty_bytes, crate::size::human),
             r.health
         );

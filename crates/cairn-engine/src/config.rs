@@ -441,3 +441,17 @@ mod tests {
         assert!(VolumeConfig::parse(br#"{"format":"x","version":1}"#).is_err());
     }
 }
+
+/// The pack size `cairn init` gives a volume at `volume` when none is
+/// asked for: 64 MiB on a tape, 16 MiB in a bucket (uploaded and read back
+/// faster there than 32 or 64 MiB ones, docs/profile.md), 32 MiB in a
+/// directory.
+pub fn default_pack_target(volume: &str) -> u64 {
+    if is_tape_url(volume) {
+        64 << 20
+    } else if volume.contains("://") {
+        16 << 20
+    } else {
+        32 << 20
+    }
+}

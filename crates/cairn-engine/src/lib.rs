@@ -37,6 +37,7 @@ pub mod meta;
 pub mod mirror;
 mod open;
 pub mod pack;
+pub mod report;
 pub mod tape;
 /// Access traces (docs/trace.md): the format lives in `cairn-model`,
 /// shared with the simulator.

@@ -231,3 +231,72 @@ pub fn open_reclaim(src: &str, dst: &str, o: &TapeOptions) -> Result<(TapeStore,
         .map_err(|e| Error::from(e).context(format!("destination {dst}")))?;
     Ok((s, d))
 }
+
+/// Sets how a mount of a tape volume opens its tape: `memory` for data on
+/// its way to the drive (at least [`cairn_tape::store::MIN_MEMORY`]), and
+/// an idle drive waiting at the append point, or at the first data when
+/// `read_only` (where a restore starts).
+pub fn configure_for_mount(memory: u64, read_only: bool) -> Result<()> {
+    if memory < cairn_tape::store::MIN_MEMORY {
+        return Err(Error::invalid(format!("--tape-memory of {memory} bytes is too small: a tape needs at least 16M (two packs being built and two queued)")));
+    }
+    configure(TapeOptions { store: StoreOptions { prepare_append: !read_only, prepare_read: read_only, ..StoreOptions::for_memory(memory) }, ..Default::default() });
+    Ok(())
+}
+
+/// What `cairn tape info` shows of an unmounted tape.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TapeInfo {
+    /// The volume on it, from its config object (None: no readable one,
+    /// not a Cairn volume or a damaged one).
+    pub volume_id: Option<String>,
+    /// The tape's own id, from its label.
+    pub tape_id: String,
+    pub block_size: u32,
+    /// When it was formatted, seconds since the epoch.
+    pub created: u64,
+    /// The on-tape layout's format version.
+    pub format_version: u32,
+    pub live_objects: usize,
+    pub live_bytes: u64,
+    pub dead_bytes: u64,
+    /// Bytes up to the end of the data.
+    pub used_bytes: u64,
+    /// An emulated tape's capacity to its early-warning point (the st
+    /// driver reports no cartridge's), and the room left.
+    pub capacity_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+    /// What an emulated drive's last session did.
+    pub last_session: Option<cairn_tape::Session>,
+}
+
+/// Opens the tape `url` (absolute, see [`absolute`]) and describes it.
+pub fn describe(url: &str) -> Result<TapeInfo> {
+    let s = TapeStore::open(open_device(url, &TapeOptions::default(), None)?, Default::default(), None, false).map_err(Error::from)?;
+    let (live, dead) = s.space();
+    let l = s.label();
+    let live_objects = s.index().objects.values().filter(|o| !o.dead).count();
+    // The volume's id, as `cairn init` printed it, is in its config object.
+    let volume_id = s.get(crate::config::CONFIG_OBJECT).ok().and_then(|b| crate::config::VolumeConfig::parse(&b).ok()).map(|c| c.volume_id);
+    // An emulated drive records what its last session did (the drive of a
+    // mount is inside the mount's process), and knows its capacity.
+    let emu_dir = url.strip_prefix(EMU_SCHEME).map(Path::new);
+    let session = emu_dir.and_then(cairn_tape::Session::read);
+    let params = emu_dir.and_then(|d| std::fs::read_to_string(d.join("params.json")).ok()).and_then(|t| serde_json::from_str::<EmuParams>(&t).ok());
+    let used = s.data_end_at_open().saturating_mul(l.block_size as u64);
+    let capacity = params.as_ref().map(|p| p.capacity_bytes.saturating_sub(p.early_warning_bytes));
+    Ok(TapeInfo {
+        volume_id,
+        tape_id: l.volume_id.to_string(),
+        block_size: l.block_size,
+        created: l.created,
+        format_version: cairn_tape::layout::FORMAT_VERSION,
+        live_objects,
+        live_bytes: live,
+        dead_bytes: dead,
+        used_bytes: used,
+        capacity_bytes: capacity,
+        free_bytes: capacity.map(|c| c.saturating_sub(used)),
+        last_session: session,
+    })
+}
