@@ -19,6 +19,10 @@ use cairn_meta::{MetaStoreExt, PageCodec};
 use std::path::Path;
 use std::sync::Arc;
 
+/// How long a session lives without a heartbeat: past it, another
+/// machine may clean up after this one (JuiceFS: 60 s).
+pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The page format of `extent.rs`, for the store to read the chunk
 /// references of a page it frees.
 struct ExtentCodec;

@@ -13,7 +13,7 @@ use crate::config::{is_remote_url, is_tape_url, take_lock, with_retries, write_s
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::{explain, open_backend, open_remote, open_remote_with};
-use crate::meta::{Caller0, Meta};
+use crate::meta::{Caller0, Meta, SESSION_TTL};
 use crate::mirror;
 use crate::volume::{OpenOptions, Parts, Volume, CLOSE_ERROR};
 use cairn_backend::{Backend, LocalBackend};
@@ -145,10 +145,6 @@ fn start_cloud(vol: &Arc<Volume>) -> Result<()> {
     let _ = c.shipper.set(start_shipper(vol));
     Ok(())
 }
-
-/// How long a session lives without a heartbeat: past it, another
-/// machine may clean up after this one (JuiceFS: 60 s).
-pub const SESSION_TTL: Duration = Duration::from_secs(60);
 
 /// Starts shipping every `vol`'s metadata interval and renewing its lease
 /// (or its session in PostgreSQL).

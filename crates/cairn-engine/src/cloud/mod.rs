@@ -120,7 +120,7 @@ impl CloudOptions {
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::open::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default() }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::meta::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default() }
     }
 }
 
