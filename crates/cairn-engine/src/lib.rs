@@ -20,6 +20,7 @@
 pub mod background;
 pub mod cache;
 pub mod cleaner;
+pub mod cleaner_rules;
 pub mod cloud;
 pub mod config;
 pub mod control;

@@ -119,7 +119,7 @@ pub fn stats(vol: &Volume) -> Result<Stats> {
         s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
         s.cache = vol.cloud().map(|c| c.cache.stats());
         s.medium = vol.backend.space().map(|m| MediumSpace { live_bytes: m.live_bytes, dead_bytes: m.dead_bytes, free_bytes: m.free_bytes });
-        s.small_packs = c.pack_counts(vol.cfg.pack_target / crate::cleaner::SMALL_PACK_SHARE)?.1;
+        s.small_packs = c.pack_counts(vol.cfg.pack_target / crate::cleaner_rules::SMALL_PACK_SHARE)?.1;
         s.dead_bound = vol.cleaner_bound().map(|b| b.of(s.stored_bytes.saturating_sub(s.dead_bytes)));
         Ok(s)
     })
@@ -129,7 +129,7 @@ impl Volume {
     /// The cleaner's bound on dead bytes where a mount runs the cleaner
     /// (this one, or one opened with these options): every kind but a
     /// tape, unless `--gc-interval 0`.
-    pub(crate) fn cleaner_bound(&self) -> Option<&crate::cleaner::DeadBound> {
+    pub(crate) fn cleaner_bound(&self) -> Option<&crate::cleaner_rules::DeadBound> {
         // A tape's cloud options have no interval (`Cloud::open`).
         let o = self.cloud().map_or(&self.opts.cloud, |c| &c.opts);
         o.gc_interval.is_some().then_some(&o.gc_bound)

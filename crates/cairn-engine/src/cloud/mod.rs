@@ -101,7 +101,7 @@ pub struct CloudOptions {
     /// in a bucket, [`crate::cost::Prices::local_disk`] in a directory).
     pub gc_prices: Option<crate::cost::Prices>,
     /// The cleaner's hard bound on dead bytes (docs/frugal.md §8).
-    pub gc_bound: crate::cleaner::DeadBound,
+    pub gc_bound: crate::cleaner_rules::DeadBound,
     /// What the pack cache evicts first.
     pub cache_policy: crate::cache::PolicyChoice,
 }
