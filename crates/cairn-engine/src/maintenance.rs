@@ -6,7 +6,7 @@ use crate::extent::{decode_page, Source};
 use crate::meta;
 use crate::pack::{self, BlobEntry, PackBuilder};
 use crate::types::{FileKind, ROOT_INO};
-use crate::volume::Volume;
+use crate::volume::{discard_packs, Volume};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -784,21 +784,6 @@ impl<'a> Mover<'a> {
     /// up before its commit).
     pub(crate) fn discard(&self) {
         discard_packs(self.vol, self.sealed.iter().map(|(name, _, _)| name.as_str()));
-    }
-}
-
-/// Deletes uploaded packs that no metadata names (their transaction never
-/// committed), then their upload records. A failure only leaves orphans,
-/// which gc removes (the records go once this session is gone).
-pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'a str>) {
-    let names: Vec<&str> = names.into_iter().collect();
-    for name in &names {
-        if let Err(e) = vol.backend.delete(name) {
-            tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
-        }
-    }
-    if let Err(e) = vol.meta.store().end_uploads(&names) {
-        tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
     }
 }
 
