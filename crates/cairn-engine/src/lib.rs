@@ -31,6 +31,7 @@ pub mod extent;
 pub mod fsutil;
 pub mod health;
 pub mod journal;
+pub mod lease;
 pub mod location;
 pub mod maintenance;
 pub mod metrics;
@@ -43,6 +44,7 @@ pub mod tape;
 /// shared with the simulator.
 pub use cairn_model::trace;
 mod types;
+pub mod versions;
 mod volume;
 
 // A trace's ranges end within the largest file.

@@ -8,10 +8,11 @@
 //! the tools above it (cleaner, maintenance, control) hold a volume.
 
 use crate::background::Background;
-use crate::cloud::{lease, Cloud};
+use crate::cloud::Cloud;
 use crate::config::{is_remote_url, is_tape_url, take_lock, with_retries, write_settings, InitOptions, Layout, LocalSettings, MetaKind, VolumeConfig, CONFIG_OBJECT, FORMAT_VERSION};
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
+use crate::lease;
 use crate::location::{explain, open_backend, open_remote, open_remote_with};
 use crate::meta::{Caller0, Meta, SESSION_TTL};
 use crate::mirror;
@@ -308,10 +309,10 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
         m.write(|tx| Ok(tx.ensure_bill_table()?))?;
         m.snapshot()?
     };
-    let h = crate::cloud::versions::Header { kind: crate::cloud::versions::Kind::Base, version: 1, time: crate::cloud::lease::now(), writer: state.writer_bytes(), prev: None };
+    let h = crate::versions::Header { kind: crate::versions::Kind::Base, version: 1, time: crate::lease::now(), writer: state.writer_bytes(), prev: None };
     let (stored, digest) = {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-        crate::cloud::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?
+        crate::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?
     };
     state.shipped = 1;
     state.shipped_digest = Some(hex::encode(digest));

@@ -7,8 +7,7 @@
 //! passphrase mounts the volume by rebuilding the database from the latest
 //! metadata chain.
 
-pub mod lease;
-pub mod versions;
+pub use crate::{lease, versions};
 
 pub use crate::background::Background;
 // Where a volume lives and how its store opens (kept at their old paths).
