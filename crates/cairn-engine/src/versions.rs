@@ -390,7 +390,7 @@ pub fn rebuild(backend: &dyn Backend, keys: &Keys, chain: &[VersionInfo], path: 
     progress(1, chain.len());
     let mut rest = chain.iter().enumerate().skip(1);
     let at = std::cell::Cell::new(1);
-    cairn_meta::sqlite::apply_patchsets(
+    cairn_meta::shipped::apply_patchsets(
         &tmp,
         &mut || match rest.next() {
             None => Ok(None),

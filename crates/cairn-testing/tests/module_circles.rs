@@ -631,3 +631,53 @@ fn a_crate_in_floors_has_no_circle() {
     assert_eq!(arrows(&g), ["high->mid", "mid->low"]);
     assert!(g.circles().is_empty());
 }
+
+/// The engine names no metadata store: it opens one through
+/// `cairn_meta::open` and `cairn_meta::create`, which choose the store by
+/// where the metadata lives, and uses it through the traits alone.
+#[test]
+fn the_engine_names_no_metadata_store() {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
+    let mut sources = Vec::new();
+    load(&top, &top.join("crates/cairn-engine/src/lib.rs"), Vec::new(), &mut sources).unwrap_or_else(|e| panic!("{e}"));
+    assert!(sources.len() > 20, "read only {} files of the engine", sources.len());
+    let mut found = Vec::new();
+    for src in &sources {
+        let mut v = StoreNames { src, found: &mut found };
+        v.visit_file(&src.ast);
+    }
+    assert!(found.is_empty(), "the engine names a concrete metadata store (open it with cairn_meta::open, use it through MetaStore):\n    {}", found.join("\n    "));
+}
+
+/// Notes every path that names a concrete store: its module
+/// (`cairn_meta::sqlite`, `cairn_meta::postgres`) or its type.
+struct StoreNames<'a> {
+    src: &'a Source,
+    found: &'a mut Vec<String>,
+}
+
+impl StoreNames<'_> {
+    fn note(&mut self, segs: &[String], line: usize) {
+        let module = segs.windows(2).any(|w| w[0] == "cairn_meta" && (w[1] == "sqlite" || w[1] == "postgres"));
+        let store = segs.iter().any(|s| matches!(s.as_str(), "SqliteMeta" | "PgMeta" | "PgOptions"));
+        if module || store {
+            self.found.push(format!("{}:{line} {}", self.src.shown, segs.join("::")));
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for StoreNames<'_> {
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        let mut leaves = Vec::new();
+        use_leaves(&u.tree, Vec::new(), &mut leaves);
+        for (path, _) in leaves {
+            self.note(&path, u.use_token.span.start().line);
+        }
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let segs: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.note(&segs, p.segments.first().map_or(0, |s| s.ident.span().start().line));
+        syn::visit::visit_path(self, p);
+    }
+}

@@ -318,7 +318,7 @@ enum Tail {
 }
 
 fn lost_tail(layout: &Layout, remote: &dyn Backend, state: &LocalState, top: u64) -> Result<Tail> {
-    let named: Vec<String> = cairn_meta::sqlite::pack_names_in(&layout.meta_db())?;
+    let named: Vec<String> = cairn_meta::shipped::pack_names_in(&layout.meta_db())?;
     // The store's listing is its in-memory index: no request per pack.
     let present: std::collections::HashSet<String> = remote.list("packs/")?.into_iter().map(|o| o.name).collect();
     let missing: Vec<String> = named.into_iter().filter(|n| !present.contains(n)).collect();
@@ -664,7 +664,7 @@ pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Re
             let chain = versions::chain(&all, Some(version))?;
             let db = tmpdir.join("meta.sqlite");
             versions::rebuild(remote, keys, &chain, &db, &|_, _| {})?;
-            let names: Vec<String> = cairn_meta::sqlite::pack_names_in(&db)?;
+            let names: Vec<String> = cairn_meta::shipped::pack_names_in(&db)?;
             let present: std::collections::HashSet<String> = remote.list("packs/")?.into_iter().map(|o| o.name).collect();
             let missing: Vec<&String> = names.iter().filter(|n| !present.contains(*n)).collect();
             if !missing.is_empty() {
