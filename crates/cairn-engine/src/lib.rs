@@ -3,7 +3,16 @@
 //! Everything below the FUSE adapter: namespace and file-content operations
 //! ([`Volume`]), the write-back journal, content-defined chunking with keyed
 //! BLAKE3 ids and global deduplication, packs of compressed and encrypted
-//! blobs, the SQLite metadata store, and maintenance (fsck, stats, gc).
+//! blobs, maintenance (fsck, stats, gc) and the cost-optimal cleaner, and
+//! the homes a volume can have: a directory, a bucket (`cloud`: lease,
+//! metadata versions, the pack cache) or a tape (`tape`, `mirror`). The
+//! metadata lives in a `cairn_meta` store (SQLite in the volume directory,
+//! or PostgreSQL), opened with `cairn_meta::open` and used through its
+//! traits: the engine holds no SQL and names no store (`meta`).
+//!
+//! The modules stand in floors, each above what it imports, with no
+//! circle (docs/design.md "Layout"; `cairn-testing`'s
+//! `tests/module_circles.rs` keeps it so).
 //!
 //! ```no_run
 //! use cairn_engine::{init, InitOptions, Volume, OpenOptions, Caller, FileKind, ROOT_INO};
