@@ -29,9 +29,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
-/// The crate root's own items, as the target of a path: no node.
-const ROOT: &str = "crate root";
-
 #[test]
 fn no_crate_of_the_workspace_has_a_module_circle() {
     let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
@@ -81,10 +78,6 @@ struct Root {
     imported: HashMap<String, String>,
     /// Modules whose names the root takes in whole (`pub use types::*`).
     globs: Vec<String>,
-    /// Items the root defines itself.
-    own: BTreeSet<String>,
-    /// Names the root takes from other crates (`pub use cairn_model::trace`).
-    external: BTreeSet<String>,
 }
 
 /// One parsed source file and where it stands in the module tree.
@@ -110,27 +103,18 @@ impl Graph {
         for src in sources {
             let mut v = Walker { root: &root, src, module: src.module.clone(), found: Vec::new() };
             if src.module.is_empty() {
-                // The root: its `mod` and `use` lines are no arrows; its code is.
+                // The root is no node: only its inline modules (`mod x { .. }`)
+                // are top-level modules to walk.
                 for item in &src.ast.items {
-                    match item {
-                        syn::Item::Mod(m) => {
-                            if let Some((_, items)) = &m.content {
-                                v.module.push(m.ident.to_string());
-                                for item in items {
-                                    v.visit_item(item);
-                                }
-                                v.module.pop();
-                            }
-                        }
-                        syn::Item::Use(_) => {}
-                        item => v.visit_item(item),
+                    if let syn::Item::Mod(m) = item {
+                        v.visit_item_mod(m);
                     }
                 }
             } else {
                 v.visit_file(&src.ast);
             }
             for (from, to, place) in v.found {
-                if from != to && from != ROOT && to != ROOT {
+                if from != to {
                     g.nodes.insert(from.clone());
                     g.nodes.insert(to.clone());
                     g.arrows.entry((from, to)).or_default().push(place);
@@ -348,16 +332,11 @@ impl Root {
                         }
                     }
                 }
-                other => {
-                    if let Some(name) = item_name(other) {
-                        r.own.insert(name);
-                    }
-                }
+                _ => {}
             }
         }
         // Only names that come from the crate's own modules lead to one.
         let modules = r.modules.clone();
-        r.external = r.imported.iter().filter(|(_, m)| !modules.contains(*m)).map(|(n, _)| n.clone()).collect();
         r.imported.retain(|_, m| modules.contains(m));
         r.globs.retain(|m| modules.contains(m));
         // A name that a glob re-export brings: from the module whose top
@@ -384,20 +363,15 @@ impl Root {
         r
     }
 
-    /// The node that an absolute path (below the crate root) belongs to:
-    /// None for a name the root takes from another crate.
+    /// The top-level module that an absolute path (below the crate root)
+    /// belongs to: None for the root's own items and for names it takes
+    /// from other crates.
     fn node_of(&self, abs: &[String]) -> Option<String> {
         let first = abs.first()?;
         if self.modules.contains(first) {
             return Some(first.clone());
         }
-        if let Some(m) = self.imported.get(first) {
-            return Some(m.clone());
-        }
-        if self.external.contains(first) && !self.own.contains(first) {
-            return None;
-        }
-        Some(ROOT.to_string())
+        self.imported.get(first).cloned()
     }
 }
 
@@ -462,7 +436,7 @@ struct Walker<'a> {
 
 impl Walker<'_> {
     fn from(&self) -> String {
-        self.module.first().cloned().unwrap_or_else(|| ROOT.to_string())
+        self.module.first().cloned().expect("the root's own code is not walked")
     }
 
     /// Notes the path `segs` written at `line`.
@@ -484,9 +458,6 @@ impl Walker<'_> {
                 let keep = self.module.len().checked_sub(ups)?;
                 Some(self.module[..keep].iter().chain(&segs[ups..]).cloned().collect())
             }
-            // In the root's own code a bare module name, or a name the
-            // root imports from one, starts at the root.
-            _ if self.module.is_empty() && (self.root.modules.contains(first) || self.root.imported.contains_key(first)) => Some(segs.to_vec()),
             _ => None,
         }
     }
@@ -503,14 +474,12 @@ impl Walker<'_> {
             }
             let dollar = matches!(&tts[i], TokenTree::Punct(p) if p.as_char() == '$');
             let at = if dollar { i + 1 } else { i };
-            // A path starts at `crate`, `$crate`, `super` or `self`, or, in
-            // the root's own code, at a module's bare name
-            // (`assert!(extent::MAX == 1)`); not in the middle of another path.
+            // A path starts at `crate`, `$crate`, `super` or `self`, not in
+            // the middle of another path.
             let start = match tts.get(at) {
                 Some(TokenTree::Ident(id)) if !preceded_by_colons(&tts, at) => {
                     let id = id.to_string();
-                    let bare = self.module.is_empty() && self.root.modules.contains(&id);
-                    (id == "crate" || (!dollar && (id == "super" || id == "self" || bare))).then_some(id)
+                    (id == "crate" || (!dollar && (id == "super" || id == "self"))).then_some(id)
                 }
                 _ => None,
             };
