@@ -16,6 +16,7 @@
 //! or a floor), and small packs merged once [`SMALL_PACKS`] of them are
 //! there, so the pack count follows the live data, not the flush count.
 
+pub use crate::cleaner_rules::{CleanReport, DeadBound, Standing, SMALL_PACKS, SMALL_PACK_SHARE};
 use crate::cost::{Prices, GB, MONTH_SECS};
 use crate::error::Result;
 use crate::maintenance::{live_runs, run_span, Mover};
@@ -31,36 +32,6 @@ use std::time::{Duration, Instant};
 /// before it gives up (and tries again next round).
 const GUARD_PATIENCE: Duration = Duration::from_secs(30);
 
-/// The cleaner's hard bound on dead bytes (docs/frugal.md §8): at most
-/// `ratio` times the live stored bytes, or `floor` bytes, whichever is
-/// more. Past it the cleaner cleans whatever theorem 1 says, the packs
-/// that free the most dead bytes per byte moved first, until the dead
-/// bytes are back under three quarters of the bound.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeadBound {
-    pub ratio: f64,
-    pub floor: u64,
-}
-
-impl Default for DeadBound {
-    fn default() -> Self {
-        DeadBound { ratio: 1.0, floor: 256 << 20 }
-    }
-}
-
-impl DeadBound {
-    /// The most dead bytes allowed beside `live` live stored bytes.
-    pub fn of(&self, live: u64) -> u64 {
-        ((live as f64 * self.ratio.max(0.0)) as u64).max(self.floor)
-    }
-}
-
-/// A pack smaller than the pack target over this is small.
-pub const SMALL_PACK_SHARE: u64 = 4;
-/// Once this many small packs are there, the cleaner merges them (their
-/// live chunks copied into full-size packs): each flush of a few bytes
-/// leaves a small pack, which must not stay for good.
-pub const SMALL_PACKS: u64 = 64;
 /// How often the cleaner's thread looks at the bound and the small packs
 /// (two aggregate queries on the packs table) between its rounds.
 pub const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -78,27 +49,6 @@ pub struct Policy<'a> {
     pub bound: Option<&'a DeadBound>,
     /// Merge small packs once [`SMALL_PACKS`] of them are there.
     pub merge_small: bool,
-}
-
-/// Where a volume stands against the cleaner's rules.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Standing {
-    /// Bytes of every pack.
-    pub pack_bytes: u64,
-    /// Of which dead.
-    pub dead_bytes: u64,
-    /// The most dead bytes the bound allows now (none: no bound).
-    pub dead_bound: Option<u64>,
-    pub packs: u64,
-    /// Packs below a quarter of the pack target.
-    pub small_packs: u64,
-}
-
-impl Standing {
-    /// Whether a round is wanted now whatever the interval.
-    fn wants_round(&self) -> bool {
-        self.dead_bound.is_some_and(|b| self.dead_bytes > b) || self.small_packs >= SMALL_PACKS
-    }
 }
 
 /// The volume's totals against `bound` (two aggregate queries).
@@ -222,32 +172,6 @@ fn plan_where(vol: &Volume, now: i64, prices: &Prices, due_only: bool) -> Result
         }
     }
     Ok(out)
-}
-
-/// What a cleaning round did.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct CleanReport {
-    /// Packs cleaned (their live chunks moved, the old objects trashed).
-    pub packs_cleaned: u64,
-    /// Packs written with the moved chunks.
-    pub packs_written: u64,
-    pub chunks_moved: u64,
-    pub bytes_moved: u64,
-    /// Dead chunk rows deleted.
-    pub chunks_dropped: u64,
-    /// Dead bytes no longer stored.
-    pub dead_bytes_freed: u64,
-    /// Packs kept whole: a writer revived a chunk of theirs (found it by
-    /// hash) while they were being cleaned. The next round plans them again.
-    pub packs_kept: u64,
-    /// The round gave up: no moment without a write batch came. Nothing
-    /// changed; the next round tries again.
-    pub gave_up: Option<String>,
-    /// Packs taken because theorem 1 said so, because the dead bytes were
-    /// past the bound, and because they were small.
-    pub due: u64,
-    pub over_bound: u64,
-    pub small: u64,
 }
 
 /// Cleans the packs due at `now`, moving at most about `max_bytes` of live

@@ -3,7 +3,16 @@
 //! Everything below the FUSE adapter: namespace and file-content operations
 //! ([`Volume`]), the write-back journal, content-defined chunking with keyed
 //! BLAKE3 ids and global deduplication, packs of compressed and encrypted
-//! blobs, the SQLite metadata store, and maintenance (fsck, stats, gc).
+//! blobs, maintenance (fsck, stats, gc) and the cost-optimal cleaner, and
+//! the homes a volume can have: a directory, a bucket (`cloud`: lease,
+//! metadata versions, the pack cache) or a tape (`tape`, `mirror`). The
+//! metadata lives in a `cairn_meta` store (SQLite in the volume directory,
+//! or PostgreSQL), opened with `cairn_meta::open` and used through its
+//! traits: the engine holds no SQL and names no store (`meta`).
+//!
+//! The modules stand in floors, each above what it imports, with no
+//! circle (docs/design.md "Layout"; `cairn-testing`'s
+//! `tests/module_circles.rs` keeps it so).
 //!
 //! ```no_run
 //! use cairn_engine::{init, InitOptions, Volume, OpenOptions, Caller, FileKind, ROOT_INO};
@@ -20,6 +29,7 @@
 pub mod background;
 pub mod cache;
 pub mod cleaner;
+pub mod cleaner_rules;
 pub mod cloud;
 pub mod config;
 pub mod control;
@@ -30,6 +40,7 @@ pub mod extent;
 pub mod fsutil;
 pub mod health;
 pub mod journal;
+pub mod lease;
 pub mod location;
 pub mod maintenance;
 pub mod metrics;
@@ -43,6 +54,7 @@ pub mod tape;
 /// shared with the simulator.
 pub use cairn_model::trace;
 mod types;
+pub mod versions;
 mod volume;
 
 // A trace's ranges end within the largest file.

@@ -6,7 +6,7 @@ use crate::extent::{decode_page, Source};
 use crate::meta;
 use crate::pack::{self, BlobEntry, PackBuilder};
 use crate::types::{FileKind, ROOT_INO};
-use crate::volume::Volume;
+use crate::volume::{discard_packs, Volume};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -119,7 +119,7 @@ pub fn stats(vol: &Volume) -> Result<Stats> {
         s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
         s.cache = vol.cloud().map(|c| c.cache.stats());
         s.medium = vol.backend.space().map(|m| MediumSpace { live_bytes: m.live_bytes, dead_bytes: m.dead_bytes, free_bytes: m.free_bytes });
-        s.small_packs = c.pack_counts(vol.cfg.pack_target / crate::cleaner::SMALL_PACK_SHARE)?.1;
+        s.small_packs = c.pack_counts(vol.cfg.pack_target / crate::cleaner_rules::SMALL_PACK_SHARE)?.1;
         s.dead_bound = vol.cleaner_bound().map(|b| b.of(s.stored_bytes.saturating_sub(s.dead_bytes)));
         Ok(s)
     })
@@ -129,7 +129,7 @@ impl Volume {
     /// The cleaner's bound on dead bytes where a mount runs the cleaner
     /// (this one, or one opened with these options): every kind but a
     /// tape, unless `--gc-interval 0`.
-    pub(crate) fn cleaner_bound(&self) -> Option<&crate::cleaner::DeadBound> {
+    pub(crate) fn cleaner_bound(&self) -> Option<&crate::cleaner_rules::DeadBound> {
         // A tape's cloud options have no interval (`Cloud::open`).
         let o = self.cloud().map_or(&self.opts.cloud, |c| &c.opts);
         o.gc_interval.is_some().then_some(&o.gc_bound)
@@ -784,21 +784,6 @@ impl<'a> Mover<'a> {
     /// up before its commit).
     pub(crate) fn discard(&self) {
         discard_packs(self.vol, self.sealed.iter().map(|(name, _, _)| name.as_str()));
-    }
-}
-
-/// Deletes uploaded packs that no metadata names (their transaction never
-/// committed), then their upload records. A failure only leaves orphans,
-/// which gc removes (the records go once this session is gone).
-pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'a str>) {
-    let names: Vec<&str> = names.into_iter().collect();
-    for name in &names {
-        if let Err(e) = vol.backend.delete(name) {
-            tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
-        }
-    }
-    if let Err(e) = vol.meta.store().end_uploads(&names) {
-        tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
     }
 }
 

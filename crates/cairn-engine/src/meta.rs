@@ -1,8 +1,10 @@
 //! The engine's side of the metadata store seam (`docs/metadata-store.md`).
 //!
 //! The store itself is `cairn_meta`: a [`MetaStore`] trait of typed
-//! operations, whose default implementation is the embedded SQLite store.
-//! [`Meta`] holds one as `Arc<dyn MetaStore>` and gives the engine the
+//! operations, and `cairn_meta::open`, which chooses the store by where
+//! the metadata lives (a file in the volume directory, or a server's URL);
+//! the engine names no store. [`Meta`] holds one as `Arc<dyn MetaStore>`
+//! and gives the engine the
 //! closure forms it uses (`read(|tx| ..)`, `write(|tx| ..)`) with the
 //! engine's error type; [`load_extents`] and [`save_extents`] translate
 //! extent maps to the store's opaque pages. No SQL lives in the engine.
@@ -10,14 +12,18 @@
 use crate::error::{Error, Result};
 use crate::extent::{decode_page, encode_page, ExtentMap, PageChanges, Source};
 use crate::types::Ino;
-pub use cairn_meta::sqlite::{GROUP_WINDOW, INO_HIGH_KEY, SCHEMA_VERSION};
+pub use cairn_meta::GROUP_WINDOW;
 pub use cairn_meta::{
     BillRow, Caller0, ChunkRow, ChunkTotals, DeadPack, InodeRow, InodeTotals, MaintenanceGuard, MetaRead, MetaStore, MetaTx, NewNode, PackRow, PageEdits, PageLink, PageUpsert,
     ShipChanges, StoredPage, BILL_STORAGE_AT_KEY, FLAG_READ_ONLY,
 };
-use cairn_meta::{MetaStoreExt, PageCodec};
+use cairn_meta::{Location, MetaStoreExt, PageCodec};
 use std::path::Path;
 use std::sync::Arc;
+
+/// How long a session lives without a heartbeat: past it, another
+/// machine may clean up after this one (JuiceFS: 60 s).
+pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The page format of `extent.rs`, for the store to read the chunk
 /// references of a page it frees.
@@ -42,20 +48,21 @@ pub struct Meta {
 impl Meta {
     /// Creates a fresh SQLite database with the root directory.
     pub fn create(path: &Path, root: Caller0) -> Result<()> {
-        Ok(cairn_meta::sqlite::SqliteMeta::create(path, root)?)
+        Ok(cairn_meta::create(Location::File(path), root)?)
     }
 
-    /// Opens the SQLite database of a volume (see
-    /// `cairn_meta::sqlite::SqliteMeta::open`).
+    /// Opens the SQLite database of a volume (see `cairn_meta::open`):
+    /// `exclusive` for a writer, whose changes are grouped for
+    /// `group_window`.
     pub fn open(path: &Path, exclusive: bool, group_window: std::time::Duration) -> Result<Self> {
-        let s = cairn_meta::sqlite::SqliteMeta::open(path, exclusive, group_window, Arc::new(ExtentCodec))?;
-        Ok(Meta::from_store(Arc::new(s)))
+        let opts = cairn_meta::OpenOptions { exclusive, group_window, ..cairn_meta::OpenOptions::new(Arc::new(ExtentCodec)) };
+        Ok(Meta::from_store(cairn_meta::open(Location::File(path), opts)?))
     }
 
     /// Creates the PostgreSQL schema of volume `id` (`cairn_<id>`) with the
     /// root directory, in the database `url` names.
     pub fn create_pg(url: &str, id: &str, root: Caller0) -> Result<()> {
-        Ok(cairn_meta::postgres::PgMeta::create(url, id, root)?)
+        Ok(cairn_meta::create(Location::Url { url, volume_id: id }, root)?)
     }
 
     /// Opens the PostgreSQL schema of volume `id`, whose operations give up
@@ -64,12 +71,8 @@ impl Meta {
     /// Such a store ships no metadata versions: PostgreSQL is the
     /// metadata's home.
     pub fn open_pg(url: &str, id: &str, timeout: Option<std::time::Duration>, sync_commit: bool) -> Result<Self> {
-        let mut opts = cairn_meta::postgres::PgOptions { sync_commit, ..Default::default() };
-        if let Some(t) = timeout {
-            opts.timeout = t;
-        }
-        let s = cairn_meta::postgres::PgMeta::open_with(url, id, Arc::new(ExtentCodec), opts)?;
-        Ok(Meta::from_store(Arc::new(s)))
+        let opts = cairn_meta::OpenOptions { timeout, sync_commit, ..cairn_meta::OpenOptions::new(Arc::new(ExtentCodec)) };
+        Ok(Meta::from_store(cairn_meta::open(Location::Url { url, volume_id: id }, opts)?))
     }
 
     /// A volume's metadata in any store.

@@ -118,7 +118,7 @@ impl Metrics {
     }
 
     /// The cleaner's last look at the packs (gauges).
-    pub(crate) fn record_standing(&self, s: &crate::cleaner::Standing) {
+    pub(crate) fn record_standing(&self, s: &crate::cleaner_rules::Standing) {
         let v = [s.pack_bytes, s.dead_bytes, s.dead_bound.unwrap_or(0), s.packs, s.small_packs];
         for (a, v) in self.space.iter().zip(v) {
             a.store(v, Ordering::Relaxed);
@@ -126,7 +126,7 @@ impl Metrics {
     }
 
     /// A cleaning round's work (counters).
-    pub(crate) fn record_clean(&self, r: &crate::cleaner::CleanReport) {
+    pub(crate) fn record_clean(&self, r: &crate::cleaner_rules::CleanReport) {
         let v = [1, r.packs_cleaned, r.bytes_moved, r.dead_bytes_freed];
         for (a, v) in self.cleaner.iter().zip(v) {
             a.fetch_add(v, Ordering::Relaxed);

@@ -8,12 +8,13 @@
 //! the tools above it (cleaner, maintenance, control) hold a volume.
 
 use crate::background::Background;
-use crate::cloud::{lease, Cloud};
+use crate::cloud::Cloud;
 use crate::config::{is_remote_url, is_tape_url, take_lock, with_retries, write_settings, InitOptions, Layout, LocalSettings, MetaKind, VolumeConfig, CONFIG_OBJECT, FORMAT_VERSION};
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
+use crate::lease;
 use crate::location::{explain, open_backend, open_remote, open_remote_with};
-use crate::meta::{Caller0, Meta};
+use crate::meta::{Caller0, Meta, SESSION_TTL};
 use crate::mirror;
 use crate::volume::{OpenOptions, Parts, Volume, CLOSE_ERROR};
 use cairn_backend::{Backend, LocalBackend};
@@ -145,10 +146,6 @@ fn start_cloud(vol: &Arc<Volume>) -> Result<()> {
     let _ = c.shipper.set(start_shipper(vol));
     Ok(())
 }
-
-/// How long a session lives without a heartbeat: past it, another
-/// machine may clean up after this one (JuiceFS: 60 s).
-pub const SESSION_TTL: Duration = Duration::from_secs(60);
 
 /// Starts shipping every `vol`'s metadata interval and renewing its lease
 /// (or its session in PostgreSQL).
@@ -312,10 +309,10 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
         m.write(|tx| Ok(tx.ensure_bill_table()?))?;
         m.snapshot()?
     };
-    let h = crate::cloud::versions::Header { kind: crate::cloud::versions::Kind::Base, version: 1, time: crate::cloud::lease::now(), writer: state.writer_bytes(), prev: None };
+    let h = crate::versions::Header { kind: crate::versions::Kind::Base, version: 1, time: crate::lease::now(), writer: state.writer_bytes(), prev: None };
     let (stored, digest) = {
         let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-        crate::cloud::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?
+        crate::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?
     };
     state.shipped = 1;
     state.shipped_digest = Some(hex::encode(digest));

@@ -120,7 +120,7 @@ fn open_with(url: &str, create: Option<Option<EmuParams>>) -> Result<Arc<TapeSto
 /// base and every delta after it), so a machine with only the tape opens
 /// the volume in two locates.
 pub fn metadata_chain() -> cairn_tape::store::InlinePolicy {
-    use crate::cloud::versions;
+    use crate::versions;
     cairn_tape::store::InlinePolicy {
         prefixes: vec![crate::config::CONFIG_OBJECT.to_string(), versions::PREFIX.to_string()],
         max_bytes: cairn_tape::store::INLINE_MAX,

@@ -21,21 +21,25 @@
 //! - `max_write` 1 MiB (and `max_read` 1 MiB), readahead as large as the
 //!   kernel offers, 64 background requests.
 //! - Capabilities: parallel dirops, readdirplus (auto), cached symlinks,
-//!   async direct I/O. No writeback cache. See `fs::wanted_capabilities`.
+//!   async direct I/O, and the kernel's writeback cache unless the mount
+//!   turns it off. See `fs::wanted_capabilities`.
 //! - Directories: `opendir` takes a listing (`.`, `..`, then the engine's
 //!   sorted entries); readdir offsets are positions in it, so a directory
 //!   changing under a reader neither repeats nor skips entries. A readdir at
 //!   offset 0 on an already-read handle (`rewinddir`) takes a fresh listing.
-//! - Locks: no lock handlers and no `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`,
-//!   so the kernel implements fcntl and flock locks locally. That is right for
-//!   one mount; several mounts of one volume do not see each other's locks.
+//! - Locks: on a volume only this mount writes, no lock handlers and no
+//!   `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`, so the kernel implements fcntl
+//!   and flock locks locally; on a shared volume (metadata in PostgreSQL)
+//!   both are requested and the locks live in the metadata store, where
+//!   every machine's mount sees them (`locks`, docs/shared-volume.md §8).
 //! - `st_blksize` is 128 KiB, not 4 KiB: without the writeback cache every
 //!   write(2) is a round trip, and stdio sizes its buffers from it.
 //! - `fsyncdir` calls `Volume::fsync` on the directory (a metadata sync), not
 //!   the volume-wide `Volume::sync`.
-//! - `ioctl` answers ENOTTY (what isatty(3) expects); `copy_file_range`
-//!   answers ENOSYS until the engine can clone a range, and the kernel then
-//!   copies by itself.
+//! - `ioctl` serves Cairn's own (rpwrite, `cairn_client::ioctl`) and
+//!   answers ENOTTY to anything else (what isatty(3) expects);
+//!   `copy_file_range` clones: the destination range shares the source's
+//!   extents.
 //! - Errors: engine errors map through `Error::errno()`; EIO ones (corrupt or
 //!   unreadable packs, backend failures) are logged at warn with the engine's
 //!   message.

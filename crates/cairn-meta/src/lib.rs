@@ -1,14 +1,21 @@
 //! Cairn's metadata store: the [`MetaStore`] trait every store implements
 //! (its contract is `docs/metadata-store.md`), the row types it persists,
-//! its [`conformance`] suite, and the embedded SQLite store ([`sqlite`]).
+//! its [`conformance`] suite, and the two stores that pass it: the
+//! embedded SQLite store ([`sqlite`], a volume directory's own file) and
+//! the PostgreSQL store ([`postgres`], a schema per volume in a database
+//! many machines share).
 //!
-//! The engine holds an `Arc<dyn MetaStore>`; everything it asks of the
+//! [`open`] and [`create`] choose the store by where the metadata lives
+//! ([`Location`]: a file or a server's URL), so the engine names no store:
+//! it holds an `Arc<dyn MetaStore>`, and everything it asks of the
 //! metadata is a typed operation of [`MetaRead`] (queries) or [`MetaTx`]
 //! (changes, inside one transaction). No connection and no SQL leave this
-//! crate.
+//! crate. [`shipped`] reads the form in which a cloud volume's metadata
+//! travels to its bucket.
 
 pub mod conformance;
 mod error;
+mod location;
 pub mod locks;
 pub mod postgres;
 pub mod sqlite;
@@ -17,6 +24,18 @@ pub mod types;
 pub use error::{Error, ErrorKind, Result};
 pub use locks::{LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 pub use types::{Attr, FileKind, Ino, Timestamp, ROOT_INO};
+pub use location::{create, open, Location, OpenOptions};
+/// The group commit window of the embedded store, a writer's default.
+pub use sqlite::GROUP_WINDOW;
+
+/// The form a cloud volume's metadata travels in (docs/format.md
+/// "Metadata versions"): a whole database file of the embedded store (a
+/// base) and the patchsets that follow it (deltas), which a store makes
+/// through [`ShipChanges`]. These read and apply them to a file without
+/// opening it as a store.
+pub mod shipped {
+    pub use crate::sqlite::{apply_patchsets, pack_names_in};
+}
 
 use std::collections::HashMap;
 

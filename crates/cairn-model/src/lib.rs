@@ -1,5 +1,5 @@
 //! What the Cairn engine and its simulator (`cairn-sim`) share, without
-//! the engine's SQLite metadata or its S3 backend: the cache policies
+//! the engine's metadata stores or its S3 backend: the cache policies
 //! ([`cache`]: LRU and Coral's kd-tree policy), the access-trace format
 //! ([`trace`], docs/trace.md), and the cloud price list with the request
 //! model it prices ([`prices`]).

@@ -114,7 +114,7 @@ impl fmt::Display for TarError {
             TarError::UnsafePath { path, reason } => write!(
                 f,
                 "refusing tar member path {}: {reason}",
-                crate::parse::quote(path)
+                quote(path)
             ),
             TarError::Io { offset, source } => {
                 write!(f, "reading the tar archive at offset {offset}: {source}")
@@ -138,5 +138,21 @@ impl From<TarError> for io::Error {
             TarError::Io { source, .. } => source,
             other => io::Error::new(io::ErrorKind::InvalidData, other),
         }
+    }
+}
+
+/// At most this many bytes of a path are quoted in an error.
+const QUOTE_MAX: usize = 120;
+
+/// A path for an error message, cut if long.
+pub(crate) fn quote(p: &[u8]) -> String {
+    if p.len() <= QUOTE_MAX {
+        format!("{:?}", String::from_utf8_lossy(p))
+    } else {
+        format!(
+            "{:?}... ({} bytes)",
+            String::from_utf8_lossy(&p[..QUOTE_MAX]),
+            p.len()
+        )
     }
 }

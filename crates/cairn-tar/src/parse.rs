@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::io;
 
+use crate::error::quote;
 use crate::num::{parse_numeric, parse_pax_time, parse_pax_u64, parse_u64};
 use crate::{
     DataRun, Member, MemberKind, ReadAt, TarError, BLOCK, NAME_MAX, PATH_MAX, XATTR_LIST_MAX,
@@ -20,22 +21,6 @@ const MAX_GLOBAL: u64 = 4 << 20;
 
 /// Largest number of sparse runs accepted for one member.
 const MAX_SPARSE_RUNS: usize = 1 << 22;
-
-/// At most this many bytes of a path are quoted in an error.
-const QUOTE_MAX: usize = 120;
-
-/// A path for an error message, cut if long.
-pub(crate) fn quote(p: &[u8]) -> String {
-    if p.len() <= QUOTE_MAX {
-        format!("{:?}", String::from_utf8_lossy(p))
-    } else {
-        format!(
-            "{:?}... ({} bytes)",
-            String::from_utf8_lossy(&p[..QUOTE_MAX]),
-            p.len()
-        )
-    }
-}
 
 /// Why `path` cannot be a member path on Linux (a component longer than
 /// [`NAME_MAX`], or more than [`PATH_MAX`] bytes in all).

@@ -7,8 +7,7 @@
 //! passphrase mounts the volume by rebuilding the database from the latest
 //! metadata chain.
 
-pub mod lease;
-pub mod versions;
+pub use crate::{lease, versions};
 
 pub use crate::background::Background;
 // Where a volume lives and how its store opens (kept at their old paths).
@@ -101,7 +100,7 @@ pub struct CloudOptions {
     /// in a bucket, [`crate::cost::Prices::local_disk`] in a directory).
     pub gc_prices: Option<crate::cost::Prices>,
     /// The cleaner's hard bound on dead bytes (docs/frugal.md §8).
-    pub gc_bound: crate::cleaner::DeadBound,
+    pub gc_bound: crate::cleaner_rules::DeadBound,
     /// What the pack cache evicts first.
     pub cache_policy: crate::cache::PolicyChoice,
 }
@@ -120,7 +119,7 @@ impl CloudOptions {
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::open::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default() }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::meta::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default() }
     }
 }
 
@@ -319,7 +318,7 @@ enum Tail {
 }
 
 fn lost_tail(layout: &Layout, remote: &dyn Backend, state: &LocalState, top: u64) -> Result<Tail> {
-    let named: Vec<String> = cairn_meta::sqlite::pack_names_in(&layout.meta_db())?;
+    let named: Vec<String> = cairn_meta::shipped::pack_names_in(&layout.meta_db())?;
     // The store's listing is its in-memory index: no request per pack.
     let present: std::collections::HashSet<String> = remote.list("packs/")?.into_iter().map(|o| o.name).collect();
     let missing: Vec<String> = named.into_iter().filter(|n| !present.contains(n)).collect();
@@ -665,7 +664,7 @@ pub fn restore(remote: &dyn Backend, keys: &Keys, url: &str, version: u64) -> Re
             let chain = versions::chain(&all, Some(version))?;
             let db = tmpdir.join("meta.sqlite");
             versions::rebuild(remote, keys, &chain, &db, &|_, _| {})?;
-            let names: Vec<String> = cairn_meta::sqlite::pack_names_in(&db)?;
+            let names: Vec<String> = cairn_meta::shipped::pack_names_in(&db)?;
             let present: std::collections::HashSet<String> = remote.list("packs/")?.into_iter().map(|o| o.name).collect();
             let missing: Vec<&String> = names.iter().filter(|n| !present.contains(*n)).collect();
             if !missing.is_empty() {

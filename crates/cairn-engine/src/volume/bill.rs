@@ -117,7 +117,7 @@ impl Volume {
         for _ in 0..8 {
             let mut r = rows.clone();
             merge(&mut r, vec![BillRow { day, subsystem: Subsystem::Metadata.name().into(), item: RequestKind::Put.name().into(), requests: 1, bytes: len }]);
-            let obj = BillObject { format: "cairn-bill-1".into(), host: crate::cloud::lease::hostname(), dir: self.layout.dir.display().to_string(), written: now, ended, rows: r };
+            let obj = BillObject { format: "cairn-bill-1".into(), host: crate::lease::hostname(), dir: self.layout.dir.display().to_string(), written: now, ended, rows: r };
             let bytes = serde_json::to_vec(&obj).expect("bill serialises");
             let done = bytes.len() as u64 == len;
             len = bytes.len() as u64;

@@ -357,7 +357,7 @@ impl<'a> Batch<'a> {
     /// transaction lost a race and rolled back). A failure only leaves
     /// orphans that gc removes.
     pub(crate) fn discard(&self) {
-        crate::maintenance::discard_packs(self.vol, self.sealed.iter().map(|p| p.name.as_str()));
+        discard_packs(self.vol, self.sealed.iter().map(|p| p.name.as_str()));
     }
 
     /// Adds what this batch stored to the volume's metrics, once the
@@ -1473,5 +1473,20 @@ mod tests {
         assert_eq!(run_size(j, 4), 256 << 20);
         assert_eq!(run_size(j, 1000), 64 << 20);
         assert_eq!(run_size(8u64 << 30, 1), 1 << 30);
+    }
+}
+
+/// Deletes uploaded packs that no metadata names (their transaction never
+/// committed), then their upload records. A failure only leaves orphans,
+/// which gc removes (the records go once this session is gone).
+pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'a str>) {
+    let names: Vec<&str> = names.into_iter().collect();
+    for name in &names {
+        if let Err(e) = vol.backend.delete(name) {
+            tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
+        }
+    }
+    if let Err(e) = vol.meta.store().end_uploads(&names) {
+        tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
     }
 }

@@ -31,6 +31,7 @@ pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 pub(crate) use file::FileState;
 pub use file::{Opened, ReadBytes};
 pub use flush::FlushReport;
+pub(crate) use flush::discard_packs;
 pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
 pub use locks::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 

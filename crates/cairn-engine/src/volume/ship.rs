@@ -5,9 +5,10 @@
 //! is started by `crate::open`.
 
 use super::Volume;
-use crate::cloud::versions::{self, Header, Kind};
-use crate::cloud::{lease, read_trash, trash_version, TRASH_NAMES_PER_OBJECT, TRASH_PREFIX};
+use crate::cloud::{read_trash, trash_version, TRASH_NAMES_PER_OBJECT, TRASH_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
+use crate::lease;
+use crate::versions::{self, Header, Kind};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 

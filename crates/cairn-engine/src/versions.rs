@@ -390,7 +390,7 @@ pub fn rebuild(backend: &dyn Backend, keys: &Keys, chain: &[VersionInfo], path: 
     progress(1, chain.len());
     let mut rest = chain.iter().enumerate().skip(1);
     let at = std::cell::Cell::new(1);
-    cairn_meta::sqlite::apply_patchsets(
+    cairn_meta::shipped::apply_patchsets(
         &tmp,
         &mut || match rest.next() {
             None => Ok(None),
@@ -431,7 +431,7 @@ pub fn publish(backend: &dyn Backend, keys: &Keys, h: &Header, payload: &[u8]) -
             if backend.get(&n).is_ok_and(|there| there == bytes) {
                 return Ok((bytes.len() as u64, d));
             }
-            Err(super::lease::lost(&format!("metadata version {} was published by another mount", h.version)))
+            Err(crate::lease::lost(&format!("metadata version {} was published by another mount", h.version)))
         }
         Err(e) => Err(Error::from(e).context(format_args!("uploading metadata version {}", h.version))),
     }
