@@ -116,17 +116,26 @@ pub trait Backend: Send + Sync {
     fn meter(&self) -> Option<std::sync::Arc<Meter>> {
         None
     }
-    /// What a store that writes in the background (a tape drive) has
-    /// accepted and not yet written. The engine uses it to feed a
-    /// streaming drive before it runs dry (docs/tape.md §2). None: every
-    /// put is written before it returns, there is no backlog to watch.
-    fn backlog(&self) -> Option<Backlog> {
+    /// What only a sequential medium answers (a tape drive: its
+    /// write-behind backlog, where objects lie, the space deletes did not
+    /// free). None: a store without an order that matters; wrappers pass
+    /// their inner store's on.
+    fn sequential(&self) -> Option<&dyn Sequential> {
         None
     }
-    /// Where byte `offset` of `name` lies on a sequential medium (a tape's
-    /// block position), so that a caller with many reads to make can issue
-    /// them in one pass (`cairn tape recall`). None: the store has no order
-    /// that matters, or does not know the object.
+}
+
+/// The questions only a sequential, write-behind store answers (a tape
+/// drive, reached through [`Backend::sequential`]): kept off [`Backend`]
+/// so that the object-store contract stays what every store implements.
+pub trait Sequential: Send + Sync {
+    /// What the store has accepted and not yet written. The engine uses it
+    /// to feed a streaming drive before it runs dry (docs/tape.md §2).
+    fn backlog(&self) -> Backlog;
+    /// Where byte `offset` of `name` lies on the medium (a tape's block
+    /// position), so that a caller with many reads to make can issue them
+    /// in one pass (`cairn tape recall`). None: the store does not know the
+    /// object (not written yet, deleted).
     fn position(&self, _name: &str, _offset: u64) -> Option<u64> {
         None
     }
@@ -137,7 +146,7 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// See [`Backend::space`].
+/// See [`Sequential::space`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreSpace {
     /// Bytes of live objects.
@@ -148,7 +157,7 @@ pub struct StoreSpace {
     pub free_bytes: Option<u64>,
 }
 
-/// See [`Backend::backlog`].
+/// See [`Sequential::backlog`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backlog {
     /// Bytes of puts waiting to be written.
@@ -229,14 +238,8 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     fn meter(&self) -> Option<std::sync::Arc<Meter>> {
         (**self).meter()
     }
-    fn backlog(&self) -> Option<Backlog> {
-        (**self).backlog()
-    }
-    fn position(&self, name: &str, offset: u64) -> Option<u64> {
-        (**self).position(name, offset)
-    }
-    fn space(&self) -> Option<StoreSpace> {
-        (**self).space()
+    fn sequential(&self) -> Option<&dyn Sequential> {
+        (**self).sequential()
     }
 }
 

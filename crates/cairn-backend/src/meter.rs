@@ -368,14 +368,8 @@ impl<B: Backend> Backend for Metered<B> {
     fn meter(&self) -> Option<Arc<Meter>> {
         Some(self.meter.clone())
     }
-    fn backlog(&self) -> Option<crate::Backlog> {
-        self.inner.backlog()
-    }
-    fn position(&self, name: &str, offset: u64) -> Option<u64> {
-        self.inner.position(name, offset)
-    }
-    fn space(&self) -> Option<crate::StoreSpace> {
-        self.inner.space()
+    fn sequential(&self) -> Option<&dyn crate::Sequential> {
+        self.inner.sequential()
     }
 }
 

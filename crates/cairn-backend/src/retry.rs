@@ -208,13 +208,7 @@ impl<B: Backend> Backend for Retrying<B> {
     fn meter(&self) -> Option<std::sync::Arc<crate::Meter>> {
         self.inner.meter()
     }
-    fn backlog(&self) -> Option<crate::Backlog> {
-        self.inner.backlog()
-    }
-    fn position(&self, name: &str, offset: u64) -> Option<u64> {
-        self.inner.position(name, offset)
-    }
-    fn space(&self) -> Option<crate::StoreSpace> {
-        self.inner.space()
+    fn sequential(&self) -> Option<&dyn crate::Sequential> {
+        self.inner.sequential()
     }
 }

@@ -70,7 +70,7 @@ pub struct Stats {
     pub small_packs: u64,
 }
 
-/// Space on an append-only home (see [`cairn_backend::Backend::space`]).
+/// Space on an append-only home (see [`cairn_backend::Sequential::space`]).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
 pub struct MediumSpace {
     /// Bytes of live objects (packs, metadata versions, the config).
@@ -118,7 +118,7 @@ pub fn stats(vol: &Volume) -> Result<Stats> {
         s.compression_ratio = ratio(s.unique_bytes, s.live_stored_bytes);
         s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
         s.cache = vol.cloud().map(|c| c.cache.stats());
-        s.medium = vol.backend.space().map(|m| MediumSpace { live_bytes: m.live_bytes, dead_bytes: m.dead_bytes, free_bytes: m.free_bytes });
+        s.medium = vol.backend.sequential().and_then(|q| q.space()).map(|m| MediumSpace { live_bytes: m.live_bytes, dead_bytes: m.dead_bytes, free_bytes: m.free_bytes });
         s.small_packs = c.pack_counts(vol.cfg.pack_target / crate::cleaner_rules::SMALL_PACK_SHARE)?.1;
         s.dead_bound = vol.cleaner_bound().map(|b| b.of(s.stored_bytes.saturating_sub(s.dead_bytes)));
         Ok(s)

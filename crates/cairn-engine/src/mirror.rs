@@ -428,20 +428,10 @@ impl Backend for Mirrored {
         format!("{} mirrored to {}", self.tape.describe(), self.root.display())
     }
 
-    /// The drive's: the mirror's writes go with each put.
-    fn backlog(&self) -> Option<cairn_backend::Backlog> {
-        self.tape.backlog()
-    }
-
-    /// The tape's: the tape is the truth, and ordering reads by it costs
-    /// nothing when the directory serves them.
-    fn position(&self, name: &str, offset: u64) -> Option<u64> {
-        self.tape.position(name, offset)
-    }
-
-    /// The tape's (the directory frees what is deleted).
-    fn space(&self) -> Option<cairn_backend::StoreSpace> {
-        self.tape.space()
+    /// The tape's: the mirror's writes go with each put, the tape is the
+    /// truth for positions and its space is what deletes did not free.
+    fn sequential(&self) -> Option<&dyn cairn_backend::Sequential> {
+        self.tape.sequential()
     }
 }
 

@@ -1055,6 +1055,13 @@ impl Backend for TapeStore {
         self.inner.describe.clone()
     }
 
+    fn sequential(&self) -> Option<&dyn cairn_backend::Sequential> {
+        Some(self)
+    }
+}
+
+/// A tape is the sequential store.
+impl cairn_backend::Sequential for TapeStore {
     /// The block holding byte `offset` of `name` (its head counted), for
     /// reads sorted into one pass. None for an object not on tape yet.
     fn position(&self, name: &str, offset: u64) -> Option<u64> {
@@ -1075,10 +1082,10 @@ impl Backend for TapeStore {
         Some(cairn_backend::StoreSpace { live_bytes, dead_bytes, free_bytes: None })
     }
 
-    fn backlog(&self) -> Option<Backlog> {
+    fn backlog(&self) -> Backlog {
         let st = self.inner.st.lock();
         let streaming = st.queued_bytes > 0 || st.last_write.is_some_and(|t| t.elapsed() < STREAMING_GRACE);
-        Some(Backlog { queued_bytes: st.queued_bytes, streaming })
+        Backlog { queued_bytes: st.queued_bytes, streaming }
     }
 }
 

@@ -215,14 +215,8 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn meter(&self) -> Option<std::sync::Arc<cairn_backend::Meter>> {
         self.inner.meter()
     }
-    fn backlog(&self) -> Option<cairn_backend::Backlog> {
-        self.inner.backlog()
-    }
-    fn position(&self, name: &str, offset: u64) -> Option<u64> {
-        self.inner.position(name, offset)
-    }
-    fn space(&self) -> Option<cairn_backend::StoreSpace> {
-        self.inner.space()
+    fn sequential(&self) -> Option<&dyn cairn_backend::Sequential> {
+        self.inner.sequential()
     }
 }
 

@@ -1692,16 +1692,8 @@ impl Backend for CachedBackend {
         self.inner.remote.meter()
     }
 
-    fn backlog(&self) -> Option<cairn_backend::Backlog> {
-        self.inner.remote.backlog()
-    }
-
-    fn position(&self, name: &str, offset: u64) -> Option<u64> {
-        self.inner.remote.position(name, offset)
-    }
-
-    fn space(&self) -> Option<cairn_backend::StoreSpace> {
-        self.inner.remote.space()
+    fn sequential(&self) -> Option<&dyn cairn_backend::Sequential> {
+        self.inner.remote.sequential()
     }
 }
 

@@ -577,7 +577,7 @@ impl Volume {
     ///
     /// `first` is the round's [`first_writer_key`](Self::first_writer_key).
     fn file_to_feed(&self, first: Option<&WalkKey>) -> Option<Arc<FileState>> {
-        let b = self.backend.backlog()?;
+        let b = self.backend.sequential()?.backlog();
         if b.queued_bytes >= 2 * self.backend.capabilities().preferred_pack_size {
             return None;
         }

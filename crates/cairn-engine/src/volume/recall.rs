@@ -6,7 +6,7 @@
 //! to the pack ranges its chunks occupy, merges ranges close together
 //! (reading through a short gap is far cheaper than a locate), drops what
 //! the cache already holds, sorts the rest by position on the medium
-//! ([`cairn_backend::Backend::position`]) and reads them in that order
+//! ([`cairn_backend::Sequential::position`]) and reads them in that order
 //! through the cache, a few at a time so that the store's read batches
 //! stay full. On a bucket there is no position; the same plan warms the
 //! cache with few, large ranged GETs.
@@ -129,7 +129,8 @@ impl Volume {
         });
         // The medium's order; ranges of objects it cannot place (not yet
         // written, or a bucket) after, by name and offset.
-        let mut keyed: Vec<(u64, Range)> = plan.into_iter().map(|r| (self.backend.position(&r.pack, r.off).unwrap_or(u64::MAX), r)).collect();
+        let medium = self.backend.sequential();
+        let mut keyed: Vec<(u64, Range)> = plan.into_iter().map(|r| (medium.and_then(|m| m.position(&r.pack, r.off)).unwrap_or(u64::MAX), r)).collect();
         keyed.sort_by(|a, b| (a.0, &a.1.pack, a.1.off).cmp(&(b.0, &b.1.pack, b.1.off)));
         let plan: Vec<Range> = keyed.into_iter().map(|(_, r)| r).collect();
         let total: u64 = plan.iter().map(|r| r.len).sum();

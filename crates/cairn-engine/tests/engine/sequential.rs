@@ -108,8 +108,14 @@ impl Backend for Buffered {
     fn describe(&self) -> String {
         "buffered".into()
     }
-    fn backlog(&self) -> Option<cairn_backend::Backlog> {
-        Some(cairn_backend::Backlog { queued_bytes: self.queued.load(Ordering::SeqCst), streaming: self.streaming.load(Ordering::SeqCst) })
+    fn sequential(&self) -> Option<&dyn cairn_backend::Sequential> {
+        Some(self)
+    }
+}
+
+impl cairn_backend::Sequential for Buffered {
+    fn backlog(&self) -> cairn_backend::Backlog {
+        cairn_backend::Backlog { queued_bytes: self.queued.load(Ordering::SeqCst), streaming: self.streaming.load(Ordering::SeqCst) }
     }
 }
 

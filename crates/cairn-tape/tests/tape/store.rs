@@ -4,7 +4,7 @@
 //! position order, streaming read-ahead, end of medium.
 
 use crate::common::{bytes, small_params};
-use cairn_backend::{Backend, ErrorKind};
+use cairn_backend::{Backend, ErrorKind, Sequential};
 use cairn_tape::store::{self, StoreOptions, TapeStore};
 use cairn_tape::{Clock, EmuDrive, EmuParams, TapeDevice};
 use std::path::Path;
@@ -295,13 +295,13 @@ fn positions_follow_the_tape_and_space_counts_the_dead() {
     let a_end = s.position("p/a", 5 * bs - 1).unwrap();
     assert!(a_end >= a + 4 && a_end < b, "{a} {a_end} {b}");
     assert_eq!(s.position("p/none", 0), None);
-    let before = Backend::space(&s).unwrap();
+    let before = Sequential::space(&s).unwrap();
     assert_eq!((before.live_bytes, before.dead_bytes), (15 * bs, 0));
     s.delete("p/b").unwrap();
     s.put("p/c", b"new").unwrap();
     s.sync().unwrap();
     assert_eq!(s.position("p/b", 0), None, "deleted");
-    let after = Backend::space(&s).unwrap();
+    let after = Sequential::space(&s).unwrap();
     assert_eq!((after.live_bytes, after.dead_bytes), (5 * bs + 3, 10 * bs), "{after:?}");
 }
 
