@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 16.1's 1-mount phases (2,000 files, bench/shared.py meta) on a local volume directory with --meta
+# 16.1's 1-mount phases (FILES files, default 2,000; bench/shared.py meta) on a local volume directory with --meta
 # PostgreSQL (no S3), two builds alternating, PAIRS pairs (before first in odd pairs). Prints one
 # JSON row per build and pair. Usage (as root): bench/shared-meta-pairs.sh BEFORE_CAIRN AFTER_CAIRN
 # Used for BENCHMARKS.md §16.7.
@@ -27,7 +27,7 @@ for run in $(seq "$PAIRS"); do
     "$BIN" mount "$S/vol-$db" "$MNT" --meta "$URL"
     for i in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
     load=$(cut -d' ' -f1 /proc/loadavg)
-    r=$(python3 -S $REPO/bench/shared.py meta 2000 "$MNT/own")
+    r=$(python3 -S $REPO/bench/shared.py meta ${FILES:-2000} "$MNT/own")
     echo "{\"build\": \"$build\", \"run\": $run, \"load\": $load, \"r\": $r}"
     "$BIN" umount "$MNT" > /dev/null; MNT=
   done
