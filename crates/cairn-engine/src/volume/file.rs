@@ -1104,9 +1104,6 @@ pub(crate) fn reapply_changes(g: &mut FileInner, old: &FileInner) {
     g.due = true;
 }
 
-impl Volume {
-}
-
 /// The trace's PLACE records of a file's committed map (docs/trace.md).
 fn described(ino: Ino, g: &FileInner) -> Vec<Event> {
     let extents = g.base.range(0, g.base_valid).into_iter();
