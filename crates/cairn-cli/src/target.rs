@@ -26,7 +26,10 @@ pub struct CloudArgs {
     pub region: Option<String>,
 }
 
-/// Whether VOLUME names a bucket or a tape.
+/// Whether VOLUME names a bucket or a tape. Any `SCHEME://` counts, not
+/// only the schemes this build knows (`config::is_remote_url`), so that a
+/// mistyped or unsupported one (`gs://...`) is refused as a URL rather than
+/// taken for a directory of that name.
 pub fn is_url(volume: &str) -> bool {
     volume.contains("://") || cairn_engine::tape::is_tape_url(volume)
 }

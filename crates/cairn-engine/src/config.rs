@@ -449,7 +449,7 @@ mod tests {
 pub fn default_pack_target(volume: &str) -> u64 {
     if is_tape_url(volume) {
         64 << 20
-    } else if volume.contains("://") {
+    } else if is_cloud_url(volume) {
         16 << 20
     } else {
         32 << 20

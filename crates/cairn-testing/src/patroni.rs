@@ -261,15 +261,7 @@ postgresql:
     /// Runs SQL with psql on the primary (database `db`).
     pub fn psql(&self, db: &str, sql: &str) -> Result<String, String> {
         let p = self.primary().ok_or("no primary")?;
-        let bin = crate::postgres::bin_dir()?;
-        let out = Command::new(bin.join("psql"))
-            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &self.nodes[p].pg_port.to_string(), "-U", "postgres", "-d", db, "-c", sql])
-            .output()
-            .map_err(|e| format!("running psql: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("psql: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+        crate::postgres::psql_at(&crate::postgres::bin_dir()?, self.nodes[p].pg_port, db, sql)
     }
 
     /// Creates an empty database (on the primary; it replicates).

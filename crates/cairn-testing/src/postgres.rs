@@ -19,7 +19,7 @@
 //! every process it starts.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -336,15 +336,7 @@ impl PgServer {
 
     /// Runs SQL with `psql` against `db` and returns its unaligned output.
     pub fn psql(&self, db: &str, sql: &str) -> Result<String, String> {
-        let psql = if self.bin.join("psql").exists() { self.bin.join("psql") } else { PathBuf::from("psql") };
-        let out = Command::new(&psql)
-            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-d", db, "-c", sql])
-            .output()
-            .map_err(|e| format!("running {}: {e}", psql.display()))?;
-        if !out.status.success() {
-            return Err(format!("psql: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+        psql_at(&self.bin, self.port, db, sql)
     }
 
     /// Creates an empty database.
@@ -352,6 +344,21 @@ impl PgServer {
         assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'), "a plain database name");
         self.psql("postgres", &format!("CREATE DATABASE {name}")).map(|_| ())
     }
+}
+
+/// Runs SQL with the psql of `bin` (or the one on PATH) against the server
+/// on 127.0.0.1:`port`, database `db`, as `postgres`; stops at the first
+/// error and returns the unaligned output.
+pub(crate) fn psql_at(bin: &Path, port: u16, db: &str, sql: &str) -> Result<String, String> {
+    let psql = if bin.join("psql").exists() { bin.join("psql") } else { PathBuf::from("psql") };
+    let out = Command::new(&psql)
+        .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", db, "-c", sql])
+        .output()
+        .map_err(|e| format!("running {}: {e}", psql.display()))?;
+    if !out.status.success() {
+        return Err(format!("psql: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
 }
 
 impl Drop for PgServer {
