@@ -227,6 +227,11 @@ soak() {
         prev=$(cat "$OUT/$kind/ops" 2>/dev/null || echo 0)
     done
     wait "$wpid" || die "$kind: the workload failed: $(tail -n 3 "$OUT/$kind/workload.log")"
+    # The daemon's CPU seconds (user + system) while the workload ran: with
+    # the cleaner off and on, what the cleaner costs per operation in CPU,
+    # a figure a loaded machine disturbs less than the operation rate
+    # (bench/cleaner-cost.sh).
+    awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / hz }' "/proc/$pid/stat" > "$OUT/$kind/daemon_cpu"
     "$CAIRN" umount "$mnt" >/dev/null || die "$kind: umount failed"
     wait "$pid" 2>/dev/null || true
     local fsck_args=()
