@@ -179,8 +179,9 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
     if let (Some(w), Some(id)) = (&watch, conn) {
         w.set_connection(id);
     }
+    let session_notifier = session.notifier();
     let kernel = Arc::new(KernelNotifier::new(session.notifier()));
-    vol.set_kernel_cache(kernel.clone());
+    vol.set_kernel_cache(kernel);
     let bg = match session.spawn() {
         Ok(bg) => bg,
         Err(e) => {
@@ -190,7 +191,10 @@ pub fn mount(vol: Arc<Volume>, cfg: &MountConfig, on_ready: impl FnOnce()) -> io
             return Err(e);
         }
     };
-    let notifier = follower.and_then(|f| ChangeNotifier::start(f, kernel));
+    // The change notifier sends its own notices (its own copy of the
+    // channel): it is a thread of its own, never a request handler, so it
+    // needs no hand-off to the notice thread (`KernelNotifier`).
+    let notifier = follower.and_then(|f| ChangeNotifier::start(f, session_notifier));
     if watch.as_ref().is_some_and(SignalWatch::signalled) {
         // A signal arrived while mounting: its unmount found nothing yet.
         info!("signal received during mount: unmounting");
@@ -371,25 +375,27 @@ impl KernelNotifier {
 
     fn send(n: &fuser::Notifier, notice: Notice) {
         use std::os::unix::ffi::OsStrExt;
-        // ENOENT: the kernel holds nothing for it, which is fine.
-        let quiet = |what: &str, r: io::Result<()>| {
+        // ENOENT: the kernel holds nothing for it, which is fine. The
+        // message is made only for an error (the change notifier sends
+        // thousands a second under a create or unlink load).
+        let quiet = |what: &dyn Fn() -> String, r: io::Result<()>| {
             if let Err(e) = r {
                 if e.raw_os_error() != Some(libc::ENOENT) {
-                    debug!("{what}: {e}");
+                    debug!("{}: {e}", what());
                 }
             }
         };
         match notice {
             // Offset 0, length 0: the attributes and every cached page.
-            Notice::Inode(ino) => quiet(&format!("invalidating inode {ino}"), n.inval_inode(fuser::INodeNo(ino), 0, 0)),
-            Notice::Entry(parent, name) => quiet(&format!("invalidating entry {}", String::from_utf8_lossy(&name)), n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::from_bytes(&name))),
+            Notice::Inode(ino) => quiet(&|| format!("invalidating inode {ino}"), n.inval_inode(fuser::INodeNo(ino), 0, 0)),
+            Notice::Entry(parent, name) => quiet(&|| format!("invalidating entry {}", String::from_utf8_lossy(&name)), n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::from_bytes(&name))),
             Notice::Resized(ino, size, tail) => {
-                quiet(&format!("invalidating inode {ino}"), n.inval_inode(fuser::INodeNo(ino), 0, 0));
+                quiet(&|| format!("invalidating inode {ino}"), n.inval_inode(fuser::INodeNo(ino), 0, 0));
                 // The kernel takes a stored range past its size as the new
                 // size (fuse_notify_store); a writeback cache ignores the
                 // size in attributes.
                 if !tail.is_empty() {
-                    quiet(&format!("storing the end of inode {ino}"), n.store(fuser::INodeNo(ino), size - tail.len() as u64, &tail));
+                    quiet(&|| format!("storing the end of inode {ino}"), n.store(fuser::INodeNo(ino), size - tail.len() as u64, &tail));
                 }
             }
         }
@@ -447,7 +453,7 @@ struct ChangeNotifier {
 impl ChangeNotifier {
     /// None if the thread cannot start (then the kernel's 1 s TTL is the
     /// bound, as logged).
-    fn start(follower: Arc<cairn_engine::ChangeFollower>, kernel: Arc<KernelNotifier>) -> Option<ChangeNotifier> {
+    fn start(follower: Arc<cairn_engine::ChangeFollower>, kernel: fuser::Notifier) -> Option<ChangeNotifier> {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
@@ -461,11 +467,16 @@ impl ChangeNotifier {
                             if batch.all {
                                 info!("the change log was trimmed past this mount's cursor: dropped every cached file");
                             }
+                            // Sent from here, not through the notice
+                            // thread: a hand-off and a wait per notice
+                            // (two context switches) cost this thread
+                            // about as much again under a create or
+                            // unlink load (BENCHMARKS §16.7).
                             for &ino in &batch.inodes {
-                                cairn_engine::KernelCache::inode_changed(kernel.as_ref(), ino);
+                                KernelNotifier::send(&kernel, Notice::Inode(ino));
                             }
                             for (parent, name) in &batch.entries {
-                                cairn_engine::KernelCache::entry_changed(kernel.as_ref(), *parent, name);
+                                KernelNotifier::send(&kernel, Notice::Entry(*parent, name.clone()));
                             }
                             follower.done(&batch);
                         }

@@ -2290,7 +2290,16 @@ fn session_gone(session: u64) -> Error {
 /// and `dentries` (measured: 357 creates/s on a volume of 6,000 files
 /// before its ANALYZE, 790 after). A statement with no index to use still
 /// scans.
-const SESSION_SETTINGS: &str = "SET enable_seqscan = off";
+///
+/// `jit = off`: a scan that `enable_seqscan = off` penalises is costed
+/// past 10^10, far over `jit_above_cost` and the inlining and optimising
+/// thresholds (10^5, 5·10^5), so PostgreSQL compiled such a statement
+/// with LLVM at every execution: the cleaner's look at the packs
+/// (`SUM(size) FROM packs`, every second on every mount) took 100–350 ms
+/// of server CPU on an empty table instead of 0.02 ms, about half of the
+/// server's statement time under a create or unlink load (BENCHMARKS
+/// §16.7). No statement of the store is long enough for JIT to pay.
+const SESSION_SETTINGS: &str = "SET enable_seqscan = off; SET jit = off";
 
 /// How a try of a transaction begins.
 #[derive(Clone, Copy)]

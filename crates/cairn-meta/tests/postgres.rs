@@ -1244,3 +1244,43 @@ fn fsynced_small_files_lazy_or_synchronous() {
         }
     }
 }
+
+/// The store's statements are never compiled by PostgreSQL's JIT.
+/// `enable_seqscan = off` (every pooled connection) costs a statement
+/// that can only scan past 10^10, so without `jit = off` the server
+/// compiled the cleaner's look at the packs (`pack_bytes`, every second
+/// on every mount) with LLVM at each execution: 100-350 ms of server CPU
+/// on an empty table (BENCHMARKS §16.7). pg_stat_statements counts the
+/// functions JIT made per statement; the same statement through psql
+/// with `enable_seqscan = off` shows that this server does compile it
+/// (a server without JIT would prove nothing).
+#[test]
+fn the_store_runs_no_statement_through_jit() {
+    let pg = PgServer::start_with(&["shared_preload_libraries=pg_stat_statements"]).unwrap_or_else(|e| panic!("starting a PostgreSQL server for the tests: {e}"));
+    pg.create_database("cairn").unwrap();
+    pg.psql("cairn", "CREATE EXTENSION pg_stat_statements").unwrap();
+    let url = fresh(&pg, "nojit");
+    let s = open(&url, "nojit");
+    for _ in 0..3 {
+        s.read_with(|r| r.pack_bytes()).unwrap();
+    }
+    let jitted = |like: &str| -> (i64, i64) {
+        let out = pg
+            .psql("cairn", &format!("SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(jit_functions), 0) FROM pg_stat_statements WHERE query LIKE '{like}'"))
+            .unwrap();
+        let nums: Vec<i64> = out.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+        match nums[..] {
+            [calls, funcs, ..] => (calls, funcs),
+            _ => panic!("psql said {out:?}"),
+        }
+    };
+    let (calls, funcs) = jitted("SELECT COALESCE(SUM(size), %)::text, COALESCE(SUM(dead_bytes), %FROM packs");
+    assert!(calls >= 3, "pack_bytes ran 3 times, pg_stat_statements saw {calls}");
+    assert_eq!(funcs, 0, "the store's pack_bytes was compiled by JIT ({funcs} functions in {calls} runs)");
+    // The control: the server JIT-compiles that scan when it may.
+    let schema = pg.psql("cairn", "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'cairn_%'").unwrap();
+    let schema = schema.split_whitespace().find(|w| w.starts_with("cairn_")).unwrap_or_else(|| panic!("no volume schema in {schema:?}")).to_string();
+    pg.psql("cairn", &format!("SET enable_seqscan = off; SELECT SUM(size + 0) AS control_jit FROM {schema}.packs")).unwrap();
+    let (_, control) = jitted("%control_jit%");
+    assert!(control > 0, "this server does not JIT-compile a penalised scan (no LLVM JIT?): the test proves nothing on it");
+}
