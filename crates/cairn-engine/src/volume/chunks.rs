@@ -1,17 +1,27 @@
-//! The chunk store's code: where a chunk lives, its plaintext (from the
-//! memory cache, or fetched, decoded and verified), and the prefetch that
-//! reads runs of chunks ahead of a sequential reader.
+//! The chunk store: what a mount knows of chunks and packs (the keys
+//! that seal them, the backend that holds the packs, the memory cache of
+//! decoded chunks and their kept last pages, where each chunk lives), and
+//! the reads of chunks: one on a miss (fetched, decoded, verified), and
+//! the prefetch that reads runs of chunks ahead of a sequential reader.
+//! The volume holds one; it asks the metadata (handed in) where a chunk
+//! lives, and never changes a file.
 
-use super::Volume;
+use super::{tails, workers};
+use crate::cache::ChunkCache;
+use crate::crypto::Keys;
 use crate::error::{Error, Result};
+use crate::meta::Meta;
+use crate::metrics::Metrics;
 use crate::pack::{self, BlobEntry};
 use crate::types::Ino;
+use cairn_backend::Backend;
+use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// What a mount holds in memory per chunk and per pack
-/// ([`Volume::memory_held`]).
+/// ([`crate::Volume::memory_held`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryHeld {
     /// Decoded chunks in the memory cache, and their bytes.
@@ -23,21 +33,74 @@ pub struct MemoryHeld {
     pub pack_names: u64,
 }
 
-impl Volume {
-    pub(super) fn pack_name(&self, pack: u64) -> Result<Arc<str>> {
+/// The chunks and packs of an open volume.
+pub(crate) struct ChunkStore {
+    pub(crate) keys: Keys,
+    /// The store of packs (a cloud volume's: its cache).
+    pub(crate) backend: Arc<dyn Backend>,
+    /// Decoded chunks.
+    pub(crate) cache: ChunkCache,
+    /// The last page of chunks stored or fetched, where a read costs a
+    /// request: the kernel's read of a file's partial last page before an
+    /// append is answered without one.
+    pub(crate) tails: tails::ChunkTails,
+    pack_names: DashMap<u64, Arc<str>>,
+    /// Where chunks live. Locations change only in gc: offline, or the
+    /// cleaner inside a mount, which drops the entries of what it moved
+    /// (the old packs stay readable meanwhile, docs/frugal.md §5).
+    chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
+    /// Chunks a prefetch is fetching: a reader that misses the cache waits
+    /// for one of these instead of fetching and verifying it again.
+    prefetching: DashMap<u64, Arc<InFlight>>,
+    /// Prefetch runs handed to threads and not yet ended: `close` waits
+    /// for them, since each holds the volume (and may fill its cache), so
+    /// that the caller's handle is the last and the lock goes with it.
+    prefetch_runs: Arc<RunsInFlight>,
+    /// The threads prefetch reads wait on (a bucket's or a local disk's).
+    fetchers: workers::Workers,
+    /// Prefetch reads of a store where a read positions the medium (a
+    /// tape): many at once, so the store sees every reader's request and
+    /// serves them in one pass in position order.
+    tape_fetchers: workers::Workers,
+    /// Where the access trace goes, when one is recorded.
+    trace: Option<Arc<crate::trace::TraceWriter>>,
+}
+
+impl ChunkStore {
+    /// A store of `backend`'s packs sealed with `keys`, with `cache_bytes`
+    /// of decoded chunks and `tail_bytes` of their last pages in memory.
+    pub(crate) fn new(keys: Keys, backend: Arc<dyn Backend>, cache_bytes: usize, tail_bytes: usize, trace: Option<Arc<crate::trace::TraceWriter>>) -> ChunkStore {
+        ChunkStore {
+            keys,
+            backend,
+            cache: ChunkCache::new(cache_bytes),
+            tails: tails::ChunkTails::new(tail_bytes),
+            pack_names: DashMap::new(),
+            chunk_locs: DashMap::new(),
+            prefetching: DashMap::new(),
+            prefetch_runs: Arc::default(),
+            fetchers: workers::Workers::new("cairn-fetch", PREFETCH_THREADS),
+            tape_fetchers: workers::Workers::new("cairn-tape-fetch", TAPE_FETCH_THREADS),
+            trace,
+        }
+    }
+
+    /// The name of pack `pack`, asked of `meta` once.
+    pub(crate) fn pack_name(&self, meta: &Meta, pack: u64) -> Result<Arc<str>> {
         if let Some(n) = self.pack_names.get(&pack) {
             return Ok(n.clone());
         }
-        let n: Arc<str> = self.meta.read(|c| Ok(c.pack_name(pack)?))?.into();
+        let n: Arc<str> = meta.read(|c| Ok(c.pack_name(pack)?))?.into();
         self.pack_names.insert(pack, n.clone());
         Ok(n)
     }
 
     /// A chunk's plaintext: from the cache, or fetched, decrypted,
     /// decompressed and verified. Corruption is an error naming the pack.
-    pub(crate) fn chunk(&self, id: u64) -> Result<Arc<Vec<u8>>> {
+    /// `meta` says where it lives; `metrics` counts the hit or miss.
+    pub(crate) fn chunk(&self, id: u64, meta: &Meta, metrics: &Metrics) -> Result<Arc<Vec<u8>>> {
         if let Some(c) = self.cache.get(id) {
-            self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+            metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(c);
         }
         // A prefetch is decoding it: wait for that rather than read and
@@ -47,15 +110,15 @@ impl Volume {
             if let Some(f) = self.prefetching.get(&id).map(|e| e.value().clone()) {
                 f.wait();
                 if let Some(c) = self.cache.get(id) {
-                    self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+                    metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(c);
                 }
             }
         }
-        self.metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
+        metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
         // The bill: a read miss, unless gc or prefetch asked.
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
-        let (mut name, mut entry) = self.chunk_location(id)?;
+        let (mut name, mut entry) = self.chunk_location(meta, id)?;
         let mut got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
         if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
             // The chunk moved and its old pack went: the cleaner of this
@@ -68,7 +131,7 @@ impl Volume {
             // again, once.
             self.chunk_locs.remove(&id);
             self.pack_names.retain(|_, n| **n != *name);
-            (name, entry) = self.chunk_location(id)?;
+            (name, entry) = self.chunk_location(meta, id)?;
             got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
         }
         if let Some(t) = &self.trace {
@@ -88,15 +151,16 @@ impl Volume {
         Ok(data)
     }
 
-    pub(super) fn chunk_location(&self, id: u64) -> Result<(Arc<str>, BlobEntry)> {
+    /// Where chunk `id` lives (its pack's name and its blob), asked of
+    /// `meta` once.
+    pub(crate) fn chunk_location(&self, meta: &Meta, id: u64) -> Result<(Arc<str>, BlobEntry)> {
         if let Some(l) = self.chunk_locs.get(&id) {
             return Ok(l.clone());
         }
-        let row = self
-            .meta
+        let row = meta
             .read(|c| Ok(c.chunk_by_id(id)?))?
             .ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
-        let name = self.pack_name(row.pack)?;
+        let name = self.pack_name(meta, row.pack)?;
         let entry = BlobEntry { id: row.hash, offset: row.offset, stored_len: row.stored_len, raw_len: row.raw_len, flags: row.flags };
         // About 100 bytes an entry: start over past a million rather than grow.
         if self.chunk_locs.len() > 1 << 20 {
@@ -119,8 +183,21 @@ impl Volume {
         }
     }
 
+    /// Forgets where chunks `ids` live (moved by the cleaner or gc, or
+    /// out of a held pack): the next read asks the metadata.
+    pub(crate) fn forget_locations(&self, ids: impl IntoIterator<Item = u64>) {
+        for id in ids {
+            self.chunk_locs.remove(&id);
+        }
+    }
+
+    /// Forgets the name of pack `id` (gone, or its id about to name another).
+    pub(crate) fn forget_pack_name(&self, id: u64) {
+        self.pack_names.remove(&id);
+    }
+
     /// What this mount holds in memory per chunk and per pack.
-    pub fn memory_held(&self) -> MemoryHeld {
+    pub(crate) fn memory_held(&self) -> MemoryHeld {
         MemoryHeld { cached_chunks: self.cache.len() as u64, cached_bytes: self.cache.bytes() as u64, chunk_locations: self.chunk_locs.len() as u64, pack_names: self.pack_names.len() as u64 }
     }
 
@@ -131,11 +208,10 @@ impl Volume {
     /// and the segments of files flushed with it) are fetched by one ranged
     /// read, so a sequential reader costs one GET per run, whatever block
     /// size the cache fetches by (docs/frugal.md §3).
-    pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
-        if self.closed.load(Ordering::SeqCst) {
-            return;
-        }
-        let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
+    ///
+    /// Each run holds `holder` (the volume) until it ends, and `meta` says
+    /// where the chunks live.
+    pub(crate) fn prefetch<V: AsRef<ChunkStore> + Send + Sync + 'static>(&self, holder: Arc<V>, meta: &Meta, ino: Ino, ids: Vec<u64>) {
         // A bucket: requests cost more than bytes, so runs are as long as
         // a pack. A local disk: runs short enough that several are in
         // flight. A tape orders its reads itself and keeps longer runs.
@@ -157,7 +233,7 @@ impl Volume {
                 dashmap::Entry::Occupied(_) => continue,
                 dashmap::Entry::Vacant(v) => v.insert(Arc::new(InFlight::default())).value().clone(),
             };
-            let Ok((name, e)) = self.chunk_location(id) else {
+            let Ok((name, e)) = self.chunk_location(meta, id) else {
                 self.finish_prefetch(id, &flight);
                 continue;
             };
@@ -183,12 +259,12 @@ impl Volume {
             return;
         }
         for (name, run, _) in runs {
-            let run = PrefetchRun { vol: Some(me.clone()), name, run };
+            let run = PrefetchRun { vol: Some(holder.clone()), name, run };
             let job = move || {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                 let _for = crate::cache::policy::reading_for(ino);
                 if let Some(vol) = &run.vol {
-                    vol.prefetch_run(&run.name, &run.run);
+                    (**vol).as_ref().prefetch_run(&run.name, &run.run);
                 }
             };
             if caps.cheap_ranged_reads {
@@ -241,28 +317,34 @@ impl Volume {
             self.finish_prefetch(*id, flight);
         }
     }
+
+    /// Lets no prefetch run start from now on and waits for those under
+    /// way (at close, before the cache and the directory go).
+    pub(crate) fn stop_prefetching(&self) {
+        self.prefetch_runs.close_and_wait();
+    }
 }
 
 /// A prefetch run handed to a thread. When it goes (run or dropped unrun),
 /// every chunk it did not deliver (a failed read or decode) is released
 /// to its readers, who fetch it and report the error.
-struct PrefetchRun {
+struct PrefetchRun<V: AsRef<ChunkStore>> {
     /// Taken by the drop, which lets go of it before counting the run out.
-    vol: Option<Arc<Volume>>,
+    vol: Option<Arc<V>>,
     name: Arc<str>,
     run: Vec<(u64, BlobEntry, Arc<InFlight>)>,
 }
 
-impl Drop for PrefetchRun {
+impl<V: AsRef<ChunkStore>> Drop for PrefetchRun<V> {
     fn drop(&mut self) {
         let Some(vol) = self.vol.take() else { return };
         for (id, _, flight) in &self.run {
-            vol.finish_prefetch(*id, flight);
+            (*vol).as_ref().finish_prefetch(*id, flight);
         }
         // The volume first, then the count: once `close` has seen every run
         // out, none holds the volume any more. If this was the last handle,
         // its drop closes the volume here and must not wait for this run.
-        let runs = vol.prefetch_runs.clone();
+        let runs = (*vol).as_ref().prefetch_runs.clone();
         IN_PREFETCH_DROP.with(|f| f.set(true));
         drop(vol);
         IN_PREFETCH_DROP.with(|f| f.set(false));
@@ -277,7 +359,7 @@ thread_local! {
 
 /// Counts the prefetch runs under way, so `close` can wait for them.
 #[derive(Default)]
-pub(super) struct RunsInFlight {
+struct RunsInFlight {
     /// (runs under way, closing).
     state: Mutex<(usize, bool)>,
     cv: Condvar,
@@ -304,7 +386,7 @@ impl RunsInFlight {
 
     /// Lets no run start from now on and waits for those under way (but
     /// for the one whose drop is closing the volume on this thread).
-    pub(super) fn close_and_wait(&self) {
+    fn close_and_wait(&self) {
         let own = usize::from(IN_PREFETCH_DROP.with(|f| f.get()));
         let mut s = self.state.lock();
         s.1 = true;
@@ -316,7 +398,7 @@ impl RunsInFlight {
 
 /// A chunk being prefetched: done once it is in the cache or has failed.
 #[derive(Default)]
-pub(super) struct InFlight {
+struct InFlight {
     done: Mutex<bool>,
     cv: Condvar,
 }
@@ -354,8 +436,8 @@ const PREFETCH_RUN_TAPE: u64 = 16 << 20;
 /// fourth round).
 const PREFETCH_RUN_REMOTE: u64 = 64 << 20;
 /// Prefetch reads from a bucket or a local store in flight at once.
-pub(super) const PREFETCH_THREADS: usize = 4;
+const PREFETCH_THREADS: usize = 4;
 /// Prefetch reads from a tape in flight at once: as many as the FUSE
 /// workers a tape mount has by default, so every reader's run can join
 /// the store's batch.
-pub(super) const TAPE_FETCH_THREADS: usize = 32;
+const TAPE_FETCH_THREADS: usize = 32;

@@ -526,7 +526,7 @@ impl Volume {
     /// round and its packs. What fsync and close-to-open promise does not
     /// depend on it: both flush or sync on their own.
     fn close_makes_due(&self) -> bool {
-        !self.backend.capabilities().cheap_ranged_reads
+        !self.chunks.backend.capabilities().cheap_ranged_reads
     }
 
     /// What a close must do on a volume other machines open too (its
@@ -827,7 +827,7 @@ impl Volume {
             Ok(parts)
         });
         parts.is_ok_and(|parts| parts.iter().all(|p| match p {
-            ReadPart::Chunk { id, .. } => self.cache.contains(*id),
+            ReadPart::Chunk { id, .. } => self.chunks.cache.contains(*id),
             _ => true,
         }))
     }
@@ -842,7 +842,7 @@ impl Volume {
     /// reader's and are read in one pass in tape order.
     pub(crate) fn read_ahead_windows(&self) -> (u64, u64) {
         let c = &self.cfg.chunker;
-        let caps = self.backend.capabilities();
+        let caps = self.chunks.backend.capabilities();
         let most = if caps.remote { 16 } else { 8 } * c.max as u64;
         if !caps.cheap_ranged_reads {
             return (most, most);
@@ -961,10 +961,10 @@ impl Volume {
     /// The bytes `[off, off + len)` of chunk `id` from its kept last page,
     /// when they lie there and the chunk itself is not in memory.
     fn kept_tail(&self, id: u64, off: u64, len: u64) -> Option<Vec<u8>> {
-        if self.cache.contains(id) {
+        if self.chunks.cache.contains(id) {
             return None;
         }
-        let b = self.tails.get(id, off, len)?;
+        let b = self.chunks.tails.get(id, off, len)?;
         self.metrics.tail_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(b)
     }

@@ -23,6 +23,7 @@ mod locks;
 mod tails;
 mod resume;
 mod chunks;
+pub(crate) use chunks::ChunkStore;
 pub use chunks::MemoryHeld;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
@@ -37,13 +38,11 @@ pub(crate) use flush::discard_packs;
 pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
 pub use locks::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 
-use crate::cache::ChunkCache;
 use crate::config::{Layout, VolumeConfig};
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
 use crate::journal::Journal;
 use crate::meta::{self, Meta};
-use crate::pack::BlobEntry;
 use crate::types::{Ino, StatFs};
 use cairn_backend::Backend;
 use dashmap::DashMap;
@@ -180,8 +179,6 @@ pub struct Volume {
     pub(crate) layout: Layout,
     pub(crate) cfg: VolumeConfig,
     pub(crate) vid: [u8; 16],
-    pub(crate) keys: Keys,
-    pub(crate) backend: Arc<dyn Backend>,
     pub(crate) meta: Meta,
     pub(crate) journal: Journal,
     pub(crate) files: DashMap<Ino, Arc<FileState>>,
@@ -189,11 +186,8 @@ pub struct Volume {
     /// crash or failover while this mount had them open (resume.rs): their
     /// fsync fails with EIO.
     pub(crate) lost_files: Mutex<std::collections::HashSet<Ino>>,
-    pub(crate) cache: ChunkCache,
-    /// The last page of chunks stored or fetched, where a read costs a
-    /// request: the kernel's read of a file's partial last page before an
-    /// append is answered without one.
-    pub(crate) tails: tails::ChunkTails,
+    /// The chunks and packs: keys, backend, caches, locations, prefetch.
+    pub(crate) chunks: ChunkStore,
     /// Chunking windows of the flush, kept for reuse.
     pub(crate) windows: buffers::BufferPool,
     /// Pack builders' buffers, given back by the upload threads.
@@ -202,27 +196,8 @@ pub struct Volume {
     /// round, with a second round, an fsync's or the cleaner's, beside the
     /// flusher's).
     pub(crate) uploader: workers::Workers,
-    /// The threads prefetch reads wait on (a bucket's or a local disk's;
-    /// a tape's run on rayon's pool).
-    pub(crate) fetchers: workers::Workers,
-    /// Prefetch reads of a store where a read positions the medium (a
-    /// tape): many at once, so the store sees every reader's request and
-    /// serves them in one pass in position order.
-    pub(crate) tape_fetchers: workers::Workers,
     /// Inodes the kernel holds (a FUSE mount's lookup counts).
     pub(crate) kernel_refs: kernel_refs::KernelRefs,
-    pub(crate) pack_names: DashMap<u64, Arc<str>>,
-    /// Where chunks live. Locations change only in gc: offline, or the
-    /// cleaner inside a mount, which drops the entries of what it moved
-    /// (the old packs stay readable meanwhile, docs/frugal.md §5).
-    pub(crate) chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
-    /// Chunks a prefetch is fetching: a reader that misses the cache waits
-    /// for one of these instead of fetching and verifying it again.
-    prefetching: DashMap<u64, Arc<chunks::InFlight>>,
-    /// Prefetch runs handed to threads and not yet ended: `close` waits
-    /// for them, since each holds the volume (and may fill its cache), so
-    /// that the caller's handle is the last and the lock goes with it.
-    prefetch_runs: Arc<chunks::RunsInFlight>,
     pub(crate) flush_mutex: Mutex<()>,
     /// A flush round under way is recorded in the shared store
     /// (`MetaStore::flush_started`; only under `flush_mutex`).
@@ -409,26 +384,17 @@ impl Volume {
             layout,
             cfg,
             vid,
-            keys,
-            backend,
+            chunks: ChunkStore::new(keys, backend, opts.cache_bytes, tail_bytes, trace.clone()),
             meta,
             journal,
             files: DashMap::new(),
             lost_files: Mutex::new(Default::default()),
-            cache: ChunkCache::new(opts.cache_bytes),
-            tails: tails::ChunkTails::new(tail_bytes),
             // Two windows are live at once (one cut while the other is hashed).
             windows: buffers::BufferPool::new(2),
             // One building, two uploading.
             pack_buffers: Arc::new(buffers::BufferPool::new(3)),
             uploader: workers::Workers::new("cairn-upload", 4),
-            fetchers: workers::Workers::new("cairn-fetch", chunks::PREFETCH_THREADS),
-            tape_fetchers: workers::Workers::new("cairn-tape-fetch", chunks::TAPE_FETCH_THREADS),
             kernel_refs: Default::default(),
-            pack_names: DashMap::new(),
-            chunk_locs: DashMap::new(),
-            prefetching: DashMap::new(),
-            prefetch_runs: Arc::default(),
             flush_mutex: Mutex::new(()),
             flush_marked: std::sync::atomic::AtomicBool::new(false),
             marks_trimmed: Mutex::new(None),
@@ -499,7 +465,7 @@ impl Volume {
 
     /// The backend holding the packs.
     pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+        &self.chunks.backend
     }
 
     /// Installs the kernel cache hook (once, by the FUSE adapter).
@@ -813,7 +779,7 @@ impl Volume {
         if let Some(h) = self.flusher.lock().take() {
             let _ = h.join();
         }
-        self.prefetch_runs.close_and_wait();
+        self.chunks.stop_prefetching();
         if let Some(c) = &self.cloud {
             c.abandon();
         }
@@ -850,7 +816,7 @@ impl Volume {
         }
         // Read-ahead still in flight fills the cache: done before the
         // cache closes, and before the directory is let go.
-        self.prefetch_runs.close_and_wait();
+        self.chunks.stop_prefetching();
         let r = match &self.cloud {
             Some(c) if r.is_ok() && !self.opts.read_only => self.close_cloud(c),
             Some(c) => {
@@ -935,6 +901,32 @@ impl Volume {
             files_free: s.f_ffree,
             name_max: crate::types::NAME_MAX as u32,
         })
+    }
+
+    /// A chunk's plaintext (see [`ChunkStore::chunk`]).
+    pub(crate) fn chunk(&self, id: u64) -> Result<Arc<Vec<u8>>> {
+        self.chunks.chunk(id, &self.meta, &self.metrics)
+    }
+
+    /// What this mount holds in memory per chunk and per pack.
+    pub fn memory_held(&self) -> MemoryHeld {
+        self.chunks.memory_held()
+    }
+
+    /// Starts fetching chunks `ids` of `ino` in the background (see
+    /// [`ChunkStore::prefetch`]); each run holds the volume until it ends.
+    pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
+        self.chunks.prefetch(me, &self.meta, ino, ids);
+    }
+}
+
+impl AsRef<ChunkStore> for Volume {
+    fn as_ref(&self) -> &ChunkStore {
+        &self.chunks
     }
 }
 
