@@ -9,7 +9,7 @@
 //! extents, the chunks and the reference counts in one transaction. The
 //! journal records folded in are then retired.
 
-use super::file::{FileState, PieceSrc, WalkKey};
+use super::file::{CommittedRound, FileState, PieceSrc, WalkKey};
 use super::Volume;
 use crate::crypto::ChunkId;
 use crate::error::{Error, ErrorKind, Result};
@@ -897,52 +897,9 @@ impl Volume {
             batch.account();
             self.metrics.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             report = FlushReport { files: prepared.len(), chunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, packs: batch.sealed.len(), patches: batch.patches };
+            // Each file takes its commit (its flush lock still held).
             for p in prepared {
-                let mut g = p.st.inner.lock();
-                g.base = p.map;
-                g.base_cver = p.cver;
-                g.base_valid = p.size;
-                g.data_bytes = g.base.data_bytes();
-                let seq = p.seq;
-                let keep: Vec<(u64, super::file::Piece)> = g
-                    .overlay
-                    .iter()
-                    .filter(|(&s0, pc)| pc.seq > seq || s0 >= p.kept_from || (p.committed_seq < seq && s0 + pc.len > p.size))
-                    .map(|(&s0, pc)| (s0, *pc))
-                    .collect();
-                g.overlay.clear();
-                g.dirty_bytes = 0;
-                for (s0, pc) in keep {
-                    g.dirty_bytes += pc.len;
-                    g.overlay.insert(s0, pc);
-                }
-                // A held-back tail stays in the overlay (clipped to where the
-                // committed map ends) until a later flush.
-                if p.committed_seq < seq {
-                    let held: Vec<(u64, super::file::Piece)> = g
-                        .overlay
-                        .range(..)
-                        .filter(|(&s0, pc)| pc.seq <= seq && s0 < p.kept_from && s0 + pc.len > p.size)
-                        .map(|(&s0, pc)| (s0, *pc))
-                        .collect();
-                    for (s0, pc) in held {
-                        let _ = g.overlay.remove(&s0);
-                        g.dirty_bytes -= pc.len;
-                        let from = p.size.saturating_sub(s0);
-                        g.overlay_insert(s0 + from, pc.slice(from, pc.len - from));
-                    }
-                }
-                g.flushed_seq = p.committed_seq;
-                if g.last_seq == seq && p.committed_seq == seq {
-                    g.meta_dirty = false;
-                }
-                if !g.is_dirty() {
-                    g.dirty_since = None;
-                } else if p.kept_from == u64::MAX || g.dirty_since.is_none() {
-                    g.dirty_since = Some(Instant::now());
-                }
-                // Cut short by the round's bound: the file stays as old as
-                // it was, so the next round goes on with it.
+                p.st.apply_commit(CommittedRound { map: p.map, cver: p.cver, size: p.size, seq: p.seq, committed_seq: p.committed_seq, kept_from: p.kept_from });
             }
         }
         // Retire journal segments every committed record lives in, and forget
@@ -963,14 +920,7 @@ impl Volume {
         self.trim_marks(false);
         self.drain_closed();
         for ino in evict {
-            self.files.remove_if(&ino, |_, st| {
-                let mut g = st.inner.lock();
-                let idle = g.open == 0 && !g.is_dirty() && g.last_seq <= g.flushed_seq;
-                if idle {
-                    g.evicted = true;
-                }
-                idle
-            });
+            self.files.forget_if(ino, |g| g.open == 0 && !g.is_dirty() && g.last_seq <= g.flushed_seq);
         }
         Ok(report)
     }

@@ -31,7 +31,7 @@ pub use recall::RecallReport;
 pub use inspect::{ChunkInfo, FileInfo, Place, TreeStats};
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
-pub(crate) use file::FileState;
+pub(crate) use file::FileTable;
 pub use file::{Opened, ReadBytes};
 pub use flush::FlushReport;
 pub(crate) use flush::discard_packs;
@@ -181,11 +181,8 @@ pub struct Volume {
     pub(crate) vid: [u8; 16],
     pub(crate) meta: Meta,
     pub(crate) journal: Journal,
-    pub(crate) files: DashMap<Ino, Arc<FileState>>,
-    /// Files whose creation was in metadata commits lost in a database
-    /// crash or failover while this mount had them open (resume.rs): their
-    /// fsync fails with EIO.
-    pub(crate) lost_files: Mutex<std::collections::HashSet<Ino>>,
+    /// The open files and every change of their state.
+    pub(crate) files: FileTable,
     /// The chunks and packs: keys, backend, caches, locations, prefetch.
     pub(crate) chunks: ChunkStore,
     /// Chunking windows of the flush, kept for reuse.
@@ -387,8 +384,7 @@ impl Volume {
             chunks: ChunkStore::new(keys, backend, opts.cache_bytes, tail_bytes, trace.clone()),
             meta,
             journal,
-            files: DashMap::new(),
-            lost_files: Mutex::new(Default::default()),
+            files: FileTable::default(),
             // Two windows are live at once (one cut while the other is hashed).
             windows: buffers::BufferPool::new(2),
             // One building, two uploading.
@@ -647,7 +643,7 @@ impl Volume {
 
     /// Files with changes the flusher has not committed yet.
     pub(crate) fn dirty_files(&self) -> u64 {
-        self.files.iter().filter(|e| e.value().inner.lock().is_dirty()).count() as u64
+        self.files.dirty_count()
     }
 
     /// Before an operation that visits the metadata of many files: see
