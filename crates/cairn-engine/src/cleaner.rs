@@ -131,7 +131,7 @@ fn plan_where(vol: &Volume, now: i64, prices: &Prices, due_only: bool) -> Result
         let dead_secs = p.dead_acc + p.dead_bytes as f64 * ((now - p.mark).max(0) as f64 / 1e9);
         let c_store = dead_secs * s;
         if due_only {
-            let live = pack::blob_bytes(p.size, p.blobs, vol.keys.encrypted()).saturating_sub(p.dead_bytes);
+            let live = pack::blob_bytes(p.size, p.blobs, vol.chunks.keys.encrypted()).saturating_sub(p.dead_bytes);
             if c_store < upload_cost(prices, live) + delete {
                 continue;
             }
@@ -226,7 +226,7 @@ pub fn clean(vol: &Volume, now: i64, pol: &Policy) -> Result<CleanReport> {
         let mut dead_after = dead.saturating_sub(vol.meta.read(|t| Ok(t.dead_packs()?))?.iter().filter(|p| taken.contains(&p.id)).map(|p| p.dead_bytes).sum());
         if dead_after > limit {
             let target = limit - limit / 4;
-            let enc = vol.keys.encrypted();
+            let enc = vol.chunks.keys.encrypted();
             let mut cands: Vec<_> = vol.meta.read(|t| Ok(t.dead_packs()?))?.into_iter().filter(|p| !taken.contains(&p.id) && !pending(&p.name)).collect();
             // Dead bytes freed per byte moved (and a block's worth for the
             // files and requests a pack costs whatever its size).
@@ -316,17 +316,15 @@ pub fn clean(vol: &Volume, now: i64, pol: &Policy) -> Result<CleanReport> {
             return Ok(rep);
         }
     };
-    vol.forget_chunks(&done.freed_chunks);
+    vol.chunks.forget_chunks(&done.freed_chunks);
     // Readers that resolved a location before the commit may still find
     // the old pack (in a bucket it goes to the trash below, not away; in a
     // directory it goes, and such a reader asks the metadata again); new
     // lookups must see the new one. Under the guard, no batch can insert
     // a pack meanwhile.
-    for m in &mover.moved {
-        vol.chunk_locs.remove(&m.id);
-    }
+    vol.chunks.forget_locations(mover.moved.iter().map(|m| m.id));
     for p in &picks {
-        vol.pack_names.remove(&p.id);
+        vol.chunks.forget_pack_name(p.id);
     }
     drop(guard);
     rep.packs_cleaned = (picks.len() - done.kept.len()) as u64;

@@ -118,7 +118,7 @@ pub fn stats(vol: &Volume) -> Result<Stats> {
         s.compression_ratio = ratio(s.unique_bytes, s.live_stored_bytes);
         s.overall_ratio = ratio(s.data_bytes, s.stored_bytes);
         s.cache = vol.cloud().map(|c| c.cache.stats());
-        s.medium = vol.backend.sequential().and_then(|q| q.space()).map(|m| MediumSpace { live_bytes: m.live_bytes, dead_bytes: m.dead_bytes, free_bytes: m.free_bytes });
+        s.medium = vol.chunks.backend.sequential().and_then(|q| q.space()).map(|m| MediumSpace { live_bytes: m.live_bytes, dead_bytes: m.dead_bytes, free_bytes: m.free_bytes });
         s.small_packs = c.pack_counts(vol.cfg.pack_target / crate::cleaner_rules::SMALL_PACK_SHARE)?.1;
         s.dead_bound = vol.cleaner_bound().map(|b| b.of(s.stored_bytes.saturating_sub(s.dead_bytes)));
         Ok(s)
@@ -305,7 +305,7 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
         }
         in_pack.entry(c.pack).or_default().push(c);
     }
-    let listed: HashMap<String, u64> = vol.backend.list("packs/")?.into_iter().map(|o| (o.name, o.size)).collect();
+    let listed: HashMap<String, u64> = vol.chunks.backend.list("packs/")?.into_iter().map(|o| (o.name, o.size)).collect();
     progress.phase("packs", packs.len() as u64);
     for p in &packs {
         progress.inc(1);
@@ -324,7 +324,7 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
             }
             _ => {}
         }
-        match pack::read_index(vol.backend.as_ref(), &vol.keys, &vol.vid, &p.name) {
+        match pack::read_index(vol.chunks.backend.as_ref(), &vol.chunks.keys, &vol.vid, &p.name) {
             Err(e) => rep.errors.push(format!("pack {}: index unreadable: {e}", p.name)),
             Ok(entries) => {
                 let idx: HashMap<[u8; 32], &BlobEntry> = entries.iter().map(|e| (e.id, e)).collect();
@@ -363,7 +363,7 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
             progress.inc(1);
             let name = &pack_by_id[&c.pack].name;
             let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
-            let r = vol.backend.get_range(name, c.offset, c.stored_len as u64).map_err(Error::from).and_then(|b| pack::decode_blob(&vol.keys, &e, b, pack::Verify::Full));
+            let r = vol.chunks.backend.get_range(name, c.offset, c.stored_len as u64).map_err(Error::from).and_then(|b| pack::decode_blob(&vol.chunks.keys, &e, b, pack::Verify::Full));
             rep.blobs_read += 1;
             if let Err(err) = r {
                 rep.errors.push(format!("pack {name}: chunk #{} at offset {} is corrupt: {err}", c.id, c.offset));
@@ -530,7 +530,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     // order) and never taken for an orphan (docs/shared-volume.md §7
     // "Uploads"). Those of a session gone for longer than the grace are
     // orphans: that session can commit nothing any more (fencing).
-    let listed = vol.backend.list("packs/")?;
+    let listed = vol.chunks.backend.list("packs/")?;
     let uploading = vol.meta.store().uploads_in_flight(vol.opts.chunk_grace.unwrap_or(CHUNK_GRACE))?;
     let packs = vol.meta.read(|tx| Ok(tx.all_packs()?))?;
     rep.bytes_before = listed.iter().map(|o| o.size).sum();
@@ -571,9 +571,9 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
         // Nothing committed: the packs this run wrote name nothing.
         mover.discard();
     })?;
-    vol.forget_chunks(&done.freed_chunks);
+    vol.chunks.forget_chunks(&done.freed_chunks);
     for p in emptied.iter().filter(|p| !done.kept.contains(&p.id)) {
-        vol.pack_names.remove(&p.id);
+        vol.chunks.forget_pack_name(p.id);
     }
     rep.chunks_deleted = done.chunks_dropped;
     rep.packs_kept = done.kept.len() as u64;
@@ -581,7 +581,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     // The old objects go only once that transaction is durable (rule 3):
     // before, a power cut would bring back rows pointing into them.
     rep.packs_deleted = vol.delete_objects(emptied.iter().filter(|p| !done.kept.contains(&p.id)).map(|p| p.name.as_str()))?;
-    rep.bytes_after = vol.backend.list("packs/")?.iter().map(|o| o.size).sum();
+    rep.bytes_after = vol.chunks.backend.list("packs/")?.iter().map(|o| o.size).sum();
     Ok(rep)
 }
 
@@ -666,7 +666,7 @@ pub(crate) struct Committed {
     /// Packs kept whole because a chunk of theirs came back to life.
     pub(crate) kept: HashSet<u64>,
     /// The dead chunks whose rows went (ids are never reused): what this
-    /// mount holds of them in memory goes too (`Volume::forget_chunks`).
+    /// mount holds of them in memory goes too (`ChunkStore::forget_chunks`).
     pub(crate) freed_chunks: Vec<u64>,
 }
 
@@ -694,12 +694,12 @@ impl<'a> Mover<'a> {
         let vol = self.vol;
         for run in live_runs(chunks) {
             let (start, len) = run_span(chunks, run);
-            let data = vol.backend.get_range(name, start, len)?;
+            let data = vol.chunks.backend.get_range(name, start, len)?;
             for c in &chunks[run.0..=run.1] {
                 let at = (c.offset - start) as usize;
                 let blob = data.get(at..at + c.stored_len as usize).ok_or_else(|| Error::corrupt(format!("pack {name}: short read")))?;
                 let e = BlobEntry { id: c.hash, offset: c.offset, stored_len: c.stored_len, raw_len: c.raw_len, flags: c.flags };
-                pack::decode_blob(&vol.keys, &e, blob.to_vec(), pack::Verify::Full).map_err(|err| Error::corrupt(format!("pack {name}: chunk #{} is corrupt, not moving it: {err}", c.id)))?;
+                pack::decode_blob(&vol.chunks.keys, &e, blob.to_vec(), pack::Verify::Full).map_err(|err| Error::corrupt(format!("pack {name}: chunk #{} is corrupt, not moving it: {err}", c.id)))?;
                 let b = self.builder.get_or_insert_with(|| PackBuilder::new(&vol.vid));
                 let ne = b.add(c.hash, blob, c.raw_len, c.flags);
                 self.moved.push(Moved { id: c.id, from: c.pack, to: self.sealed.len(), offset: ne.offset, stored_len: c.stored_len });
@@ -788,7 +788,7 @@ impl<'a> Mover<'a> {
 }
 
 pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)> {
-    let (pack, entries) = b.finish(&vol.keys, &vol.vid);
+    let (pack, entries) = b.finish(&vol.chunks.keys, &vol.vid);
     let name = pack::fresh_name();
     // Recorded as under way before the PUT, as a flush's pack is: a
     // cleaner that stalls past its maintenance lock (its connection
@@ -796,6 +796,6 @@ pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)>
     // took over, and then commit rows naming them. Its commit drops the
     // record (`insert_pack`); a session gone uploads nothing.
     vol.meta.store().begin_upload(&name)?;
-    vol.backend.put(&name, pack.bytes())?;
+    vol.chunks.backend.put(&name, pack.bytes())?;
     Ok((name, pack.bytes().len() as u64, entries.len() as u64))
 }

@@ -280,16 +280,10 @@ impl Volume {
             }
         };
         map.assign_ids(&ids);
-        g.base_cver = cver;
         if let Some(b) = batch {
             b.account();
         }
-        g.base = map;
-        g.base_valid = size;
-        g.size = size;
-        g.data_bytes = data_bytes;
-        g.mtime = now;
-        g.ctime = now;
+        g.take_edit(map, cver, size, data_bytes, now);
         Ok(())
     }
 }

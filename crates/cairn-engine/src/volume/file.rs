@@ -13,8 +13,9 @@ use crate::journal::RecordKind;
 use crate::meta;
 use crate::trace::Event;
 use crate::types::{Attr, FileKind, Ino, Timestamp};
+use dashmap::DashMap;
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,6 +82,67 @@ pub(crate) struct FileState {
     /// order), the order files written at once go down on a tape
     /// (docs/tape.md §10).
     pub placed_at: Mutex<Option<(Ino, Arc<[u8]>)>>,
+}
+
+/// The file table: the in-memory states of the files this mount has open
+/// or holds changes of, by inode, and the files lost in a database crash
+/// or failover. Looking a state up reads the map (`Deref`); the changes
+/// a flush round makes to a state go through [`FileState::apply_commit`]
+/// and [`FileTable::forget_if`].
+#[derive(Default)]
+pub(crate) struct FileTable {
+    map: DashMap<Ino, Arc<FileState>>,
+    /// Files whose creation was in metadata commits lost in a database
+    /// crash or failover while this mount had them open (resume.rs): their
+    /// fsync fails with EIO.
+    pub lost: Mutex<HashSet<Ino>>,
+}
+
+impl std::ops::Deref for FileTable {
+    type Target = DashMap<Ino, Arc<FileState>>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl FileTable {
+    /// Drops the state of `ino` from the table if `idle` says so of it
+    /// (under its lock); a holder of the dropped state sees it evicted and
+    /// looks the file up again. True if it went.
+    pub(crate) fn forget_if(&self, ino: Ino, idle: impl FnOnce(&FileInner) -> bool) -> bool {
+        self.map
+            .remove_if(&ino, |_, st| {
+                let mut g = st.inner.lock();
+                let idle = idle(&g);
+                if idle {
+                    g.evicted = true;
+                }
+                idle
+            })
+            .is_some()
+    }
+
+    /// Files with changes not yet committed.
+    pub(crate) fn dirty_count(&self) -> u64 {
+        self.map.iter().filter(|e| e.value().inner.lock().is_dirty()).count() as u64
+    }
+}
+
+/// What a flush round committed of one file ([`FileState::apply_commit`]).
+pub(crate) struct CommittedRound {
+    /// The committed extent map, and the content version it was built on.
+    pub map: ExtentMap,
+    pub cver: u64,
+    /// Committed size: the file's size, or where a held-back tail starts.
+    pub size: u64,
+    /// The newest record folded into the round.
+    pub seq: u64,
+    /// Records up to here are in the committed map (below `seq` when a
+    /// tail is held back).
+    pub committed_seq: u64,
+    /// Overlay pieces from this offset on were left out of the map
+    /// (`u64::MAX`: none).
+    pub kept_from: u64,
 }
 
 pub(crate) struct FileInner {
@@ -222,6 +284,34 @@ impl FileInner {
         true
     }
 
+    /// A clean state takes a file's committed content `base` at row `row`
+    /// (another machine's commit, read from the change log): its reads
+    /// start over, with no read-ahead.
+    pub(crate) fn take_committed(&mut self, row: &cairn_meta::InodeRow, base: ExtentMap) {
+        self.base = base;
+        self.base_cver = row.cver;
+        self.base_valid = row.attr.size;
+        self.size = row.attr.size;
+        self.mtime = row.attr.mtime;
+        self.ctime = row.attr.ctime;
+        self.data_bytes = row.data_bytes;
+        self.last_read_end = 0;
+        self.read_ahead_to = 0;
+        self.read_ahead_window = 0;
+    }
+
+    /// Takes a committed metadata-only edit (edit.rs): the new map at
+    /// content version `cver`, `size` bytes long, changed at `now`.
+    pub(crate) fn take_edit(&mut self, map: ExtentMap, cver: u64, size: u64, data_bytes: u64, now: Timestamp) {
+        self.base_cver = cver;
+        self.base = map;
+        self.base_valid = size;
+        self.size = size;
+        self.data_bytes = data_bytes;
+        self.mtime = now;
+        self.ctime = now;
+    }
+
     fn check_writable(&self) -> Result<()> {
         if self.read_only {
             return Err(Error::new(ErrorKind::ReadOnly, "snapshots are read-only"));
@@ -276,6 +366,59 @@ impl FileState {
             flush_lock: Arc::new(Mutex::new(())),
             placed_at: Mutex::new(None),
         })
+    }
+
+    /// Applies a flush round's commit of this file (the caller holds its
+    /// `flush_lock`): the committed map becomes the base, the overlay
+    /// keeps only what the round did not commit (newer records, pieces
+    /// left out by the round's bound, a held-back tail clipped to where the
+    /// committed map ends), and the file is clean if nothing is left.
+    pub(crate) fn apply_commit(&self, p: CommittedRound) {
+        let mut g = self.inner.lock();
+        g.base = p.map;
+        g.base_cver = p.cver;
+        g.base_valid = p.size;
+        g.data_bytes = g.base.data_bytes();
+        let seq = p.seq;
+        let keep: Vec<(u64, Piece)> = g
+            .overlay
+            .iter()
+            .filter(|(&s0, pc)| pc.seq > seq || s0 >= p.kept_from || (p.committed_seq < seq && s0 + pc.len > p.size))
+            .map(|(&s0, pc)| (s0, *pc))
+            .collect();
+        g.overlay.clear();
+        g.dirty_bytes = 0;
+        for (s0, pc) in keep {
+            g.dirty_bytes += pc.len;
+            g.overlay.insert(s0, pc);
+        }
+        // A held-back tail stays in the overlay (clipped to where the
+        // committed map ends) until a later flush.
+        if p.committed_seq < seq {
+            let held: Vec<(u64, Piece)> = g
+                .overlay
+                .range(..)
+                .filter(|(&s0, pc)| pc.seq <= seq && s0 < p.kept_from && s0 + pc.len > p.size)
+                .map(|(&s0, pc)| (s0, *pc))
+                .collect();
+            for (s0, pc) in held {
+                let _ = g.overlay.remove(&s0);
+                g.dirty_bytes -= pc.len;
+                let from = p.size.saturating_sub(s0);
+                g.overlay_insert(s0 + from, pc.slice(from, pc.len - from));
+            }
+        }
+        g.flushed_seq = p.committed_seq;
+        if g.last_seq == seq && p.committed_seq == seq {
+            g.meta_dirty = false;
+        }
+        if !g.is_dirty() {
+            g.dirty_since = None;
+        } else if p.kept_from == u64::MAX || g.dirty_since.is_none() {
+            g.dirty_since = Some(Instant::now());
+        }
+        // Cut short by the round's bound: the file stays as old as
+        // it was, so the next round goes on with it.
     }
 
     /// Its place in a walk of the tree: files this mount created or
@@ -475,14 +618,7 @@ impl Volume {
                 // so the next getattr or open reads the store again (on a
                 // bucket volume with PostgreSQL metadata another machine
                 // may have committed the file since).
-                self.files.remove_if(&ino, |_, st| {
-                    let mut g = st.inner.lock();
-                    let idle = g.open == 0 && !g.is_dirty();
-                    if idle {
-                        g.evicted = true;
-                    }
-                    idle
-                });
+                self.files.forget_if(ino, |g| g.open == 0 && !g.is_dirty());
             }
         }
         Ok(())
@@ -526,7 +662,7 @@ impl Volume {
     /// round and its packs. What fsync and close-to-open promise does not
     /// depend on it: both flush or sync on their own.
     fn close_makes_due(&self) -> bool {
-        !self.backend.capabilities().cheap_ranged_reads
+        !self.chunks.backend.capabilities().cheap_ranged_reads
     }
 
     /// What a close must do on a volume other machines open too (its
@@ -586,7 +722,7 @@ impl Volume {
         if self.opts.read_only {
             return Ok(());
         }
-        if self.lost_files.lock().contains(&ino) {
+        if self.files.lost.lock().contains(&ino) {
             return Err(Error::io(format!(
                 "inode {ino} was created in metadata commits that were lost in a database crash or failover before they were durable; its data is gone"
             )));
@@ -827,7 +963,7 @@ impl Volume {
             Ok(parts)
         });
         parts.is_ok_and(|parts| parts.iter().all(|p| match p {
-            ReadPart::Chunk { id, .. } => self.cache.contains(*id),
+            ReadPart::Chunk { id, .. } => self.chunks.cache.contains(*id),
             _ => true,
         }))
     }
@@ -842,7 +978,7 @@ impl Volume {
     /// reader's and are read in one pass in tape order.
     pub(crate) fn read_ahead_windows(&self) -> (u64, u64) {
         let c = &self.cfg.chunker;
-        let caps = self.backend.capabilities();
+        let caps = self.chunks.backend.capabilities();
         let most = if caps.remote { 16 } else { 8 } * c.max as u64;
         if !caps.cheap_ranged_reads {
             return (most, most);
@@ -961,10 +1097,10 @@ impl Volume {
     /// The bytes `[off, off + len)` of chunk `id` from its kept last page,
     /// when they lie there and the chunk itself is not in memory.
     fn kept_tail(&self, id: u64, off: u64, len: u64) -> Option<Vec<u8>> {
-        if self.cache.contains(id) {
+        if self.chunks.cache.contains(id) {
             return None;
         }
-        let b = self.tails.get(id, off, len)?;
+        let b = self.chunks.tails.get(id, off, len)?;
         self.metrics.tail_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(b)
     }

@@ -9,7 +9,7 @@
 //! extents, the chunks and the reference counts in one transaction. The
 //! journal records folded in are then retired.
 
-use super::file::{FileState, PieceSrc, WalkKey};
+use super::file::{CommittedRound, FileState, PieceSrc, WalkKey};
 use super::Volume;
 use crate::crypto::ChunkId;
 use crate::error::{Error, ErrorKind, Result};
@@ -154,7 +154,7 @@ impl<'a> Batch<'a> {
     /// [`Batch::set_owner`] with the owner of file `ino`, looked up only
     /// on a volume with owner domains.
     pub(crate) fn owner_of(&mut self, ino: u64) -> Result<()> {
-        if self.vol.keys.owner_domains() {
+        if self.vol.chunks.keys.owner_domains() {
             self.owner = self.vol.getattr(ino)?.uid;
         }
         Ok(())
@@ -179,7 +179,7 @@ impl<'a> Batch<'a> {
         // (`sched_yield`) than the hashing itself.
         let parallel = total >= PARALLEL_MIN_BYTES && chunks.len() > 1;
         let owner = self.owner;
-        let hash = |c: &&[u8]| vol.keys.chunk_id_of(owner, c);
+        let hash = |c: &&[u8]| vol.chunks.keys.chunk_id_of(owner, c);
         let ids: Vec<ChunkId> = if parallel { chunks.par_iter().map(hash).collect() } else { chunks.iter().map(hash).collect() };
         let mut out = vec![0u64; chunks.len()];
         let mut todo: Vec<usize> = Vec::new();
@@ -218,7 +218,7 @@ impl<'a> Batch<'a> {
             let mut len = b.len() as u64;
             let mut end = k;
             while end < todo.len() {
-                len += vol.keys.sealed_len(payloads[end].bytes(chunks[todo[end]]).len()) as u64;
+                len += vol.chunks.keys.sealed_len(payloads[end].bytes(chunks[todo[end]]).len()) as u64;
                 end += 1;
                 if len >= target {
                     break;
@@ -227,7 +227,7 @@ impl<'a> Batch<'a> {
             let seg = &todo[k..end];
             let chunk_ids = seg.iter().map(|_| vol.meta.store().alloc_chunk_id()).collect::<std::result::Result<Vec<u64>, _>>()?;
             let blobs: Vec<(ChunkId, u32, u8)> = seg.iter().zip(&payloads[k..end]).map(|(&i, p)| (ids[i], chunks[i].len() as u32, p.flags())).collect();
-            let entries = b.append_sealed(&vol.keys, &blobs, parallel && seg.len() > 1, |j| payloads[k + j].bytes(chunks[seg[j]]));
+            let entries = b.append_sealed(&vol.chunks.keys, &blobs, parallel && seg.len() > 1, |j| payloads[k + j].bytes(chunks[seg[j]]));
             let full = b.len() as u64 >= target;
             for ((&i, e), id) in seg.iter().zip(entries).zip(chunk_ids) {
                 self.new_chunks.push((id, self.sealed.len(), e));
@@ -244,7 +244,7 @@ impl<'a> Batch<'a> {
                 out[i] = self.by_hash[h];
             }
             // A file's partial last page may be read before an append.
-            vol.tails.keep(out[i], chunks[i]);
+            vol.chunks.tails.keep(out[i], chunks[i]);
         }
         self.chunked_bytes += total as u64;
         self.chunks_stored += chunks.len() as u64;
@@ -259,7 +259,7 @@ impl<'a> Batch<'a> {
             return Ok(());
         }
         let vol = self.vol;
-        let (built, entries) = b.finish(&vol.keys, &vol.vid);
+        let (built, entries) = b.finish(&vol.chunks.keys, &vol.vid);
         let name = pack::fresh_name();
         self.sealed.push(SealedPack { name: name.clone(), size: built.bytes().len() as u64, blobs: entries.len() as u64, held: false });
         // A store that positions its medium (a tape) lays packs down in the
@@ -267,7 +267,7 @@ impl<'a> Batch<'a> {
         // order they were sealed in, so a file's packs lie in file order
         // (two at once let a small last pack overtake a big one, and
         // reading the file back located backwards once per round).
-        let in_flight = if vol.backend.capabilities().cheap_ranged_reads { 2 } else { 1 };
+        let in_flight = if vol.chunks.backend.capabilities().cheap_ranged_reads { 2 } else { 1 };
         while self.uploads.len() >= in_flight {
             self.uploads.pop_front().expect("non-empty").wait()?;
         }
@@ -277,7 +277,7 @@ impl<'a> Batch<'a> {
         // (docs/shared-volume.md §7 "Uploads"). A session already gone
         // uploads nothing.
         vol.meta.store().begin_upload(&name)?;
-        let backend = vol.backend.clone();
+        let backend = vol.chunks.backend.clone();
         let pool = vol.pack_buffers.clone();
         let pending = vol.uploader.submit(move || {
             let r = upload(backend.as_ref(), &name, built.bytes());
@@ -304,7 +304,7 @@ impl<'a> Batch<'a> {
             return Ok(());
         }
         let rows = vol.meta.read(|c| Ok(c.chunks_in_pack(id)?))?;
-        let data = vol.backend.get(&name)?;
+        let data = vol.chunks.backend.get(&name)?;
         let target = vol.cfg.pack_target;
         for c in &rows {
             let end = c.offset + c.stored_len as u64;
@@ -343,7 +343,7 @@ impl<'a> Batch<'a> {
         let short = self.builder.as_ref().is_some_and(|b| !b.is_empty() && (b.len() as u64) < vol.cfg.pack_target);
         let (Some(cloud), true) = (cloud, short) else { return self.seal() };
         let b = self.builder.take().expect("short");
-        let (built, entries) = b.finish(&vol.keys, &vol.vid);
+        let (built, entries) = b.finish(&vol.chunks.keys, &vol.vid);
         let name = pack::fresh_name();
         let r = cloud.cache.put_held(&name, built.bytes());
         let size = built.bytes().len() as u64;
@@ -577,8 +577,8 @@ impl Volume {
     ///
     /// `first` is the round's [`first_writer_key`](Self::first_writer_key).
     fn file_to_feed(&self, first: Option<&WalkKey>) -> Option<Arc<FileState>> {
-        let b = self.backend.sequential()?.backlog();
-        if b.queued_bytes >= 2 * self.backend.capabilities().preferred_pack_size {
+        let b = self.chunks.backend.sequential()?.backlog();
+        if b.queued_bytes >= 2 * self.chunks.backend.capabilities().preferred_pack_size {
             return None;
         }
         let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
@@ -707,7 +707,7 @@ impl Volume {
     }
 
     fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>, may_hold: bool) -> Result<FlushReport> {
-        let sequential = !self.backend.capabilities().cheap_ranged_reads;
+        let sequential = !self.chunks.backend.capabilities().cheap_ranged_reads;
         let (age, flush_bytes) = if sequential { self.run_policy() } else { (self.opts.flush_age, self.opts.flush_bytes) };
         // Past half the journal's limit, closed files go whatever their age,
         // before writers have to wait for room.
@@ -897,52 +897,9 @@ impl Volume {
             batch.account();
             self.metrics.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             report = FlushReport { files: prepared.len(), chunked_bytes: batch.chunked_bytes, new_chunk_bytes: batch.new_bytes, packs: batch.sealed.len(), patches: batch.patches };
+            // Each file takes its commit (its flush lock still held).
             for p in prepared {
-                let mut g = p.st.inner.lock();
-                g.base = p.map;
-                g.base_cver = p.cver;
-                g.base_valid = p.size;
-                g.data_bytes = g.base.data_bytes();
-                let seq = p.seq;
-                let keep: Vec<(u64, super::file::Piece)> = g
-                    .overlay
-                    .iter()
-                    .filter(|(&s0, pc)| pc.seq > seq || s0 >= p.kept_from || (p.committed_seq < seq && s0 + pc.len > p.size))
-                    .map(|(&s0, pc)| (s0, *pc))
-                    .collect();
-                g.overlay.clear();
-                g.dirty_bytes = 0;
-                for (s0, pc) in keep {
-                    g.dirty_bytes += pc.len;
-                    g.overlay.insert(s0, pc);
-                }
-                // A held-back tail stays in the overlay (clipped to where the
-                // committed map ends) until a later flush.
-                if p.committed_seq < seq {
-                    let held: Vec<(u64, super::file::Piece)> = g
-                        .overlay
-                        .range(..)
-                        .filter(|(&s0, pc)| pc.seq <= seq && s0 < p.kept_from && s0 + pc.len > p.size)
-                        .map(|(&s0, pc)| (s0, *pc))
-                        .collect();
-                    for (s0, pc) in held {
-                        let _ = g.overlay.remove(&s0);
-                        g.dirty_bytes -= pc.len;
-                        let from = p.size.saturating_sub(s0);
-                        g.overlay_insert(s0 + from, pc.slice(from, pc.len - from));
-                    }
-                }
-                g.flushed_seq = p.committed_seq;
-                if g.last_seq == seq && p.committed_seq == seq {
-                    g.meta_dirty = false;
-                }
-                if !g.is_dirty() {
-                    g.dirty_since = None;
-                } else if p.kept_from == u64::MAX || g.dirty_since.is_none() {
-                    g.dirty_since = Some(Instant::now());
-                }
-                // Cut short by the round's bound: the file stays as old as
-                // it was, so the next round goes on with it.
+                p.st.apply_commit(CommittedRound { map: p.map, cver: p.cver, size: p.size, seq: p.seq, committed_seq: p.committed_seq, kept_from: p.kept_from });
             }
         }
         // Retire journal segments every committed record lives in, and forget
@@ -963,14 +920,7 @@ impl Volume {
         self.trim_marks(false);
         self.drain_closed();
         for ino in evict {
-            self.files.remove_if(&ino, |_, st| {
-                let mut g = st.inner.lock();
-                let idle = g.open == 0 && !g.is_dirty() && g.last_seq <= g.flushed_seq;
-                if idle {
-                    g.evicted = true;
-                }
-                idle
-            });
+            self.files.forget_if(ino, |g| g.open == 0 && !g.is_dirty() && g.last_seq <= g.flushed_seq);
         }
         Ok(report)
     }
@@ -1320,12 +1270,10 @@ impl Volume {
     /// else through the trash as any uploaded pack), and the round's own
     /// held pack, if any, waits for the next round.
     fn settle_held(&self, batch: &Batch, pack_ids: &[u64]) -> Result<()> {
-        for &(id, ..) in &batch.moved {
-            self.chunk_locs.remove(&id);
-        }
+        self.chunks.forget_locations(batch.moved.iter().map(|&(id, ..)| id));
         *self.held_pack.lock() = batch.sealed.iter().zip(pack_ids).find(|(p, _)| p.held).map(|(p, &id)| (p.name.clone(), id, Instant::now()));
         let Some((name, id)) = &batch.absorbed else { return Ok(()) };
-        self.pack_names.remove(id);
+        self.chunks.forget_pack_name(*id);
         self.meta.sync()?;
         let cloud = self.cloud().expect("only a bucket's rounds hold packs");
         // A ship under way may have taken changes that name the held pack
@@ -1482,7 +1430,7 @@ mod tests {
 pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'a str>) {
     let names: Vec<&str> = names.into_iter().collect();
     for name in &names {
-        if let Err(e) = vol.backend.delete(name) {
+        if let Err(e) = vol.chunks.backend.delete(name) {
             tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
         }
     }

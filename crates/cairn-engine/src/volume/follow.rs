@@ -226,14 +226,7 @@ impl Volume {
             g.open == 0
         };
         if idle {
-            self.files.remove_if(&ino, |_, s| {
-                let mut g = s.inner.lock();
-                let idle = clean(&g) && g.open == 0;
-                if idle {
-                    g.evicted = true;
-                }
-                idle
-            });
+            self.files.forget_if(ino, |g| clean(g) && g.open == 0);
             if !self.files.contains_key(&ino) {
                 return Ok(());
             }
@@ -257,16 +250,7 @@ impl Volume {
         }
         let mut g = st.inner.lock();
         if clean(&g) {
-            g.base = base;
-            g.base_cver = row.cver;
-            g.base_valid = row.attr.size;
-            g.size = row.attr.size;
-            g.mtime = row.attr.mtime;
-            g.ctime = row.attr.ctime;
-            g.data_bytes = row.data_bytes;
-            g.last_read_end = 0;
-            g.read_ahead_to = 0;
-            g.read_ahead_window = 0;
+            g.take_committed(&row, base);
         }
         Ok(())
     }

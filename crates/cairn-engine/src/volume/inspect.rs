@@ -222,7 +222,7 @@ impl Volume {
         match self.cloud() {
             None => Place::Local,
             Some(c) if c.cache.holds(pack, off, len) => Place::Cache,
-            Some(_) if !self.backend.capabilities().cheap_ranged_reads => Place::Tape,
+            Some(_) if !self.chunks.backend.capabilities().cheap_ranged_reads => Place::Tape,
             Some(_) => Place::Bucket,
         }
     }
@@ -285,7 +285,7 @@ impl Volume {
                         rows.insert(id, row);
                     }
                     let row = &rows[&id];
-                    let pack = self.pack_name(row.pack)?;
+                    let pack = self.chunks.pack_name(&self.meta, row.pack)?;
                     ChunkInfo {
                         offset: at,
                         len: e.len,

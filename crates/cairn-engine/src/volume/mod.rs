@@ -22,26 +22,27 @@ mod bill;
 mod locks;
 mod tails;
 mod resume;
+mod chunks;
+pub(crate) use chunks::ChunkStore;
+pub use chunks::MemoryHeld;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
 pub use inspect::{ChunkInfo, FileInfo, Place, TreeStats};
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
-pub(crate) use file::FileState;
+pub(crate) use file::FileTable;
 pub use file::{Opened, ReadBytes};
 pub use flush::FlushReport;
 pub(crate) use flush::discard_packs;
 pub use follow::{ChangeBatch, ChangeFollower, FOLLOW_POLL};
 pub use locks::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 
-use crate::cache::ChunkCache;
 use crate::config::{Layout, VolumeConfig};
 use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
 use crate::journal::Journal;
 use crate::meta::{self, Meta};
-use crate::pack::{self, BlobEntry};
 use crate::types::{Ino, StatFs};
 use cairn_backend::Backend;
 use dashmap::DashMap;
@@ -108,19 +109,6 @@ pub struct OpenOptions {
     /// session's upload records stay (None:
     /// [`crate::maintenance::CHUNK_GRACE`]); unused elsewhere.
     pub chunk_grace: Option<Duration>,
-}
-
-/// What a mount holds in memory per chunk and per pack
-/// ([`Volume::memory_held`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemoryHeld {
-    /// Decoded chunks in the memory cache, and their bytes.
-    pub cached_chunks: u64,
-    pub cached_bytes: u64,
-    /// Chunk locations resolved (chunk id to pack and offset).
-    pub chunk_locations: u64,
-    /// Pack names resolved (pack id to name).
-    pub pack_names: u64,
 }
 
 impl Default for OpenOptions {
@@ -191,20 +179,12 @@ pub struct Volume {
     pub(crate) layout: Layout,
     pub(crate) cfg: VolumeConfig,
     pub(crate) vid: [u8; 16],
-    pub(crate) keys: Keys,
-    pub(crate) backend: Arc<dyn Backend>,
     pub(crate) meta: Meta,
     pub(crate) journal: Journal,
-    pub(crate) files: DashMap<Ino, Arc<FileState>>,
-    /// Files whose creation was in metadata commits lost in a database
-    /// crash or failover while this mount had them open (resume.rs): their
-    /// fsync fails with EIO.
-    pub(crate) lost_files: Mutex<std::collections::HashSet<Ino>>,
-    pub(crate) cache: ChunkCache,
-    /// The last page of chunks stored or fetched, where a read costs a
-    /// request: the kernel's read of a file's partial last page before an
-    /// append is answered without one.
-    pub(crate) tails: tails::ChunkTails,
+    /// The open files and every change of their state.
+    pub(crate) files: FileTable,
+    /// The chunks and packs: keys, backend, caches, locations, prefetch.
+    pub(crate) chunks: ChunkStore,
     /// Chunking windows of the flush, kept for reuse.
     pub(crate) windows: buffers::BufferPool,
     /// Pack builders' buffers, given back by the upload threads.
@@ -213,27 +193,8 @@ pub struct Volume {
     /// round, with a second round, an fsync's or the cleaner's, beside the
     /// flusher's).
     pub(crate) uploader: workers::Workers,
-    /// The threads prefetch reads wait on (a bucket's or a local disk's;
-    /// a tape's run on rayon's pool).
-    pub(crate) fetchers: workers::Workers,
-    /// Prefetch reads of a store where a read positions the medium (a
-    /// tape): many at once, so the store sees every reader's request and
-    /// serves them in one pass in position order.
-    pub(crate) tape_fetchers: workers::Workers,
     /// Inodes the kernel holds (a FUSE mount's lookup counts).
     pub(crate) kernel_refs: kernel_refs::KernelRefs,
-    pub(crate) pack_names: DashMap<u64, Arc<str>>,
-    /// Where chunks live. Locations change only in gc: offline, or the
-    /// cleaner inside a mount, which drops the entries of what it moved
-    /// (the old packs stay readable meanwhile, docs/frugal.md §5).
-    pub(crate) chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
-    /// Chunks a prefetch is fetching: a reader that misses the cache waits
-    /// for one of these instead of fetching and verifying it again.
-    prefetching: DashMap<u64, Arc<InFlight>>,
-    /// Prefetch runs handed to threads and not yet ended: `close` waits
-    /// for them, since each holds the volume (and may fill its cache), so
-    /// that the caller's handle is the last and the lock goes with it.
-    prefetch_runs: Arc<RunsInFlight>,
     pub(crate) flush_mutex: Mutex<()>,
     /// A flush round under way is recorded in the shared store
     /// (`MetaStore::flush_started`; only under `flush_mutex`).
@@ -420,26 +381,16 @@ impl Volume {
             layout,
             cfg,
             vid,
-            keys,
-            backend,
+            chunks: ChunkStore::new(keys, backend, opts.cache_bytes, tail_bytes, trace.clone()),
             meta,
             journal,
-            files: DashMap::new(),
-            lost_files: Mutex::new(Default::default()),
-            cache: ChunkCache::new(opts.cache_bytes),
-            tails: tails::ChunkTails::new(tail_bytes),
+            files: FileTable::default(),
             // Two windows are live at once (one cut while the other is hashed).
             windows: buffers::BufferPool::new(2),
             // One building, two uploading.
             pack_buffers: Arc::new(buffers::BufferPool::new(3)),
             uploader: workers::Workers::new("cairn-upload", 4),
-            fetchers: workers::Workers::new("cairn-fetch", PREFETCH_THREADS),
-            tape_fetchers: workers::Workers::new("cairn-tape-fetch", TAPE_FETCH_THREADS),
             kernel_refs: Default::default(),
-            pack_names: DashMap::new(),
-            chunk_locs: DashMap::new(),
-            prefetching: DashMap::new(),
-            prefetch_runs: Arc::default(),
             flush_mutex: Mutex::new(()),
             flush_marked: std::sync::atomic::AtomicBool::new(false),
             marks_trimmed: Mutex::new(None),
@@ -510,7 +461,7 @@ impl Volume {
 
     /// The backend holding the packs.
     pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+        &self.chunks.backend
     }
 
     /// Installs the kernel cache hook (once, by the FUSE adapter).
@@ -692,7 +643,7 @@ impl Volume {
 
     /// Files with changes the flusher has not committed yet.
     pub(crate) fn dirty_files(&self) -> u64 {
-        self.files.iter().filter(|e| e.value().inner.lock().is_dirty()).count() as u64
+        self.files.dirty_count()
     }
 
     /// Before an operation that visits the metadata of many files: see
@@ -824,7 +775,7 @@ impl Volume {
         if let Some(h) = self.flusher.lock().take() {
             let _ = h.join();
         }
-        self.prefetch_runs.close_and_wait();
+        self.chunks.stop_prefetching();
         if let Some(c) = &self.cloud {
             c.abandon();
         }
@@ -861,7 +812,7 @@ impl Volume {
         }
         // Read-ahead still in flight fills the cache: done before the
         // cache closes, and before the directory is let go.
-        self.prefetch_runs.close_and_wait();
+        self.chunks.stop_prefetching();
         let r = match &self.cloud {
             Some(c) if r.is_ok() && !self.opts.read_only => self.close_cloud(c),
             Some(c) => {
@@ -948,341 +899,32 @@ impl Volume {
         })
     }
 
-    fn pack_name(&self, pack: u64) -> Result<Arc<str>> {
-        if let Some(n) = self.pack_names.get(&pack) {
-            return Ok(n.clone());
-        }
-        let n: Arc<str> = self.meta.read(|c| Ok(c.pack_name(pack)?))?.into();
-        self.pack_names.insert(pack, n.clone());
-        Ok(n)
-    }
-
-    /// A chunk's plaintext: from the cache, or fetched, decrypted,
-    /// decompressed and verified. Corruption is an error naming the pack.
+    /// A chunk's plaintext (see [`ChunkStore::chunk`]).
     pub(crate) fn chunk(&self, id: u64) -> Result<Arc<Vec<u8>>> {
-        if let Some(c) = self.cache.get(id) {
-            self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(c);
-        }
-        // A prefetch is decoding it: wait for that rather than read and
-        // verify it twice. Not on a rayon worker: the prefetch may be queued
-        // behind this very task on the same pool.
-        if rayon::current_thread_index().is_none() {
-            if let Some(f) = self.prefetching.get(&id).map(|e| e.value().clone()) {
-                f.wait();
-                if let Some(c) = self.cache.get(id) {
-                    self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(c);
-                }
-            }
-        }
-        self.metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
-        // The bill: a read miss, unless gc or prefetch asked.
-        let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
-        let (mut name, mut entry) = self.chunk_location(id)?;
-        let mut got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
-        if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
-            // The chunk moved and its old pack went: the cleaner of this
-            // mount did it (a volume in a directory deletes at once,
-            // docs/frugal.md §8), another machine's gc or cleaner did it
-            // after the grace period, or a flush round copied a held pack
-            // into its own and dropped it from the outbox (docs/frugal.md
-            // §7). The location this mount resolved is stale (and the
-            // pack's id may name another pack now). Ask the metadata
-            // again, once.
-            self.chunk_locs.remove(&id);
-            self.pack_names.retain(|_, n| **n != *name);
-            (name, entry) = self.chunk_location(id)?;
-            got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
-        }
-        if let Some(t) = &self.trace {
-            t.chunk_at(id, crate::trace::pack_id(&name), entry.offset, entry.stored_len as u64);
-        }
-        let data = got
-            .map_err(Error::from)
-            .and_then(|stored| pack::decode_blob(&self.keys, &entry, stored, pack::Verify::Sealed))
-            .map_err(|e| {
-                let e = Error::corrupt(format!("chunk #{id} in pack {name}: {e}"));
-                tracing::warn!("{e}");
-                e
-            })?;
-        self.tails.keep(id, &data);
-        let data = Arc::new(data);
-        self.cache.insert(id, data.clone());
-        Ok(data)
-    }
-
-    fn chunk_location(&self, id: u64) -> Result<(Arc<str>, BlobEntry)> {
-        if let Some(l) = self.chunk_locs.get(&id) {
-            return Ok(l.clone());
-        }
-        let row = self
-            .meta
-            .read(|c| Ok(c.chunk_by_id(id)?))?
-            .ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
-        let name = self.pack_name(row.pack)?;
-        let entry = BlobEntry { id: row.hash, offset: row.offset, stored_len: row.stored_len, raw_len: row.raw_len, flags: row.flags };
-        // About 100 bytes an entry: start over past a million rather than grow.
-        if self.chunk_locs.len() > 1 << 20 {
-            self.chunk_locs.clear();
-        }
-        self.chunk_locs.insert(id, (name.clone(), entry.clone()));
-        Ok((name, entry))
-    }
-
-    /// Forgets chunks whose rows the cleaner or gc dropped: their decoded
-    /// bytes in the memory cache and their locations (issue 55). Nothing
-    /// else drops them but the cache's LRU and the location map's reset
-    /// past a million entries, so under a rewrite load the cache filled
-    /// its whole budget with chunks that no longer exist (1 GiB for a
-    /// 256 KiB file) and the map grew with every chunk ever read.
-    pub(crate) fn forget_chunks(&self, ids: &[u64]) {
-        for id in ids {
-            self.cache.remove(*id);
-            self.chunk_locs.remove(id);
-        }
+        self.chunks.chunk(id, &self.meta, &self.metrics)
     }
 
     /// What this mount holds in memory per chunk and per pack.
     pub fn memory_held(&self) -> MemoryHeld {
-        MemoryHeld { cached_chunks: self.cache.len() as u64, cached_bytes: self.cache.bytes() as u64, chunk_locations: self.chunk_locs.len() as u64, pack_names: self.pack_names.len() as u64 }
+        self.chunks.memory_held()
     }
 
-    /// Starts fetching chunks in the background so a sequential reader
-    /// finds them decoded.
-    ///
-    /// Chunks that lie next to each other in one pack (a file's segment,
-    /// and the segments of files flushed with it) are fetched by one ranged
-    /// read, so a sequential reader costs one GET per run, whatever block
-    /// size the cache fetches by (docs/frugal.md §3).
+    /// Starts fetching chunks `ids` of `ino` in the background (see
+    /// [`ChunkStore::prefetch`]); each run holds the volume until it ends.
     pub(crate) fn prefetch(&self, ino: Ino, ids: Vec<u64>) {
         if self.closed.load(Ordering::SeqCst) {
             return;
         }
         let Some(me) = self.self_ref.get().and_then(Weak::upgrade) else { return };
-        // A bucket: requests cost more than bytes, so runs are as long as
-        // a pack. A local disk: runs short enough that several are in
-        // flight. A tape orders its reads itself and keeps longer runs.
-        let caps = self.backend.capabilities();
-        let run_max = if caps.remote && caps.cheap_ranged_reads {
-            PREFETCH_RUN_REMOTE
-        } else if caps.cheap_ranged_reads {
-            PREFETCH_RUN_DISK
-        } else {
-            PREFETCH_RUN_TAPE
-        };
-        // Each run with its bytes so far.
-        let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry, Arc<InFlight>)>, u64)> = Vec::new();
-        for id in ids {
-            if self.cache.contains(id) {
-                continue;
-            }
-            let flight = match self.prefetching.entry(id) {
-                dashmap::Entry::Occupied(_) => continue,
-                dashmap::Entry::Vacant(v) => v.insert(Arc::new(InFlight::default())).value().clone(),
-            };
-            let Ok((name, e)) = self.chunk_location(id) else {
-                self.finish_prefetch(id, &flight);
-                continue;
-            };
-            let len = e.stored_len as u64;
-            match runs.last_mut() {
-                Some((n, run, bytes)) if *n == name && run.last().is_some_and(|(_, p, _)| p.offset + p.stored_len as u64 == e.offset) && *bytes + len <= run_max => {
-                    run.push((id, e, flight));
-                    *bytes += len;
-                }
-                _ => runs.push((name, vec![(id, e, flight)], len)),
-            }
-        }
-        if runs.is_empty() {
-            return;
-        }
-        if !self.prefetch_runs.enter(runs.len()) {
-            // Closing: nothing new starts; the waiting readers fetch for themselves.
-            for (_, run, _) in runs {
-                for (id, _, flight) in run {
-                    self.finish_prefetch(id, &flight);
-                }
-            }
-            return;
-        }
-        for (name, run, _) in runs {
-            let run = PrefetchRun { vol: Some(me.clone()), name, run };
-            let job = move || {
-                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
-                let _for = crate::cache::policy::reading_for(ino);
-                if let Some(vol) = &run.vol {
-                    vol.prefetch_run(&run.name, &run.run);
-                }
-            };
-            if caps.cheap_ranged_reads {
-                // Waits on the network or the disk (a local store reads
-                // with O_DIRECT, without the kernel's read-ahead): on
-                // threads of its own, so several runs are in flight at
-                // once, not on the pool the flush hashes with. A job
-                // refused (no thread could start) is dropped unrun, which
-                // releases its readers to fetch the chunks themselves.
-                let _ = self.fetchers.submit(move || {
-                    job();
-                    Ok(())
-                });
-            } else {
-                // A tape: the store batches what arrives together and
-                // reads it in tape order; on rayon's pool (one thread per
-                // core) two requests reached it at a time, and 40 whole
-                // files read at once went as 20 batches of two, locating
-                // back and forth (docs/tape.md §8, "Batched reads").
-                let _ = self.tape_fetchers.submit(move || {
-                    job();
-                    Ok(())
-                });
-            }
-        }
-    }
-
-    fn finish_prefetch(&self, id: u64, flight: &Arc<InFlight>) {
-        self.prefetching.remove_if(&id, |_, f| Arc::ptr_eq(f, flight));
-        flight.finish();
-    }
-
-    /// Reads a run of adjacent blobs of pack `name` at once and caches the
-    /// chunks, each announced to its waiting readers as soon as it is in.
-    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry, Arc<InFlight>)]) {
-        if run.is_empty() {
-            return;
-        }
-        if let Some(t) = &self.trace {
-            for (id, e, _) in run {
-                t.chunk_at(*id, crate::trace::pack_id(name), e.offset, e.stored_len as u64);
-            }
-        }
-        let ranges: Vec<(u64, u64)> = run.iter().map(|(_, e, _)| (e.offset, e.stored_len as u64)).collect();
-        let Ok(blobs) = self.backend.get_ranges(name, &ranges) else { return };
-        for ((id, e, flight), blob) in run.iter().zip(blobs) {
-            if let Ok(data) = pack::decode_blob(&self.keys, e, blob, pack::Verify::Sealed) {
-                self.cache.insert(*id, Arc::new(data));
-            }
-            self.finish_prefetch(*id, flight);
-        }
+        self.chunks.prefetch(me, &self.meta, ino, ids);
     }
 }
 
-/// A prefetch run handed to a thread. When it goes (run or dropped unrun),
-/// every chunk it did not deliver (a failed read or decode) is released
-/// to its readers, who fetch it and report the error.
-struct PrefetchRun {
-    /// Taken by the drop, which lets go of it before counting the run out.
-    vol: Option<Arc<Volume>>,
-    name: Arc<str>,
-    run: Vec<(u64, BlobEntry, Arc<InFlight>)>,
-}
-
-impl Drop for PrefetchRun {
-    fn drop(&mut self) {
-        let Some(vol) = self.vol.take() else { return };
-        for (id, _, flight) in &self.run {
-            vol.finish_prefetch(*id, flight);
-        }
-        // The volume first, then the count: once `close` has seen every run
-        // out, none holds the volume any more. If this was the last handle,
-        // its drop closes the volume here and must not wait for this run.
-        let runs = vol.prefetch_runs.clone();
-        IN_PREFETCH_DROP.with(|f| f.set(true));
-        drop(vol);
-        IN_PREFETCH_DROP.with(|f| f.set(false));
-        runs.leave();
+impl AsRef<ChunkStore> for Volume {
+    fn as_ref(&self) -> &ChunkStore {
+        &self.chunks
     }
 }
-
-thread_local! {
-    /// Set while a prefetch run lets go of its volume on this thread.
-    static IN_PREFETCH_DROP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Counts the prefetch runs under way, so `close` can wait for them.
-#[derive(Default)]
-struct RunsInFlight {
-    /// (runs under way, closing).
-    state: Mutex<(usize, bool)>,
-    cv: Condvar,
-}
-
-impl RunsInFlight {
-    /// Counts `n` runs in, unless the volume is closing.
-    fn enter(&self, n: usize) -> bool {
-        let mut s = self.state.lock();
-        if s.1 {
-            return false;
-        }
-        s.0 += n;
-        true
-    }
-
-    fn leave(&self) {
-        let mut s = self.state.lock();
-        s.0 -= 1;
-        if s.0 == 0 {
-            self.cv.notify_all();
-        }
-    }
-
-    /// Lets no run start from now on and waits for those under way (but
-    /// for the one whose drop is closing the volume on this thread).
-    fn close_and_wait(&self) {
-        let own = usize::from(IN_PREFETCH_DROP.with(|f| f.get()));
-        let mut s = self.state.lock();
-        s.1 = true;
-        while s.0 > own {
-            self.cv.wait(&mut s);
-        }
-    }
-}
-
-/// A chunk being prefetched: done once it is in the cache or has failed.
-#[derive(Default)]
-struct InFlight {
-    done: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl InFlight {
-    fn finish(&self) {
-        *self.done.lock() = true;
-        self.cv.notify_all();
-    }
-
-    /// Waits until the prefetch is done with the chunk. Bounded: a
-    /// prefetch stuck on a slow store leaves the reader to fetch it itself.
-    fn wait(&self) {
-        let mut d = self.done.lock();
-        if !*d {
-            self.cv.wait_for(&mut d, PREFETCH_WAIT);
-        }
-    }
-}
-
-/// The longest a reader waits for a chunk a prefetch is fetching.
-const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// At most this many bytes in one prefetch read from a local store: with
-/// the window of eight of the largest chunks, about four runs are in
-/// flight on the fetch threads (the store reads each with one direct
-/// request, and the page cache no longer reads ahead of them).
-const PREFETCH_RUN_DISK: u64 = 8 << 20;
-/// At most this many bytes in one prefetch read from a tape.
-const PREFETCH_RUN_TAPE: u64 = 16 << 20;
-/// At most this many in one ranged GET from a bucket: a whole pack (16
-/// MiB by default; up to 64 MiB if chosen), since a request costs more
-/// than its bytes there. Of 64 MiB packs, 16 MiB GETs read back from moto
-/// at 154-164 MiB/s and whole-pack ones at 182-183 (docs/profile.md,
-/// fourth round).
-const PREFETCH_RUN_REMOTE: u64 = 64 << 20;
-/// Prefetch reads from a bucket or a local store in flight at once.
-const PREFETCH_THREADS: usize = 4;
-/// Prefetch reads from a tape in flight at once: as many as the FUSE
-/// workers a tape mount has by default, so every reader's run can join
-/// the store's batch.
-const TAPE_FETCH_THREADS: usize = 32;
 
 impl Drop for Volume {
     fn drop(&mut self) {

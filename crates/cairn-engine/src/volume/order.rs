@@ -42,7 +42,7 @@ impl Volume {
         }
         let mut n = 0;
         for name in names {
-            self.backend.delete(name)?;
+            self.chunks.backend.delete(name)?;
             n += 1;
         }
         Ok(n)

@@ -86,13 +86,13 @@ impl Volume {
         let cloud = self.cloud();
         let t0 = Instant::now();
         let cache = cloud.map(|c| c.cache.clone());
-        let caps = self.backend.capabilities();
+        let caps = self.chunks.backend.capabilities();
         let (files, chunks) = self.recall_chunks(roots, caller)?;
 
         // Chunk ranges per pack, in offset order.
         let mut by_pack: BTreeMap<Arc<str>, Vec<(u64, u64)>> = BTreeMap::new();
         for id in chunks {
-            let (name, e) = self.chunk_location(id)?;
+            let (name, e) = self.chunks.chunk_location(&self.meta, id)?;
             by_pack.entry(name).or_default().push((e.offset, e.stored_len as u64));
         }
         // A gap shorter than this is read through: on a tape a locate costs
@@ -129,7 +129,7 @@ impl Volume {
         });
         // The medium's order; ranges of objects it cannot place (not yet
         // written, or a bucket) after, by name and offset.
-        let medium = self.backend.sequential();
+        let medium = self.chunks.backend.sequential();
         let mut keyed: Vec<(u64, Range)> = plan.into_iter().map(|r| (medium.and_then(|m| m.position(&r.pack, r.off)).unwrap_or(u64::MAX), r)).collect();
         keyed.sort_by(|a, b| (a.0, &a.1.pack, a.1.off).cmp(&(b.0, &b.1.pack, b.1.off)));
         let plan: Vec<Range> = keyed.into_iter().map(|(_, r)| r).collect();
@@ -154,7 +154,7 @@ impl Volume {
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         let Some(r) = plan.get(i) else { return };
                         reads.fetch_add(1, Ordering::Relaxed);
-                        match self.backend.get_range(&r.pack, r.off, r.len) {
+                        match self.chunks.backend.get_range(&r.pack, r.off, r.len) {
                             Ok(_) => {
                                 done.fetch_add(r.len, Ordering::Relaxed);
                             }

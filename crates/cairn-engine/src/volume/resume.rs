@@ -19,7 +19,7 @@
 //!    be lost), then its own unflushed changes on top (its overlay and a
 //!    truncation), so nothing a writer did since is dropped. A file whose
 //!    row is gone (its create was lost) is dropped from the table; a writer
-//!    that still has it open gets EIO from its fsync (`lost_files`).
+//!    that still has it open gets EIO from its fsync (`FileTable::lost`).
 //! 3. Files with records whose state is not held are loaded from the store
 //!    and the records after their position replayed, as at a mount.
 //! 4. The store drops the unproven commits of the old history and resumes;
@@ -72,7 +72,7 @@ impl Volume {
                 // Created (or last committed) only in commits that are
                 // gone: nothing acknowledged it; a holder's fsync fails.
                 if g.open > 0 || g.last_seq > g.flushed_seq {
-                    self.lost_files.lock().insert(ino);
+                    self.files.lost.lock().insert(ino);
                 }
                 g.evicted = true;
                 drop(g);

@@ -90,7 +90,7 @@ impl Volume {
                 Some(l) => l.check(cloud.remote.as_ref()),
                 None => Ok(()),
             };
-            match checked.and_then(|()| versions::publish(cloud.remote.as_ref(), &self.keys, &h, &payload)) {
+            match checked.and_then(|()| versions::publish(cloud.remote.as_ref(), &self.chunks.keys, &h, &payload)) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == ErrorKind::Busy => {
                     cloud.mark_lost(&e);
@@ -223,7 +223,7 @@ impl Volume {
                         tracing::error!("{} lists pack {n}, which the metadata names: keeping it", t.name);
                         continue;
                     }
-                    self.backend.delete(n)?;
+                    self.chunks.backend.delete(n)?;
                 }
                 cloud.remote.delete(&t.name)?;
                 Ok(names.len())

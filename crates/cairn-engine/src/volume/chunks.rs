@@ -1,0 +1,443 @@
+//! The chunk store: what a mount knows of chunks and packs (the keys
+//! that seal them, the backend that holds the packs, the memory cache of
+//! decoded chunks and their kept last pages, where each chunk lives), and
+//! the reads of chunks: one on a miss (fetched, decoded, verified), and
+//! the prefetch that reads runs of chunks ahead of a sequential reader.
+//! The volume holds one; it asks the metadata (handed in) where a chunk
+//! lives, and never changes a file.
+
+use super::{tails, workers};
+use crate::cache::ChunkCache;
+use crate::crypto::Keys;
+use crate::error::{Error, Result};
+use crate::meta::Meta;
+use crate::metrics::Metrics;
+use crate::pack::{self, BlobEntry};
+use crate::types::Ino;
+use cairn_backend::Backend;
+use dashmap::DashMap;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What a mount holds in memory per chunk and per pack
+/// ([`crate::Volume::memory_held`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryHeld {
+    /// Decoded chunks in the memory cache, and their bytes.
+    pub cached_chunks: u64,
+    pub cached_bytes: u64,
+    /// Chunk locations resolved (chunk id to pack and offset).
+    pub chunk_locations: u64,
+    /// Pack names resolved (pack id to name).
+    pub pack_names: u64,
+}
+
+/// The chunks and packs of an open volume.
+pub(crate) struct ChunkStore {
+    pub(crate) keys: Keys,
+    /// The store of packs (a cloud volume's: its cache).
+    pub(crate) backend: Arc<dyn Backend>,
+    /// Decoded chunks.
+    pub(crate) cache: ChunkCache,
+    /// The last page of chunks stored or fetched, where a read costs a
+    /// request: the kernel's read of a file's partial last page before an
+    /// append is answered without one.
+    pub(crate) tails: tails::ChunkTails,
+    pack_names: DashMap<u64, Arc<str>>,
+    /// Where chunks live. Locations change only in gc: offline, or the
+    /// cleaner inside a mount, which drops the entries of what it moved
+    /// (the old packs stay readable meanwhile, docs/frugal.md §5).
+    chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
+    /// Chunks a prefetch is fetching: a reader that misses the cache waits
+    /// for one of these instead of fetching and verifying it again.
+    prefetching: DashMap<u64, Arc<InFlight>>,
+    /// Prefetch runs handed to threads and not yet ended: `close` waits
+    /// for them, since each holds the volume (and may fill its cache), so
+    /// that the caller's handle is the last and the lock goes with it.
+    prefetch_runs: Arc<RunsInFlight>,
+    /// The threads prefetch reads wait on (a bucket's or a local disk's).
+    fetchers: workers::Workers,
+    /// Prefetch reads of a store where a read positions the medium (a
+    /// tape): many at once, so the store sees every reader's request and
+    /// serves them in one pass in position order.
+    tape_fetchers: workers::Workers,
+    /// Where the access trace goes, when one is recorded.
+    trace: Option<Arc<crate::trace::TraceWriter>>,
+}
+
+impl ChunkStore {
+    /// A store of `backend`'s packs sealed with `keys`, with `cache_bytes`
+    /// of decoded chunks and `tail_bytes` of their last pages in memory.
+    pub(crate) fn new(keys: Keys, backend: Arc<dyn Backend>, cache_bytes: usize, tail_bytes: usize, trace: Option<Arc<crate::trace::TraceWriter>>) -> ChunkStore {
+        ChunkStore {
+            keys,
+            backend,
+            cache: ChunkCache::new(cache_bytes),
+            tails: tails::ChunkTails::new(tail_bytes),
+            pack_names: DashMap::new(),
+            chunk_locs: DashMap::new(),
+            prefetching: DashMap::new(),
+            prefetch_runs: Arc::default(),
+            fetchers: workers::Workers::new("cairn-fetch", PREFETCH_THREADS),
+            tape_fetchers: workers::Workers::new("cairn-tape-fetch", TAPE_FETCH_THREADS),
+            trace,
+        }
+    }
+
+    /// The name of pack `pack`, asked of `meta` once.
+    pub(crate) fn pack_name(&self, meta: &Meta, pack: u64) -> Result<Arc<str>> {
+        if let Some(n) = self.pack_names.get(&pack) {
+            return Ok(n.clone());
+        }
+        let n: Arc<str> = meta.read(|c| Ok(c.pack_name(pack)?))?.into();
+        self.pack_names.insert(pack, n.clone());
+        Ok(n)
+    }
+
+    /// A chunk's plaintext: from the cache, or fetched, decrypted,
+    /// decompressed and verified. Corruption is an error naming the pack.
+    /// `meta` says where it lives; `metrics` counts the hit or miss.
+    pub(crate) fn chunk(&self, id: u64, meta: &Meta, metrics: &Metrics) -> Result<Arc<Vec<u8>>> {
+        if let Some(c) = self.cache.get(id) {
+            metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(c);
+        }
+        // A prefetch is decoding it: wait for that rather than read and
+        // verify it twice. Not on a rayon worker: the prefetch may be queued
+        // behind this very task on the same pool.
+        if rayon::current_thread_index().is_none() {
+            if let Some(f) = self.prefetching.get(&id).map(|e| e.value().clone()) {
+                f.wait();
+                if let Some(c) = self.cache.get(id) {
+                    metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(c);
+                }
+            }
+        }
+        metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
+        // The bill: a read miss, unless gc or prefetch asked.
+        let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
+        let (mut name, mut entry) = self.chunk_location(meta, id)?;
+        let mut got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
+        if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
+            // The chunk moved and its old pack went: the cleaner of this
+            // mount did it (a volume in a directory deletes at once,
+            // docs/frugal.md §8), another machine's gc or cleaner did it
+            // after the grace period, or a flush round copied a held pack
+            // into its own and dropped it from the outbox (docs/frugal.md
+            // §7). The location this mount resolved is stale (and the
+            // pack's id may name another pack now). Ask the metadata
+            // again, once.
+            self.chunk_locs.remove(&id);
+            self.pack_names.retain(|_, n| **n != *name);
+            (name, entry) = self.chunk_location(meta, id)?;
+            got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
+        }
+        if let Some(t) = &self.trace {
+            t.chunk_at(id, crate::trace::pack_id(&name), entry.offset, entry.stored_len as u64);
+        }
+        let data = got
+            .map_err(Error::from)
+            .and_then(|stored| pack::decode_blob(&self.keys, &entry, stored, pack::Verify::Sealed))
+            .map_err(|e| {
+                let e = Error::corrupt(format!("chunk #{id} in pack {name}: {e}"));
+                tracing::warn!("{e}");
+                e
+            })?;
+        self.tails.keep(id, &data);
+        let data = Arc::new(data);
+        self.cache.insert(id, data.clone());
+        Ok(data)
+    }
+
+    /// Where chunk `id` lives (its pack's name and its blob), asked of
+    /// `meta` once.
+    pub(crate) fn chunk_location(&self, meta: &Meta, id: u64) -> Result<(Arc<str>, BlobEntry)> {
+        if let Some(l) = self.chunk_locs.get(&id) {
+            return Ok(l.clone());
+        }
+        let row = meta
+            .read(|c| Ok(c.chunk_by_id(id)?))?
+            .ok_or_else(|| Error::corrupt(format!("chunk #{id} is referenced but not in the chunk index")))?;
+        let name = self.pack_name(meta, row.pack)?;
+        let entry = BlobEntry { id: row.hash, offset: row.offset, stored_len: row.stored_len, raw_len: row.raw_len, flags: row.flags };
+        // About 100 bytes an entry: start over past a million rather than grow.
+        if self.chunk_locs.len() > 1 << 20 {
+            self.chunk_locs.clear();
+        }
+        self.chunk_locs.insert(id, (name.clone(), entry.clone()));
+        Ok((name, entry))
+    }
+
+    /// Forgets chunks whose rows the cleaner or gc dropped: their decoded
+    /// bytes in the memory cache and their locations (issue 55). Nothing
+    /// else drops them but the cache's LRU and the location map's reset
+    /// past a million entries, so under a rewrite load the cache filled
+    /// its whole budget with chunks that no longer exist (1 GiB for a
+    /// 256 KiB file) and the map grew with every chunk ever read.
+    pub(crate) fn forget_chunks(&self, ids: &[u64]) {
+        for id in ids {
+            self.cache.remove(*id);
+            self.chunk_locs.remove(id);
+        }
+    }
+
+    /// Forgets where chunks `ids` live (moved by the cleaner or gc, or
+    /// out of a held pack): the next read asks the metadata.
+    pub(crate) fn forget_locations(&self, ids: impl IntoIterator<Item = u64>) {
+        for id in ids {
+            self.chunk_locs.remove(&id);
+        }
+    }
+
+    /// Forgets the name of pack `id` (gone, or its id about to name another).
+    pub(crate) fn forget_pack_name(&self, id: u64) {
+        self.pack_names.remove(&id);
+    }
+
+    /// What this mount holds in memory per chunk and per pack.
+    pub(crate) fn memory_held(&self) -> MemoryHeld {
+        MemoryHeld { cached_chunks: self.cache.len() as u64, cached_bytes: self.cache.bytes() as u64, chunk_locations: self.chunk_locs.len() as u64, pack_names: self.pack_names.len() as u64 }
+    }
+
+    /// Starts fetching chunks in the background so a sequential reader
+    /// finds them decoded.
+    ///
+    /// Chunks that lie next to each other in one pack (a file's segment,
+    /// and the segments of files flushed with it) are fetched by one ranged
+    /// read, so a sequential reader costs one GET per run, whatever block
+    /// size the cache fetches by (docs/frugal.md §3).
+    ///
+    /// Each run holds `holder` (the volume) until it ends, and `meta` says
+    /// where the chunks live.
+    pub(crate) fn prefetch<V: AsRef<ChunkStore> + Send + Sync + 'static>(&self, holder: Arc<V>, meta: &Meta, ino: Ino, ids: Vec<u64>) {
+        // A bucket: requests cost more than bytes, so runs are as long as
+        // a pack. A local disk: runs short enough that several are in
+        // flight. A tape orders its reads itself and keeps longer runs.
+        let caps = self.backend.capabilities();
+        let run_max = if caps.remote && caps.cheap_ranged_reads {
+            PREFETCH_RUN_REMOTE
+        } else if caps.cheap_ranged_reads {
+            PREFETCH_RUN_DISK
+        } else {
+            PREFETCH_RUN_TAPE
+        };
+        // Each run with its bytes so far.
+        let mut runs: Vec<(Arc<str>, Vec<(u64, BlobEntry, Arc<InFlight>)>, u64)> = Vec::new();
+        for id in ids {
+            if self.cache.contains(id) {
+                continue;
+            }
+            let flight = match self.prefetching.entry(id) {
+                dashmap::Entry::Occupied(_) => continue,
+                dashmap::Entry::Vacant(v) => v.insert(Arc::new(InFlight::default())).value().clone(),
+            };
+            let Ok((name, e)) = self.chunk_location(meta, id) else {
+                self.finish_prefetch(id, &flight);
+                continue;
+            };
+            let len = e.stored_len as u64;
+            match runs.last_mut() {
+                Some((n, run, bytes)) if *n == name && run.last().is_some_and(|(_, p, _)| p.offset + p.stored_len as u64 == e.offset) && *bytes + len <= run_max => {
+                    run.push((id, e, flight));
+                    *bytes += len;
+                }
+                _ => runs.push((name, vec![(id, e, flight)], len)),
+            }
+        }
+        if runs.is_empty() {
+            return;
+        }
+        if !self.prefetch_runs.enter(runs.len()) {
+            // Closing: nothing new starts; the waiting readers fetch for themselves.
+            for (_, run, _) in runs {
+                for (id, _, flight) in run {
+                    self.finish_prefetch(id, &flight);
+                }
+            }
+            return;
+        }
+        for (name, run, _) in runs {
+            let run = PrefetchRun { vol: Some(holder.clone()), name, run };
+            let job = move || {
+                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
+                let _for = crate::cache::policy::reading_for(ino);
+                if let Some(vol) = &run.vol {
+                    (**vol).as_ref().prefetch_run(&run.name, &run.run);
+                }
+            };
+            if caps.cheap_ranged_reads {
+                // Waits on the network or the disk (a local store reads
+                // with O_DIRECT, without the kernel's read-ahead): on
+                // threads of its own, so several runs are in flight at
+                // once, not on the pool the flush hashes with. A job
+                // refused (no thread could start) is dropped unrun, which
+                // releases its readers to fetch the chunks themselves.
+                let _ = self.fetchers.submit(move || {
+                    job();
+                    Ok(())
+                });
+            } else {
+                // A tape: the store batches what arrives together and
+                // reads it in tape order; on rayon's pool (one thread per
+                // core) two requests reached it at a time, and 40 whole
+                // files read at once went as 20 batches of two, locating
+                // back and forth (docs/tape.md §8, "Batched reads").
+                let _ = self.tape_fetchers.submit(move || {
+                    job();
+                    Ok(())
+                });
+            }
+        }
+    }
+
+    fn finish_prefetch(&self, id: u64, flight: &Arc<InFlight>) {
+        self.prefetching.remove_if(&id, |_, f| Arc::ptr_eq(f, flight));
+        flight.finish();
+    }
+
+    /// Reads a run of adjacent blobs of pack `name` at once and caches the
+    /// chunks, each announced to its waiting readers as soon as it is in.
+    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry, Arc<InFlight>)]) {
+        if run.is_empty() {
+            return;
+        }
+        if let Some(t) = &self.trace {
+            for (id, e, _) in run {
+                t.chunk_at(*id, crate::trace::pack_id(name), e.offset, e.stored_len as u64);
+            }
+        }
+        let ranges: Vec<(u64, u64)> = run.iter().map(|(_, e, _)| (e.offset, e.stored_len as u64)).collect();
+        let Ok(blobs) = self.backend.get_ranges(name, &ranges) else { return };
+        for ((id, e, flight), blob) in run.iter().zip(blobs) {
+            if let Ok(data) = pack::decode_blob(&self.keys, e, blob, pack::Verify::Sealed) {
+                self.cache.insert(*id, Arc::new(data));
+            }
+            self.finish_prefetch(*id, flight);
+        }
+    }
+
+    /// Lets no prefetch run start from now on and waits for those under
+    /// way (at close, before the cache and the directory go).
+    pub(crate) fn stop_prefetching(&self) {
+        self.prefetch_runs.close_and_wait();
+    }
+}
+
+/// A prefetch run handed to a thread. When it goes (run or dropped unrun),
+/// every chunk it did not deliver (a failed read or decode) is released
+/// to its readers, who fetch it and report the error.
+struct PrefetchRun<V: AsRef<ChunkStore>> {
+    /// Taken by the drop, which lets go of it before counting the run out.
+    vol: Option<Arc<V>>,
+    name: Arc<str>,
+    run: Vec<(u64, BlobEntry, Arc<InFlight>)>,
+}
+
+impl<V: AsRef<ChunkStore>> Drop for PrefetchRun<V> {
+    fn drop(&mut self) {
+        let Some(vol) = self.vol.take() else { return };
+        for (id, _, flight) in &self.run {
+            (*vol).as_ref().finish_prefetch(*id, flight);
+        }
+        // The volume first, then the count: once `close` has seen every run
+        // out, none holds the volume any more. If this was the last handle,
+        // its drop closes the volume here and must not wait for this run.
+        let runs = (*vol).as_ref().prefetch_runs.clone();
+        IN_PREFETCH_DROP.with(|f| f.set(true));
+        drop(vol);
+        IN_PREFETCH_DROP.with(|f| f.set(false));
+        runs.leave();
+    }
+}
+
+thread_local! {
+    /// Set while a prefetch run lets go of its volume on this thread.
+    static IN_PREFETCH_DROP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Counts the prefetch runs under way, so `close` can wait for them.
+#[derive(Default)]
+struct RunsInFlight {
+    /// (runs under way, closing).
+    state: Mutex<(usize, bool)>,
+    cv: Condvar,
+}
+
+impl RunsInFlight {
+    /// Counts `n` runs in, unless the volume is closing.
+    fn enter(&self, n: usize) -> bool {
+        let mut s = self.state.lock();
+        if s.1 {
+            return false;
+        }
+        s.0 += n;
+        true
+    }
+
+    fn leave(&self) {
+        let mut s = self.state.lock();
+        s.0 -= 1;
+        if s.0 == 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Lets no run start from now on and waits for those under way (but
+    /// for the one whose drop is closing the volume on this thread).
+    fn close_and_wait(&self) {
+        let own = usize::from(IN_PREFETCH_DROP.with(|f| f.get()));
+        let mut s = self.state.lock();
+        s.1 = true;
+        while s.0 > own {
+            self.cv.wait(&mut s);
+        }
+    }
+}
+
+/// A chunk being prefetched: done once it is in the cache or has failed.
+#[derive(Default)]
+struct InFlight {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl InFlight {
+    fn finish(&self) {
+        *self.done.lock() = true;
+        self.cv.notify_all();
+    }
+
+    /// Waits until the prefetch is done with the chunk. Bounded: a
+    /// prefetch stuck on a slow store leaves the reader to fetch it itself.
+    fn wait(&self) {
+        let mut d = self.done.lock();
+        if !*d {
+            self.cv.wait_for(&mut d, PREFETCH_WAIT);
+        }
+    }
+}
+
+/// The longest a reader waits for a chunk a prefetch is fetching.
+const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// At most this many bytes in one prefetch read from a local store: with
+/// the window of eight of the largest chunks, about four runs are in
+/// flight on the fetch threads (the store reads each with one direct
+/// request, and the page cache no longer reads ahead of them).
+const PREFETCH_RUN_DISK: u64 = 8 << 20;
+/// At most this many bytes in one prefetch read from a tape.
+const PREFETCH_RUN_TAPE: u64 = 16 << 20;
+/// At most this many in one ranged GET from a bucket: a whole pack (16
+/// MiB by default; up to 64 MiB if chosen), since a request costs more
+/// than its bytes there. Of 64 MiB packs, 16 MiB GETs read back from moto
+/// at 154-164 MiB/s and whole-pack ones at 182-183 (docs/profile.md,
+/// fourth round).
+const PREFETCH_RUN_REMOTE: u64 = 64 << 20;
+/// Prefetch reads from a bucket or a local store in flight at once.
+const PREFETCH_THREADS: usize = 4;
+/// Prefetch reads from a tape in flight at once: as many as the FUSE
+/// workers a tape mount has by default, so every reader's run can join
+/// the store's batch.
+const TAPE_FETCH_THREADS: usize = 32;
