@@ -217,3 +217,82 @@ impl PgMeta {
             .collect()
     }
 }
+
+impl ChangeLog for PgMeta {
+    fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<Change>> {
+        let mut c = ChangeCursor::at(after);
+        self.read_changes_from(&mut c, limit, false)
+    }
+    /// Holes: the seqs missing in the `CURSOR_WINDOW` below the newest
+    /// (above the highest trimmed), asked in the same statement.
+    fn change_cursor(&self) -> Result<ChangeCursor> {
+        let history = self.history.load(Ordering::SeqCst);
+        let (top, holes) = self.stmt("reading the change log", |c| {
+            c.query_one(
+                "WITH m AS (SELECT COALESCE((SELECT MAX(seq) FROM changes), 0) AS top),
+                      r AS (SELECT top, GREATEST(top - $1, COALESCE((SELECT value FROM info WHERE key = $2), 0), 0) AS lo FROM m)
+                 SELECT top, ARRAY(SELECT s FROM r, generate_series(r.lo + 1, r.top - 1) AS s
+                                   WHERE NOT EXISTS (SELECT 1 FROM changes WHERE seq = s) ORDER BY s)
+                 FROM r",
+                &[&(CURSOR_WINDOW as i64), &TRIMMED_KEY],
+            )
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<i64>>(1)))
+        })?;
+        let now = Instant::now();
+        Ok(ChangeCursor { after: top, holes: holes.into_iter().map(|s| (s as u64, now)).collect(), hole_bound: self.hole_bound(), trimmed: 0, history })
+    }
+    fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>> {
+        self.read_changes_from(cursor, limit, true)
+    }
+    fn last_change_seq(&self) -> Result<u64> {
+        self.stmt("reading the change log", |c| c.query_one("SELECT COALESCE(MAX(seq), 0) FROM changes", &[]).map(|r| r.get::<_, i64>(0) as u64))
+    }
+    /// Keeps the newest row whatever its age, so `last_change_seq` never
+    /// goes back; records the highest seq removed in `info` in the same
+    /// statement (`changes_trimmed_through`). In batches of
+    /// [`TRIM_BATCH`] rows, oldest seq first (the primary key's order;
+    /// seqs are taken in time order), each its own statement and
+    /// transaction: a log of millions of rows is trimmed in steps that
+    /// each end well within the statement timeout and hold few locks.
+    fn trim_changes(&self, older_than: Duration) -> Result<u64> {
+        let mut total = 0u64;
+        loop {
+            let (n, looked) = self.stmt("trimming the change log", |c| {
+                c.query_one(
+                    "WITH b AS (SELECT seq, at FROM changes WHERE seq < (SELECT MAX(seq) FROM changes) ORDER BY seq LIMIT $3),
+                          d AS (DELETE FROM changes WHERE seq IN (SELECT seq FROM b WHERE at < clock_timestamp() - $1::bigint * interval '1 microsecond')
+                                RETURNING seq),
+                          m AS (SELECT COUNT(*) AS n, MAX(seq) AS top FROM d),
+                          u AS (INSERT INTO info(key, value) SELECT $2, top FROM m WHERE top IS NOT NULL
+                                ON CONFLICT (key) DO UPDATE SET value = GREATEST(info.value, excluded.value))
+                     SELECT n, (SELECT COUNT(*) FROM b) FROM m",
+                    &[&micros(older_than), &TRIMMED_KEY, &TRIM_BATCH],
+                )
+                .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1)))
+            })?;
+            total += n;
+            // A young row in the batch, or the log's end: done.
+            if (n as i64) < looked || looked < TRIM_BATCH {
+                return Ok(total);
+            }
+        }
+    }
+    fn changes_trimmed_through(&self) -> Result<u64> {
+        self.stmt("reading the change log", |c| {
+            c.query_one("SELECT COALESCE((SELECT value FROM info WHERE key = $1), 0)", &[&TRIMMED_KEY]).map(|r| r.get::<_, i64>(0) as u64)
+        })
+    }
+    fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>> {
+        self.check_alive()?;
+        let mut f = PgFeed {
+            cfg: self.cfg.clone(),
+            channel: self.schema.clone(),
+            timeout: self.opts.timeout,
+            client: None,
+            checked: Instant::now(),
+            own: self.session.clone(),
+        };
+        f.listen()?;
+        Ok(Some(Box::new(f)))
+    }
+}

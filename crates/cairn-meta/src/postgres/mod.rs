@@ -363,6 +363,7 @@ type P<'a> = &'a (dyn ToSql + Sync);
 mod changes;
 mod connection;
 mod schema;
+mod shared;
 mod store;
 mod tx;
 

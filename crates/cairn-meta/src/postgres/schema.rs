@@ -148,3 +148,36 @@ pub fn schema_name(id: &str) -> Result<String> {
     }
     Ok(format!("cairn_{id}"))
 }
+
+impl PgMeta {
+    /// The volume's schema as PostgreSQL's catalog reports it (tables,
+    /// columns in order with their types and NOT NULL, primary keys), to
+    /// compare with the one description of [`crate::schema`].
+    pub fn catalog(&self) -> Result<crate::schema::Catalog> {
+        let cols = self.stmt("reading the schema's columns", |c| {
+            c.query(
+                "SELECT table_name::text, column_name::text, data_type::text, is_nullable::text = 'NO' FROM information_schema.columns
+                 WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position",
+                &[],
+            )
+        })?;
+        let keys = self.stmt("reading the schema's primary keys", |c| {
+            c.query(
+                "SELECT k.table_name::text, k.column_name::text FROM information_schema.table_constraints t
+                 JOIN information_schema.key_column_usage k ON k.constraint_schema = t.constraint_schema AND k.constraint_name = t.constraint_name
+                 WHERE t.constraint_type = 'PRIMARY KEY' AND t.table_schema = current_schema() ORDER BY k.table_name, k.ordinal_position",
+                &[],
+            )
+        })?;
+        let mut out = crate::schema::Catalog::new();
+        for r in cols {
+            let t: String = r.get(0);
+            out.entry(t).or_default().columns.push((r.get(1), r.get(2), r.get(3)));
+        }
+        for r in keys {
+            let t: String = r.get(0);
+            out.entry(t).or_default().key.push(r.get(1));
+        }
+        Ok(out)
+    }
+}

@@ -158,9 +158,6 @@ impl SqliteMeta {
             committer,
             codec,
             next_chunk: AtomicU64::new(1),
-            sessions: Mutex::new(Default::default()),
-            maintenance: Default::default(),
-            locks: Mutex::new(Vec::new()),
         }
     }
 

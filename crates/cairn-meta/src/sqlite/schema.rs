@@ -54,3 +54,27 @@ pub(super) fn migrate_v1(c: &Connection) -> Result<()> {
     tracing::info!("metadata upgraded from schema 1 to 2 (shared extent pages)");
     Ok(())
 }
+
+impl SqliteMeta {
+    /// The database's schema as SQLite's catalog reports it (tables,
+    /// columns in order with their declared types and NOT NULL, primary
+    /// keys; a key's columns count as NOT NULL), to compare with the one
+    /// description of [`crate::schema`].
+    pub fn catalog(&self) -> Result<crate::schema::Catalog> {
+        let g = self.shared.conn.lock();
+        let c = &g.c;
+        let tables: Vec<String> =
+            c.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let mut out = crate::schema::Catalog::new();
+        for t in tables {
+            // cid, name, type, notnull, dflt_value, pk (position in the key, 0: none)
+            let mut q = c.prepare(&format!("PRAGMA table_info(\"{t}\")"))?;
+            let cols: Vec<(String, String, bool, i64)> = q.query_map([], |r| Ok((r.get(1)?, r.get(2)?, r.get::<_, i64>(3)? != 0, r.get(5)?)))?.collect::<rusqlite::Result<_>>()?;
+            let mut key: Vec<(i64, String)> = cols.iter().filter(|c| c.3 > 0).map(|c| (c.3, c.0.clone())).collect();
+            key.sort();
+            let table = crate::schema::CatalogTable { columns: cols.into_iter().map(|(n, ty, nn, pk)| (n, ty, nn || pk > 0)).collect(), key: key.into_iter().map(|k| k.1).collect() };
+            out.insert(t, table);
+        }
+        Ok(out)
+    }
+}
