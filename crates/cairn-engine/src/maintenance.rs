@@ -341,7 +341,7 @@ pub fn fsck(vol: &Volume, read_data: bool, progress: &dyn Progress) -> Result<Fs
     // Packs a session recorded as uploading are not leaks (a pack that
     // committed between the reads above and this one is warned about;
     // gc, which reads in the safe order, keeps it).
-    let uploading: HashSet<String> = vol.meta.store().uploads_in_flight(UPLOADS_KEPT_BY_FSCK)?.into_iter().collect();
+    let uploading: HashSet<String> = vol.meta.shared().map_or(Ok(Vec::new()), |s| s.uploads_in_flight(UPLOADS_KEPT_BY_FSCK))?.into_iter().collect();
     let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).collect();
     let trashed = if listed.keys().any(|n| !known.contains(n.as_str())) { vol.trashed_packs(&mut rep.warnings) } else { HashSet::new() };
     for name in listed.keys() {
@@ -426,9 +426,8 @@ impl Volume {
             Some(g) if g.is_zero() => Ok(None),
             Some(g) => Ok(Some(self.meta.store().clock_secs()? - g.as_secs() as i64)),
             None => {
-                let store = self.meta.store();
-                let now = store.clock_secs()?;
-                let oldest = store.oldest_flush()?.map_or(now, |s| s.min(now));
+                let now = self.meta.store().clock_secs()?;
+                let oldest = self.meta.need_shared()?.oldest_flush()?.map_or(now, |s| s.min(now));
                 Ok(Some(oldest - DEATH_MARGIN_SECS))
             }
         }
@@ -452,7 +451,7 @@ pub(crate) fn maintenance_lock(vol: &Volume, wait: std::time::Duration) -> Resul
     }
     let until = std::time::Instant::now() + wait;
     loop {
-        if let Some(g) = vol.meta.store().try_maintenance()? {
+        if let Some(g) = vol.meta.need_shared()?.try_maintenance()? {
             return Ok(Some(g));
         }
         if std::time::Instant::now() >= until {
@@ -474,8 +473,8 @@ pub fn clean_up_sessions(vol: &Volume) -> Result<usize> {
         return Ok(0);
     }
     let mut n = 0;
-    for s in vol.meta.store().expired_sessions()? {
-        if vol.meta.store().remove_session(s.id)? {
+    for s in vol.meta.need_shared()?.expired_sessions()? {
+        if vol.meta.need_shared()?.remove_session(s.id)? {
             tracing::info!(session = s.id, host = %s.host, pid = s.pid, mount = %s.mount, "removed an expired session (its heartbeats stopped) and its open files");
             n += 1;
         }
@@ -489,7 +488,7 @@ pub fn clean_up_sessions(vol: &Volume) -> Result<usize> {
         // by the machine holding the maintenance lock: rows older than
         // CHANGES_KEPT (a mount whose cursor they overtook drops its
         // caches, docs/shared-volume.md §6).
-        let trimmed = vol.meta.store().trim_changes(CHANGES_KEPT)?;
+        let trimmed = vol.meta.need_shared()?.trim_changes(CHANGES_KEPT)?;
         if trimmed > 0 {
             tracing::debug!(rows = trimmed, "trimmed the change log");
         }
@@ -531,7 +530,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     // "Uploads"). Those of a session gone for longer than the grace are
     // orphans: that session can commit nothing any more (fencing).
     let listed = vol.chunks.backend.list("packs/")?;
-    let uploading = vol.meta.store().uploads_in_flight(vol.opts.chunk_grace.unwrap_or(CHUNK_GRACE))?;
+    let uploading = vol.meta.shared().map_or(Ok(Vec::new()), |s| s.uploads_in_flight(vol.opts.chunk_grace.unwrap_or(CHUNK_GRACE)))?;
     let packs = vol.meta.read(|tx| Ok(tx.all_packs()?))?;
     rep.bytes_before = listed.iter().map(|o| o.size).sum();
     let known: HashSet<&str> = packs.iter().map(|p| p.name.as_str()).chain(uploading.iter().map(|n| n.as_str())).collect();
@@ -795,7 +794,9 @@ pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)>
     // dropped) must not find its copies taken for orphans by the gc that
     // took over, and then commit rows naming them. Its commit drops the
     // record (`insert_pack`); a session gone uploads nothing.
-    vol.meta.store().begin_upload(&name)?;
+    if let Some(s) = vol.meta.shared() {
+        s.begin_upload(&name)?;
+    }
     vol.chunks.backend.put(&name, pack.bytes())?;
     Ok((name, pack.bytes().len() as u64, entries.len() as u64))
 }

@@ -15,10 +15,10 @@ use crate::types::Ino;
 pub use cairn_meta::GROUP_WINDOW;
 pub use cairn_meta::{
     BillRow, Caller0, ChunkRow, ChunkTotals, DeadPack, InodeRow, InodeTotals, MaintenanceGuard, MetaRead, MetaStore, MetaTx, NewNode, PackRow, PageEdits, PageLink, PageUpsert,
-    ShipChanges, StoredPage, BILL_STORAGE_AT_KEY, FLAG_READ_ONLY,
+    SharedVolume, ShipChanges, StoredPage, BILL_STORAGE_AT_KEY, FLAG_READ_ONLY,
 };
-use cairn_meta::{Location, MetaStoreExt, PageCodec};
-use std::path::Path;
+pub use cairn_meta::{Location, OpenOptions};
+use cairn_meta::{MetaStoreExt, PageCodec};
 use std::sync::Arc;
 
 /// How long a session lives without a heartbeat: past it, another
@@ -46,33 +46,24 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// Creates a fresh SQLite database with the root directory.
-    pub fn create(path: &Path, root: Caller0) -> Result<()> {
-        Ok(cairn_meta::create(Location::File(path), root)?)
+    /// Creates a fresh store with the root directory where `at` says (see
+    /// `cairn_meta::create`): a database file, or volume `id`'s schema
+    /// (`cairn_<id>`) in the database a URL names.
+    pub fn create(at: Location<'_>, root: Caller0) -> Result<()> {
+        Ok(cairn_meta::create(at, root)?)
     }
 
-    /// Opens the SQLite database of a volume (see `cairn_meta::open`):
-    /// `exclusive` for a writer, whose changes are grouped for
-    /// `group_window`.
-    pub fn open(path: &Path, exclusive: bool, group_window: std::time::Duration) -> Result<Self> {
-        let opts = cairn_meta::OpenOptions { exclusive, group_window, ..cairn_meta::OpenOptions::new(Arc::new(ExtentCodec)) };
-        Ok(Meta::from_store(cairn_meta::open(Location::File(path), opts)?))
+    /// Options to open a store with the engine's page format and the
+    /// store's defaults; the caller sets what it needs (`exclusive` and
+    /// `group_window` for a file, `timeout` and `sync_commit` for a URL).
+    pub fn options() -> OpenOptions {
+        OpenOptions::new(Arc::new(ExtentCodec))
     }
 
-    /// Creates the PostgreSQL schema of volume `id` (`cairn_<id>`) with the
-    /// root directory, in the database `url` names.
-    pub fn create_pg(url: &str, id: &str, root: Caller0) -> Result<()> {
-        Ok(cairn_meta::create(Location::Url { url, volume_id: id }, root)?)
-    }
-
-    /// Opens the PostgreSQL schema of volume `id`, whose operations give up
-    /// after `timeout` (None: the store's default) and, with `sync_commit`,
-    /// wait for PostgreSQL's WAL flush at every commit (else at `sync`).
-    /// Such a store ships no metadata versions: PostgreSQL is the
-    /// metadata's home.
-    pub fn open_pg(url: &str, id: &str, timeout: Option<std::time::Duration>, sync_commit: bool) -> Result<Self> {
-        let opts = cairn_meta::OpenOptions { timeout, sync_commit, ..cairn_meta::OpenOptions::new(Arc::new(ExtentCodec)) };
-        Ok(Meta::from_store(cairn_meta::open(Location::Url { url, volume_id: id }, opts)?))
+    /// Opens the store where `at` says (see `cairn_meta::open`), with
+    /// options from [`Meta::options`].
+    pub fn open(at: Location<'_>, opts: OpenOptions) -> Result<Self> {
+        Ok(Meta::from_store(cairn_meta::open(at, opts)?))
     }
 
     /// A volume's metadata in any store.
@@ -83,6 +74,19 @@ impl Meta {
     /// The store.
     pub fn store(&self) -> &Arc<dyn MetaStore> {
         &self.store
+    }
+
+    /// The store's shared-volume capabilities (sessions, the change log,
+    /// file locks, uploads and rounds in flight, journal marks): Some
+    /// where many machines share the volume (PostgreSQL).
+    pub fn shared(&self) -> Option<&dyn SharedVolume> {
+        self.store.shared()
+    }
+
+    /// [`Meta::shared`] for a caller that runs only on a shared volume:
+    /// NotSupported elsewhere.
+    pub fn need_shared(&self) -> cairn_meta::Result<&dyn SharedVolume> {
+        self.store.shared().ok_or_else(|| cairn_meta::Error::new(cairn_meta::ErrorKind::NotSupported, "the metadata store is not shared (sessions, the change log and file locks are kept only where many machines mount the volume)"))
     }
 
     /// Runs queries on one consistent state, including every change whose

@@ -14,7 +14,7 @@ use crate::crypto::Keys;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease;
 use crate::location::{explain, open_backend, open_remote, open_remote_with};
-use crate::meta::{Caller0, Meta, SESSION_TTL};
+use crate::meta::{Caller0, Location, Meta, SESSION_TTL};
 use crate::mirror;
 use crate::volume::{OpenOptions, Parts, Volume, CLOSE_ERROR};
 use cairn_backend::{Backend, LocalBackend};
@@ -139,7 +139,7 @@ fn start_cloud(vol: &Arc<Volume>) -> Result<()> {
             mount: vol.layout.dir.display().to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
-        let id = vol.meta.store().open_session(&who, c.opts.session_ttl)?;
+        let id = vol.meta.need_shared()?.open_session(&who, c.opts.session_ttl)?;
         tracing::info!(session = id, "opened a session in the metadata store");
         let _ = c.session.set(id);
     }
@@ -172,7 +172,7 @@ fn start_shipper(vol: &Arc<Volume>) -> Background {
         if let Some(&id) = cloud.session.get() {
             if Instant::now() >= next_heartbeat && !cloud.is_lost() && !vol.stall.heartbeat_paused.load(std::sync::atomic::Ordering::SeqCst) {
                 next_heartbeat = Instant::now() + beat;
-                match vol.meta.store().renew_session(id, ttl) {
+                match vol.meta.need_shared().and_then(|s| s.renew_session(id, ttl)) {
                     Ok(()) => vol.problems.lease.ok(),
                     Err(e) if e.kind() == ErrorKind::SessionLost => {
                         // Another machine may have cleaned up after it
@@ -276,7 +276,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
         // left by a failed put is only an unused schema of a random id.
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Meta::create_pg(meta_url, &cfg.volume_id, Caller0 { uid, gid, perm: 0o755 })?;
+        Meta::create(Location::Url { url: meta_url, volume_id: &cfg.volume_id }, Caller0 { uid, gid, perm: 0o755 })?;
     }
     remote.put_if_absent(CONFIG_OBJECT, &cfg.to_bytes()).map_err(|e| {
         if e.kind() == cairn_backend::ErrorKind::AlreadyExists {
@@ -303,7 +303,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     let keys = Keys::derive(&master, cfg.encryption == crate::config::Encryption::Aes256Gcm).with_owner_domains(cfg.dedup_domain == crate::config::DedupDomain::Owner);
     let mut state = crate::cloud::LocalState::fresh();
     let snapshot = {
-        let m = Meta::open(&layout.meta_db(), true, Duration::ZERO)?;
+        let m = Meta::open(Location::File(&layout.meta_db()), crate::meta::OpenOptions { exclusive: true, ..Meta::options() })?;
         // Version 1 has the bill's table, so no delta names a table the
         // base lacks.
         m.write(|tx| Ok(tx.ensure_bill_table()?))?;
@@ -339,8 +339,8 @@ fn create_local_state(layout: &Layout, cfg: &VolumeConfig, meta_url: Option<&str
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let root = Caller0 { uid, gid, perm: 0o755 };
     match meta_url {
-        Some(url) => Meta::create_pg(url, &cfg.volume_id, root)?,
-        None => Meta::create(&layout.meta_db(), root)?,
+        Some(url) => Meta::create(Location::Url { url, volume_id: &cfg.volume_id }, root)?,
+        None => Meta::create(Location::File(&layout.meta_db()), root)?,
     }
     crate::fsutil::create_private_dir_all(&layout.journal())?;
     Ok(())

@@ -1,6 +1,9 @@
 //! The contract checks every metadata store must pass
-//! (`docs/metadata-store.md`). Each store's tests call [`run_all`], so a new
-//! store (PostgreSQL) is proven the same way as the embedded SQLite one.
+//! (`docs/metadata-store.md`): [`CHECKS`] of the core traits on every
+//! store, and [`SHARED_CHECKS`] of [`SharedVolume`] on every store that
+//! offers it ([`MetaStore::shared`]). Each store's tests run them through
+//! [`conformance_tests!`](crate::conformance_tests), so a new store is
+//! proven the same way as the two there are.
 
 use crate::*;
 use std::collections::HashMap;
@@ -24,9 +27,10 @@ pub fn test_page(key: i64, chunks: &[u64]) -> PageUpsert {
     PageUpsert { key, id: 0, data: chunks.iter().flat_map(|c| c.to_le_bytes()).collect(), chunks: chunks.to_vec() }
 }
 
-/// Every check, by the name of its function, in the order [`run_all`]
-/// runs them. [`conformance_tests!`](crate::conformance_tests) makes one
-/// `#[test]` of each (and fails if its list and this one differ).
+/// The checks of the core traits, by the name of their functions, in the
+/// order [`run_all`] runs them: every store passes each.
+/// [`conformance_tests!`](crate::conformance_tests) makes one `#[test]` of
+/// each (and fails if its list and this one differ).
 pub const CHECKS: &[&str] = &[
     "namespace",
     "entry_removal_checks_the_inode",
@@ -40,6 +44,12 @@ pub const CHECKS: &[&str] = &[
     "shared_clock",
     "read_your_writes_and_sync",
     "ids_never_repeat",
+    "journal_positions",
+];
+
+/// The checks of [`SharedVolume`] (and of what offering it promises of
+/// the core traits), run on every store that offers it, and only there.
+pub const SHARED_CHECKS: &[&str] = &[
     "sessions",
     "expired_sessions_stay_lost",
     "maintenance_lock",
@@ -51,12 +61,10 @@ pub const CHECKS: &[&str] = &[
     "journal_marks",
 ];
 
-/// Runs one check (a name in [`CHECKS`]); panics with a message if the
-/// store breaks the contract. Returns false if the store does not take part
-/// in it: `open_files` for a store without an open-file registry (one
-/// process opens it), `journal_marks` for a store with one journal per
-/// volume (SQLite). `make` as for [`run_all`].
-pub fn run_one(name: &str, make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
+/// Runs one check (a name in [`CHECKS`] or [`SHARED_CHECKS`]); panics
+/// with a message if the store breaks the contract (or, for a shared
+/// check, offers no [`SharedVolume`]). `make` as for [`run_all`].
+pub fn run_one(name: &str, make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
     match name {
         "namespace" => namespace(&*make(true)),
         "entry_removal_checks_the_inode" => entry_removal_checks_the_inode(&*make(true)),
@@ -70,91 +78,82 @@ pub fn run_one(name: &str, make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
         "shared_clock" => shared_clock(&*make(true)),
         "read_your_writes_and_sync" => read_your_writes_and_sync(&*make(true)),
         "ids_never_repeat" => ids_never_repeat(make),
+        "journal_positions" => journal_positions(&*make(true)),
         "sessions" => sessions(&*make(true)),
         "expired_sessions_stay_lost" => expired_sessions_stay_lost(&*make(true)),
         "maintenance_lock" => maintenance_lock(&*make(true)),
         "change_log" => change_log(&*make(true)),
-        "open_files" => return open_files(&*make(true)),
+        "open_files" => open_files(&*make(true)),
         "file_locks" => file_locks(&*make(true)),
-        "fencing" => return fencing(&*make(true)),
-        "content_versions" => return content_versions(&*make(true)),
-        "journal_marks" => return journal_marks(make),
-        _ => panic!("no conformance check is named {name:?} (the names are conformance::CHECKS)"),
+        "fencing" => fencing(&*make(true)),
+        "content_versions" => content_versions(&*make(true)),
+        "journal_marks" => journal_marks(make),
+        _ => panic!("no conformance check is named {name:?} (the names are conformance::CHECKS and SHARED_CHECKS)"),
     }
-    true
 }
 
-/// Runs every check; panics with a message on the first failure, and
-/// returns the names of the checks the store does not take part in (each
-/// also said on stderr), for the caller to assert: `"two journals"` for a
-/// store with one journal per volume (SQLite).
+/// Runs every check of [`CHECKS`], and those of [`SHARED_CHECKS`] if the
+/// store offers [`SharedVolume`]; panics with a message on the first
+/// failure. Returns whether the shared checks ran.
 /// `make(true)` makes a fresh, empty store (with the root directory, inode
 /// 1) opened with [`TestCodec`]; `make(false)` reopens the store made last
-/// (the caller has dropped it first, except for a store that keeps marks
-/// per journal, which is opened a second time as another machine).
+/// (the caller has dropped it first, except for a shared store, which is
+/// opened a second time as another machine).
 /// A store's tests use [`conformance_tests!`](crate::conformance_tests)
 /// instead, one test per check.
-#[must_use = "assert which checks were skipped"]
-pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> Vec<&'static str> {
-    let mut skipped = Vec::new();
+pub fn run_all(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
     for name in CHECKS {
-        if !run_one(name, make) {
-            let (said, why) = match *name {
-                "open_files" => ("open files", "this store keeps no open-file registry (one process opens it)"),
-                "journal_marks" => ("two journals", "this store keeps one journal per volume (set_journal answered false)"),
-                "fencing" => ("fencing", "this store fences no session (one process writes it)"),
-                "content_versions" => ("content versions", "this store keeps none (one process writes it)"),
-                n => (n, "it answered false"),
-            };
-            eprintln!("conformance: skipped {said:?}: {why}");
-            skipped.push(said);
+        run_one(name, make);
+    }
+    let shared = make(true).shared().is_some();
+    if shared {
+        for name in SHARED_CHECKS {
+            run_one(name, make);
         }
     }
-    skipped
+    shared
+}
+
+/// The shared-volume capabilities of a store under a shared check.
+fn sv(s: &dyn MetaStore) -> &dyn SharedVolume {
+    s.shared().expect("a shared-volume check ran on a store that offers no SharedVolume (MetaStore::shared is None)")
 }
 
 /// Fencing and uploads (docs/shared-volume.md §7): a store with a session
 /// records its uploads until the pack's row is inserted; once the session
 /// is removed (another machine's cleanup), its writes, lock requests and
 /// upload records fail with SessionLost and change nothing, and its
-/// records stay listed for the grace only. Returns false if the store
-/// fences nothing.
-fn fencing(s: &dyn MetaStore) -> bool {
-    let id = s.open_session(&who("/fenced"), std::time::Duration::from_secs(60)).unwrap();
-    if !s.fences_sessions() {
-        s.begin_upload("packs/x").unwrap();
-        assert!(s.uploads_in_flight(std::time::Duration::ZERO).unwrap().is_empty(), "a store that records no uploads lists one");
-        return false;
-    }
+/// records stay listed for the grace only.
+fn fencing(s: &dyn MetaStore) {
+    let id = sv(s).open_session(&who("/fenced"), std::time::Duration::from_secs(60)).unwrap();
     let day = std::time::Duration::from_secs(86_400);
     let x = mk(s, ROOT_INO, b"before", FileKind::File);
-    s.begin_upload("packs/committed").unwrap();
-    s.begin_upload("packs/pending").unwrap();
-    s.begin_upload("packs/pending").unwrap(); // again (a retried statement): still one record
-    assert_eq!(s.uploads_in_flight(std::time::Duration::ZERO).unwrap(), ["packs/committed", "packs/pending"], "a live session's uploads");
+    sv(s).begin_upload("packs/committed").unwrap();
+    sv(s).begin_upload("packs/pending").unwrap();
+    sv(s).begin_upload("packs/pending").unwrap(); // again (a retried statement): still one record
+    assert_eq!(sv(s).uploads_in_flight(std::time::Duration::ZERO).unwrap(), ["packs/committed", "packs/pending"], "a live session's uploads");
     s.write_with(|tx| tx.insert_pack("packs/committed", 10, 1, 0)).unwrap();
-    assert_eq!(s.uploads_in_flight(std::time::Duration::ZERO).unwrap(), ["packs/pending"], "insert_pack did not drop its upload record");
-    s.begin_upload("packs/dropped").unwrap();
-    s.end_uploads(&["packs/dropped"]).unwrap();
-    assert_eq!(s.uploads_in_flight(day).unwrap(), ["packs/pending"]);
+    assert_eq!(sv(s).uploads_in_flight(std::time::Duration::ZERO).unwrap(), ["packs/pending"], "insert_pack did not drop its upload record");
+    sv(s).begin_upload("packs/dropped").unwrap();
+    sv(s).end_uploads(&["packs/dropped"]).unwrap();
+    assert_eq!(sv(s).uploads_in_flight(day).unwrap(), ["packs/pending"]);
     let lock = LockRequest { ino: x, owner: LockOwner { session: id, owner: 7 }, style: LockStyle::Posix, kind: LockKind::Write, start: 0, end: LOCK_EOF, pid: 1 };
-    assert_eq!(s.set_lock(&lock).unwrap(), LockOutcome::Granted);
+    assert_eq!(sv(s).set_lock(&lock).unwrap(), LockOutcome::Granted);
     // Another machine's cleanup removes the session (and its locks).
-    assert!(s.remove_session(id).unwrap());
+    assert!(sv(s).remove_session(id).unwrap());
     let e = mk_err(s, b"after");
     assert_eq!(e.kind(), ErrorKind::SessionLost, "a removed session's write committed: {e}");
     assert!(s.read_with(|r| r.lookup(ROOT_INO, b"after")).unwrap().is_none(), "a fenced write left a name");
     let e = s.write_with(|tx| tx.update_content(x, 5, 0, Timestamp(9), Timestamp(9), 0)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
     assert_eq!(s.read_with(|r| r.get_inode(x)).unwrap().unwrap().attr.size, 0, "a fenced update_content changed the file");
-    assert_eq!(s.begin_upload("packs/late").unwrap_err().kind(), ErrorKind::SessionLost);
-    assert_eq!(s.set_lock(&lock).unwrap_err().kind(), ErrorKind::SessionLost, "a removed session took a lock again");
-    assert!(s.locks_on(x).unwrap().is_empty(), "a removed session's lock stayed");
+    assert_eq!(sv(s).begin_upload("packs/late").unwrap_err().kind(), ErrorKind::SessionLost);
+    assert_eq!(sv(s).set_lock(&lock).unwrap_err().kind(), ErrorKind::SessionLost, "a removed session took a lock again");
+    assert!(sv(s).locks_on(x).unwrap().is_empty(), "a removed session's lock stayed");
     // Its records: kept for the grace, then dropped.
-    assert_eq!(s.uploads_in_flight(day).unwrap(), ["packs/pending"], "a gone session's upload record went before its grace");
-    assert!(s.uploads_in_flight(std::time::Duration::ZERO).unwrap().is_empty(), "a gone session's upload record outlived its grace");
-    assert!(s.uploads_in_flight(day).unwrap().is_empty(), "the record past its grace was listed but not deleted");
-    true
+    assert_eq!(sv(s).uploads_in_flight(day).unwrap(), ["packs/pending"], "a gone session's upload record went before its grace");
+    assert!(sv(s).uploads_in_flight(std::time::Duration::ZERO).unwrap().is_empty(), "a gone session's upload record outlived its grace");
+    assert!(sv(s).uploads_in_flight(day).unwrap().is_empty(), "the record past its grace was listed but not deleted");
 }
 
 /// A create of `name` in the root that must fail: its error.
@@ -169,17 +168,12 @@ fn mk_err(s: &dyn MetaStore, name: &[u8]) -> Error {
 
 /// Content versions (`InodeRow::cver`, docs/shared-volume.md §3): a new
 /// inode is at 0; every `update_content` raises it by exactly 1, and only
-/// a committed one; attribute and name changes leave it. Returns false
-/// (having checked that it stays 0) if the store keeps none.
-fn content_versions(s: &dyn MetaStore) -> bool {
+/// a committed one; attribute and name changes leave it.
+fn content_versions(s: &dyn MetaStore) {
     let x = mk(s, ROOT_INO, b"cv", FileKind::File);
     let cver = || s.read_with(|r| r.get_inode(x)).unwrap().unwrap().cver;
     assert_eq!(cver(), 0, "a new inode's content version");
     s.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 1)).unwrap();
-    if !s.keeps_content_versions() {
-        assert_eq!(cver(), 0, "a store that keeps no content versions reports one");
-        return false;
-    }
     assert_eq!(cver(), 1, "update_content did not raise the content version by 1");
     s.write_with(|tx| {
         tx.update_content(x, 20, 0, Timestamp(6), Timestamp(6), 2)?;
@@ -204,84 +198,118 @@ fn content_versions(s: &dyn MetaStore) -> bool {
     .unwrap();
     assert_eq!(cver(), 3, "two update_content in one transaction raise it twice");
     assert_eq!(s.read_with(|r| r.all_inodes()).unwrap().iter().find(|r| r.attr.ino == x).unwrap().cver, 3, "all_inodes reads it too");
-    true
 }
 
-/// One `#[test]` per conformance check ([`CHECKS`]), so that the first
-/// failure hides no other and each counts on its own, plus one that the
-/// list is complete. `$maker` is an expression run at the start of each
+/// One `#[test]` per conformance check, so that the first failure hides
+/// no other and each counts on its own, plus one that the lists are
+/// complete and one that the store offers [`SharedVolume`] exactly when
+/// its tests say so. `$maker` is an expression run at the start of each
 /// test giving that test's `make` (a `Fn(bool) -> Box<dyn MetaStore>`, see
-/// [`run_all`]); `not_taking_part` names the checks the store answers false
-/// to, which is then asserted (and true for every other).
+/// [`run_all`]). `core` runs [`CHECKS`]; `shared` runs [`SHARED_CHECKS`]
+/// as well, and is what a store that offers [`SharedVolume`] must say
+/// (its `offers_what_its_tests_say` test fails otherwise, and so does a
+/// store that says `shared` but offers none).
 /// ```ignore
 /// mod contract {
-///     cairn_meta::conformance_tests!(super::maker(); not_taking_part: [open_files, journal_marks]);
+///     cairn_meta::conformance_tests!(super::maker(); core);
 /// }
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
-    (@each $maker:expr; [$($skip:ident),*]; $($check:ident)*) => {
-        const NOT_TAKING_PART: &[&str] = &[$(stringify!($skip)),*];
-
+    (@each $maker:expr; $($check:ident)*) => {
         $(
             #[test]
             fn $check() {
                 let make = $maker;
-                let takes_part = $crate::conformance::run_one(stringify!($check), &make);
-                assert_eq!(
-                    takes_part,
-                    !NOT_TAKING_PART.contains(&stringify!($check)),
-                    "whether this store takes part in the check {} (its tests say it does not take part in {:?})",
-                    stringify!($check),
-                    NOT_TAKING_PART
-                );
+                $crate::conformance::run_one(stringify!($check), &make);
             }
         )*
+    };
+    (@core $maker:expr) => {
+        $crate::conformance_tests!(@each $maker;
+            namespace entry_removal_checks_the_inode xattrs pages_and_reference_counts
+            a_hash_is_claimed_once a_chunk_moves_only_from_its_pack bad_reference_counts_fail_whole rollback_leaves_nothing
+            locking_writes shared_clock read_your_writes_and_sync ids_never_repeat journal_positions);
 
         #[test]
         fn every_check_is_a_test() {
-            assert_eq!(&[$(stringify!($check)),*][..], $crate::conformance::CHECKS, "conformance_tests! and conformance::CHECKS list different checks");
-            for s in NOT_TAKING_PART {
-                assert!($crate::conformance::CHECKS.contains(s), "not_taking_part names {s}, which is no check");
-            }
+            let core: &[&str] = &[
+                "namespace", "entry_removal_checks_the_inode", "xattrs", "pages_and_reference_counts",
+                "a_hash_is_claimed_once", "a_chunk_moves_only_from_its_pack", "bad_reference_counts_fail_whole", "rollback_leaves_nothing",
+                "locking_writes", "shared_clock", "read_your_writes_and_sync", "ids_never_repeat", "journal_positions",
+            ];
+            let shared: &[&str] = &[
+                "sessions", "expired_sessions_stay_lost", "maintenance_lock", "change_log", "open_files", "file_locks",
+                "fencing", "content_versions", "journal_marks",
+            ];
+            assert_eq!(core, $crate::conformance::CHECKS, "conformance_tests! and conformance::CHECKS list different checks");
+            assert_eq!(shared, $crate::conformance::SHARED_CHECKS, "conformance_tests! and conformance::SHARED_CHECKS list different checks");
         }
     };
-    ($maker:expr; not_taking_part: [$($skip:ident),* $(,)?]) => {
-        $crate::conformance_tests!(@each $maker; [$($skip),*];
-            namespace entry_removal_checks_the_inode xattrs pages_and_reference_counts
-            a_hash_is_claimed_once a_chunk_moves_only_from_its_pack bad_reference_counts_fail_whole rollback_leaves_nothing
-            locking_writes shared_clock read_your_writes_and_sync ids_never_repeat sessions
-            expired_sessions_stay_lost maintenance_lock change_log open_files file_locks
+    ($maker:expr; core) => {
+        $crate::conformance_tests!(@core $maker);
+
+        #[test]
+        fn offers_what_its_tests_say() {
+            let make = $maker;
+            assert!(make(true).shared().is_none(), "this store offers SharedVolume, but its tests run only the core checks: say `shared` to conformance_tests!");
+        }
+    };
+    ($maker:expr; shared) => {
+        $crate::conformance_tests!(@core $maker);
+        $crate::conformance_tests!(@each $maker;
+            sessions expired_sessions_stay_lost maintenance_lock change_log open_files file_locks
             fencing content_versions journal_marks);
+
+        #[test]
+        fn offers_what_its_tests_say() {
+            let make = $maker;
+            assert!(make(true).shared().is_some(), "this store's tests run the shared-volume checks, but it offers no SharedVolume (MetaStore::shared is None)");
+        }
     };
 }
 
 /// Journal positions (`docs/metadata-store.md` "Journal marks"): `jseq`
-/// only grows and `max_jseq` follows it; in a store that keeps marks per
-/// journal, two machines' journals on one volume do not see each other's
+/// only grows and `max_jseq` follows it. A store that offers no
+/// [`SharedVolume`] also answers as one process's store: content versions
+/// stay 0, `mark_open` only says whether the inode exists, and no other
+/// session has a file open.
+fn journal_positions(s: &dyn MetaStore) {
+    if let Some(v) = s.shared() {
+        v.set_journal(0x0a0a_0a0a_0a0a_0a0a, false).unwrap();
+    }
+    let x = mk(s, ROOT_INO, b"x", FileKind::File);
+    let row = |ino: Ino| s.read_with(|r| r.get_inode(ino)).unwrap().unwrap();
+    s.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 6)).unwrap();
+    s.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 4)).unwrap();
+    assert_eq!(row(x).jseq, 6, "a journal position went back");
+    assert_eq!(s.read_with(|r| r.max_jseq()).unwrap(), 6);
+    assert_eq!(s.read_with(|r| r.all_inodes()).unwrap().iter().find(|r| r.attr.ino == x).unwrap().jseq, 6, "all_inodes reads the position too");
+    if s.shared().is_none() {
+        assert_eq!(row(x).cver, 0, "a store that keeps no content versions reports one");
+        assert!(s.write_with(|tx| tx.mark_open(1, x, 1)).unwrap());
+        assert!(!s.write_with(|tx| tx.mark_open(1, 999_999, 1)).unwrap(), "a missing inode was marked open");
+        assert!(!s.read_with(|r| r.open_elsewhere(x, 1)).unwrap(), "a store one process writes says a file is open elsewhere");
+    }
+}
+
+/// Journal marks per journal (`docs/metadata-store.md` "Journal marks"):
+/// two machines' journals on one volume do not see each other's
 /// positions, a new inode has no mark, marks go with their inode, and a
-/// trim takes only its own journal's marks up to its bound. Returns false
-/// if the store keeps one journal per volume (the two-journal part is then
-/// not run).
-fn journal_marks(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
+/// trim takes only its own journal's marks up to its bound.
+fn journal_marks(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
     const A: u64 = 0x0a0a_0a0a_0a0a_0a0a;
     const B: u64 = 0xb0b0_b0b0_b0b0_b0b0;
     let a = make(true);
-    let per_journal = a.set_journal(A, false).unwrap();
+    sv(&*a).set_journal(A, false).unwrap();
     let x = mk(&*a, ROOT_INO, b"x", FileKind::File);
     let jseq = |s: &dyn MetaStore, ino: Ino| s.read_with(|r| r.get_inode(ino)).unwrap().unwrap().jseq;
     let max = |s: &dyn MetaStore| s.read_with(|r| r.max_jseq()).unwrap();
     a.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 6)).unwrap();
-    a.write_with(|tx| tx.update_content(x, 10, 0, Timestamp(5), Timestamp(5), 4)).unwrap();
-    assert_eq!(jseq(&*a, x), 6, "a journal position went back");
-    assert_eq!(max(&*a), 6);
-    if !per_journal {
-        return false;
-    }
-    assert_eq!(a.read_with(|r| r.all_inodes()).unwrap().iter().find(|r| r.attr.ino == x).unwrap().jseq, 6, "all_inodes reads the mark too");
+    assert_eq!(jseq(&*a, x), 6);
     // Machine B: the same volume, its own journal, far ahead in it.
     let b = make(false);
-    assert!(b.set_journal(B, false).unwrap());
+    sv(&*b).set_journal(B, false).unwrap();
     assert_eq!(jseq(&*b, x), 0, "B sees A's position as its own");
     assert_eq!(max(&*b), 0, "max_jseq is not per journal");
     b.write_with(|tx| tx.update_content(x, 20, 0, Timestamp(7), Timestamp(7), 1030)).unwrap();
@@ -300,7 +328,7 @@ fn journal_marks(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
     assert_eq!((jseq(&*a, y), jseq(&*b, y)), (0, 0), "a new inode got a mark");
     a.write_with(|tx| tx.update_content(y, 1, 0, Timestamp(8), Timestamp(8), 9)).unwrap();
     // A trim takes only its own journal's marks at or below its bound.
-    assert_eq!(a.trim_journal_marks(6).unwrap(), 1);
+    assert_eq!(sv(&*a).trim_journal_marks(6).unwrap(), 1);
     assert_eq!((jseq(&*a, x), jseq(&*a, y), jseq(&*b, x)), (0, 9, 1030), "a trim went past its bound or its journal");
     // Marks go with their inode, in every journal.
     b.write_with(|tx| tx.update_content(y, 1, 0, Timestamp(8), Timestamp(8), 1040)).unwrap();
@@ -312,7 +340,6 @@ fn journal_marks(make: &dyn Fn(bool) -> Box<dyn MetaStore>) -> bool {
     })
     .unwrap();
     assert_eq!((max(&*a), max(&*b)), (0, 0), "marks outlived their inode");
-    true
 }
 
 fn attr(ino: Ino, kind: FileKind) -> Attr {
@@ -332,7 +359,9 @@ fn mk(s: &dyn MetaStore, parent: Ino, name: &[u8], kind: FileKind) -> Ino {
 }
 
 fn namespace(s: &dyn MetaStore) {
-    s.set_journal(0x5eed, false).unwrap();
+    if let Some(v) = s.shared() {
+        v.set_journal(0x5eed, false).unwrap();
+    }
     let root = s.read_with(|r| r.get_inode(ROOT_INO)).unwrap().expect("a fresh store has the root directory");
     assert_eq!(root.attr.kind, FileKind::Dir);
     assert!(s.read_with(|r| r.dir_is_empty(ROOT_INO)).unwrap());
@@ -501,7 +530,7 @@ fn zero_dates(s: &dyn MetaStore, ids: &[u64]) {
     let now = s.clock_secs().unwrap();
     for &id in ids {
         let z = s.read_with(|r| r.chunk_by_id(id)).unwrap().expect("chunk").zero_since;
-        if s.keeps_open_files() {
+        if s.shared().is_some() {
             let z = z.unwrap_or_else(|| panic!("chunk #{id} reached zero references undated"));
             assert!((now - 5..=now).contains(&z), "chunk #{id} dated {z}, the store's clock reads {now}");
         } else {
@@ -563,10 +592,10 @@ fn bad_reference_counts_fail_whole(s: &dyn MetaStore) {
         .expect_err("a count below zero was accepted");
     assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
     let e = s.write_with(|tx| tx.save_pages(a, &PageEdits { upserts: vec![test_page(0, &[99])], ..Default::default() })).expect_err("an unknown chunk was referenced");
-    // A store many machines share (one with a change feed) can only lose a
-    // chunk to another machine's collector: the writer lost a race and
-    // stores the chunk again. Alone, a missing chunk is corruption.
-    let shared = s.subscribe().unwrap().is_some();
+    // A store many machines share can only lose a chunk to another
+    // machine's collector: the writer lost a race and stores the chunk
+    // again. Alone, a missing chunk is corruption.
+    let shared = s.shared().is_some();
     assert_eq!(e.kind(), if shared { ErrorKind::Raced } else { ErrorKind::Corrupt }, "{e}");
     assert_eq!(refs(s), vec![0, 0, 0], "a failed transaction changed counts");
     assert!(s.read_with(|r| r.load_pages(a)).unwrap().is_empty(), "a failed transaction left pages");
@@ -738,13 +767,17 @@ fn ids_never_repeat(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
     assert_ne!(p1, p2, "a pack id was handed out twice");
     let c3 = s.alloc_chunk_id().unwrap();
     assert!(c3 > c2, "chunk id {c3} handed out again after a reopen (committed: {c2})");
-    // Session ids too: a reopened store never hands out one seen before.
-    let first: Vec<u64> = (0..3).map(|_| s.open_session(&who("a"), Duration::from_secs(30)).unwrap()).collect();
+    // Session ids too (a store that offers SharedVolume): a reopened store
+    // never hands out one seen before.
+    if s.shared().is_none() {
+        return;
+    }
+    let first: Vec<u64> = (0..3).map(|_| sv(&*s).open_session(&who("a"), Duration::from_secs(30)).unwrap()).collect();
     s.sync().unwrap();
     drop(s);
     let s = make(false);
     for _ in 0..3 {
-        let id = s.open_session(&who("b"), Duration::from_secs(30)).unwrap();
+        let id = sv(&*s).open_session(&who("b"), Duration::from_secs(30)).unwrap();
         assert!(!first.contains(&id) && id > *first.iter().max().unwrap(), "session id {id} handed out again after a reopen (before: {first:?})");
     }
 }
@@ -757,11 +790,11 @@ pub fn who(mount: &str) -> SessionInfo {
 }
 
 fn sessions(s: &dyn MetaStore) {
-    assert!(s.sessions().unwrap().is_empty(), "a fresh store has sessions");
-    let a = s.open_session(&who("/mnt/a"), Duration::from_secs(30)).unwrap();
-    let b = s.open_session(&SessionInfo { host: "host-2".into(), pid: 7, mount: "/mnt/b".into(), version: "9.9".into() }, Duration::from_secs(30)).unwrap();
+    assert!(sv(s).sessions().unwrap().is_empty(), "a fresh store has sessions");
+    let a = sv(s).open_session(&who("/mnt/a"), Duration::from_secs(30)).unwrap();
+    let b = sv(s).open_session(&SessionInfo { host: "host-2".into(), pid: 7, mount: "/mnt/b".into(), version: "9.9".into() }, Duration::from_secs(30)).unwrap();
     assert_ne!(a, b, "two sessions got one id");
-    let rows = s.sessions().unwrap();
+    let rows = sv(s).sessions().unwrap();
     assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), { let mut v = vec![a, b]; v.sort(); v }, "sessions by id");
     let ra = rows.iter().find(|r| r.id == a).unwrap();
     assert_eq!((ra.host.as_str(), ra.pid, ra.mount.as_str(), ra.version.as_str(), ra.expired), ("host-1", 4242, "/mnt/a", "0.test", false));
@@ -769,76 +802,67 @@ fn sessions(s: &dyn MetaStore) {
     assert_eq!((rb.host.as_str(), rb.pid, rb.mount.as_str(), rb.version.as_str()), ("host-2", 7, "/mnt/b", "9.9"));
     let left = ra.expires.0 - ra.started.0;
     assert!(left > 25_000_000_000 && left <= 31_000_000_000, "a 30 s session expires {left} ns after it started");
-    assert!(s.expired_sessions().unwrap().is_empty(), "live sessions listed as expired");
+    assert!(sv(s).expired_sessions().unwrap().is_empty(), "live sessions listed as expired");
     // Renewal moves the expiry forward.
-    s.renew_session(a, Duration::from_secs(300)).unwrap();
-    let ra2 = s.sessions().unwrap().into_iter().find(|r| r.id == a).unwrap();
+    sv(s).renew_session(a, Duration::from_secs(300)).unwrap();
+    let ra2 = sv(s).sessions().unwrap().into_iter().find(|r| r.id == a).unwrap();
     assert!(ra2.expires.0 - ra.expires.0 > 200_000_000_000, "a renewal with 300 s did not move the expiry ({:?} -> {:?})", ra.expires, ra2.expires);
     // A closed session is gone and cannot be renewed.
-    s.close_session(b).unwrap();
-    s.close_session(b).unwrap();
-    assert_eq!(s.sessions().unwrap().iter().map(|r| r.id).collect::<Vec<_>>(), vec![a]);
-    let e = s.renew_session(b, Duration::from_secs(30)).expect_err("a closed session was renewed");
+    sv(s).close_session(b).unwrap();
+    sv(s).close_session(b).unwrap();
+    assert_eq!(sv(s).sessions().unwrap().iter().map(|r| r.id).collect::<Vec<_>>(), vec![a]);
+    let e = sv(s).renew_session(b, Duration::from_secs(30)).expect_err("a closed session was renewed");
     assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
-    assert!(s.sessions().unwrap().iter().all(|r| r.id != b), "renewing a closed session brought it back");
-    assert!(!s.remove_session(b).unwrap(), "a closed session was removed again");
-    assert!(s.remove_session(a).unwrap());
-    assert!(s.sessions().unwrap().is_empty());
+    assert!(sv(s).sessions().unwrap().iter().all(|r| r.id != b), "renewing a closed session brought it back");
+    assert!(!sv(s).remove_session(b).unwrap(), "a closed session was removed again");
+    assert!(sv(s).remove_session(a).unwrap());
+    assert!(sv(s).sessions().unwrap().is_empty());
 }
 
 /// A session past its expiry cannot be renewed (the mount must stop
 /// writing), shows as expired, and is listed for the cleaner.
 fn expired_sessions_stay_lost(s: &dyn MetaStore) {
-    let short = s.open_session(&who("/mnt/short"), Duration::from_secs(1)).unwrap();
-    let long = s.open_session(&who("/mnt/long"), Duration::from_secs(60)).unwrap();
-    s.renew_session(short, Duration::from_secs(1)).unwrap();
+    let short = sv(s).open_session(&who("/mnt/short"), Duration::from_secs(1)).unwrap();
+    let long = sv(s).open_session(&who("/mnt/long"), Duration::from_secs(60)).unwrap();
+    sv(s).renew_session(short, Duration::from_secs(1)).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    let e = s.renew_session(short, Duration::from_secs(60)).expect_err("an expired session was renewed");
+    let e = sv(s).renew_session(short, Duration::from_secs(60)).expect_err("an expired session was renewed");
     assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
     // Not even a second try brings it back.
-    assert_eq!(s.renew_session(short, Duration::from_secs(60)).unwrap_err().kind(), ErrorKind::SessionLost);
-    let rows = s.sessions().unwrap();
+    assert_eq!(sv(s).renew_session(short, Duration::from_secs(60)).unwrap_err().kind(), ErrorKind::SessionLost);
+    let rows = sv(s).sessions().unwrap();
     assert!(rows.iter().find(|r| r.id == short).expect("an expired session vanished before the cleaner removed it").expired);
     assert!(!rows.iter().find(|r| r.id == long).unwrap().expired);
-    assert_eq!(s.expired_sessions().unwrap().iter().map(|r| r.id).collect::<Vec<_>>(), vec![short]);
-    assert!(s.remove_session(short).unwrap());
-    assert!(s.expired_sessions().unwrap().is_empty());
-    let again = s.open_session(&who("/mnt/short"), Duration::from_secs(1)).unwrap();
+    assert_eq!(sv(s).expired_sessions().unwrap().iter().map(|r| r.id).collect::<Vec<_>>(), vec![short]);
+    assert!(sv(s).remove_session(short).unwrap());
+    assert!(sv(s).expired_sessions().unwrap().is_empty());
+    let again = sv(s).open_session(&who("/mnt/short"), Duration::from_secs(1)).unwrap();
     assert!(again != short && again != long, "a session id came again");
 }
 
 fn maintenance_lock(s: &dyn MetaStore) {
-    let mut g = s.try_maintenance().unwrap().expect("nobody holds the maintenance lock of a fresh store");
+    let mut g = sv(s).try_maintenance().unwrap().expect("nobody holds the maintenance lock of a fresh store");
     assert!(g.still_held());
-    assert!(s.try_maintenance().unwrap().is_none(), "a second maintenance guard was granted while the first lives");
+    assert!(sv(s).try_maintenance().unwrap().is_none(), "a second maintenance guard was granted while the first lives");
     drop(g);
-    let g = s.try_maintenance().unwrap().expect("the maintenance lock was not granted again after its guard dropped");
-    assert!(s.try_maintenance().unwrap().is_none());
+    let g = sv(s).try_maintenance().unwrap().expect("the maintenance lock was not granted again after its guard dropped");
+    assert!(sv(s).try_maintenance().unwrap().is_none());
     drop(g);
 }
 
-/// A store others share (one with a change feed) logs every change of an
-/// inode or an entry once per transaction, in the same transaction; a
-/// store nobody shares (no feed) keeps no log.
+/// A shared store logs every change of an inode or an entry once per
+/// transaction, in the same transaction.
 fn change_log(s: &dyn MetaStore) {
-    let shared = s.subscribe().unwrap().is_some();
-    let before = s.last_change_seq().unwrap();
+    assert!(sv(s).subscribe().unwrap().is_some(), "a shared store offers no feed of commit notices");
+    let before = sv(s).last_change_seq().unwrap();
     let d = mk(s, ROOT_INO, b"d", FileKind::Dir);
-    if !shared {
-        assert_eq!(before, 0);
-        assert!(s.changes_since(0, 100).unwrap().is_empty(), "a store without a feed logged changes");
-        assert_eq!(s.last_change_seq().unwrap(), 0);
-        assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), 0);
-        assert_eq!(s.changes_trimmed_through().unwrap(), 0);
-        return;
-    }
-    let what = |after: u64| -> Vec<Changed> { s.changes_since(after, 1000).unwrap().into_iter().map(|c| c.what).collect() };
+    let what = |after: u64| -> Vec<Changed> { sv(s).changes_since(after, 1000).unwrap().into_iter().map(|c| c.what).collect() };
     let mut got = what(before);
     got.sort();
     assert_eq!(got, vec![Changed::Inode(ROOT_INO), Changed::Entry { parent: ROOT_INO, name: b"d".to_vec() }], "the change rows of a create");
-    let all = s.changes_since(before, 1000).unwrap();
+    let all = sv(s).changes_since(before, 1000).unwrap();
     assert!(all.windows(2).all(|w| w[0].seq < w[1].seq), "changes come in ascending seq");
-    let last = s.last_change_seq().unwrap();
+    let last = sv(s).last_change_seq().unwrap();
     assert_eq!(last, all.last().unwrap().seq);
     // A create in `d`, its attributes touched twice: each change once.
     let f = s
@@ -857,12 +881,12 @@ fn change_log(s: &dyn MetaStore) {
     got.sort();
     assert_eq!(got, vec![Changed::Inode(d), Changed::Inode(f), Changed::Entry { parent: d, name: b"f".to_vec() }], "one row per change per transaction");
     // A limit cuts the list; the rest follows.
-    let first = s.changes_since(last, 1).unwrap();
+    let first = sv(s).changes_since(last, 1).unwrap();
     assert_eq!(first.len(), 1);
-    assert_eq!(s.changes_since(first[0].seq, 10).unwrap().len(), 2);
+    assert_eq!(sv(s).changes_since(first[0].seq, 10).unwrap().len(), 2);
     // A rolled-back closure logs nothing; neither does a refused name or
     // an entry removal that removed nothing; a read logs nothing.
-    let last = s.last_change_seq().unwrap();
+    let last = sv(s).last_change_seq().unwrap();
     let _ = s.write_with(|tx| -> Result<()> {
         tx.touch_dir(d, Timestamp(7), 0)?;
         tx.set_xattr(f, b"user.z", b"1")?;
@@ -875,7 +899,7 @@ fn change_log(s: &dyn MetaStore) {
     assert_eq!(what(last), vec![], "changes logged for transactions that changed no inode or entry");
     // Each operation that changes an inode or an entry logs it.
     let one = |f: &mut dyn FnMut(&dyn MetaTx) -> Result<()>| -> Vec<Changed> {
-        let last = s.last_change_seq().unwrap();
+        let last = sv(s).last_change_seq().unwrap();
         s.write(f).unwrap();
         let mut v = what(last);
         v.sort();
@@ -903,37 +927,31 @@ fn change_log(s: &dyn MetaStore) {
     assert_eq!(one(&mut |tx| tx.delete_inode(g)), i(g), "delete_inode");
     // Trimming: nothing is younger than an hour ago; everything but the
     // newest row (which keeps `last_change_seq`) is older than now.
-    let last = s.last_change_seq().unwrap();
-    let n = s.changes_since(0, 100_000).unwrap().len() as u64;
-    assert_eq!(s.trim_changes(Duration::from_secs(3600)).unwrap(), 0, "young changes were trimmed");
-    assert_eq!(s.changes_trimmed_through().unwrap(), 0, "nothing was trimmed yet");
+    let last = sv(s).last_change_seq().unwrap();
+    let n = sv(s).changes_since(0, 100_000).unwrap().len() as u64;
+    assert_eq!(sv(s).trim_changes(Duration::from_secs(3600)).unwrap(), 0, "young changes were trimmed");
+    assert_eq!(sv(s).changes_trimmed_through().unwrap(), 0, "nothing was trimmed yet");
     std::thread::sleep(Duration::from_millis(20));
-    let second_last = s.changes_since(0, 100_000).unwrap().iter().rev().nth(1).unwrap().seq;
-    assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), n - 1);
-    assert_eq!(s.changes_since(0, 100).unwrap().iter().map(|c| c.seq).collect::<Vec<_>>(), vec![last]);
-    assert_eq!(s.last_change_seq().unwrap(), last, "trimming moved last_change_seq back");
-    assert_eq!(s.changes_trimmed_through().unwrap(), second_last, "the highest seq trimmed");
-    assert_eq!(s.trim_changes(Duration::ZERO).unwrap(), 0);
-    assert_eq!(s.changes_trimmed_through().unwrap(), second_last, "an empty trim moved the mark");
+    let second_last = sv(s).changes_since(0, 100_000).unwrap().iter().rev().nth(1).unwrap().seq;
+    assert_eq!(sv(s).trim_changes(Duration::ZERO).unwrap(), n - 1);
+    assert_eq!(sv(s).changes_since(0, 100).unwrap().iter().map(|c| c.seq).collect::<Vec<_>>(), vec![last]);
+    assert_eq!(sv(s).last_change_seq().unwrap(), last, "trimming moved last_change_seq back");
+    assert_eq!(sv(s).changes_trimmed_through().unwrap(), second_last, "the highest seq trimmed");
+    assert_eq!(sv(s).trim_changes(Duration::ZERO).unwrap(), 0);
+    assert_eq!(sv(s).changes_trimmed_through().unwrap(), second_last, "an empty trim moved the mark");
 }
 
 /// The open-file registry of a store many machines share
 /// (`docs/metadata-store.md` "Open files"): a nameless inode some session
 /// has open is no orphan, and is open elsewhere for every other session; a
 /// close under an older generation leaves a newer open; a removed or closed
-/// session's rows go with it, and so do a deleted inode's. A store without
-/// a registry only says whether the inode exists; returns false then.
-fn open_files(s: &dyn MetaStore) -> bool {
+/// session's rows go with it, and so do a deleted inode's.
+fn open_files(s: &dyn MetaStore) {
     let f = mk(s, ROOT_INO, b"f", FileKind::File);
-    if !s.keeps_open_files() {
-        assert!(s.write_with(|tx| tx.mark_open(1, f, 1)).unwrap());
-        assert!(!s.write_with(|tx| tx.mark_open(1, 999_999, 1)).unwrap(), "a missing inode was marked open");
-        return false;
-    }
     // Another machine's session first: this store's own (the last it
     // opened, which fences its writes) is `a`, which stays.
-    let b = s.open_session(&who("/mnt/b"), Duration::from_secs(30)).unwrap();
-    let a = s.open_session(&who("/mnt/a"), Duration::from_secs(30)).unwrap();
+    let b = sv(s).open_session(&who("/mnt/b"), Duration::from_secs(30)).unwrap();
+    let a = sv(s).open_session(&who("/mnt/a"), Duration::from_secs(30)).unwrap();
     let g = mk(s, ROOT_INO, b"g", FileKind::File);
     assert!(s.write_with(|tx| tx.mark_open(a, f, 1)).unwrap());
     assert!(s.write_with(|tx| tx.mark_open(b, g, 1)).unwrap());
@@ -957,7 +975,7 @@ fn open_files(s: &dyn MetaStore) -> bool {
     s.write_with(|tx| tx.mark_closed(a, &[(f, 2)])).unwrap();
     assert_eq!(orphans(), vec![f], "a closed file stayed open");
     // A removed session's rows go with it.
-    assert!(s.remove_session(b).unwrap());
+    assert!(sv(s).remove_session(b).unwrap());
     assert_eq!(orphans(), vec![f, g], "a removed session kept its open files");
     // A deleted inode cannot be opened, and takes its rows along.
     s.write_with(|tx| tx.delete_inode(f)).unwrap();
@@ -969,13 +987,12 @@ fn open_files(s: &dyn MetaStore) -> bool {
     assert!(!elsewhere(g, 0), "a deleted inode kept its open rows");
     // So does a closed session's.
     assert!(elsewhere(h, 0));
-    s.close_session(a).unwrap();
+    sv(s).close_session(a).unwrap();
     assert!(!elsewhere(h, 0), "a closed session kept its open files");
     // A session that is gone cannot open files: its row would never go.
     let e = s.write_with(|tx| tx.mark_open(a, h, 6)).expect_err("a closed session registered an open file");
     assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
     assert!(!elsewhere(h, 0));
-    true
 }
 
 /// File locks (`docs/metadata-store.md` "Locks"): POSIX ranges of one
@@ -985,15 +1002,15 @@ fn open_files(s: &dyn MetaStore) -> bool {
 fn file_locks(s: &dyn MetaStore) {
     use LockKind::*;
     let f = mk(s, ROOT_INO, b"locked", FileKind::File);
-    let sa = s.open_session(&who("/mnt/a"), Duration::from_secs(60)).unwrap();
-    let sb = s.open_session(&who("/mnt/b"), Duration::from_secs(60)).unwrap();
+    let sa = sv(s).open_session(&who("/mnt/a"), Duration::from_secs(60)).unwrap();
+    let sb = sv(s).open_session(&who("/mnt/b"), Duration::from_secs(60)).unwrap();
     let a = LockOwner { session: sa, owner: 0xdead_beef_0000_0001 };
     let b = LockOwner { session: sb, owner: 0xdead_beef_0000_0001 };
     let rq = |o: LockOwner, style: LockStyle, kind: LockKind, start: u64, end: u64| LockRequest { ino: f, owner: o, style, kind, start, end, pid: if o == a { 100 } else { 200 } };
     let px = |o, kind, start, end| rq(o, LockStyle::Posix, kind, start, end);
-    let set = |r: LockRequest| s.set_lock(&r).unwrap();
+    let set = |r: LockRequest| sv(s).set_lock(&r).unwrap();
     let mine = |o: LockOwner, style: LockStyle| -> Vec<(LockKind, u64, u64)> {
-        s.locks_on(f).unwrap().into_iter().filter(|l| l.owner == o && l.style == style).map(|l| (l.kind, l.start, l.end)).collect()
+        sv(s).locks_on(f).unwrap().into_iter().filter(|l| l.owner == o && l.style == style).map(|l| (l.kind, l.start, l.end)).collect()
     };
     assert_eq!(set(px(a, Write, 0, 99)), LockOutcome::Granted);
     assert_eq!(set(px(a, Write, 0, 99)), LockOutcome::Granted, "the same request again");
@@ -1001,9 +1018,9 @@ fn file_locks(s: &dyn MetaStore) {
         LockOutcome::Conflict(h) => assert_eq!((h.owner, h.kind, h.start, h.end, h.pid), (a, Write, 0, 99, 100), "the holder named"),
         g => panic!("a read over another owner's write was {g:?}"),
     }
-    assert_eq!(s.test_lock(&px(b, Read, 99, 99)).unwrap().map(|h| h.owner), Some(a), "F_GETLK missed the holder");
-    assert_eq!(s.test_lock(&px(b, Write, 100, LOCK_EOF)).unwrap(), None);
-    assert_eq!(s.test_lock(&px(a, Write, 0, 10)).unwrap(), None, "an owner conflicts with itself");
+    assert_eq!(sv(s).test_lock(&px(b, Read, 99, 99)).unwrap().map(|h| h.owner), Some(a), "F_GETLK missed the holder");
+    assert_eq!(sv(s).test_lock(&px(b, Write, 100, LOCK_EOF)).unwrap(), None);
+    assert_eq!(sv(s).test_lock(&px(a, Write, 0, 10)).unwrap(), None, "an owner conflicts with itself");
     assert_eq!(set(px(b, Read, 100, LOCK_EOF)), LockOutcome::Granted, "a disjoint range");
     // Two readers share; a write over a read of another owner conflicts.
     assert_eq!(set(px(a, Read, 200, 299)), LockOutcome::Granted, "two read locks conflicted");
@@ -1026,28 +1043,28 @@ fn file_locks(s: &dyn MetaStore) {
     // Many inodes in one question: the same rows, each with its inode.
     let g = mk(s, ROOT_INO, b"locked2", FileKind::File);
     assert_eq!(set(LockRequest { ino: g, ..px(b, Write, 5, 9) }), LockOutcome::Granted);
-    let mut want: Vec<(Ino, LockRow)> = s.locks_on(f).unwrap().into_iter().map(|l| (f, l)).collect();
-    want.extend(s.locks_on(g).unwrap().into_iter().map(|l| (g, l)));
-    let mut got = s.locks_on_many(&[g, f, 999_999]).unwrap();
+    let mut want: Vec<(Ino, LockRow)> = sv(s).locks_on(f).unwrap().into_iter().map(|l| (f, l)).collect();
+    want.extend(sv(s).locks_on(g).unwrap().into_iter().map(|l| (g, l)));
+    let mut got = sv(s).locks_on_many(&[g, f, 999_999]).unwrap();
     let key = |x: &(Ino, LockRow)| (x.0, x.1.owner, x.1.style == LockStyle::Flock, x.1.start);
     got.sort_by_key(key);
     want.sort_by_key(key);
     assert_eq!(got, want, "locks_on_many differs from locks_on");
-    assert_eq!(s.release_locks(g, b, LockStyle::Posix).unwrap(), 1);
+    assert_eq!(sv(s).release_locks(g, b, LockStyle::Posix).unwrap(), 1);
     // A close drops the owner's POSIX locks, not its flock nor others'.
-    assert_eq!(s.release_locks(f, a, LockStyle::Posix).unwrap(), 3);
+    assert_eq!(sv(s).release_locks(f, a, LockStyle::Posix).unwrap(), 3);
     assert!(mine(a, LockStyle::Posix).is_empty());
     assert_eq!(mine(a, LockStyle::Flock).len(), 1);
     assert_eq!(set(px(b, Write, 0, 44)), LockOutcome::Granted, "a closed owner's range stayed locked");
-    assert_eq!(s.release_locks(f, a, LockStyle::Flock).unwrap(), 1);
+    assert_eq!(sv(s).release_locks(f, a, LockStyle::Flock).unwrap(), 1);
     // The same owner number on another session is another owner.
     assert!(matches!(set(px(a, Write, 0, 0)), LockOutcome::Conflict(h) if h.owner == b));
     // A removed (expired, cleaned) session leaves no lock behind.
-    assert!(s.remove_session(sb).unwrap());
-    assert!(s.locks_on(f).unwrap().is_empty(), "a removed session's locks stayed: {:?}", s.locks_on(f).unwrap());
+    assert!(sv(s).remove_session(sb).unwrap());
+    assert!(sv(s).locks_on(f).unwrap().is_empty(), "a removed session's locks stayed: {:?}", sv(s).locks_on(f).unwrap());
     assert_eq!(set(px(a, Write, 0, LOCK_EOF)), LockOutcome::Granted);
-    assert_eq!(s.release_session_locks(sa).unwrap(), 1);
+    assert_eq!(sv(s).release_session_locks(sa).unwrap(), 1);
     assert_eq!(set(px(a, Write, 0, 0)), LockOutcome::Granted);
-    s.close_session(sa).unwrap();
-    assert!(s.locks_on(f).unwrap().is_empty(), "a closed session's locks stayed");
+    sv(s).close_session(sa).unwrap();
+    assert!(sv(s).locks_on(f).unwrap().is_empty(), "a closed session's locks stayed");
 }

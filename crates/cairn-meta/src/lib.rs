@@ -18,6 +18,7 @@ mod error;
 mod location;
 pub mod locks;
 pub mod postgres;
+pub mod schema;
 pub mod sqlite;
 pub mod types;
 
@@ -87,15 +88,15 @@ pub struct InodeRow {
     /// in the journal of the store's writer: the inode's own column in a
     /// store with one journal per volume (SQLite); this store's journal's
     /// mark for the inode where several machines' journals share the
-    /// volume (PostgreSQL: `MetaStore::set_journal`; 0 without a mark or
+    /// volume (PostgreSQL: `JournalMarks::set_journal`; 0 without a mark or
     /// without a journal set). See `docs/metadata-store.md` "Journal marks".
     pub jseq: u64,
     /// `FLAG_*` bits.
     pub flags: i64,
     /// The file's content version: raised by every `update_content` of it
     /// (a flush's or an edit's commit) in a store that keeps it
-    /// ([`MetaStore::keeps_content_versions`]: one that many machines
-    /// share); always 0 elsewhere. A writer that loaded a file's extent
+    /// ([`MetaStore::shared`]: one that many machines share); always 0
+    /// elsewhere. A writer that loaded a file's extent
     /// map at version `v` commits against that map only while the row
     /// still says `v` (docs/shared-volume.md §3 "Two writers of one
     /// file").
@@ -216,7 +217,7 @@ pub struct ChunkTotals {
     pub dead_bytes: u64,
 }
 
-/// Who opens a session (`MetaStore::open_session`): shown by `cairn status`.
+/// Who opens a session (`Sessions::open_session`): shown by `cairn status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SessionInfo {
     pub host: String,
@@ -262,7 +263,7 @@ pub struct Change {
     pub session: Option<u64>,
 }
 
-/// A reader's position in the change log ([`MetaRead::read_changes`]):
+/// A reader's position in the change log ([`ChangeLog::read_changes`]):
 /// the highest seq read, and the *holes* below it, seqs not seen yet.
 ///
 /// A `seq` is taken when a transaction inserts its rows, not when it
@@ -281,7 +282,7 @@ pub struct ChangeCursor {
     pub holes: std::collections::BTreeMap<u64, std::time::Instant>,
     /// How long a hole is asked for (0: the store has no holes).
     pub hole_bound: std::time::Duration,
-    /// [`MetaStore::changes_trimmed_through`] as the last `read_changes`
+    /// [`ChangeLog::changes_trimmed_through`] as the last `read_changes`
     /// that returned rows saw it (PostgreSQL: in the same statement, so
     /// the same snapshot as the rows; a reader needs no second query).
     pub trimmed: u64,
@@ -315,7 +316,7 @@ pub trait MaintenanceGuard: Send {
     fn still_held(&mut self) -> bool;
 }
 
-/// Notices of other machines' commits (`MetaStore::subscribe`).
+/// Notices of other machines' commits (`ChangeLog::subscribe`).
 pub trait ChangeFeed: Send {
     /// Waits up to `timeout` for a notice; true if one (or more) arrived
     /// since the last call, or if the feed reconnected (notices sent while
@@ -386,7 +387,7 @@ pub trait MetaRead {
     /// Every inode, by number.
     fn all_inodes(&self) -> Result<Vec<InodeRow>>;
     /// Inodes with no names left that no session has open (in a store that
-    /// keeps open files, see [`MetaStore::keeps_open_files`]): the ones
+    /// keeps open files: one that offers [`MetaStore::shared`]): the ones
     /// nobody can reach any more, safe to free.
     fn orphan_inodes(&self) -> Result<Vec<Ino>>;
     /// Whether a session other than `except` has `ino` open (a row of the
@@ -573,7 +574,10 @@ pub trait ShipChanges {
     fn snapshot(&self) -> Result<Vec<u8>>;
 }
 
-/// A metadata store. See `docs/metadata-store.md` for the contract.
+/// A metadata store: the core every store implements (reads, writes,
+/// barriers; see `docs/metadata-store.md` for the contract), and the
+/// accessors to what only some stores offer: [`ShipChanges`]
+/// ([`MetaStore::shipping`]) and [`SharedVolume`] ([`MetaStore::shared`]).
 pub trait MetaStore: Send + Sync {
     /// Runs `f` on one consistent state including every change whose
     /// `write` returned. May run `f` again on a retryable failure.
@@ -648,36 +652,49 @@ pub trait MetaStore: Send + Sync {
     }
     /// Hint: an operation is about to visit much of the metadata.
     fn prefetch(&self, _max_bytes: u64) {}
-    /// Change shipping, if this store can (SQLite).
+    /// Now, in seconds since the epoch, on the clock every writer of the
+    /// store shares: grace periods that one machine starts and another
+    /// ends (the trash's) are measured on it, whatever the machines'
+    /// clocks say. A store of one machine answers that machine's clock.
+    fn clock_secs(&self) -> Result<i64> {
+        Ok(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64))
+    }
+    /// Change shipping ([`ShipChanges`]), if this store offers it: a
+    /// store whose whole state fits in a file a bucket can hold (SQLite).
     fn shipping(&self) -> Option<&dyn ShipChanges> {
         None
     }
-
-    /// Tells the store which journal its writer keeps (a random id per
-    /// cache directory, never 0), before its first write. From then on
-    /// `jseq` of `get_inode`/`all_inodes`, `update_content` and `max_jseq`
-    /// are this journal's marks. `legacy`: the journal held records before
-    /// it had an id (written by a build without marks): its marks start as
-    /// the positions that build recorded on the inodes. Returns whether
-    /// the store keeps marks per journal; false where one journal serves
-    /// the volume (SQLite: the id is ignored and `jseq` stays the inode's
-    /// column).
-    fn set_journal(&self, _id: u64, _legacy: bool) -> Result<bool> {
-        Ok(false)
+    /// The capabilities of a store many machines share ([`SharedVolume`]):
+    /// sessions, the change log, file locks, uploads and flush rounds in
+    /// flight, journal marks, and with them the open-file registry, content
+    /// versions and session fencing of [`MetaRead`]/[`MetaTx`]. None for a
+    /// store one process writes (SQLite): the engine then needs none of
+    /// them (it is the only writer, and the kernel keeps its locks).
+    fn shared(&self) -> Option<&dyn SharedVolume> {
+        None
     }
-    /// Deletes this store's journal's marks at or below `upto`: the
-    /// caller's journal holds no record at or below it any more (it was
-    /// found empty after `upto` was handed out), so those marks guard
-    /// nothing. Returns how many went (0 where marks are not kept per
-    /// journal).
-    fn trim_journal_marks(&self, _upto: u64) -> Result<u64> {
-        Ok(0)
-    }
+}
 
+/// What a store many machines mount read-write at once offers
+/// (`docs/shared-volume.md`; PostgreSQL), reached through
+/// [`MetaStore::shared`]. Offering it also promises, in the core traits:
+/// an open-file registry ([`MetaTx::mark_open`], [`MetaTx::mark_closed`],
+/// [`MetaRead::open_elsewhere`], [`MetaRead::orphan_inodes`] honouring it),
+/// content versions ([`InodeRow::cver`], raised by every
+/// [`MetaTx::update_content`]), chunk dates ([`ChunkRow::zero_since`]),
+/// row locks for [`MetaStore::write_locking`], and session fencing (once
+/// the session of [`Sessions::open_session`] is removed, every write of
+/// this store fails with SessionLost). Conformance: the checks of
+/// [`conformance::SHARED_CHECKS`], run only on stores that offer it.
+pub trait SharedVolume: Sessions + ChangeLog + FileLocks + InFlight + JournalMarks + Send + Sync {}
+
+/// Sessions of the machines that mount a volume, and the volume's
+/// maintenance lock (`docs/shared-volume.md` §7). Each call is its own
+/// transaction on the store's clock.
+pub trait Sessions {
     /// Registers a session expiring `ttl` from now (store clock) and
     /// returns its id, never handed out before. Later change rows of this
-    /// store carry it, and in a store that fences sessions
-    /// ([`MetaStore::fences_sessions`]) every later write transaction of
+    /// store carry it, and every later write transaction of
     /// this store commits only while the session's row exists: once
     /// another machine removed it (`remove_session`), each fails with
     /// SessionLost and changes nothing (docs/shared-volume.md §7
@@ -696,111 +713,35 @@ pub trait MetaStore: Send + Sync {
     /// Removes a session row and its open-file rows in one transaction
     /// (the cleaner, after a session expired); true if it was there.
     fn remove_session(&self, id: u64) -> Result<bool>;
-    /// Whether this store keeps the open-file registry
-    /// ([`MetaTx::mark_open`]): one that many machines share does; one
-    /// process's own store (SQLite) does not need to, since that process
-    /// knows its open files.
-    fn keeps_open_files(&self) -> bool {
-        false
-    }
-    /// Whether the store keeps a content version per inode
-    /// ([`InodeRow::cver`], raised by every `update_content`): one that
-    /// many machines share does, so that a writer can tell that another
-    /// machine committed a file since it loaded its extent map. One
-    /// process's store (SQLite) does not: nobody else commits.
-    fn keeps_content_versions(&self) -> bool {
-        false
-    }
-    /// Whether writes are fenced by the session (see `open_session`) and
-    /// uploads are recorded (`begin_upload`): a store many machines share
-    /// does; one process's store (SQLite) has nobody to fence.
-    fn fences_sessions(&self) -> bool {
-        false
-    }
-    /// Records, before the upload starts, that this store's session is
-    /// uploading pack `name` (docs/shared-volume.md §7 "Uploads"): until
-    /// a transaction inserts the pack (`insert_pack` drops the record in
-    /// it) or `end_uploads` drops it, `uploads_in_flight` names it, so gc
-    /// on another machine leaves the object alone. SessionLost (nothing
-    /// recorded) if the session is gone; nothing to do without a session
-    /// or where [`MetaStore::fences_sessions`] is false.
-    fn begin_upload(&self, name: &str) -> Result<()> {
-        let _ = name;
-        Ok(())
-    }
-    /// Drops the records of uploads whose packs will never be committed
-    /// (deleted after a rolled-back round).
-    fn end_uploads(&self, names: &[&str]) -> Result<()> {
-        let _ = names;
-        Ok(())
-    }
-    /// Records that this store's session has a flush round under way from
-    /// now (store clock; kept if one is recorded already) until
-    /// [`MetaStore::flush_ended`]: a collector on any machine leaves every
-    /// chunk that died after that moment alone, since the round may have
-    /// found it by hash while it was live (docs/shared-volume.md §7 "Chunk
-    /// grace"). Nothing to do without a session or where
-    /// [`MetaStore::fences_sessions`] is false.
-    fn flush_started(&self) -> Result<()> {
-        Ok(())
-    }
-    /// The round recorded by [`MetaStore::flush_started`] committed or
-    /// gave up.
-    fn flush_ended(&self) -> Result<()> {
-        Ok(())
-    }
-    /// The store-clock second the oldest flush round under way on any
-    /// session began (see [`MetaStore::flush_started`]); None if none is.
-    fn oldest_flush(&self) -> Result<Option<i64>> {
-        Ok(None)
-    }
-    /// The packs recorded as uploading that a collector must leave alone:
-    /// those of existing sessions, and those of gone sessions recorded
-    /// less than `grace` ago (store clock); the records of the others are
-    /// deleted (their session can commit nothing any more). Empty where
-    /// uploads are not recorded.
-    fn uploads_in_flight(&self, grace: std::time::Duration) -> Result<Vec<String>> {
-        let _ = grace;
-        Ok(Vec::new())
-    }
     /// The volume's maintenance lock, if nobody (no process, no machine)
     /// holds it: at most one guard per volume lives at a time.
     fn try_maintenance(&self) -> Result<Option<Box<dyn MaintenanceGuard>>>;
+}
+
+/// The change log (`docs/shared-volume.md` §6): a row per changed inode
+/// or entry, written in the transaction that changes it and carrying the
+/// writer's session, read by the other machines to drop what they cache,
+/// and the notices of commits that wake them.
+pub trait ChangeLog {
     /// Change rows with `seq > after` committed now, ascending, at most
-    /// `limit`. Empty for a store nobody else shares (SQLite). A row with a
+    /// `limit`. A row with a
     /// smaller seq may still commit later (PostgreSQL: its transaction was
     /// committing): a reader that must miss nothing uses
-    /// [`MetaRead::read_changes`].
+    /// [`ChangeLog::read_changes`].
     fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<Change>>;
     /// Where a reader that must see every change committed from now on
     /// starts: after the newest change, with holes for the seqs below it
     /// that may still commit.
-    fn change_cursor(&self) -> Result<ChangeCursor> {
-        Ok(ChangeCursor::at(self.last_change_seq()?))
-    }
+    fn change_cursor(&self) -> Result<ChangeCursor>;
     /// The change rows after `cursor` and those of its holes that
     /// committed since, at most `limit`, each once: holes first, then
     /// ascending; advances `cursor` past them (noting the new holes) and
     /// forgets holes older than its bound: a row whose transaction commits
     /// within `hole_bound` of this reader first finding its seq missing is
     /// delivered by a later call.
-    fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>> {
-        let rows = self.changes_since(cursor.after, limit)?;
-        if let Some(last) = rows.last() {
-            cursor.after = last.seq;
-            cursor.trimmed = self.changes_trimmed_through()?;
-        }
-        Ok(rows)
-    }
+    fn read_changes(&self, cursor: &mut ChangeCursor, limit: usize) -> Result<Vec<Change>>;
     /// The highest change seq committed (0 if none).
     fn last_change_seq(&self) -> Result<u64>;
-    /// Now, in seconds since the epoch, on the clock every writer of the
-    /// store shares: grace periods that one machine starts and another
-    /// ends (the trash's) are measured on it, whatever the machines'
-    /// clocks say. A store of one machine answers that machine's clock.
-    fn clock_secs(&self) -> Result<i64> {
-        Ok(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64))
-    }
     /// Deletes change rows older than `older_than` (store clock); returns
     /// how many.
     fn trim_changes(&self, older_than: std::time::Duration) -> Result<u64>;
@@ -808,10 +749,15 @@ pub trait MetaStore: Send + Sync {
     /// is below it may have missed changes and must drop everything it
     /// caches.
     fn changes_trimmed_through(&self) -> Result<u64>;
-    /// A feed of commit notices, or None where nobody else commits
-    /// (SQLite).
+    /// A feed of commit notices, or None if the store cannot listen (a
+    /// reader then polls `read_changes`).
     fn subscribe(&self) -> Result<Option<Box<dyn ChangeFeed>>>;
+}
 
+/// File locks every machine sees (`docs/shared-volume.md` §8), kept by
+/// session and the kernel's lock owner; [`locks::plan`] computes a
+/// request's effect.
+pub trait FileLocks {
     /// Takes, changes or drops (`LockKind::Unlock`) a lock of `req.owner`
     /// on `req.ino` as [`locks::plan`] computes it, atomically against
     /// every other machine: two conflicting requests are never both
@@ -835,13 +781,59 @@ pub trait MetaStore: Send + Sync {
     /// Every lock on each of `inos`, with its inode: what a mount's parked
     /// lock requests ask each round, in one query however many wait (a
     /// store of many machines answers in one round trip).
-    fn locks_on_many(&self, inos: &[Ino]) -> Result<Vec<(Ino, LockRow)>> {
-        let mut out = Vec::new();
-        for &ino in inos {
-            out.extend(self.locks_on(ino)?.into_iter().map(|l| (ino, l)));
-        }
-        Ok(out)
-    }
+    fn locks_on_many(&self, inos: &[Ino]) -> Result<Vec<(Ino, LockRow)>>;
+}
+
+/// What a session has under way that a collector on another machine must
+/// respect (`docs/shared-volume.md` §7 "Uploads", "Chunk grace"): packs
+/// being uploaded, flush rounds in progress.
+pub trait InFlight {
+    /// Records, before the upload starts, that this store's session is
+    /// uploading pack `name` (docs/shared-volume.md §7 "Uploads"): until
+    /// a transaction inserts the pack (`insert_pack` drops the record in
+    /// it) or `end_uploads` drops it, `uploads_in_flight` names it, so gc
+    /// on another machine leaves the object alone. SessionLost (nothing
+    /// recorded) if the session is gone; nothing to do without a session.
+    fn begin_upload(&self, name: &str) -> Result<()>;
+    /// Drops the records of uploads whose packs will never be committed
+    /// (deleted after a rolled-back round).
+    fn end_uploads(&self, names: &[&str]) -> Result<()>;
+    /// Records that this store's session has a flush round under way from
+    /// now (store clock; kept if one is recorded already) until
+    /// [`InFlight::flush_ended`]: a collector on any machine leaves every
+    /// chunk that died after that moment alone, since the round may have
+    /// found it by hash while it was live (docs/shared-volume.md §7 "Chunk
+    /// grace"). Nothing to do without a session.
+    fn flush_started(&self) -> Result<()>;
+    /// The round recorded by [`InFlight::flush_started`] committed or
+    /// gave up.
+    fn flush_ended(&self) -> Result<()>;
+    /// The store-clock second the oldest flush round under way on any
+    /// session began (see [`InFlight::flush_started`]); None if none is.
+    fn oldest_flush(&self) -> Result<Option<i64>>;
+    /// The packs recorded as uploading that a collector must leave alone:
+    /// those of existing sessions, and those of gone sessions recorded
+    /// less than `grace` ago (store clock); the records of the others are
+    /// deleted (their session can commit nothing any more).
+    fn uploads_in_flight(&self, grace: std::time::Duration) -> Result<Vec<String>>;
+}
+
+/// Journal positions per machine (`docs/metadata-store.md` "Journal
+/// marks"): each machine's journal keeps its own marks, so that a replay
+/// skips only what its own journal committed.
+pub trait JournalMarks {
+    /// Tells the store which journal its writer keeps (a random id per
+    /// cache directory, never 0), before its first write. From then on
+    /// `jseq` of `get_inode`/`all_inodes`, `update_content` and `max_jseq`
+    /// are this journal's marks. `legacy`: the journal held records before
+    /// it had an id (written by a build without marks): its marks start as
+    /// the positions that build recorded on the inodes.
+    fn set_journal(&self, id: u64, legacy: bool) -> Result<()>;
+    /// Deletes this store's journal's marks at or below `upto`: the
+    /// caller's journal holds no record at or below it any more (it was
+    /// found empty after `upto` was handed out), so those marks guard
+    /// nothing. Returns how many went.
+    fn trim_journal_marks(&self, upto: u64) -> Result<u64>;
 }
 
 /// Runs `f` through one of the store's read entries (`read`, `read_one`,

@@ -75,10 +75,11 @@ fn conformance_maker() -> impl Fn(bool) -> Box<dyn MetaStore> {
     }
 }
 
-/// The shared store contract (`docs/metadata-store.md`), as the SQLite
-/// store passes it: one test per check, every one of them taken part in.
+/// The store contract (`docs/metadata-store.md`): the core checks, as the
+/// SQLite store passes them, and the shared-volume checks (PostgreSQL
+/// offers SharedVolume), one test per check.
 mod contract {
-    cairn_meta::conformance_tests!(super::conformance_maker(); not_taking_part: []);
+    cairn_meta::conformance_tests!(super::conformance_maker(); shared);
 }
 
 /// Schema handling: a second create of the same volume is refused; an
@@ -772,8 +773,23 @@ fn feed_wakes_on_another_machines_commit() {
     assert!(feed.wait(WAKE).unwrap(), "a reconnected feed missed a notice");
 }
 
+/// The schema a store creates, column by column, is the one description
+/// of both stores' schemas (`cairn_meta::schema`).
+#[test]
+fn the_created_schema_is_the_described_one() {
+    let pg = &*pg();
+    let url = fresh(pg, "described");
+    described(&open(&url, "described"));
+}
+
+/// Fails, naming each difference, unless `s`'s schema is the described one.
+fn described(s: &PgMeta) {
+    let diff = cairn_meta::schema::differences(&s.catalog().unwrap(), cairn_meta::schema::Dialect::Postgres);
+    assert!(diff.is_empty(), "the schema differs from crates/cairn-meta/src/schema.rs:\n{}", diff.join("\n"));
+}
+
 /// A schema of version 1 (no sessions, no change log) is upgraded when
-/// opened, keeping its files.
+/// opened, keeping its files, to the described schema.
 #[test]
 fn a_version_1_schema_is_upgraded() {
     let pg = &*pg();
@@ -782,6 +798,7 @@ fn a_version_1_schema_is_upgraded() {
     pg.psql("cairn", "DROP TABLE cairn_old.sessions; DROP SEQUENCE cairn_old.session_seq; DROP TABLE cairn_old.changes; UPDATE cairn_old.info SET value = 1 WHERE key = 'schema'")
         .unwrap();
     let s = open(&url, "old");
+    described(&s);
     assert!(s.read_with(|r| r.lookup(ROOT_INO, b"kept")).unwrap().is_some());
     assert_eq!(s.read_with(|r| r.get_info("schema")).unwrap(), Some(cairn_meta::postgres::PG_SCHEMA_VERSION));
     let id = s.open_session(&conformance::who("/old"), Duration::from_secs(30)).unwrap();
@@ -805,12 +822,13 @@ fn a_version_2_schema_gets_journal_marks() {
     )
     .unwrap();
     let old = open(&url, "old2");
+    described(&old);
     assert_eq!(old.read_with(|r| r.get_info("schema")).unwrap(), Some(cairn_meta::postgres::PG_SCHEMA_VERSION));
-    assert!(old.set_journal(7, true).unwrap());
+    old.set_journal(7, true).unwrap();
     assert_eq!(old.read_with(|r| r.get_inode(f)).unwrap().unwrap().jseq, 42, "the legacy journal lost its position");
     assert_eq!(old.read_with(|r| r.max_jseq()).unwrap(), 42);
     let new = open(&url, "old2");
-    assert!(new.set_journal(8, false).unwrap());
+    new.set_journal(8, false).unwrap();
     assert_eq!(new.read_with(|r| r.get_inode(f)).unwrap().unwrap().jseq, 0, "a new journal took another's position");
 }
 
@@ -824,6 +842,7 @@ fn a_version_3_schema_gets_locks() {
     let f = mkfile(&open(&url, "old3"), ROOT_INO, b"kept");
     pg.psql("cairn", "DROP TABLE cairn_old3.locks; UPDATE cairn_old3.info SET value = 3 WHERE key = 'schema'").unwrap();
     let (a, b) = (open(&url, "old3"), open(&url, "old3"));
+    described(&a);
     assert_eq!(a.read_with(|r| r.get_info("schema")).unwrap(), Some(cairn_meta::postgres::PG_SCHEMA_VERSION));
     let rq = |session, kind| LockRequest { ino: f, owner: LockOwner { session, owner: 1 }, style: LockStyle::Posix, kind, start: 0, end: LOCK_EOF, pid: 1 };
     // Locks are taken by live sessions only (fencing, schema 6).
@@ -848,6 +867,7 @@ fn a_version_4_schema_gets_zero_dates() {
     drop(s);
     pg.psql("cairn", "ALTER TABLE cairn_old4.chunks DROP COLUMN zero_since; UPDATE cairn_old4.info SET value = 4 WHERE key = 'schema'").unwrap();
     let s = open(&url, "old4");
+    described(&s);
     assert_eq!(s.read_with(|r| r.get_info("schema")).unwrap(), Some(cairn_meta::postgres::PG_SCHEMA_VERSION));
     let c = s.read_with(|r| r.chunk_by_id(x)).unwrap().expect("the chunk survived the upgrade");
     assert_eq!((c.refs, c.zero_since), (0, None));

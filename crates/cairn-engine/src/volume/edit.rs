@@ -236,7 +236,7 @@ impl Volume {
         let data_bytes = map.data_bytes();
         let size = map.len();
         let jseq = g.last_seq;
-        let versioned = self.meta.store().keeps_content_versions();
+        let versioned = self.meta.shared().is_some();
         let expect = g.base_cver;
         // Taken before the transaction and installed after it: its closure
         // may run again (docs/metadata-store.md).

@@ -276,7 +276,9 @@ impl<'a> Batch<'a> {
         // round commits it or the session is gone past its grace
         // (docs/shared-volume.md §7 "Uploads"). A session already gone
         // uploads nothing.
-        vol.meta.store().begin_upload(&name)?;
+        if let Some(s) = vol.meta.shared() {
+            s.begin_upload(&name)?;
+        }
         let backend = vol.chunks.backend.clone();
         let pool = vol.pack_buffers.clone();
         let pending = vol.uploader.submit(move || {
@@ -696,7 +698,7 @@ impl Volume {
         // need holding. Left recorded if this fails (collectors only wait
         // longer, until the next round's end or the session's cleanup).
         if self.flush_marked.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            if let Err(e) = self.meta.store().flush_ended() {
+            if let Err(e) = self.meta.need_shared().and_then(|s| s.flush_ended()) {
                 self.flush_marked.store(true, std::sync::atomic::Ordering::SeqCst);
                 tracing::debug!("recording the end of a flush round: {e}");
             }
@@ -821,7 +823,7 @@ impl Volume {
             // that die from now on alone until the round ends
             // (docs/shared-volume.md §7 "Chunk grace").
             if self.is_shared() && !self.flush_marked.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                if let Err(e) = self.meta.store().flush_started() {
+                if let Err(e) = self.meta.need_shared().and_then(|s| s.flush_started()) {
                     self.flush_marked.store(false, std::sync::atomic::Ordering::SeqCst);
                     return Err(e.into());
                 }
@@ -1325,7 +1327,7 @@ impl Volume {
             };
             edits.push((p.map.take_changes(), placed, p.map.data_bytes(), mtime, ctime));
         }
-        let versioned = self.meta.store().keeps_content_versions();
+        let versioned = self.meta.shared().is_some();
         let (placed, ids, pack_ids, cvers) = self.meta.write(|tx| {
             stale.clear(); // the store may run this again
             let pack_ids = batch.insert_into(tx)?;
@@ -1387,7 +1389,7 @@ impl Volume {
         if !self.journal.is_empty() {
             return;
         }
-        match self.meta.store().trim_journal_marks(upto) {
+        match self.meta.need_shared().and_then(|s| s.trim_journal_marks(upto)) {
             Ok(n) => {
                 tracing::debug!(marks = n, upto, "the journal is empty: its commit marks were deleted");
                 *self.marks_trimmed.lock() = Some((Instant::now(), flushes));
@@ -1434,7 +1436,7 @@ pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'
             tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
         }
     }
-    if let Err(e) = vol.meta.store().end_uploads(&names) {
+    if let Err(e) = vol.meta.shared().map_or(Ok(()), |s| s.end_uploads(&names)) {
         tracing::warn!("dropping the records of discarded uploads: {e} (gc drops them once this session is gone)");
     }
 }

@@ -97,9 +97,9 @@ impl Volume {
     /// `subscribe` (tests: a listener that cannot connect, or one whose
     /// every wait fails, must leave the follower to its poll).
     #[doc(hidden)]
-    pub fn follow_changes_with(self: &Arc<Self>, subscribe: impl FnOnce(&dyn cairn_meta::MetaStore) -> cairn_meta::Result<Option<Box<dyn ChangeFeed>>>) -> Result<Option<ChangeFollower>> {
+    pub fn follow_changes_with(self: &Arc<Self>, subscribe: impl FnOnce(&dyn cairn_meta::SharedVolume) -> cairn_meta::Result<Option<Box<dyn ChangeFeed>>>) -> Result<Option<ChangeFollower>> {
         let Some(changes) = self.changes.as_ref() else { return Ok(None) };
-        let feed = match subscribe(&**self.meta.store()) {
+        let feed = match self.meta.need_shared().and_then(subscribe) {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!("cannot listen for other machines' changes ({e}); polling the change log every {FOLLOW_POLL:?} instead");
@@ -135,7 +135,7 @@ impl Volume {
     /// Reads the change log from the cursor and drops the engine's clean
     /// states of what changed.
     fn read_changes(&self, s: &mut FollowState) -> Result<ChangeBatch> {
-        let store = self.meta.store().clone();
+        let store = self.meta.need_shared()?;
         // This mount's own rows carry its session and are skipped (its
         // caches are current). No session yet: they are handled like
         // anyone's (harmless: a clean state is reloaded, the kernel re-asks).
@@ -217,7 +217,7 @@ impl Volume {
             }
             if !clean(&g) {
                 drop(g);
-                if self.meta.store().keeps_content_versions() {
+                if self.meta.shared().is_some() {
                     let _flushing = st.flush_lock.lock();
                     self.rebase(&st)?;
                 }

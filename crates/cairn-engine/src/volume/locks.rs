@@ -35,20 +35,20 @@ impl Volume {
         if kind != LockKind::Unlock {
             *self.locked.entry(ino).or_insert(0) += 1;
         }
-        Ok(self.meta.store().set_lock(&LockRequest { ino, owner, style, kind, start, end, pid })?)
+        Ok(self.meta.need_shared()?.set_lock(&LockRequest { ino, owner, style, kind, start, end, pid })?)
     }
 
     /// Every lock on each of `inos` (any session), with its inode: one
     /// question for all of a mount's parked requests.
     pub fn locks_on(&self, inos: &[Ino]) -> Result<Vec<(Ino, LockRow)>> {
-        Ok(self.meta.store().locks_on_many(inos)?)
+        Ok(self.meta.need_shared()?.locks_on_many(inos)?)
     }
 
     /// `F_GETLK`: another owner's lock that conflicts with the request.
     #[allow(clippy::too_many_arguments)]
     pub fn test_lock(&self, ino: Ino, owner: u64, style: LockStyle, kind: LockKind, start: u64, end: u64, pid: u32) -> Result<Option<LockRow>> {
         let owner = self.lock_owner(owner)?;
-        Ok(self.meta.store().test_lock(&LockRequest { ino, owner, style, kind, start, end, pid })?)
+        Ok(self.meta.need_shared()?.test_lock(&LockRequest { ino, owner, style, kind, start, end, pid })?)
     }
 
     /// Drops every lock of `style` that `owner` holds on `ino` (a close).
@@ -57,7 +57,7 @@ impl Volume {
     pub fn release_locks(&self, ino: Ino, owner: u64, style: LockStyle) -> Result<u64> {
         let owner = self.lock_owner(owner)?;
         let Some(requests) = self.locked.get(&ino).map(|r| *r) else { return Ok(0) };
-        let store = self.meta.store();
+        let store = self.meta.need_shared()?;
         let n = store.release_locks(ino, owner, style)?;
         // Forgotten once this mount holds none on it (another owner here
         // may still), unless a lock was asked for meanwhile.

@@ -294,8 +294,10 @@ pub const CLOSE_ERROR: &str = "close-error";
 fn open_meta(layout: &Layout, cfg: &VolumeConfig, opts: &OpenOptions) -> Result<Meta> {
     check_meta_url(layout, cfg, opts.meta_url.as_deref())?;
     match (cfg.meta, opts.meta_url.as_deref()) {
-        (crate::config::MetaKind::Postgres, Some(url)) => Meta::open_pg(url, &cfg.volume_id, opts.meta_timeout, opts.meta_sync_commit),
-        _ => Meta::open(&layout.meta_db(), !opts.read_only, opts.group_commit),
+        (crate::config::MetaKind::Postgres, Some(url)) => {
+            Meta::open(meta::Location::Url { url, volume_id: &cfg.volume_id }, meta::OpenOptions { timeout: opts.meta_timeout, sync_commit: opts.meta_sync_commit, ..Meta::options() })
+        }
+        _ => Meta::open(meta::Location::File(&layout.meta_db()), meta::OpenOptions { exclusive: !opts.read_only, group_window: opts.group_commit, ..Meta::options() }),
     }
 }
 
@@ -353,11 +355,11 @@ impl Volume {
             let dir = layout.journal();
             match crate::journal::read_journal_id(&dir)? {
                 Some(id) => {
-                    meta.store().set_journal(id, false)?;
+                    meta.need_shared()?.set_journal(id, false)?;
                 }
                 None => {
                     let id = crate::journal::new_journal_id();
-                    meta.store().set_journal(id, !records.is_empty())?;
+                    meta.need_shared()?.set_journal(id, !records.is_empty())?;
                     crate::journal::save_journal_id(&dir, id)?;
                 }
             }
@@ -371,7 +373,7 @@ impl Volume {
         });
         // Other machines' changes are followed from here on (each open
         // reads the log first, `catch_up`).
-        let changes = if cfg.meta == crate::config::MetaKind::Postgres { Some(follow::FollowState::at(meta.store().change_cursor()?)) } else { None };
+        let changes = if cfg.meta == crate::config::MetaKind::Postgres { Some(follow::FollowState::at(meta.need_shared()?.change_cursor()?)) } else { None };
         // Where a read costs a request (a bucket, a tape), the last page of
         // each chunk is kept for the kernel's read before an append.
         let caps = backend.capabilities();
@@ -857,7 +859,7 @@ impl Volume {
         self.ship_durably()?;
         c.finish(&self.layout.dir)?;
         if let Some(&id) = c.session.get() {
-            self.meta.store().close_session(id)?;
+            self.meta.need_shared()?.close_session(id)?;
         }
         Ok(())
     }

@@ -185,10 +185,10 @@ fn a_mount_whose_session_is_gone_refuses_changes() {
     let ida = *a.cloud().unwrap().session.get().expect("a read-write mount holds a session");
     let idb = *b.cloud().unwrap().session.get().unwrap();
     assert_ne!(ida, idb);
-    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap();
-    let live: Vec<u64> = store.store().sessions().unwrap().iter().map(|s| s.id).collect();
+    let store = meta::Meta::open(meta::Location::Url { url: crate::postgres::url(), volume_id: &cfg.volume_id }, meta::Meta::options()).unwrap();
+    let live: Vec<u64> = store.need_shared().unwrap().sessions().unwrap().iter().map(|s| s.id).collect();
     assert!(live.contains(&ida) && live.contains(&idb), "{live:?}");
-    assert!(store.store().remove_session(ida).unwrap());
+    assert!(store.need_shared().unwrap().remove_session(ida).unwrap());
     let t = Instant::now();
     while a.status().health != "session_lost" {
         assert!(t.elapsed() < Duration::from_secs(10), "still {:?}", a.status());
@@ -199,11 +199,11 @@ fn a_mount_whose_session_is_gone_refuses_changes() {
     assert!(a.status().problems.iter().any(|p| p.what == "session"), "{:?}", a.status());
     mkfile(b, ROOT_INO, "b-goes-on", b"still writing");
     std::thread::sleep(Duration::from_millis(600));
-    let live: Vec<u64> = store.store().sessions().unwrap().iter().map(|s| s.id).collect();
+    let live: Vec<u64> = store.need_shared().unwrap().sessions().unwrap().iter().map(|s| s.id).collect();
     assert!(!live.contains(&ida) && live.contains(&idb), "the lost session came back, or the live one went: {live:?}");
     assert!(a.close().is_err(), "the unmount of a mount that lost its session says so");
     b.close().unwrap();
-    assert!(store.store().sessions().unwrap().is_empty(), "an unmount ends its session");
+    assert!(store.need_shared().unwrap().sessions().unwrap().is_empty(), "an unmount ends its session");
 }
 
 /// A rename storm: three machines at once move twelve directories into
@@ -312,10 +312,10 @@ fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
     assert_eq!(b.getattr(held).unwrap().nlink, 0, "a file open on another machine was freed by an unlink");
     a.simulate_crash();
 
-    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap();
+    let store = meta::Meta::open(meta::Location::Url { url: crate::postgres::url(), volume_id: &cfg.volume_id }, meta::Meta::options()).unwrap();
     let t = Instant::now();
     let mut i = 0;
-    while store.store().sessions().unwrap().iter().any(|s| s.id == ida) {
+    while store.need_shared().unwrap().sessions().unwrap().iter().any(|s| s.id == ida) {
         assert!(t.elapsed() < Duration::from_secs(15), "the crashed session was never cleaned up");
         // B goes on writing meanwhile.
         mkfile(b, ROOT_INO, &format!("b{i}"), &random_bytes(100 + i, 5_000));
@@ -325,7 +325,7 @@ fn a_crashed_machines_session_is_cleaned_and_its_data_survives() {
     // Only the expired session went: the live one renewed by its heartbeat
     // stays, however often the cleaner ran meanwhile.
     let idb = *b.cloud().unwrap().session.get().unwrap();
-    assert!(store.store().sessions().unwrap().iter().any(|s| s.id == idb), "the live session was removed too");
+    assert!(store.need_shared().unwrap().sessions().unwrap().iter().any(|s| s.id == idb), "the live session was removed too");
     assert_eq!(b.status().health, "ok", "{:?}", b.status());
     assert_eq!(read_all(b, b.resolve(b"synced").unwrap()), synced, "the crashed machine's fsync'd file, read on the other");
     // The cleanup freed the nameless file the dead session held open.
@@ -614,7 +614,7 @@ fn a_read_after_another_machine_moved_the_chunks_finds_them() {
 fn two_machines_writing_one_cloned_file_keep_both_ranges_and_the_clone() {
     let (tmp, _url, cfg, vols) = machines("writers", 2, pg_opts);
     let (a, b) = (&vols[0], &vols[1]);
-    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap();
+    let store = meta::Meta::open(meta::Location::Url { url: crate::postgres::url(), volume_id: &cfg.volume_id }, meta::Meta::options()).unwrap();
     let orig = random_bytes(4901, 8 << 20);
     let f = mkfile(a, ROOT_INO, "f", &orig);
     a.fsync(f, false).unwrap();
@@ -684,7 +684,7 @@ fn a_stalled_machines_commit_is_fenced_after_its_session_is_cleaned() {
     };
     let (tmp, _url, cfg, vols) = machines("stall", 2, fast);
     let (a, b) = (vols[0].clone(), vols[1].clone());
-    let store = meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap();
+    let store = meta::Meta::open(meta::Location::Url { url: crate::postgres::url(), volume_id: &cfg.volume_id }, meta::Meta::options()).unwrap();
     let ida = a.lock_session().unwrap();
     let a_synced = random_bytes(4911, 300_000);
     let fa = mkfile(&a, ROOT_INO, "a-synced", &a_synced);
@@ -717,11 +717,11 @@ fn a_stalled_machines_commit_is_fenced_after_its_session_is_cleaned() {
     let late = random_bytes(4914, 400_000);
     let fs = mkfile(&a, ROOT_INO, "stalled", &late);
     {
-        let (a2, b, store) = (a.clone(), b.clone(), meta::Meta::open_pg(crate::postgres::url(), &cfg.volume_id, None, false).unwrap());
+        let (a2, b, store) = (a.clone(), b.clone(), meta::Meta::open(meta::Location::Url { url: crate::postgres::url(), volume_id: &cfg.volume_id }, meta::Meta::options()).unwrap());
         a.hold_next_flush_commit(move || {
             a2.pause_heartbeat(true);
             let t = Instant::now();
-            while !store.store().expired_sessions().unwrap().iter().any(|s| s.id == ida) {
+            while !store.need_shared().unwrap().expired_sessions().unwrap().iter().any(|s| s.id == ida) {
                 assert!(t.elapsed() < Duration::from_secs(20), "A's session never expired");
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -729,7 +729,7 @@ fn a_stalled_machines_commit_is_fenced_after_its_session_is_cleaned() {
             let rep = maintenance::gc(&b, 0.0, &maintenance::NoProgress).unwrap();
             assert!(rep.orphans_deleted > 0, "gc kept the upload of a session it removed: {rep:?}");
             b.prune_trash_older_than(Duration::ZERO);
-            assert!(!store.store().sessions().unwrap().iter().any(|s| s.id == ida), "gc did not remove the expired session");
+            assert!(!store.need_shared().unwrap().sessions().unwrap().iter().any(|s| s.id == ida), "gc did not remove the expired session");
         });
     }
     let e = a.fsync(fs, false).expect_err("a stalled machine's commit went through after its session was cleaned up");
