@@ -14,6 +14,8 @@
 //!   when the catalog is lost.
 //! - [`index`] is what the catalog says: the objects on the tape and the
 //!   metadata a mount reads first, inline.
+//! - [`raw`] copies raw blocks between a tape and a byte stream
+//!   (`cairn tape dd`).
 //! - [`store`] is a tape as the engine's backend: one drive thread, reads
 //!   batched in tape order.
 //!
@@ -43,6 +45,7 @@ mod device;
 mod emu;
 pub mod index;
 pub mod layout;
+pub mod raw;
 #[cfg(target_os = "linux")]
 pub mod st;
 pub mod store;

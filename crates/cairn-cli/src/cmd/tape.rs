@@ -3,8 +3,7 @@
 use anyhow::{bail, Context, Result};
 use cairn_engine::tape::{self, TapeOptions};
 use cairn_tape::store;
-use cairn_tape::{EmuParams, TapeDevice};
-use std::io::{Read, Write};
+use cairn_tape::EmuParams;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -194,50 +193,12 @@ fn dd(to: Option<String>, from: Option<String>, create: Option<Option<PathBuf>>)
         }
         None => tape::open_device(&url, &o, None)?,
     };
-    let bs = dev.block_size();
     let t0 = Instant::now();
-    let mut total = 0u64;
-    if to.is_some() {
-        dev.rewind()?;
-        let mut buf = vec![0u8; bs * 32];
-        let mut stdin = std::io::stdin().lock();
-        loop {
-            let mut n = 0;
-            while n < buf.len() {
-                let k = stdin.read(&mut buf[n..])?;
-                if k == 0 {
-                    break;
-                }
-                n += k;
-            }
-            if n == 0 {
-                break;
-            }
-            let padded = n.div_ceil(bs) * bs;
-            buf[n..padded].fill(0);
-            dev.write_blocks(&buf[..padded])?;
-            total += n as u64;
-            if n < buf.len() {
-                break;
-            }
-        }
-        dev.write_filemarks(1)?;
-        dev.flush()?;
+    let total = if to.is_some() {
+        cairn_tape::raw::write_stream(&mut dev, std::io::stdin().lock()).with_context(|| format!("writing standard input to {url}"))?
     } else {
-        dev.rewind()?;
-        let mut buf = vec![0u8; bs * 32];
-        let mut out = std::io::stdout().lock();
-        loop {
-            match dev.read_blocks(&mut buf)? {
-                cairn_tape::ReadOutcome::Blocks(n) => {
-                    out.write_all(&buf[..n * bs])?;
-                    total += (n * bs) as u64;
-                }
-                _ => break,
-            }
-        }
-        out.flush()?;
-    }
+        cairn_tape::raw::read_stream(&mut dev, std::io::stdout().lock()).with_context(|| format!("reading {url} to standard output"))?
+    };
     let secs = t0.elapsed().as_secs_f64();
     eprintln!("{} bytes in {secs:.2} s: {:.1} MB/s", total, total as f64 / secs / 1e6);
     Ok(0)
