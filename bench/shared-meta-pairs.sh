@@ -6,21 +6,16 @@
 set -euo pipefail
 PAIRS=${PAIRS:-8}; B=$1; A=$2; REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 S=$(mktemp -d /var/tmp/i49m-stat.XXXXXX); chmod 711 "$S"
-PGB=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
-mkdir -p "$S/pg/sock"; chown -R postgres:postgres "$S/pg"
-runuser -u postgres -- "$PGB/initdb" -D "$S/pg/data" -A trust -U postgres -E UTF8 --locale=C --no-sync > /dev/null
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-setpriv --reuid=postgres --regid=postgres --init-groups -- "$PGB/postgres" -D "$S/pg/data" -c listen_addresses=127.0.0.1 -p "$PORT" \
-  -c "unix_socket_directories=$S/pg/sock" -c max_connections=200 > "$S/pg.log" 2>&1 &
-PGPID=$!; MNT=; BIN=
-cleanup() { [[ -n $MNT ]] && mountpoint -q "$MNT" && "$BIN" umount "$MNT" > /dev/null 2>&1; kill -INT $PGPID 2>/dev/null; wait $PGPID 2>/dev/null; rm -rf "$S"; }
+source "$REPO/bench/pg.sh"
+MNT=; BIN=
+cleanup() { [[ -n $MNT ]] && mountpoint -q "$MNT" && "$BIN" umount "$MNT" > /dev/null 2>&1; pg_stop; rm -rf "$S"; }
 trap cleanup EXIT
-for i in $(seq 100); do psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c 'SELECT 1' > /dev/null 2>&1 && break; sleep 0.1; done
+pg_start "$S"; PORT=$PG_PORT
 for run in $(seq "$PAIRS"); do
   order="before after"; ((run % 2 == 0)) && order="after before"
   for build in $order; do
     BIN=$A; [[ $build == before ]] && BIN=$B
-    db=s_$build$run; psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c "CREATE DATABASE $db"
+    db=s_$build$run; pg_psql "CREATE DATABASE $db"
     URL=postgres://postgres@127.0.0.1:$PORT/$db
     "$BIN" init "$S/vol-$db" --meta "$URL" > /dev/null
     MNT=$S/mnt-$db; mkdir -p "$MNT"

@@ -8,27 +8,22 @@
 set -euo pipefail
 N=${N:-200}
 S=$(mktemp -d /var/tmp/i49m-stmts.XXXXXX); chmod 711 "$S"
-PGB=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
-mkdir -p "$S/pg/sock"; chown -R postgres:postgres "$S/pg"
-runuser -u postgres -- "$PGB/initdb" -D "$S/pg/data" -A trust -U postgres -E UTF8 --locale=C --no-sync > /dev/null
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-setpriv --reuid=postgres --regid=postgres --init-groups -- "$PGB/postgres" -D "$S/pg/data" -c listen_addresses=127.0.0.1 -p "$PORT" \
-  -c "unix_socket_directories=$S/pg/sock" -c max_connections=200 -c log_statement=all -c logging_collector=off > "$S/pg.log" 2>&1 &
-PGPID=$!
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pg.sh"
 MNT=
-cleanup() { [[ -n $MNT ]] && mountpoint -q "$MNT" && "$BIN" umount "$MNT" > /dev/null 2>&1; kill -INT $PGPID 2>/dev/null; kill $MOTOPID 2>/dev/null; wait $MOTOPID 2>/dev/null; wait $PGPID 2>/dev/null; rm -rf "$S"; }
+MOTOPID=
+cleanup() { [[ -n $MNT ]] && mountpoint -q "$MNT" && "$BIN" umount "$MNT" > /dev/null 2>&1; pg_stop; [[ -n $MOTOPID ]] && { kill $MOTOPID 2>/dev/null; wait $MOTOPID 2>/dev/null; }; rm -rf "$S"; }
 trap cleanup EXIT
+pg_start "$S" -c log_statement=all -c logging_collector=off; PORT=$PG_PORT
 MPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 moto_server -H 127.0.0.1 -p $MPORT > "$S/moto.log" 2>&1 &
 MOTOPID=$!
 export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1
 EP=http://127.0.0.1:$MPORT
-for i in $(seq 100); do psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c 'SELECT 1' > /dev/null 2>&1 && break; sleep 0.1; done
 count() { grep -cE 'LOG:  (statement|execute)' "$S/pg.log" || true; }
 dd if=/dev/urandom of="$S/rnd" bs=1M count=64 status=none
 for spec in "$@"; do
   name=${spec%%=*} BIN=${spec#*=}
-  psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c "CREATE DATABASE s_$name"
+  pg_psql "CREATE DATABASE s_$name"
   URL=postgres://postgres@127.0.0.1:$PORT/s_$name
   for i in $(seq 100); do curl -sf -X PUT $EP/b-$name -o /dev/null && break; sleep 0.2; done
   VOLU=s3://b-$name/vol
