@@ -275,7 +275,7 @@ impl CairnFs {
     }
 
     /// Answers the Cairn ioctls (`cairn_client::ioctl`).
-    fn cairn_ioctl(&self, _req: &Request, ino: Ino, fh: FileHandle, cmd: u32, in_data: &[u8]) -> Result<Vec<u8>, Errno> {
+    fn cairn_ioctl(&self, _req: &Request, ino: Ino, fh: FileHandle, cmd: u32) -> Result<Vec<u8>, Errno> {
         use cairn::ioctl;
         match cmd {
             ioctl::IOC_PROBE => {
@@ -286,39 +286,52 @@ impl CairnFs {
                 let token = self.source_token(ino, fh)?;
                 Ok(ioctl::Source { token }.bytes().to_vec())
             }
-            ioctl::IOC_RPWRITE => {
-                let mut r = ioctl::Rpwrite::from_bytes(in_data).ok_or(Errno::EINVAL)?;
-                // EISDIR and EROFS say more than EBADF, so they come first.
-                self.vol.check_file_writable(ino).map_err(|e| errno("rpwrite", ino, &e))?;
-                if fh.0 & 1 == 0 {
-                    return Err(Errno::EBADF);
-                }
-                let rep = if r.flags & ioctl::RP_FROM_SOURCE != 0 {
-                    // The same answer for every token that is not a live
-                    // one, so nothing tells which inode numbers exist.
-                    let src = self.sources.get(&r.src).map(|e| e.0).ok_or(Errno::EBADF)?;
-                    self.vol.replace(ino, r.offset, r.mbyte, cairn_engine::NewBytes::Range { ino: src, offset: r.src_offset, len: r.nbyte })
-                } else if r.flags != 0 {
-                    // Version 1 named its source by inode number.
-                    return Err(Errno::EINVAL);
-                } else {
-                    let n = usize::try_from(r.nbyte).ok().filter(|n| *n <= ioctl::INLINE_MAX).ok_or(Errno::EINVAL)?;
-                    self.vol.replace(ino, r.offset, r.mbyte, cairn_engine::NewBytes::Data(&r.data[..n]))
-                }
-                .map_err(|e| errno("rpwrite", ino, &e))?;
-                r.new_size = rep.size;
-                r.rechunked = rep.rechunked_bytes;
-                r.new_bytes = rep.new_chunk_bytes;
-                r.old_chunks = rep.old_chunks_rechunked;
-                // The kernel caches pages and the size of this file; the
-                // ioctl changed both behind its back. The notices go from a
-                // thread of their own (mount.rs, KernelNotifier), which this
-                // handler waits for, boundedly.
-                self.vol.notify_resized(ino, rep.size);
-                Ok(r.header_bytes().to_vec())
-            }
             _ => Err(Errno::ENOTTY),
         }
+    }
+
+    /// Checks an rpwrite ioctl (`IOC_RPWRITE`) where it arrives and returns
+    /// the edit, to run on a worker: the edit itself (the source's journal
+    /// flushed into chunks, the junctions re-chunked, the commit) takes
+    /// tens of milliseconds for megabytes, and on the one thread that reads
+    /// requests it held every other request of the mount that long.
+    fn prepare_rpwrite(&self, ino: Ino, fh: FileHandle, in_data: &[u8]) -> Result<impl FnOnce() -> Result<Vec<u8>, Errno> + Send + 'static, Errno> {
+        use cairn::ioctl;
+        let mut r = ioctl::Rpwrite::from_bytes(in_data).ok_or(Errno::EINVAL)?;
+        // EISDIR and EROFS say more than EBADF, so they come first.
+        self.vol.check_file_writable(ino).map_err(|e| errno("rpwrite", ino, &e))?;
+        if fh.0 & 1 == 0 {
+            return Err(Errno::EBADF);
+        }
+        let src = if r.flags & ioctl::RP_FROM_SOURCE != 0 {
+            // The same answer for every token that is not a live one, so
+            // nothing tells which inode numbers exist.
+            Some(self.sources.get(&r.src).map(|e| e.0).ok_or(Errno::EBADF)?)
+        } else if r.flags != 0 {
+            // Version 1 named its source by inode number.
+            return Err(Errno::EINVAL);
+        } else {
+            usize::try_from(r.nbyte).ok().filter(|n| *n <= ioctl::INLINE_MAX).ok_or(Errno::EINVAL)?;
+            None
+        };
+        let vol = self.vol.clone();
+        Ok(move || {
+            let new = match src {
+                Some(src) => cairn_engine::NewBytes::Range { ino: src, offset: r.src_offset, len: r.nbyte },
+                None => cairn_engine::NewBytes::Data(&r.data[..r.nbyte as usize]),
+            };
+            let rep = vol.replace(ino, r.offset, r.mbyte, new).map_err(|e| errno("rpwrite", ino, &e))?;
+            r.new_size = rep.size;
+            r.rechunked = rep.rechunked_bytes;
+            r.new_bytes = rep.new_chunk_bytes;
+            r.old_chunks = rep.old_chunks_rechunked;
+            // The kernel caches pages and the size of this file; the ioctl
+            // changed both behind its back. The notices go from a thread of
+            // their own (mount.rs, KernelNotifier), which this waits for,
+            // boundedly.
+            vol.notify_resized(ino, rep.size);
+            Ok(r.header_bytes().to_vec())
+        })
     }
 
     /// A directory listing with `.` and `..`, as served to readdir.
@@ -1181,10 +1194,31 @@ impl Filesystem for CairnFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
+        // An rpwrite runs on a worker, when the mount has them; its checks
+        // (and their errors) here.
+        if cmd == cairn::ioctl::IOC_RPWRITE {
+            let edit = match self.prepare_rpwrite(ino.0, fh, in_data) {
+                Ok(edit) => edit,
+                Err(e) => {
+                    let mut t = self.vol.metrics().start(Op::Ioctl);
+                    debug!(cmd, "ioctl refused: {e:?}");
+                    return failed(&mut t, reply).error(e);
+                }
+            };
+            let vol = self.vol.clone();
+            return self.offloaded(move || {
+                let mut t = vol.metrics().start(Op::Ioctl);
+                match edit() {
+                    Ok(out) if out.len() <= out_size as usize => reply.ioctl(0, &out),
+                    Ok(_) => failed(&mut t, reply).error(Errno::EINVAL),
+                    Err(e) => failed(&mut t, reply).error(e),
+                }
+            });
+        }
         let mut t = self.vol.metrics().start(Op::Ioctl);
         // Anything but Cairn's own answers ENOTTY, which is also what
         // isatty(3) expects (stdio and Python ask it of every file they open).
-        match self.cairn_ioctl(req, ino.0, fh, cmd, in_data) {
+        match self.cairn_ioctl(req, ino.0, fh, cmd) {
             Ok(out) if out.len() <= out_size as usize => reply.ioctl(0, &out),
             Ok(_) => failed(&mut t, reply).error(Errno::EINVAL),
             Err(e) => {

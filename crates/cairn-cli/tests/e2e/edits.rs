@@ -360,3 +360,62 @@ fn raw_rpwrite_ioctl_then_append_keeps_every_byte() {
     assert_eq!(fs::read(m.join("f")).unwrap(), b"XYZHEEEEEllo\nmore!");
     m.umount();
 }
+
+/// Issue 52: an rpwrite ioctl runs on a worker, not on the one thread that
+/// reads the mount's requests from the kernel. While a splice whose source
+/// is still in the journal is made (the ioctl flushes 128 MiB into chunks
+/// first, which takes a good part of a second), another process's creates
+/// are answered. Before, the reader thread made the edit itself and every
+/// other request of the mount waited for it (at most the one create already
+/// being served finished inside the ioctl's time).
+#[test]
+fn other_requests_are_answered_while_an_rpwrite_runs() {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    let _serial = serial();
+    let env = Env::new("rpwrite-worker");
+    let m = env.mount();
+    let data = gen(41, 8 << 20);
+    fs::write(m.join("f"), &data).unwrap();
+    fs::create_dir(m.join("c")).unwrap();
+    // Creates in a loop, each answered by the daemon (a new name each time).
+    let stop = Arc::new(AtomicBool::new(false));
+    let done: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let creator = {
+        let (stop, done, dir) = (stop.clone(), done.clone(), m.join("c"));
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                fs::OpenOptions::new().write(true).create_new(true).open(dir.join(format!("n{i}"))).unwrap();
+                done.lock().unwrap().push(Instant::now());
+                i += 1;
+            }
+        })
+    };
+    while done.lock().unwrap().len() < 3 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let big = gen(43, 128 << 20);
+    fs::write(m.join("src"), &big).unwrap();
+    let f = fs::OpenOptions::new().read(true).write(true).open(m.join("f")).unwrap();
+    let src = fs::File::open(m.join("src")).unwrap();
+    let t0 = Instant::now();
+    let out = cairn::rpsplice(f.as_fd(), 4 << 20, 0, src.as_fd(), 0, big.len() as u64).expect("rpsplice");
+    let t1 = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    creator.join().unwrap();
+    let inside = done.lock().unwrap().iter().filter(|t| **t > t0 && **t < t1).count();
+    assert!(inside >= 3, "{inside} creates were answered during the {:?} the rpwrite took: the edit held the mount's requests", t1 - t0);
+    assert_eq!(out.new_size, data.len() as u64 + big.len() as u64);
+    drop((f, src));
+    let mut want = data[..4 << 20].to_vec();
+    want.extend_from_slice(&big);
+    want.extend_from_slice(&data[4 << 20..]);
+    assert!(fs::read(m.join("f")).unwrap() == want, "the file after the splice differs");
+    m.umount();
+    let m = env.mount();
+    assert!(fs::read(m.join("f")).unwrap() == want, "the file after the splice differs after a remount");
+    m.umount();
+}
