@@ -49,8 +49,9 @@ pub(crate) struct ChunkStore {
     /// cleaner inside a mount, which drops the entries of what it moved
     /// (the old packs stay readable meanwhile, docs/frugal.md §5).
     chunk_locs: DashMap<u64, (Arc<str>, BlobEntry)>,
-    /// Chunks a prefetch is fetching: a reader that misses the cache waits
-    /// for one of these instead of fetching and verifying it again.
+    /// Chunks being fetched, by a prefetch or by a reader that missed: a
+    /// reader that misses the cache waits for one of these instead of
+    /// fetching and verifying it again, and a prefetch skips them.
     prefetching: DashMap<u64, Arc<InFlight>>,
     /// Prefetch runs handed to threads and not yet ended: `close` waits
     /// for them, since each holds the volume (and may fill its cache), so
@@ -103,18 +104,40 @@ impl ChunkStore {
             metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(c);
         }
-        // A prefetch is decoding it: wait for that rather than read and
-        // verify it twice. Not on a rayon worker: the prefetch may be queued
-        // behind this very task on the same pool.
-        if rayon::current_thread_index().is_none() {
-            if let Some(f) = self.prefetching.get(&id).map(|e| e.value().clone()) {
-                f.wait();
+        // One fetch per chunk at a time (single flight): a reader that
+        // misses registers its own fetch where prefetches look, so a
+        // prefetch started meanwhile skips the chunk instead of fetching it
+        // a second time; and a reader that finds a fetch under way waits
+        // for it rather than read and verify the chunk twice. Not on a
+        // rayon worker: the fetch may be queued behind this very task on
+        // the same pool, so that reader fetches for itself.
+        let _own_flight = match self.prefetching.entry(id) {
+            dashmap::Entry::Occupied(o) => {
+                let f = o.get().clone();
+                drop(o);
+                if rayon::current_thread_index().is_none() {
+                    f.wait();
+                    if let Some(c) = self.cache.get(id) {
+                        metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+                        return Ok(c);
+                    }
+                }
+                // The other fetch failed (its reader reports it) or is
+                // stuck: fetch for ourselves, unregistered.
+                None
+            }
+            dashmap::Entry::Vacant(v) => {
+                let flight = v.insert(Arc::new(InFlight::default())).value().clone();
+                let own = OwnFlight { store: self, id, flight };
+                // A fetch that ended between the miss above and the entry
+                // put the chunk in the cache: no need for another.
                 if let Some(c) = self.cache.get(id) {
                     metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(c);
                 }
+                Some(own)
             }
-        }
+        };
         metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
         // The bill: a read miss, unless gc or prefetch asked.
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
@@ -325,6 +348,20 @@ impl ChunkStore {
     }
 }
 
+/// A reader's own fetch of a chunk, registered among the fetches under
+/// way; when it ends (the chunk cached, or an error), its waiters go.
+struct OwnFlight<'a> {
+    store: &'a ChunkStore,
+    id: u64,
+    flight: Arc<InFlight>,
+}
+
+impl Drop for OwnFlight<'_> {
+    fn drop(&mut self) {
+        self.store.finish_prefetch(self.id, &self.flight);
+    }
+}
+
 /// A prefetch run handed to a thread. When it goes (run or dropped unrun),
 /// every chunk it did not deliver (a failed read or decode) is released
 /// to its readers, who fetch it and report the error.
@@ -396,7 +433,8 @@ impl RunsInFlight {
     }
 }
 
-/// A chunk being prefetched: done once it is in the cache or has failed.
+/// A chunk being fetched (by a prefetch or a reader): done once it is in
+/// the cache or has failed.
 #[derive(Default)]
 struct InFlight {
     done: Mutex<bool>,
