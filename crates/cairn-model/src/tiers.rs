@@ -281,13 +281,16 @@ pub struct Rule {
     /// No class that needs a restore for data accessed this recently
     /// (`--cold-after`).
     pub cold_after_days: f64,
+    /// No move to a colder class for data accessed (read or written) this
+    /// recently: fresh data has no read history to judge by.
+    pub settle_days: f64,
     /// The classes the volume may use.
     pub candidates: Vec<Class>,
 }
 
 impl Default for Rule {
     fn default() -> Self {
-        Rule { horizon_days: 90.0, cold_after_days: 30.0, candidates: vec![Class::Standard, Class::StandardIa, Class::Glacier, Class::DeepArchive] }
+        Rule { horizon_days: 90.0, cold_after_days: 30.0, settle_days: 30.0, candidates: vec![Class::Standard, Class::StandardIa, Class::Glacier, Class::DeepArchive] }
     }
 }
 
@@ -314,14 +317,27 @@ pub fn read_cost(sheet: &TierSheet, it: &Item, c: Class) -> f64 {
     }
 }
 
-/// C(c): the expected cost of keeping `it` in `c` over the rule's
-/// horizon (storage for at least the class's minimum duration when `c` is
-/// a destination, and the reads at the item's rate).
-pub fn keep_cost(sheet: &TierSheet, rule: &Rule, it: &Item, c: Class) -> f64 {
+/// C(c) over `days`: the expected cost of keeping `it` in `c` (storage
+/// of its billable bytes, and the reads at the item's rate). A class's
+/// minimum object size applies to whole objects (`request_share` 1), not
+/// to a chunk that will share a pack.
+pub fn keep_cost_over(sheet: &TierSheet, it: &Item, c: Class, days: f64) -> f64 {
     let p = sheet.of(c);
-    let days = if c == it.class { rule.horizon_days } else { rule.horizon_days.max(p.min_days) };
-    let billed = (it.bytes.max(p.min_object_bytes) as f64) + p.object_overhead_bytes as f64 * it.request_share;
-    p.per_day(billed) * days + it.reads_per_month * rule.horizon_days / DAYS_PER_MONTH * read_cost(sheet, it, c)
+    let bytes = if it.request_share >= 1.0 { it.bytes.max(p.min_object_bytes) } else { it.bytes };
+    let billed = bytes as f64 + p.object_overhead_bytes as f64 * it.request_share.min(1.0);
+    p.per_day(billed) * days + it.reads_per_month * days / DAYS_PER_MONTH * read_cost(sheet, it, c)
+}
+
+/// The window a move to `c` is judged over: the horizon, or longer when
+/// the destination's minimum duration (or the source's, for a move up) is
+/// longer, so that a class is never judged on less time than it bills.
+pub fn window(sheet: &TierSheet, rule: &Rule, it: &Item, c: Class) -> f64 {
+    rule.horizon_days.max(sheet.of(c).min_days).max(sheet.of(it.class).min_days)
+}
+
+/// C(c) over the window of a move to `c` ([`window`]).
+pub fn keep_cost(sheet: &TierSheet, rule: &Rule, it: &Item, c: Class, to: Class) -> f64 {
+    keep_cost_over(sheet, it, c, window(sheet, rule, it, to))
 }
 
 /// The cost of moving `it` to `c`: reading it at the source (a GET, its
@@ -333,25 +349,28 @@ pub fn move_cost(sheet: &TierSheet, it: &Item, c: Class) -> f64 {
     (s.get_per_1000 + s.restore_per_1000 + d.put_per_1000) / 1000.0 * it.request_share + s.retrieval_per_gb * b / GB + s.early_deletion(b, it.age_days)
 }
 
-/// Whether `c` may hold `it` under the latency guard.
+/// Whether `it` may move to `c` under the latency guard (no class that
+/// restores for data accessed within `cold_after_days`) and the settling
+/// time (nothing colder for data accessed within `settle_days`).
 pub fn allowed(sheet: &TierSheet, rule: &Rule, it: &Item, c: Class) -> bool {
-    !(sheet.of(c).needs_restore() && it.days_since_access.is_some_and(|d| d < rule.cold_after_days))
+    let recent = |days: f64| it.days_since_access.is_some_and(|d| d < days);
+    !(sheet.of(c).needs_restore() && recent(rule.cold_after_days)) && !(c > it.class && recent(rule.settle_days))
 }
 
 /// Where `it` should go, or None to stay (docs/tiers.md §4): a pin wins;
 /// otherwise the allowed candidate with the largest net saving
-/// C(src) - C(t) - C_move(t), if that is positive (ties: the warmer).
+/// C(src) - C(t) - C_move(t) over the move's [`window`], if that is
+/// positive (ties: the warmer).
 pub fn decide(sheet: &TierSheet, rule: &Rule, it: &Item) -> Option<Decision> {
     if let Pin::To(c) = it.pin {
-        return (c != it.class).then(|| Decision { to: c, saving: keep_cost(sheet, rule, it, it.class) - keep_cost(sheet, rule, it, c), move_cost: move_cost(sheet, it, c), pinned: true });
+        return (c != it.class).then(|| Decision { to: c, saving: keep_cost(sheet, rule, it, it.class, c) - keep_cost(sheet, rule, it, c, c), move_cost: move_cost(sheet, it, c), pinned: true });
     }
-    let here = keep_cost(sheet, rule, it, it.class);
     let mut best: Option<(f64, Decision)> = None;
     for &c in &rule.candidates {
         if c == it.class || !allowed(sheet, rule, it, c) {
             continue;
         }
-        let saving = here - keep_cost(sheet, rule, it, c);
+        let saving = keep_cost(sheet, rule, it, it.class, c) - keep_cost(sheet, rule, it, c, c);
         let cost = move_cost(sheet, it, c);
         let net = saving - cost;
         if net > 0.0 && saving > cost && best.as_ref().is_none_or(|(n, d)| net > *n || (net == *n && c < d.to)) {
@@ -393,8 +412,11 @@ mod tests {
         let (s, r) = (TierSheet::aws(), Rule::default());
         assert_eq!(decide(&s, &r, &item(Class::Standard, 0.0, Some(200.0))).map(|d| d.to), Some(Class::DeepArchive));
         assert_eq!(decide(&s, &r, &item(Class::Standard, 30.0, Some(0.5))), None);
-        // Read last week: no class that restores, whatever the rate.
-        assert_eq!(decide(&s, &r, &item(Class::Standard, 0.0, Some(7.0))).map(|d| d.to), Some(Class::StandardIa));
+        // Read last week: nothing colder, whatever the rate; read 40 days
+        // ago with a --cold-after of 60: no class that restores.
+        assert_eq!(decide(&s, &r, &item(Class::Standard, 0.0, Some(7.0))), None);
+        let r60 = Rule { cold_after_days: 60.0, ..Rule::default() };
+        assert_eq!(decide(&s, &r60, &item(Class::Standard, 0.0, Some(40.0))).map(|d| d.to), Some(Class::StandardIa));
         // Read often from Deep Archive: up again.
         let d = decide(&s, &r, &item(Class::DeepArchive, 60.0, Some(1.0))).unwrap();
         assert_eq!(d.to, Class::Standard);
@@ -462,7 +484,7 @@ mod tests {
                 prop_assert!(!d.pinned);
                 prop_assert!(d.saving > d.move_cost, "{d:?}");
                 prop_assert!(allowed(&s, &r, &it, d.to));
-                prop_assert!((d.saving - (keep_cost(&s, &r, &it, it.class) - keep_cost(&s, &r, &it, d.to))).abs() < 1e-12);
+                prop_assert!((d.saving - (keep_cost(&s, &r, &it, it.class, d.to) - keep_cost(&s, &r, &it, d.to, d.to))).abs() < 1e-12);
             }
         }
 
