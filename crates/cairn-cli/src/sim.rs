@@ -3,8 +3,108 @@
 
 use crate::size::human;
 use anyhow::{bail, Result};
+use cairn_sim::tiering::{format_pins, parse_pins, TierOptions, TierPolicy, TierReport};
 use cairn_sim::{LayoutKind, LiveReport, Options, PackOrder, PercentOf, Repacking, Report};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// `cairn sim --generate`: writes a synthetic trace and its pins.
+pub fn generate(trace: &Path, workload: &str, seed: u64, days: u64) -> Result<i32> {
+    if days == 0 {
+        bail!("--days must be at least 1");
+    }
+    let g = cairn_sim::workloads::generate(workload, seed, days).map_err(anyhow::Error::msg)?;
+    cairn_engine::trace::write_trace(trace, 0, &g.records).map_err(|e| anyhow::anyhow!("writing {}: {e}", trace.display()))?;
+    let pins = pins_path(trace);
+    std::fs::write(&pins, format_pins(&g.pins)).map_err(|e| anyhow::anyhow!("writing {}: {e}", pins.display()))?;
+    println!("{}: {} records over {days} days ({workload}, seed {seed}); pins in {}", trace.display(), g.records.len(), pins.display());
+    Ok(0)
+}
+
+fn pins_path(trace: &Path) -> PathBuf {
+    let mut p = trace.as_os_str().to_owned();
+    p.push(".pins");
+    PathBuf::from(p)
+}
+
+/// What `cairn sim --tier-policies` was asked.
+pub struct TierArgs<'a> {
+    pub trace: &'a Path,
+    pub policies: Vec<String>,
+    pub pins: Option<PathBuf>,
+    pub horizon: f64,
+    pub cold_after: f64,
+    pub cairn_pins: bool,
+    pub prices: &'a str,
+    pub json: bool,
+}
+
+/// `cairn sim --tier-policies`: bills each storage-class policy.
+pub fn tiers(a: TierArgs) -> Result<i32> {
+    let mut policies = Vec::new();
+    for p in &a.policies {
+        match TierPolicy::parse(p) {
+            Some(p) => policies.push(p),
+            None => bail!("unknown tier policy {p:?} (known: {})", TierPolicy::ALL.map(TierPolicy::name).join(", ")),
+        }
+    }
+    let pins_file = match a.pins {
+        Some(p) => Some(p),
+        None => Some(pins_path(a.trace)).filter(|p| p.exists()),
+    };
+    let pins = match &pins_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("reading pins {}: {e}", p.display()))?;
+            parse_pins(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+        }
+        None => Vec::new(),
+    };
+    if !(a.horizon.is_finite() && a.horizon > 0.0) {
+        bail!("--tier-horizon must be a positive number of days, not {}", a.horizon);
+    }
+    if !(a.cold_after.is_finite() && a.cold_after >= 0.0) {
+        bail!("--cold-after must be a number of days, not {}", a.cold_after);
+    }
+    let prices = cairn_engine::cost::Prices::load(a.prices)?;
+    let mut o = TierOptions { policies, sheet: prices.tier_sheet(), pins, cairn_pins: a.cairn_pins, ..TierOptions::default() };
+    o.rule.horizon_days = a.horizon;
+    o.rule.cold_after_days = a.cold_after;
+    let r = cairn_sim::simulate_tiers(a.trace, &o)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print_tiers(&r, pins_file.as_deref());
+    }
+    Ok(0)
+}
+
+fn print_tiers(r: &TierReport, pins: Option<&Path>) {
+    println!("trace: {} records over {:.1} days: {} reads, {} written{}", r.records, r.days, r.reads, human(r.bytes_written), if r.unlocated > 0 { format!("; {} chunk reads unlocated (left out)", r.unlocated) } else { String::new() });
+    println!("prices: AWS us-east-1 list prices per class unless the price file has [tiers]; pins: {}", pins.map_or("none".to_string(), |p| p.display().to_string()));
+    println!();
+    println!("{:<13} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9} {:>8} {:>10}", "policy", "storage", "requests", "retrieval", "early del.", "monitoring", "total", "restores", "waits", "wait h", "moved");
+    for row in &r.rows {
+        let b = &row.bill;
+        println!(
+            "{:<13} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9} {:>8.1} {:>10}",
+            row.policy.name(),
+            format!("${:.4}", b.storage),
+            format!("${:.4}", b.requests),
+            format!("${:.4}", b.retrieval),
+            format!("${:.4}", b.early_deletion),
+            format!("${:.4}", b.monitoring),
+            format!("${:.4}", b.total),
+            row.restores,
+            row.restore_waits,
+            row.wait_hours,
+            human(row.moved_bytes)
+        );
+    }
+    println!();
+    for row in &r.rows {
+        let g: Vec<String> = row.gb_months.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+        println!("{:<13} GB-months: {}", row.policy.name(), g.join(", "));
+    }
+}
 
 /// What `cairn sim` was asked.
 pub struct Args<'a> {

@@ -10,4 +10,5 @@
 
 pub mod cache;
 pub mod prices;
+pub mod tiers;
 pub mod trace;

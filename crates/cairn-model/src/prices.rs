@@ -144,6 +144,10 @@ pub struct Prices {
     pub transfer_up_per_gb: f64,
     pub transfer_down_per_gb: f64,
     pub per_1000_requests: RequestPrices,
+    /// Storage classes (docs/tiers.md §1): `[tiers.STANDARD_IA]` and so
+    /// on; none in the file: the AWS sheet ([`Prices::tier_sheet`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiers: Option<crate::tiers::TierSheet>,
 }
 
 impl Prices {
@@ -158,6 +162,7 @@ impl Prices {
             transfer_up_per_gb: 0.0,
             transfer_down_per_gb: 0.09,
             per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0 },
+            tiers: None,
         }
     }
 
@@ -173,6 +178,7 @@ impl Prices {
             transfer_down_per_gb: 0.12,
             // $4e-7 and $5e-6 a request.
             per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0 },
+            tiers: None,
         }
     }
 
@@ -196,6 +202,7 @@ impl Prices {
             transfer_up_per_gb: 0.0001,
             transfer_down_per_gb: 0.0001,
             per_1000_requests: RequestPrices { get: 0.000001, head: 0.000001, put: 0.000001, post: 0.000001, list: 0.000001, delete: 0.0 },
+            tiers: None,
         }
     }
 
@@ -207,7 +214,16 @@ impl Prices {
         if all.iter().any(|x| !x.is_finite() || *x < 0.0) {
             return Err(PriceError::Invalid("price table: prices must be finite and not negative".into()));
         }
+        if let Some(t) = &p.tiers {
+            t.check().map_err(|e| PriceError::Invalid(format!("price table: {e}")))?;
+        }
         Ok(p)
+    }
+
+    /// The price sheet per storage class: the file's `[tiers]`, else AWS
+    /// us-east-1's list prices.
+    pub fn tier_sheet(&self) -> crate::tiers::TierSheet {
+        self.tiers.clone().unwrap_or_default()
     }
 
     /// `aws`, `coral`, `local`, or a TOML file.

@@ -18,12 +18,15 @@ mod live;
 mod model;
 mod repack;
 mod survey;
+pub mod tiering;
+pub mod workloads;
 
 pub use cache::{Counts, POLICIES};
 pub use layout::{LayoutKind, Uploads, LOG_BLOCK, PACK_BLOCK};
 pub use live::{replay_live, LiveReport};
 pub use repack::{PackOrder, Repacking};
 pub use survey::Summary;
+pub use tiering::{simulate_tiers, TierOptions, TierPolicy, TierReport};
 
 use cache::{Batch, Op, Policy, SimCache};
 use cairn_model::prices::{Prices, GB, MONTH_SECS};

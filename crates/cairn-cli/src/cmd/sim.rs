@@ -22,6 +22,15 @@ use std::path::PathBuf;
 /// every layout (the same cache in bytes). With --live, the live cache's own
 /// records are replayed instead: the hit ratio the mount had, or would
 /// have had with another policy or --capacity.
+///
+/// With --tier-policies, the trace is replayed over its time against
+/// storage-class policies instead (docs/tiers.md §8): all-standard,
+/// intelligent (S3 Intelligent-Tiering's rules), pins (JuiceFS-style, from
+/// --tier-pins) and cairn (the planner of docs/tiers.md §4, once a
+/// simulated day), each billed: storage per class, requests, retrieval,
+/// early deletion, monitoring, and the reads that waited for a restore.
+/// With --generate WORKLOAD, TRACE is written instead: a year (--days) of
+/// a synthetic workload, and its pins beside it (TRACE.pins).
 #[derive(clap::Args)]
 pub struct SimArgs {
     /// The trace file.
@@ -84,13 +93,47 @@ pub struct SimArgs {
     /// version may not name a pack the bucket does not hold).
     #[arg(long, default_value = "5", value_name = "SECS")]
     pub open_pack_age: f64,
+    /// Storage-class policies to compare: all-standard, intelligent,
+    /// pins, cairn (e.g. all four, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub tier_policies: Vec<String>,
+    /// The pins policy's pins: a file of `FROM TO CLASS` lines (inode
+    /// numbers; CLASS e.g. GLACIER). Default: TRACE.pins if it exists.
+    #[arg(long, value_name = "FILE")]
+    pub tier_pins: Option<PathBuf>,
+    /// Days over which a move must pay for itself.
+    #[arg(long, default_value = "90", value_name = "DAYS")]
+    pub tier_horizon: f64,
+    /// No class that needs a restore for data read or written this many
+    /// days ago or less.
+    #[arg(long, default_value = "30", value_name = "DAYS")]
+    pub cold_after: f64,
+    /// Cairn's planner honours the pins too (as `cairn tier set` would).
+    #[arg(long)]
+    pub cairn_pins: bool,
+    /// Write TRACE: a synthetic workload (fileserver, webserver, varmail,
+    /// kernel, backup, media) over --days simulated days.
+    #[arg(long, value_name = "WORKLOAD")]
+    pub generate: Option<String>,
+    /// With --generate: the random seed.
+    #[arg(long, default_value = "1")]
+    pub seed: u64,
+    /// With --generate: simulated days.
+    #[arg(long, default_value = "365")]
+    pub days: u64,
     /// Print as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: SimArgs, verbose: u8) -> Result<i32> {
-    let SimArgs { trace, cache_sizes, cache_of, policies, layouts, prices, live, capacity, pack_block, pack_ahead, pack_order, open_packs, open_pack_age, json } = a;
+    let SimArgs { trace, cache_sizes, cache_of, policies, layouts, prices, live, capacity, pack_block, pack_ahead, pack_order, open_packs, open_pack_age, tier_policies, tier_pins, tier_horizon, cold_after, cairn_pins, generate, seed, days, json } = a;
     logging::init(verbose, None)?;
+    if let Some(w) = generate {
+        return crate::sim::generate(&trace, &w, seed, days);
+    }
+    if !tier_policies.is_empty() {
+        return crate::sim::tiers(crate::sim::TierArgs { trace: &trace, policies: tier_policies, pins: tier_pins, horizon: tier_horizon, cold_after, cairn_pins, prices: &prices, json });
+    }
     crate::sim::run(crate::sim::Args { trace: &trace, cache_sizes, cache_of, policies, layouts, prices: &prices, live, capacity, pack_block, pack_ahead, pack_order: &pack_order, open_packs, open_pack_age, json })
 }
