@@ -12,7 +12,11 @@
 //! cost guide" (March 2026), usage.ai's "Glacier and Deep Archive pricing"
 //! (May 2026) and AWS re:Post "s3-manage-data-retrieval" (restore request
 //! fees); the API documentation of PutBucketIntelligentTieringConfiguration
-//! for the 128 KB monitoring threshold. The tape sheet is an estimate, not
+//! for the 128 KB monitoring threshold. Glacier Instant Retrieval's row
+//! (storage $0.004, 90 days, 128 KB minimum: cloudcostkit.com's "S3
+//! Glacier pricing" guide, updated 2026-06-18 against the AWS page; PUT
+//! $0.02 and GET $0.01 per 1,000, retrieval $0.03/GB: the AWS page's
+//! Instant Retrieval rows). The tape sheet is an estimate, not
 //! a list price (docs/tiers.md §1).
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +33,10 @@ pub enum Class {
     Standard,
     #[serde(rename = "STANDARD_IA")]
     StandardIa,
+    /// Glacier Instant Retrieval: archive storage read at once, billed
+    /// per GB read.
+    #[serde(rename = "GLACIER_IR")]
+    GlacierIr,
     #[serde(rename = "GLACIER")]
     Glacier,
     #[serde(rename = "DEEP_ARCHIVE")]
@@ -39,14 +47,16 @@ pub enum Class {
 
 impl Class {
     /// Every class, warmest first.
-    pub const ALL: [Class; 5] = [Class::Standard, Class::StandardIa, Class::Glacier, Class::DeepArchive, Class::Tape];
+    pub const ALL: [Class; 6] = [Class::Standard, Class::StandardIa, Class::GlacierIr, Class::Glacier, Class::DeepArchive, Class::Tape];
 
-    /// The S3 name (`STANDARD`, `STANDARD_IA`, `GLACIER`, `DEEP_ARCHIVE`),
+    /// The S3 name (`STANDARD`, `STANDARD_IA`, `GLACIER_IR`, `GLACIER`,
+    /// `DEEP_ARCHIVE`),
     /// or `TAPE`.
     pub fn name(self) -> &'static str {
         match self {
             Class::Standard => "STANDARD",
             Class::StandardIa => "STANDARD_IA",
+            Class::GlacierIr => "GLACIER_IR",
             Class::Glacier => "GLACIER",
             Class::DeepArchive => "DEEP_ARCHIVE",
             Class::Tape => "TAPE",
@@ -60,6 +70,7 @@ impl Class {
         Self::ALL.into_iter().find(|c| c.name() == u).or(match u.as_str() {
             "WARM" | "HOT" => Some(Class::Standard),
             "COOL" | "IA" => Some(Class::StandardIa),
+            "ARCHIVE" | "IR" => Some(Class::GlacierIr),
             "COLD" => Some(Class::Glacier),
             "FROZEN" | "DEEP" => Some(Class::DeepArchive),
             _ => None,
@@ -156,6 +167,12 @@ fn aws_standard() -> TierPrices {
 fn aws_standard_ia() -> TierPrices {
     TierPrices { storage_per_gb_month: 0.0125, min_days: 30.0, min_object_bytes: 128 << 10, object_overhead_bytes: 0, put_per_1000: 0.01, get_per_1000: 0.001, retrieval_per_gb: 0.01, restore_per_1000: 0.0, restore_hours: 0.0 }
 }
+fn aws_glacier_ir() -> TierPrices {
+    // Read at once, like IA, at a quarter of its storage price: the class
+    // for data read a few times a year (Intelligent-Tiering's archive
+    // instant access tier bills the same $0.004).
+    TierPrices { storage_per_gb_month: 0.004, min_days: 90.0, min_object_bytes: 128 << 10, object_overhead_bytes: 0, put_per_1000: 0.02, get_per_1000: 0.01, retrieval_per_gb: 0.03, restore_per_1000: 0.0, restore_hours: 0.0 }
+}
 fn aws_glacier() -> TierPrices {
     // Standard retrieval (3-5 hours: 4 h taken).
     TierPrices { storage_per_gb_month: 0.0036, min_days: 90.0, min_object_bytes: 0, object_overhead_bytes: 40 << 10, put_per_1000: 0.03, get_per_1000: 0.0004, retrieval_per_gb: 0.01, restore_per_1000: 0.05, restore_hours: 4.0 }
@@ -194,6 +211,8 @@ pub struct TierSheet {
     pub standard: TierPrices,
     #[serde(rename = "STANDARD_IA", default = "aws_standard_ia")]
     pub standard_ia: TierPrices,
+    #[serde(rename = "GLACIER_IR", default = "aws_glacier_ir")]
+    pub glacier_ir: TierPrices,
     #[serde(rename = "GLACIER", default = "aws_glacier")]
     pub glacier: TierPrices,
     #[serde(rename = "DEEP_ARCHIVE", default = "aws_deep_archive")]
@@ -214,7 +233,7 @@ impl TierSheet {
     /// AWS S3 us-east-1 list prices (see the module docs), and the tape
     /// estimate.
     pub fn aws() -> TierSheet {
-        TierSheet { standard: aws_standard(), standard_ia: aws_standard_ia(), glacier: aws_glacier(), deep_archive: aws_deep_archive(), tape: tape_estimate(), intelligent: aws_intelligent() }
+        TierSheet { standard: aws_standard(), standard_ia: aws_standard_ia(), glacier_ir: aws_glacier_ir(), glacier: aws_glacier(), deep_archive: aws_deep_archive(), tape: tape_estimate(), intelligent: aws_intelligent() }
     }
 
     /// The sheet of one class.
@@ -222,6 +241,7 @@ impl TierSheet {
         match c {
             Class::Standard => &self.standard,
             Class::StandardIa => &self.standard_ia,
+            Class::GlacierIr => &self.glacier_ir,
             Class::Glacier => &self.glacier,
             Class::DeepArchive => &self.deep_archive,
             Class::Tape => &self.tape,
@@ -290,7 +310,7 @@ pub struct Rule {
 
 impl Default for Rule {
     fn default() -> Self {
-        Rule { horizon_days: 90.0, cold_after_days: 30.0, settle_days: 30.0, candidates: vec![Class::Standard, Class::StandardIa, Class::Glacier, Class::DeepArchive] }
+        Rule { horizon_days: 90.0, cold_after_days: 30.0, settle_days: 30.0, candidates: vec![Class::Standard, Class::StandardIa, Class::GlacierIr, Class::Glacier, Class::DeepArchive] }
     }
 }
 
@@ -396,7 +416,7 @@ mod tests {
         let s = TierSheet::aws();
         s.check().unwrap();
         let it = item(Class::Standard, 0.0, None);
-        let classes = [Class::Standard, Class::StandardIa, Class::Glacier, Class::DeepArchive];
+        let classes = [Class::Standard, Class::StandardIa, Class::GlacierIr, Class::Glacier, Class::DeepArchive];
         for w in classes.windows(2) {
             assert!(s.of(w[0]).storage_per_gb_month > s.of(w[1]).storage_per_gb_month, "{w:?}");
             assert!(read_cost(&s, &it, w[0]) <= read_cost(&s, &it, w[1]), "{w:?}");
@@ -413,10 +433,14 @@ mod tests {
         assert_eq!(decide(&s, &r, &item(Class::Standard, 0.0, Some(200.0))).map(|d| d.to), Some(Class::DeepArchive));
         assert_eq!(decide(&s, &r, &item(Class::Standard, 30.0, Some(0.5))), None);
         // Read last week: nothing colder, whatever the rate; read 40 days
-        // ago with a --cold-after of 60: no class that restores.
+        // ago with a --cold-after of 60: no class that restores, so the
+        // coldest instant one (Glacier Instant Retrieval), or IA when the
+        // volume may not use it.
         assert_eq!(decide(&s, &r, &item(Class::Standard, 0.0, Some(7.0))), None);
         let r60 = Rule { cold_after_days: 60.0, ..Rule::default() };
-        assert_eq!(decide(&s, &r60, &item(Class::Standard, 0.0, Some(40.0))).map(|d| d.to), Some(Class::StandardIa));
+        assert_eq!(decide(&s, &r60, &item(Class::Standard, 0.0, Some(40.0))).map(|d| d.to), Some(Class::GlacierIr));
+        let no_ir = Rule { candidates: vec![Class::Standard, Class::StandardIa, Class::Glacier, Class::DeepArchive], ..r60 };
+        assert_eq!(decide(&s, &no_ir, &item(Class::Standard, 0.0, Some(40.0))).map(|d| d.to), Some(Class::StandardIa));
         // Read often from Deep Archive: up again.
         let d = decide(&s, &r, &item(Class::DeepArchive, 60.0, Some(1.0))).unwrap();
         assert_eq!(d.to, Class::Standard);
@@ -455,7 +479,7 @@ mod tests {
     }
 
     fn any_class() -> impl Strategy<Value = Class> {
-        prop::sample::select(vec![Class::Standard, Class::StandardIa, Class::Glacier, Class::DeepArchive])
+        prop::sample::select(vec![Class::Standard, Class::StandardIa, Class::GlacierIr, Class::Glacier, Class::DeepArchive])
     }
 
     fn any_item() -> impl Strategy<Value = Item> {

@@ -91,7 +91,7 @@ pub fn parse_pins(text: &str) -> Result<Vec<PinRange>, String> {
         if to < from {
             return Err(bad("TO is below FROM"));
         }
-        let class = Class::parse(class).ok_or_else(|| bad("unknown class (STANDARD, STANDARD_IA, GLACIER, DEEP_ARCHIVE, TAPE)"))?;
+        let class = Class::parse(class).ok_or_else(|| bad("unknown class (STANDARD, STANDARD_IA, GLACIER_IR, GLACIER, DEEP_ARCHIVE, TAPE)"))?;
         out.push(PinRange { from, to, class });
     }
     Ok(out)
