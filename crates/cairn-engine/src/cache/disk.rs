@@ -30,9 +30,9 @@
 //!   cause one GET. Sizes come from the outbox, memory, or one `size` per
 //!   object.
 //! - Clean bytes stay within `capacity` minus the dirty bytes; victims come
-//!   from the [`CachePolicy`] and are never outbox objects. A read tells
-//!   the policy which file it is for when its thread says so
-//!   ([`super::policy::reading_for`]).
+//!   from the [`CachePolicy`] and are never outbox objects. A read made
+//!   for a file ([`CachedBackend::get_range_for`], the volume's chunk
+//!   reads) tells the policy which one ([`CachePolicy::grouped`]).
 //! - `delete` of a pack waits for its upload in progress, drops it from the
 //!   outbox and the cache, then deletes it on the remote. `list` is the
 //!   remote's listing plus the outbox.
@@ -542,9 +542,9 @@ impl Inner {
     }
 
     /// Records a pack read, with the file it was for.
-    fn trace_read(&self, event: CacheEvent, name: &str, size: u64, off: u64, len: u64) {
+    fn trace_read(&self, event: CacheEvent, name: &str, size: u64, off: u64, len: u64, group: Option<u64>) {
         if let Some(t) = self.trace.get() {
-            t.cache_read(event, pack_id(name), size, off, len, super::policy::current_group().unwrap_or(0));
+            t.cache_read(event, pack_id(name), size, off, len, group.unwrap_or(0));
         }
     }
 
@@ -669,7 +669,8 @@ impl Inner {
 
     // ---- reads ----
 
-    fn read_pack(&self, name: &str, off: u64, len: u64) -> Result<Vec<u8>> {
+    /// `[off, off + len)` of pack `name`, read for file `group` if given.
+    fn read_pack(&self, name: &str, off: u64, len: u64, group: Option<u64>) -> Result<Vec<u8>> {
         let rules = self.opts.rules();
         // Pieces of the request collected so far, by offset in the object
         // (they may overlap), and the object version they belong to.
@@ -701,7 +702,7 @@ impl Inner {
                     pieces.clear();
                     version = cur;
                 }
-                match self.plan(&mut st, name, off, end, size, rules, &pieces, &mut touch) {
+                match self.plan(&mut st, name, off, end, size, rules, &pieces, &mut touch, group) {
                     Some(p) => p,
                     None => {
                         // Another thread is fetching (or deleting) what we
@@ -723,7 +724,7 @@ impl Inner {
                 Plan::Done => {
                     let c = if missed { &self.n.misses } else { &self.n.hits };
                     c.fetch_add(1, Ordering::Relaxed);
-                    self.trace_read(if missed { CacheEvent::Miss } else { CacheEvent::Hit }, name, size, off, len);
+                    self.trace_read(if missed { CacheEvent::Miss } else { CacheEvent::Hit }, name, size, off, len, group);
                     return Ok(assemble(&pieces, off, end));
                 }
                 Plan::Whole { path, key } => match read_at(&path, off, len, size) {
@@ -735,7 +736,7 @@ impl Inner {
                             None => CacheEvent::Outbox,
                             Some(_) => CacheEvent::Hit,
                         };
-                        self.trace_read(event, name, size, off, len);
+                        self.trace_read(event, name, size, off, len, group);
                         return Ok(data);
                     }
                     Err(e) => {
@@ -776,7 +777,7 @@ impl Inner {
                     }
                     if !gets.is_empty() {
                         missed = true;
-                        self.fetch(name, &gets, off, end, &mut pieces)?;
+                        self.fetch(name, &gets, off, end, &mut pieces, group)?;
                     }
                 }
             }
@@ -790,12 +791,12 @@ impl Inner {
     /// `size` bytes), beyond the `pieces` already collected: the extents to
     /// read, and the gaps to fetch, which it claims; None: wait for the
     /// others. A cached entry it will read counts as accessed; those due a
-    /// touch of their mtime are added to `touch` as (slot, bytes).
+    /// touch of their mtime are added to `touch` as (slot, bytes). The
+    /// policy learns that the entries read are read for file `group`.
     #[allow(clippy::too_many_arguments)]
-    fn plan(&self, st: &mut State, name: &str, off: u64, end: u64, size: u64, rules: FetchRules, pieces: &BTreeMap<u64, Vec<u8>>, touch: &mut Vec<(u64, u64)>) -> Option<Plan> {
+    fn plan(&self, st: &mut State, name: &str, off: u64, end: u64, size: u64, rules: FetchRules, pieces: &BTreeMap<u64, Vec<u8>>, touch: &mut Vec<(u64, u64)>, group: Option<u64>) -> Option<Plan> {
         let State { objects, entries, policy, .. } = st;
         let o = objects.get_mut(name).expect("the caller found it");
-        let group = super::policy::current_group();
         let mut hit = |key: u64, slot: u64| {
             policy.accessed(key);
             if let Some(g) = group {
@@ -847,8 +848,9 @@ impl Inner {
     }
 
     /// Sends the GETs, keeps the request's pieces of what they bring,
-    /// caches each claimed extent, and releases the claims.
-    fn fetch(&self, name: &str, gets: &[extent::Get], off: u64, end: u64, pieces: &mut BTreeMap<u64, Vec<u8>>) -> Result<()> {
+    /// caches each claimed extent (admitted for file `group`), and
+    /// releases the claims.
+    fn fetch(&self, name: &str, gets: &[extent::Get], off: u64, end: u64, pieces: &mut BTreeMap<u64, Vec<u8>>, group: Option<u64>) -> Result<()> {
         let mut written = Vec::new();
         let mut result = Ok(());
         for g in gets {
@@ -879,7 +881,6 @@ impl Inner {
                 }
             }
         }
-        let group = super::policy::current_group();
         let mut st = self.lock();
         let now = Instant::now();
         for (s, bytes) in written {
@@ -1610,6 +1611,26 @@ impl CachedBackend {
     }
 }
 
+impl CachedBackend {
+    /// [`Backend::get_range`] made for file `group` (an inode): the
+    /// policy learns which file the entries read or fetched serve
+    /// ([`CachePolicy::grouped`]). None: for no file in particular.
+    pub fn get_range_for(&self, group: Option<u64>, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if !is_pack(name) {
+            return self.inner.remote.get_range(name, offset, len);
+        }
+        validate_name(name)?;
+        self.inner.read_pack(name, offset, len, group)
+    }
+
+    /// [`Backend::get_ranges`] made for file `group`: one read of their
+    /// span, cut up.
+    pub fn get_ranges_for(&self, group: Option<u64>, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        let (offset, len) = cairn_backend::span_of(ranges)?;
+        cairn_backend::split_span(self.get_range_for(group, name, offset, len)?, ranges)
+    }
+}
+
 impl Drop for CachedBackend {
     fn drop(&mut self) {
         self.shutdown();
@@ -1643,8 +1664,7 @@ impl Backend for CachedBackend {
         if !is_pack(name) {
             return self.inner.remote.get_range(name, offset, len);
         }
-        validate_name(name)?;
-        self.inner.read_pack(name, offset, len)
+        self.get_range_for(None, name, offset, len)
     }
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {
@@ -1653,7 +1673,7 @@ impl Backend for CachedBackend {
         }
         validate_name(name)?;
         let size = self.inner.size_of(name)?;
-        self.inner.read_pack(name, 0, size)
+        self.inner.read_pack(name, 0, size, None)
     }
 
     fn size(&self, name: &str) -> Result<u64> {

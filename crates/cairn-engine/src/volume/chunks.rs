@@ -7,7 +7,7 @@
 //! lives, and never changes a file.
 
 use super::{tails, workers};
-use crate::cache::ChunkCache;
+use crate::cache::{CachedBackend, ChunkCache};
 use crate::crypto::Keys;
 use crate::error::{Error, Result};
 use crate::meta::Meta;
@@ -38,6 +38,9 @@ pub(crate) struct ChunkStore {
     pub(crate) keys: Keys,
     /// The store of packs (a cloud volume's: its cache).
     pub(crate) backend: Arc<dyn Backend>,
+    /// A cloud volume's cache (the same object as `backend`), which the
+    /// chunk reads tell the file they are for.
+    disk: Option<Arc<CachedBackend>>,
     /// Decoded chunks.
     pub(crate) cache: ChunkCache,
     /// The last page of chunks stored or fetched, where a read costs a
@@ -68,11 +71,13 @@ pub(crate) struct ChunkStore {
 
 impl ChunkStore {
     /// A store of `backend`'s packs sealed with `keys`, with `cache_bytes`
-    /// of decoded chunks and `tail_bytes` of their last pages in memory.
-    pub(crate) fn new(keys: Keys, backend: Arc<dyn Backend>, cache_bytes: usize, tail_bytes: usize, trace: Option<Arc<crate::trace::TraceWriter>>) -> ChunkStore {
+    /// of decoded chunks and `tail_bytes` of their last pages in memory;
+    /// `disk`: `backend` itself, when it is a cloud volume's cache.
+    pub(crate) fn new(keys: Keys, backend: Arc<dyn Backend>, disk: Option<Arc<CachedBackend>>, cache_bytes: usize, tail_bytes: usize, trace: Option<Arc<crate::trace::TraceWriter>>) -> ChunkStore {
         ChunkStore {
             keys,
             backend,
+            disk,
             cache: ChunkCache::new(cache_bytes),
             tails: tails::ChunkTails::new(tail_bytes),
             pack_names: DashMap::new(),
@@ -97,8 +102,10 @@ impl ChunkStore {
 
     /// A chunk's plaintext: from the cache, or fetched, decrypted,
     /// decompressed and verified. Corruption is an error naming the pack.
-    /// `meta` says where it lives; `metrics` counts the hit or miss.
-    pub(crate) fn chunk(&self, id: u64, meta: &Meta, metrics: &Metrics) -> Result<Arc<Vec<u8>>> {
+    /// `group`: the file it is read for (the disk cache's policy learns
+    /// it), if any. `meta` says where it lives; `metrics` counts the hit
+    /// or miss.
+    pub(crate) fn chunk(&self, id: u64, group: Option<Ino>, meta: &Meta, metrics: &Metrics) -> Result<Arc<Vec<u8>>> {
         if let Some(c) = self.cache.get(id) {
             metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(c);
@@ -119,7 +126,7 @@ impl ChunkStore {
         // The bill: a read miss, unless gc or prefetch asked.
         let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
         let (mut name, mut entry) = self.chunk_location(meta, id)?;
-        let mut got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
+        let mut got = self.read(group, &name, entry.offset, entry.stored_len as u64);
         if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
             // The chunk moved and its old pack went: the cleaner of this
             // mount did it (a volume in a directory deletes at once,
@@ -132,7 +139,7 @@ impl ChunkStore {
             self.chunk_locs.remove(&id);
             self.pack_names.retain(|_, n| **n != *name);
             (name, entry) = self.chunk_location(meta, id)?;
-            got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
+            got = self.read(group, &name, entry.offset, entry.stored_len as u64);
         }
         if let Some(t) = &self.trace {
             t.chunk_at(id, crate::trace::pack_id(&name), entry.offset, entry.stored_len as u64);
@@ -262,9 +269,8 @@ impl ChunkStore {
             let run = PrefetchRun { vol: Some(holder.clone()), name, run };
             let job = move || {
                 let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
-                let _for = crate::cache::policy::reading_for(ino);
                 if let Some(vol) = &run.vol {
-                    (**vol).as_ref().prefetch_run(&run.name, &run.run);
+                    (**vol).as_ref().prefetch_run(&run.name, &run.run, ino);
                 }
             };
             if caps.cheap_ranged_reads {
@@ -298,8 +304,9 @@ impl ChunkStore {
     }
 
     /// Reads a run of adjacent blobs of pack `name` at once and caches the
-    /// chunks, each announced to its waiting readers as soon as it is in.
-    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry, Arc<InFlight>)]) {
+    /// chunks, each announced to its waiting readers as soon as it is in;
+    /// read for file `ino`.
+    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry, Arc<InFlight>)], ino: Ino) {
         if run.is_empty() {
             return;
         }
@@ -309,12 +316,24 @@ impl ChunkStore {
             }
         }
         let ranges: Vec<(u64, u64)> = run.iter().map(|(_, e, _)| (e.offset, e.stored_len as u64)).collect();
-        let Ok(blobs) = self.backend.get_ranges(name, &ranges) else { return };
+        let blobs = match &self.disk {
+            Some(d) => d.get_ranges_for(Some(ino), name, &ranges),
+            None => self.backend.get_ranges(name, &ranges),
+        };
+        let Ok(blobs) = blobs else { return };
         for ((id, e, flight), blob) in run.iter().zip(blobs) {
             if let Ok(data) = pack::decode_blob(&self.keys, e, blob, pack::Verify::Sealed) {
                 self.cache.insert(*id, Arc::new(data));
             }
             self.finish_prefetch(*id, flight);
+        }
+    }
+
+    /// `len` bytes at `offset` of pack `name`, read for file `group`.
+    fn read(&self, group: Option<Ino>, name: &str, offset: u64, len: u64) -> cairn_backend::Result<Vec<u8>> {
+        match &self.disk {
+            Some(d) => d.get_range_for(group, name, offset, len),
+            None => self.backend.get_range(name, offset, len),
         }
     }
 
