@@ -7,14 +7,14 @@
 //! lives, and never changes a file.
 
 use super::{tails, workers};
-use crate::cache::{CachedBackend, ChunkCache};
+use crate::cache::{CachedBackend, ChunkCache, ReadFor};
 use crate::crypto::Keys;
 use crate::error::{Error, Result};
 use crate::meta::Meta;
 use crate::metrics::Metrics;
 use crate::pack::{self, BlobEntry};
 use crate::types::Ino;
-use cairn_backend::Backend;
+use cairn_backend::{Backend, Payers, Subsystem};
 use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
@@ -38,8 +38,11 @@ pub(crate) struct ChunkStore {
     pub(crate) keys: Keys,
     /// The store of packs (a cloud volume's: its cache).
     pub(crate) backend: Arc<dyn Backend>,
+    /// `backend`'s handle for each payer (the bill by subsystem): a
+    /// request goes through the one of the subsystem that pays for it.
+    paid: Payers,
     /// A cloud volume's cache (the same object as `backend`), which the
-    /// chunk reads tell the file they are for.
+    /// chunk reads tell who pays and the file they are for.
     disk: Option<Arc<CachedBackend>>,
     /// Decoded chunks.
     pub(crate) cache: ChunkCache,
@@ -76,6 +79,7 @@ impl ChunkStore {
     pub(crate) fn new(keys: Keys, backend: Arc<dyn Backend>, disk: Option<Arc<CachedBackend>>, cache_bytes: usize, tail_bytes: usize, trace: Option<Arc<crate::trace::TraceWriter>>) -> ChunkStore {
         ChunkStore {
             keys,
+            paid: Payers::new(backend.clone()),
             backend,
             disk,
             cache: ChunkCache::new(cache_bytes),
@@ -102,10 +106,11 @@ impl ChunkStore {
 
     /// A chunk's plaintext: from the cache, or fetched, decrypted,
     /// decompressed and verified. Corruption is an error naming the pack.
-    /// `group`: the file it is read for (the disk cache's policy learns
+    /// `r`: who pays for a fetch (a read miss, or the gc or prefetch that
+    /// asked) and the file it is read for (the disk cache's policy learns
     /// it), if any. `meta` says where it lives; `metrics` counts the hit
     /// or miss.
-    pub(crate) fn chunk(&self, id: u64, group: Option<Ino>, meta: &Meta, metrics: &Metrics) -> Result<Arc<Vec<u8>>> {
+    pub(crate) fn chunk(&self, id: u64, r: ReadFor, meta: &Meta, metrics: &Metrics) -> Result<Arc<Vec<u8>>> {
         if let Some(c) = self.cache.get(id) {
             metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(c);
@@ -123,10 +128,8 @@ impl ChunkStore {
             }
         }
         metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
-        // The bill: a read miss, unless gc or prefetch asked.
-        let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
         let (mut name, mut entry) = self.chunk_location(meta, id)?;
-        let mut got = self.read(group, &name, entry.offset, entry.stored_len as u64);
+        let mut got = self.read(r, &name, entry.offset, entry.stored_len as u64);
         if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
             // The chunk moved and its old pack went: the cleaner of this
             // mount did it (a volume in a directory deletes at once,
@@ -139,7 +142,7 @@ impl ChunkStore {
             self.chunk_locs.remove(&id);
             self.pack_names.retain(|_, n| **n != *name);
             (name, entry) = self.chunk_location(meta, id)?;
-            got = self.read(group, &name, entry.offset, entry.stored_len as u64);
+            got = self.read(r, &name, entry.offset, entry.stored_len as u64);
         }
         if let Some(t) = &self.trace {
             t.chunk_at(id, crate::trace::pack_id(&name), entry.offset, entry.stored_len as u64);
@@ -268,7 +271,6 @@ impl ChunkStore {
         for (name, run, _) in runs {
             let run = PrefetchRun { vol: Some(holder.clone()), name, run };
             let job = move || {
-                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                 if let Some(vol) = &run.vol {
                     (**vol).as_ref().prefetch_run(&run.name, &run.run, ino);
                 }
@@ -305,7 +307,7 @@ impl ChunkStore {
 
     /// Reads a run of adjacent blobs of pack `name` at once and caches the
     /// chunks, each announced to its waiting readers as soon as it is in;
-    /// read for file `ino`.
+    /// read for file `ino`, paid for by prefetch.
     fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry, Arc<InFlight>)], ino: Ino) {
         if run.is_empty() {
             return;
@@ -317,8 +319,8 @@ impl ChunkStore {
         }
         let ranges: Vec<(u64, u64)> = run.iter().map(|(_, e, _)| (e.offset, e.stored_len as u64)).collect();
         let blobs = match &self.disk {
-            Some(d) => d.get_ranges_for(Some(ino), name, &ranges),
-            None => self.backend.get_ranges(name, &ranges),
+            Some(d) => d.get_ranges_for(ReadFor { who: Subsystem::Prefetch, group: Some(ino) }, name, &ranges),
+            None => self.paid(Subsystem::Prefetch).get_ranges(name, &ranges),
         };
         let Ok(blobs) = blobs else { return };
         for ((id, e, flight), blob) in run.iter().zip(blobs) {
@@ -329,12 +331,17 @@ impl ChunkStore {
         }
     }
 
-    /// `len` bytes at `offset` of pack `name`, read for file `group`.
-    fn read(&self, group: Option<Ino>, name: &str, offset: u64, len: u64) -> cairn_backend::Result<Vec<u8>> {
+    /// `len` bytes at `offset` of pack `name`, read for `r`.
+    fn read(&self, r: ReadFor, name: &str, offset: u64, len: u64) -> cairn_backend::Result<Vec<u8>> {
         match &self.disk {
-            Some(d) => d.get_range_for(group, name, offset, len),
-            None => self.backend.get_range(name, offset, len),
+            Some(d) => d.get_range_for(r, name, offset, len),
+            None => self.paid(r.who).get_range(name, offset, len),
         }
+    }
+
+    /// The packs' store, its requests paid for by `who`.
+    pub(crate) fn paid(&self, who: Subsystem) -> &Arc<dyn Backend> {
+        self.paid.get(who)
     }
 
     /// Lets no prefetch run start from now on and waits for those under

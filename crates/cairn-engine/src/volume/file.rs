@@ -1104,10 +1104,11 @@ impl Volume {
     }
 
     /// The bytes `[off, off + len)` of chunk `id`, read for file `ino`
-    /// (the pack cache learns which file its blocks are read for); an
+    /// (the pack cache learns which file its blocks are read for; a fetch
+    /// is a read miss); an
     /// extent past the chunk's end is corruption.
     fn chunk_slice(&self, ino: Ino, id: u64, off: u64, len: u64) -> Result<(Arc<Vec<u8>>, std::ops::Range<usize>)> {
-        let c = self.chunks.chunk(id, Some(ino), &self.meta, &self.metrics)?;
+        let c = self.chunks.chunk(id, crate::cache::ReadFor { who: cairn_backend::Subsystem::ReadMiss, group: Some(ino) }, &self.meta, &self.metrics)?;
         let r = off as usize..(off + len) as usize;
         if r.end > c.len() {
             return Err(Error::corrupt(format!("extent past the end of chunk #{id}")));

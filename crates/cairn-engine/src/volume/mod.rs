@@ -901,10 +901,10 @@ impl Volume {
         })
     }
 
-    /// A chunk's plaintext, read for no file in particular (see
-    /// [`ChunkStore::chunk`]).
+    /// A chunk's plaintext, read for no file in particular, a fetch paid
+    /// as a read miss (see [`ChunkStore::chunk`]).
     pub(crate) fn chunk(&self, id: u64) -> Result<Arc<Vec<u8>>> {
-        self.chunks.chunk(id, None, &self.meta, &self.metrics)
+        self.chunks.chunk(id, crate::cache::ReadFor { who: cairn_backend::Subsystem::ReadMiss, group: None }, &self.meta, &self.metrics)
     }
 
     /// What this mount holds in memory per chunk and per pack.
