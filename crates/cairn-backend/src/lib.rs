@@ -24,7 +24,7 @@ pub mod conformance;
 
 pub use error::{Error, ErrorKind, Result};
 pub use local::LocalBackend;
-pub use meter::{Meter, Metered, RequestCounts, RequestKind, Subsystem};
+pub use meter::{Meter, Metered, Payers, RequestCounts, RequestKind, Subsystem};
 pub use retry::{RetryPolicy, Retrying};
 pub use s3::{put_requests, S3Backend, S3Location, NO_CREDENTIALS};
 
@@ -121,6 +121,15 @@ pub trait Backend: Send + Sync {
     /// free). None: a store without an order that matters; wrappers pass
     /// their inner store's on.
     fn sequential(&self) -> Option<&dyn Sequential> {
+        None
+    }
+    /// A handle on this same store whose requests are billed to `who`
+    /// (docs/design.md, "Who pays and for which file"): a metering store
+    /// returns a view sharing its connection and [`Meter`]; a wrapper
+    /// wraps its inner store's handle. None: the store bills nothing by
+    /// subsystem, so it serves every payer itself. Made once per payer
+    /// ([`meter::Payers`]), never per request.
+    fn paid_by(&self, _who: Subsystem) -> Option<std::sync::Arc<dyn Backend>> {
         None
     }
 }
@@ -240,6 +249,9 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     }
     fn sequential(&self) -> Option<&dyn Sequential> {
         (**self).sequential()
+    }
+    fn paid_by(&self, who: Subsystem) -> Option<std::sync::Arc<dyn Backend>> {
+        (**self).paid_by(who)
     }
 }
 

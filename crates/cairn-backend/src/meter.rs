@@ -2,30 +2,34 @@
 //! §6): a [`Meter`] holds counts of requests and payload bytes by
 //! [`Subsystem`] (who asked) and [`RequestKind`] (what the store bills).
 //!
-//! Who asks is a thread-local tag set by the engine where work starts
-//! ([`tag`], [`tag_unless_set`]): the uploader threads tag `Write`, a read
-//! miss `ReadMiss`, and so on; a request on an untagged thread is `Other`.
+//! Who asks is the handle a request is sent through: a metering store's
+//! requests count for [`Subsystem::Other`], and [`Backend::paid_by`] gives
+//! a handle on the same store (same connection, same meter) whose
+//! requests count for another subsystem. The engine makes each payer's
+//! handle once ([`Payers`]) and sends each request through the one of the
+//! subsystem that pays: the uploaders `Write`, a read miss `ReadMiss`, gc
+//! `Gc` (and a read miss inside gc stays gc's, since gc hands its payer
+//! down), and so on (docs/design.md, "Who pays and for which file").
 //! [`S3Backend`](crate::S3Backend) counts every HTTP request it sends
 //! (each multipart part, each page of a listing, each failed attempt);
 //! [`Metered`] counts the calls of any other backend the same way, one
 //! request per call, for tests and injected stores.
 //!
 //! ```
-//! use cairn_backend::{meter::{self, RequestKind, Subsystem}, Backend, LocalBackend, Metered};
+//! use cairn_backend::{meter::{Payers, RequestKind, Subsystem}, Backend, LocalBackend, Metered};
+//! use std::sync::Arc;
 //! let dir = tempfile::tempdir().unwrap();
 //! let b = Metered::new(LocalBackend::create(dir.path()).unwrap());
-//! {
-//!     let _who = meter::tag(Subsystem::Write);
-//!     b.put("packs/00/a", b"hello").unwrap();
-//! }
-//! let n = b.meter().take();
+//! let meter = b.meter().clone();
+//! let paid = Payers::new(Arc::new(b));
+//! paid.get(Subsystem::Write).put("packs/00/a", b"hello").unwrap();
+//! let n = meter.take();
 //! assert_eq!(n.get(Subsystem::Write, RequestKind::Put).requests, 1);
 //! assert_eq!(n.get(Subsystem::Write, RequestKind::Put).bytes, 5);
-//! assert!(b.meter().take().is_empty());
+//! assert!(meter.take().is_empty());
 //! ```
 
 use crate::{Backend, Capabilities, ObjectInfo, Result};
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -43,7 +47,8 @@ pub enum Subsystem {
     Gc,
     /// Metadata versions, the lease, trash.
     Metadata,
-    /// Anything untagged (the config object, fsck, commands).
+    /// Requests sent through a store itself rather than a payer's handle
+    /// (the config object, fsck, commands).
     Other,
 }
 
@@ -155,9 +160,9 @@ impl Meter {
         Meter::default()
     }
 
-    /// Counts one request of `kind` made for the calling thread's subsystem.
-    pub fn record(&self, kind: RequestKind, bytes: u64) {
-        self.record_as(current(), kind, 1, bytes);
+    /// Counts one request of `kind` made for `who`.
+    pub fn record(&self, who: Subsystem, kind: RequestKind, bytes: u64) {
+        self.record_as(who, kind, 1, bytes);
     }
 
     /// Counts `requests` requests of `kind` made for `who`.
@@ -236,41 +241,58 @@ pub fn shared(place: &str) -> Arc<Meter> {
     m.entry(place.to_string()).or_default().clone()
 }
 
-thread_local! {
-    static WHO: Cell<Subsystem> = const { Cell::new(Subsystem::Other) };
+/// One store's handles by payer ([`Backend::paid_by`]), made once: a
+/// request is sent through the handle of the subsystem that pays for it,
+/// at no cost more than a call through the store itself.
+#[derive(Clone)]
+pub struct Payers {
+    by: [Arc<dyn Backend>; S],
 }
 
-/// The calling thread's subsystem.
-pub fn current() -> Subsystem {
-    WHO.with(|w| w.get())
-}
+impl Payers {
+    /// The handles of `store` (itself for every payer where it bills
+    /// nothing by subsystem).
+    pub fn new(store: Arc<dyn Backend>) -> Payers {
+        Payers { by: Subsystem::ALL.map(|who| store.paid_by(who).unwrap_or_else(|| store.clone())) }
+    }
 
-/// Restores the thread's previous subsystem when dropped.
-#[must_use = "the tag lasts as long as the guard"]
-pub struct TagGuard {
-    prev: Subsystem,
-}
-
-impl Drop for TagGuard {
-    fn drop(&mut self) {
-        WHO.with(|w| w.set(self.prev));
+    /// The handle whose requests `who` pays for.
+    pub fn get(&self, who: Subsystem) -> &Arc<dyn Backend> {
+        &self.by[who as usize]
     }
 }
 
-/// Tags the calling thread's requests as `who`'s until the guard drops.
-pub fn tag(who: Subsystem) -> TagGuard {
-    let prev = WHO.with(|w| w.replace(who));
-    TagGuard { prev }
+/// `store`'s handle for `who`, made now: for work that is not per
+/// request (a lease renewal, a bill), where keeping [`Payers`] is not
+/// worth it. Where the store bills nothing, `store` itself.
+pub fn paying(store: &dyn Backend, who: Subsystem) -> Paying<'_> {
+    match store.paid_by(who) {
+        Some(h) => Paying::Handle(h),
+        None => Paying::Same(store),
+    }
 }
 
-/// [`tag`], unless the thread already works for someone (a read miss inside
-/// gc or prefetch stays theirs).
-pub fn tag_unless_set(who: Subsystem) -> TagGuard {
-    let prev = current();
-    if prev == Subsystem::Other {
-        tag(who)
-    } else {
-        TagGuard { prev }
+/// See [`paying`]: derefs to the handle.
+pub enum Paying<'a> {
+    /// A store that bills nothing by subsystem.
+    Same(&'a dyn Backend),
+    /// The payer's handle.
+    Handle(Arc<dyn Backend>),
+}
+
+impl<'a> std::ops::Deref for Paying<'a> {
+    type Target = dyn Backend + 'a;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Paying::Same(b) => *b,
+            Paying::Handle(h) => h.as_ref(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Payers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Payers({})", self.by[Subsystem::Other as usize].describe())
     }
 }
 
@@ -278,15 +300,18 @@ pub fn tag_unless_set(who: Subsystem) -> TagGuard {
 /// call (a listing: one per 1,000 names, at least one), failed calls
 /// included. [`S3Backend`](crate::S3Backend) counts on its own, per HTTP
 /// request; this is for the others (an in-memory store in tests).
+/// Its calls count for [`Subsystem::Other`]; [`Backend::paid_by`] gives a
+/// handle on the same store and meter counting for another subsystem.
 pub struct Metered<B> {
-    inner: B,
+    inner: Arc<B>,
     meter: Arc<Meter>,
+    who: Subsystem,
 }
 
 impl<B: Backend> Metered<B> {
     /// Counts `inner`'s calls into a meter of its own.
     pub fn new(inner: B) -> Self {
-        Metered { inner, meter: Arc::new(Meter::new()) }
+        Metered { inner: Arc::new(inner), meter: Arc::new(Meter::new()), who: Subsystem::Other }
     }
 
     /// The counts.
@@ -306,9 +331,9 @@ pub fn list_pages(n: usize) -> u64 {
     n.div_ceil(1000).max(1) as u64
 }
 
-impl<B: Backend> Backend for Metered<B> {
+impl<B: Backend + 'static> Backend for Metered<B> {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
-        self.meter.record(RequestKind::Put, data.len() as u64);
+        self.meter.record(self.who, RequestKind::Put, data.len() as u64);
         self.inner.put(name, data)
     }
     fn conditional_updates(&self) -> bool {
@@ -316,44 +341,44 @@ impl<B: Backend> Backend for Metered<B> {
     }
     fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
         let r = self.inner.get_tagged(name);
-        self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.0.len() as u64));
+        self.meter.record(self.who, RequestKind::Get, r.as_ref().map_or(0, |d| d.0.len() as u64));
         r
     }
     fn put_if_match(&self, name: &str, data: &[u8], tag: &str) -> Result<String> {
-        self.meter.record(RequestKind::Put, data.len() as u64);
+        self.meter.record(self.who, RequestKind::Put, data.len() as u64);
         self.inner.put_if_match(name, data, tag)
     }
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
-        self.meter.record(RequestKind::Put, data.len() as u64);
+        self.meter.record(self.who, RequestKind::Put, data.len() as u64);
         self.inner.put_if_absent(name, data)
     }
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let r = self.inner.get_range(name, offset, len);
-        self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.len() as u64));
+        self.meter.record(self.who, RequestKind::Get, r.as_ref().map_or(0, |d| d.len() as u64));
         r
     }
     fn get_ranges(&self, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
         // One request, as the store's own get_ranges is.
         let r = self.inner.get_ranges(name, ranges);
-        self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.iter().map(|b| b.len() as u64).sum()));
+        self.meter.record(self.who, RequestKind::Get, r.as_ref().map_or(0, |d| d.iter().map(|b| b.len() as u64).sum()));
         r
     }
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let r = self.inner.get(name);
-        self.meter.record(RequestKind::Get, r.as_ref().map_or(0, |d| d.len() as u64));
+        self.meter.record(self.who, RequestKind::Get, r.as_ref().map_or(0, |d| d.len() as u64));
         r
     }
     fn size(&self, name: &str) -> Result<u64> {
-        self.meter.record(RequestKind::Head, 0);
+        self.meter.record(self.who, RequestKind::Head, 0);
         self.inner.size(name)
     }
     fn delete(&self, name: &str) -> Result<()> {
-        self.meter.record(RequestKind::Delete, 0);
+        self.meter.record(self.who, RequestKind::Delete, 0);
         self.inner.delete(name)
     }
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let r = self.inner.list(prefix);
-        self.meter.record_as(current(), RequestKind::List, list_pages(r.as_ref().map_or(0, Vec::len)), 0);
+        self.meter.record_as(self.who, RequestKind::List, list_pages(r.as_ref().map_or(0, Vec::len)), 0);
         r
     }
     fn capabilities(&self) -> Capabilities {
@@ -371,6 +396,9 @@ impl<B: Backend> Backend for Metered<B> {
     fn sequential(&self) -> Option<&dyn crate::Sequential> {
         self.inner.sequential()
     }
+    fn paid_by(&self, who: Subsystem) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(Metered { inner: self.inner.clone(), meter: self.meter.clone(), who }))
+    }
 }
 
 #[cfg(test)]
@@ -378,21 +406,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tags_nest_and_restore() {
-        assert_eq!(current(), Subsystem::Other);
-        {
-            let _g = tag(Subsystem::Gc);
-            {
-                let _r = tag_unless_set(Subsystem::ReadMiss);
-                assert_eq!(current(), Subsystem::Gc, "a read inside gc stays gc's");
-                let _m = tag(Subsystem::Metadata);
-                assert_eq!(current(), Subsystem::Metadata);
-            }
-            assert_eq!(current(), Subsystem::Gc);
-        }
-        assert_eq!(current(), Subsystem::Other);
-        let _r = tag_unless_set(Subsystem::ReadMiss);
-        assert_eq!(current(), Subsystem::ReadMiss);
+    fn each_payer_has_its_handle_on_one_meter() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Metered::new(crate::LocalBackend::create(dir.path()).unwrap());
+        let meter = b.meter().clone();
+        let b = Arc::new(b);
+        let paid = Payers::new(b.clone());
+        b.put("packs/a", b"abc").unwrap();
+        paid.get(Subsystem::Gc).put("packs/b", b"de").unwrap();
+        assert_eq!(paid.get(Subsystem::ReadMiss).get_range("packs/b", 0, 1).unwrap(), b"d");
+        assert_eq!(paid.get(Subsystem::Gc).list("packs/").unwrap().len(), 2);
+        let n = meter.take();
+        assert_eq!(n.get(Subsystem::Other, RequestKind::Put), Tally { requests: 1, bytes: 3 });
+        assert_eq!(n.get(Subsystem::Gc, RequestKind::Put), Tally { requests: 1, bytes: 2 });
+        assert_eq!(n.get(Subsystem::ReadMiss, RequestKind::Get), Tally { requests: 1, bytes: 1 });
+        assert_eq!(n.get(Subsystem::Gc, RequestKind::List).requests, 1);
+        assert_eq!(n.iter().count(), 4, "{n:?}");
+        // A store that bills nothing serves every payer itself.
+        let dir2 = tempfile::tempdir().unwrap();
+        let local: Arc<dyn Backend> = Arc::new(crate::LocalBackend::create(dir2.path()).unwrap());
+        assert!(Arc::ptr_eq(Payers::new(local.clone()).get(Subsystem::Gc), &local));
     }
 
     #[test]

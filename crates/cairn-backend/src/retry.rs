@@ -130,7 +130,7 @@ fn is_timeout(e: &Error) -> bool {
     t.contains("timed out") || t.contains("timeout")
 }
 
-impl<B: Backend> Backend for Retrying<B> {
+impl<B: Backend + 'static> Backend for Retrying<B> {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         self.run("put", name, self.policy.write_deadline, || self.inner.put(name, data))
     }
@@ -207,6 +207,10 @@ impl<B: Backend> Backend for Retrying<B> {
     }
     fn meter(&self) -> Option<std::sync::Arc<crate::Meter>> {
         self.inner.meter()
+    }
+    fn paid_by(&self, who: crate::Subsystem) -> Option<std::sync::Arc<dyn Backend>> {
+        let inner = self.inner.paid_by(who)?;
+        Some(std::sync::Arc::new(Retrying::new(inner, self.policy)))
     }
     fn sequential(&self) -> Option<&dyn crate::Sequential> {
         self.inner.sequential()

@@ -160,8 +160,17 @@ fn on_ec2() -> bool {
         .any(|v| v.contains("Amazon") || v.starts_with("ec2"))
 }
 
-/// An S3 bucket (or a prefix in one) as a [`Backend`].
+/// An S3 bucket (or a prefix in one) as a [`Backend`]. Its requests are
+/// billed to [`Subsystem::Other`]; [`Backend::paid_by`] gives a handle on
+/// the same connection billing another subsystem.
 pub struct S3Backend {
+    core: Arc<S3Core>,
+    /// Who this handle's requests are counted for.
+    who: Subsystem,
+}
+
+/// What every handle on one bucket shares.
+struct S3Core {
     loc: S3Location,
     store: AmazonS3,
     rt: tokio::runtime::Runtime,
@@ -204,23 +213,23 @@ impl S3Backend {
             .build()
             .map_err(|e| Error::from_io("starting the S3 client's runtime", e))?;
         let meter = meter::shared(&format!("s3|{}|{}|{}", loc.endpoint.as_deref().unwrap_or("aws"), loc.bucket, loc.prefix));
-        Ok(S3Backend { loc, store, rt, meter })
+        Ok(S3Backend { core: Arc::new(S3Core { loc, store, rt, meter }), who: Subsystem::Other })
     }
 
     /// Where this backend's requests are counted: one meter for every
     /// backend of this process on the same endpoint, bucket and prefix.
     pub fn meter(&self) -> &Arc<Meter> {
-        &self.meter
+        &self.core.meter
     }
 
     /// A multipart upload: POST (create), PUT per part, POST (complete);
     /// DELETE (abort) when a part or the completion fails, so no parts are
     /// left behind. Each request is counted when it is started.
     async fn put_parts(&self, key: &ObjPath, data: &[u8], who: Subsystem) -> object_store::Result<()> {
-        self.meter.record_as(who, RequestKind::Post, 1, 0);
-        let mut upload = self.store.put_multipart(key).await?;
+        self.core.meter.record_as(who, RequestKind::Post, 1, 0);
+        let mut upload = self.core.store.put_multipart(key).await?;
         let parts = {
-            let meter = &self.meter;
+            let meter = &self.core.meter;
             let upload = &mut upload;
             futures::stream::iter(data.chunks(PART_SIZE))
                 .map(|c| {
@@ -237,13 +246,13 @@ impl S3Backend {
         };
         let done = match parts {
             Ok(_) => {
-                self.meter.record_as(who, RequestKind::Post, 1, 0);
+                self.core.meter.record_as(who, RequestKind::Post, 1, 0);
                 upload.complete().await.map(|_| ())
             }
             Err(e) => Err(e),
         };
         if done.is_err() {
-            self.meter.record_as(who, RequestKind::Delete, 1, 0);
+            self.core.meter.record_as(who, RequestKind::Delete, 1, 0);
             if let Err(e) = upload.abort().await {
                 tracing::warn!("aborting the multipart upload of {key}: {e}");
             }
@@ -253,16 +262,16 @@ impl S3Backend {
 
     fn key(&self, name: &str) -> Result<ObjPath> {
         validate_name(name)?;
-        let k = if self.loc.prefix.is_empty() { name.to_string() } else { format!("{}/{name}", self.loc.prefix) };
+        let k = if self.core.loc.prefix.is_empty() { name.to_string() } else { format!("{}/{name}", self.core.loc.prefix) };
         ObjPath::parse(k).map_err(|e| Error::new(ErrorKind::InvalidName, format!("object name {name:?}")).with_source(e))
     }
 
     /// The object's name from its key.
     fn name_of<'a>(&self, key: &'a str) -> Option<&'a str> {
-        if self.loc.prefix.is_empty() {
+        if self.core.loc.prefix.is_empty() {
             Some(key)
         } else {
-            key.strip_prefix(self.loc.prefix.as_str())?.strip_prefix('/')
+            key.strip_prefix(self.core.loc.prefix.as_str())?.strip_prefix('/')
         }
     }
 
@@ -287,7 +296,7 @@ impl S3Backend {
                 "list" => RequestKind::List,
                 _ => RequestKind::Put,
             };
-            self.meter.record_error(rk);
+            self.core.meter.record_error(rk);
         }
         Error::new(kind, format!("{op} {name} in {}", self.describe())).with_object(name).with_source(e)
     }
@@ -296,12 +305,12 @@ impl S3Backend {
 impl Backend for S3Backend {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         let key = self.key(name)?;
-        let who = meter::current();
-        self.rt
+        let who = self.who;
+        self.core.rt
             .block_on(async {
                 if data.len() < MULTIPART_MIN {
-                    self.meter.record_as(who, RequestKind::Put, 1, data.len() as u64);
-                    self.store.put(&key, PutPayload::from(data.to_vec())).await.map(|_| ())
+                    self.core.meter.record_as(who, RequestKind::Put, 1, data.len() as u64);
+                    self.core.store.put(&key, PutPayload::from(data.to_vec())).await.map(|_| ())
                 } else {
                     self.put_parts(&key, data, who).await
                 }
@@ -312,9 +321,9 @@ impl Backend for S3Backend {
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
         let key = self.key(name)?;
         let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
-        self.meter.record(RequestKind::Put, data.len() as u64);
-        self.rt
-            .block_on(self.store.put_opts(&key, PutPayload::from(data.to_vec()), opts))
+        self.core.meter.record(self.who, RequestKind::Put, data.len() as u64);
+        self.core.rt
+            .block_on(self.core.store.put_opts(&key, PutPayload::from(data.to_vec()), opts))
             .map(|_| ())
             .map_err(|e| self.fail("put", name, e))
     }
@@ -327,12 +336,12 @@ impl Backend for S3Backend {
 
     fn get_tagged(&self, name: &str) -> Result<(Vec<u8>, String)> {
         let key = self.key(name)?;
-        let got = self.rt.block_on(async {
-            let r = self.store.get(&key).await?;
+        let got = self.core.rt.block_on(async {
+            let r = self.core.store.get(&key).await?;
             let tag = r.meta.e_tag.clone();
             Ok::<_, object_store::Error>((r.bytes().await?, tag))
         });
-        self.meter.record(RequestKind::Get, got.as_ref().map_or(0, |b| b.0.len() as u64));
+        self.core.meter.record(self.who, RequestKind::Get, got.as_ref().map_or(0, |b| b.0.len() as u64));
         let (data, tag) = got.map_err(|e| self.fail("get", name, e))?;
         let tag = tag.ok_or_else(|| Error::new(ErrorKind::Permanent, format!("{} returned {name} without an ETag: conditional updates are not possible", self.describe())).with_object(name))?;
         Ok((data.to_vec(), tag))
@@ -342,8 +351,8 @@ impl Backend for S3Backend {
         let key = self.key(name)?;
         let mode = PutMode::Update(object_store::UpdateVersion { e_tag: Some(tag.to_string()), version: None });
         let opts = PutOptions { mode, ..Default::default() };
-        self.meter.record(RequestKind::Put, data.len() as u64);
-        match self.rt.block_on(self.store.put_opts(&key, PutPayload::from(data.to_vec()), opts)) {
+        self.core.meter.record(self.who, RequestKind::Put, data.len() as u64);
+        match self.core.rt.block_on(self.core.store.put_opts(&key, PutPayload::from(data.to_vec()), opts)) {
             Ok(r) => r.e_tag.ok_or_else(|| Error::new(ErrorKind::Permanent, format!("{} stored {name} without returning an ETag", self.describe())).with_object(name)),
             // If-Match failed (412), or the object is gone (object_store
             // reports S3's 404 as a precondition failure too).
@@ -362,8 +371,8 @@ impl Backend for S3Backend {
             let size = self.size(name)?;
             return if offset <= size { Ok(Vec::new()) } else { Err(out_of_range(size)) };
         }
-        let got = self.rt.block_on(self.store.get_range(&key, offset..end));
-        self.meter.record(RequestKind::Get, got.as_ref().map_or(0, |b| b.len() as u64));
+        let got = self.core.rt.block_on(self.core.store.get_range(&key, offset..end));
+        self.core.meter.record(self.who, RequestKind::Get, got.as_ref().map_or(0, |b| b.len() as u64));
         match got {
             Ok(b) if b.len() as u64 == len => Ok(b.to_vec()),
             Ok(b) => {
@@ -389,21 +398,21 @@ impl Backend for S3Backend {
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let key = self.key(name)?;
-        let got = self.rt.block_on(async { self.store.get(&key).await?.bytes().await });
-        self.meter.record(RequestKind::Get, got.as_ref().map_or(0, |b| b.len() as u64));
+        let got = self.core.rt.block_on(async { self.core.store.get(&key).await?.bytes().await });
+        self.core.meter.record(self.who, RequestKind::Get, got.as_ref().map_or(0, |b| b.len() as u64));
         got.map(|b| b.to_vec()).map_err(|e| self.fail("get", name, e))
     }
 
     fn size(&self, name: &str) -> Result<u64> {
         let key = self.key(name)?;
-        self.meter.record(RequestKind::Head, 0);
-        self.rt.block_on(self.store.head(&key)).map(|m| m.size).map_err(|e| self.fail("head", name, e))
+        self.core.meter.record(self.who, RequestKind::Head, 0);
+        self.core.rt.block_on(self.core.store.head(&key)).map(|m| m.size).map_err(|e| self.fail("head", name, e))
     }
 
     fn delete(&self, name: &str) -> Result<()> {
         let key = self.key(name)?;
-        self.meter.record(RequestKind::Delete, 0);
-        match self.rt.block_on(self.store.delete(&key)) {
+        self.core.meter.record(self.who, RequestKind::Delete, 0);
+        match self.core.rt.block_on(self.core.store.delete(&key)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.fail("delete", name, e)),
         }
@@ -415,16 +424,17 @@ impl Backend for S3Backend {
         if !prefix.is_empty() && !prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b)) {
             return Err(Error::new(ErrorKind::InvalidName, format!("list prefix {prefix:?}")));
         }
-        let full = if self.loc.prefix.is_empty() { prefix.to_string() } else { format!("{}/{prefix}", self.loc.prefix) };
-        let who = meter::current();
+        let full = if self.core.loc.prefix.is_empty() { prefix.to_string() } else { format!("{}/{prefix}", self.core.loc.prefix) };
+        let who = self.who;
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let opts = PaginatedListOptions { page_token: token.take(), ..Default::default() };
-            self.meter.record_as(who, RequestKind::List, 1, 0);
+            self.core.meter.record_as(who, RequestKind::List, 1, 0);
             let page = self
+                .core
                 .rt
-                .block_on(self.store.list_paginated((!full.is_empty()).then_some(full.as_str()), opts))
+                .block_on(self.core.store.list_paginated((!full.is_empty()).then_some(full.as_str()), opts))
                 .map_err(|e| self.fail("list", prefix, e))?;
             for m in page.result.objects {
                 if let Some(name) = self.name_of(m.location.as_ref()) {
@@ -445,14 +455,18 @@ impl Backend for S3Backend {
     }
 
     fn meter(&self) -> Option<Arc<Meter>> {
-        Some(self.meter.clone())
+        Some(self.core.meter.clone())
+    }
+
+    fn paid_by(&self, who: Subsystem) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(S3Backend { core: self.core.clone(), who }))
     }
 
     fn describe(&self) -> String {
-        let p = if self.loc.prefix.is_empty() { String::new() } else { format!("/{}", self.loc.prefix) };
-        match &self.loc.endpoint {
-            Some(ep) => format!("s3://{}{p} at {ep}", self.loc.bucket),
-            None => format!("s3://{}{p}", self.loc.bucket),
+        let p = if self.core.loc.prefix.is_empty() { String::new() } else { format!("/{}", self.core.loc.prefix) };
+        match &self.core.loc.endpoint {
+            Some(ep) => format!("s3://{}{p} at {ep}", self.core.loc.bucket),
+            None => format!("s3://{}{p}", self.core.loc.bucket),
         }
     }
 }

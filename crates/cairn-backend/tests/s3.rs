@@ -75,23 +75,23 @@ fn an_unreachable_endpoint_is_transient() {
     assert!(e.to_string().contains("127.0.0.1:9"), "{e}");
 }
 
-/// Every HTTP request is counted, by kind and by the subsystem the thread
-/// works for: a multipart upload is a POST, a PUT per 16 MiB part and a
+/// Every HTTP request is counted, by kind and by the subsystem whose
+/// handle sent it ([`Backend::paid_by`]): a multipart upload is a POST, a PUT per 16 MiB part and a
 /// POST; a pack of 20 MiB one PUT; a listing a LIST per 1,000 keys; failed
 /// requests count too.
 #[test]
 fn every_request_is_counted_as_sent() {
-    use cairn_backend::meter::{self, RequestKind as K, Subsystem};
+    use cairn_backend::meter::{RequestKind as K, Subsystem};
     let b = backend("meter");
     let m = b.meter().clone();
     m.take();
     let huge = pattern(MULTIPART_MIN + 1);
     let big = pattern(20 << 20);
     {
-        let _w = meter::tag(Subsystem::Write);
-        b.put("packs/00/huge", &huge).unwrap();
-        b.put("packs/00/big", &big).unwrap();
-        b.put("packs/00/small", b"hello").unwrap();
+        let w = b.paid_by(Subsystem::Write).unwrap();
+        w.put("packs/00/huge", &huge).unwrap();
+        w.put("packs/00/big", &big).unwrap();
+        w.put("packs/00/small", b"hello").unwrap();
     }
     let n = m.take();
     let parts = huge.len().div_ceil(PART_SIZE as usize) as u64;
@@ -104,16 +104,16 @@ fn every_request_is_counted_as_sent() {
     b.delete("packs/00/huge").unwrap();
     m.take();
     {
-        let _r = meter::tag(Subsystem::ReadMiss);
-        assert_eq!(b.get_range("packs/00/big", 10, 100).unwrap().len(), 100);
-        assert_eq!(b.get("packs/00/small").unwrap(), b"hello");
-        assert_eq!(b.size("packs/00/big").unwrap(), big.len() as u64);
-        assert!(b.get("packs/00/missing").is_err());
+        let r = b.paid_by(Subsystem::ReadMiss).unwrap();
+        assert_eq!(r.get_range("packs/00/big", 10, 100).unwrap().len(), 100);
+        assert_eq!(r.get("packs/00/small").unwrap(), b"hello");
+        assert_eq!(r.size("packs/00/big").unwrap(), big.len() as u64);
+        assert!(r.get("packs/00/missing").is_err());
     }
     let n = m.take();
     assert_eq!(n.get(Subsystem::ReadMiss, K::Get), cairn_backend::meter::Tally { requests: 3, bytes: 105 });
     assert_eq!(n.get(Subsystem::ReadMiss, K::Head).requests, 1);
-    // 1,001 keys: two pages. Untagged: "other".
+    // 1,001 keys: two pages. Through the store itself: "other".
     for i in 0..999 {
         b.put(&format!("many/{i:04}"), b"x").unwrap();
     }

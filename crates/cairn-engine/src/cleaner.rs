@@ -196,7 +196,6 @@ struct Pick {
 /// nothing to clean and is always taken). Never a pack still on its way to
 /// the bucket, nor one with a chunk in its grace period.
 pub fn clean(vol: &Volume, now: i64, pol: &Policy) -> Result<CleanReport> {
-    let _who = cairn_backend::meter::tag(Subsystem::Gc);
     vol.check_writable()?;
     let mut due = plan_where(vol, now, pol.prices, true)?;
     // A pack with a chunk that died within the grace waits (another
@@ -337,7 +336,7 @@ pub fn clean(vol: &Volume, now: i64, pol: &Policy) -> Result<CleanReport> {
     rep.chunks_dropped = done.chunks_dropped;
     rep.dead_bytes_freed = done.dead_bytes_freed;
     // The barrier first (rule 3), inside.
-    vol.delete_objects(picks.iter().filter(|p| !done.kept.contains(&p.id)).map(|p| p.name.as_str()))?;
+    vol.delete_objects(Subsystem::Gc, picks.iter().filter(|p| !done.kept.contains(&p.id)).map(|p| p.name.as_str()))?;
     Ok(rep)
 }
 

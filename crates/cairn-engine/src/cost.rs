@@ -180,7 +180,9 @@ pub(crate) fn merge(rows: &mut Vec<BillRow>, more: Vec<BillRow>) {
 /// (a mount's own are counted from memory). An object that cannot be read
 /// or parsed is skipped with a warning: the bill is then short, not wrong.
 pub fn bucket_bills(remote: &dyn Backend, except: Option<&str>) -> Result<Vec<BillRow>> {
-    let _who = cairn_backend::meter::tag(Subsystem::Metadata);
+    // The bill: reading and folding bills is metadata's work.
+    let md = cairn_backend::meter::paying(remote, Subsystem::Metadata);
+    let remote: &dyn Backend = &*md;
     let mut out = Vec::new();
     let listed = remote.list(BILLS_PREFIX)?;
     // The folded object first: the objects it absorbed are in its rows.
@@ -216,7 +218,9 @@ pub fn bucket_bills(remote: &dyn Backend, except: Option<&str>) -> Result<Vec<Bi
 /// on a store without conditional updates nothing is folded. Returns how
 /// many objects were folded.
 pub fn fold_bills(remote: &dyn Backend, except: Option<&str>) -> Result<usize> {
-    let _who = cairn_backend::meter::tag(Subsystem::Metadata);
+    // The bill: reading and folding bills is metadata's work.
+    let md = cairn_backend::meter::paying(remote, Subsystem::Metadata);
+    let remote: &dyn Backend = &*md;
     if !remote.conditional_updates() {
         return Ok(0);
     }

@@ -148,7 +148,9 @@ impl Lease {
     /// renewal (whole seconds, at least one) instead of [`EXPIRY`].
     pub(crate) fn acquire_expiring(backend: &dyn Backend, dir: &str, force: bool, volume: &str, expiry: Duration) -> Result<Lease> {
         let expiry = Duration::from_secs(expiry.as_secs().max(1));
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+        // The bill: the lease's requests are metadata's, whoever asks.
+        let md = cairn_backend::meter::paying(backend, cairn_backend::Subsystem::Metadata);
+        let backend: &dyn Backend = &*md;
         let sent = std::time::Instant::now();
         let t = now();
         let body = LeaseBody {
@@ -229,7 +231,9 @@ impl Lease {
     /// Extends the lease; fails with Busy ([`lost`]) if another mount took
     /// it or the lease object was deleted or replaced.
     pub fn renew(&self, backend: &dyn Backend) -> Result<()> {
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+        // The bill: the lease's requests are metadata's, whoever asks.
+        let md = cairn_backend::meter::paying(backend, cairn_backend::Subsystem::Metadata);
+        let backend: &dyn Backend = &*md;
         let mut tag = self.tag.lock();
         let mut b = self.body.lock();
         let sent = std::time::Instant::now();
@@ -292,7 +296,9 @@ impl Lease {
 
     /// Gives the lease up (at unmount), if it is still ours.
     pub fn release(&self, backend: &dyn Backend) -> Result<()> {
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+        // The bill: the lease's requests are metadata's, whoever asks.
+        let md = cairn_backend::meter::paying(backend, cairn_backend::Subsystem::Metadata);
+        let backend: &dyn Backend = &*md;
         if let Some(why) = self.lost.lock().as_ref() {
             return Err(Error::new(ErrorKind::Busy, why.clone()));
         }

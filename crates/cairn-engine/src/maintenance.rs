@@ -7,6 +7,7 @@ use crate::meta;
 use crate::pack::{self, BlobEntry, PackBuilder};
 use crate::types::{FileKind, ROOT_INO};
 use crate::volume::{discard_packs, Volume};
+use cairn_backend::Subsystem;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -511,7 +512,6 @@ impl meta::MaintenanceGuard for NoLock {
 /// Deletes packs with no live chunk, repacks packs whose live share of
 /// bytes is below `repack_below` (0..1), and removes orphan packs.
 pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<GcReport> {
-    let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Gc);
     vol.check_writable()?;
     let Some(_maintenance) = maintenance_lock(vol, std::time::Duration::from_secs(30))? else {
         return Err(Error::new(
@@ -529,7 +529,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     // order) and never taken for an orphan (docs/shared-volume.md §7
     // "Uploads"). Those of a session gone for longer than the grace are
     // orphans: that session can commit nothing any more (fencing).
-    let listed = vol.chunks.backend.list("packs/")?;
+    let listed = vol.chunks.paid(Subsystem::Gc).list("packs/")?;
     let uploading = vol.meta.shared().map_or(Ok(Vec::new()), |s| s.uploads_in_flight(vol.opts.chunk_grace.unwrap_or(CHUNK_GRACE)))?;
     let packs = vol.meta.read(|tx| Ok(tx.all_packs()?))?;
     rep.bytes_before = listed.iter().map(|o| o.size).sum();
@@ -538,7 +538,7 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     // Orphans: uploaded by a flush or gc whose commit never became durable.
     // `vol.sync()` above made every commit durable, so none refers to them.
     progress.inc(listed.len() as u64);
-    rep.orphans_deleted = vol.delete_objects(listed.iter().map(|o| o.name.as_str()).filter(|n| !known.contains(n)))?;
+    rep.orphans_deleted = vol.delete_objects(Subsystem::Gc, listed.iter().map(|o| o.name.as_str()).filter(|n| !known.contains(n)))?;
     let before = vol.collect_dead_before()?;
     let mut mover = Mover::new(vol, before);
     let mut emptied: Vec<meta::PackRow> = Vec::new();
@@ -579,8 +579,8 @@ pub fn gc(vol: &Volume, repack_below: f64, progress: &dyn Progress) -> Result<Gc
     rep.packs_repacked = repacked.difference(&done.kept).count() as u64;
     // The old objects go only once that transaction is durable (rule 3):
     // before, a power cut would bring back rows pointing into them.
-    rep.packs_deleted = vol.delete_objects(emptied.iter().filter(|p| !done.kept.contains(&p.id)).map(|p| p.name.as_str()))?;
-    rep.bytes_after = vol.chunks.backend.list("packs/")?.iter().map(|o| o.size).sum();
+    rep.packs_deleted = vol.delete_objects(Subsystem::Gc, emptied.iter().filter(|p| !done.kept.contains(&p.id)).map(|p| p.name.as_str()))?;
+    rep.bytes_after = vol.chunks.paid(Subsystem::Gc).list("packs/")?.iter().map(|o| o.size).sum();
     Ok(rep)
 }
 
@@ -693,7 +693,7 @@ impl<'a> Mover<'a> {
         let vol = self.vol;
         for run in live_runs(chunks) {
             let (start, len) = run_span(chunks, run);
-            let data = vol.chunks.backend.get_range(name, start, len)?;
+            let data = vol.chunks.paid(Subsystem::Gc).get_range(name, start, len)?;
             for c in &chunks[run.0..=run.1] {
                 let at = (c.offset - start) as usize;
                 let blob = data.get(at..at + c.stored_len as usize).ok_or_else(|| Error::corrupt(format!("pack {name}: short read")))?;
@@ -782,7 +782,7 @@ impl<'a> Mover<'a> {
     /// Deletes the uploaded packs, which no metadata names (a round given
     /// up before its commit).
     pub(crate) fn discard(&self) {
-        discard_packs(self.vol, self.sealed.iter().map(|(name, _, _)| name.as_str()));
+        discard_packs(self.vol, Subsystem::Gc, self.sealed.iter().map(|(name, _, _)| name.as_str()));
     }
 }
 
@@ -797,6 +797,6 @@ pub(crate) fn upload(vol: &Volume, b: PackBuilder) -> Result<(String, u64, u64)>
     if let Some(s) = vol.meta.shared() {
         s.begin_upload(&name)?;
     }
-    vol.chunks.backend.put(&name, pack.bytes())?;
+    vol.chunks.paid(Subsystem::Gc).put(&name, pack.bytes())?;
     Ok((name, pack.bytes().len() as u64, entries.len() as u64))
 }

@@ -161,7 +161,6 @@ fn start_shipper(vol: &Arc<Volume>) -> Background {
     let mut next_heartbeat = Instant::now() + beat;
     let interval = if vol.cloud.as_ref().is_some_and(|c| c.session.get().is_some()) { interval.min(beat / 2) } else { interval };
     Background::start("cairn-meta-ship", interval, move || {
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let Some(vol) = weak.upgrade() else { return false };
         let Some(cloud) = vol.cloud.as_ref() else { return false };
         // A pack held for the next round goes up at every tick, before
@@ -311,8 +310,7 @@ pub fn init_cloud(dir: &Path, url: &str, endpoint: Option<&str>, region: Option<
     };
     let h = crate::versions::Header { kind: crate::versions::Kind::Base, version: 1, time: crate::lease::now(), writer: state.writer_bytes(), prev: None };
     let (stored, digest) = {
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-        crate::versions::publish(remote.as_ref(), &keys, &h, &snapshot)?
+        crate::versions::publish(&*cairn_backend::meter::paying(remote.as_ref(), cairn_backend::Subsystem::Metadata), &keys, &h, &snapshot)?
     };
     state.shipped = 1;
     state.shipped_digest = Some(hex::encode(digest));

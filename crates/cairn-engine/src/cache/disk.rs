@@ -4,6 +4,13 @@
 //! Contract:
 //! - Only objects under `packs/` are cached or queued; every other name
 //!   (`config`, `meta/...`, `lease`) goes straight to the remote.
+//! - Who pays: the cache opened bills its requests to `other`;
+//!   [`Backend::paid_by`] gives a handle on the same cache billing
+//!   another subsystem, and the remote requests a call through it causes
+//!   (a read's fetches, a synchronous put, a delete, a listing) go through
+//!   the remote's handle for that subsystem. A pack put into the outbox
+//!   remembers who put it (unless `write` or `other`), and the uploaders
+//!   send it as theirs, else as `write`'s.
 //! - `put` of a pack with [`Durability::Local`] writes `DIR/outbox/<name>`
 //!   (`/` escaped as `~`) through a temporary file, fsyncs it and the
 //!   directory, and returns: the pack is durable locally. Uploader threads
@@ -30,9 +37,9 @@
 //!   cause one GET. Sizes come from the outbox, memory, or one `size` per
 //!   object.
 //! - Clean bytes stay within `capacity` minus the dirty bytes; victims come
-//!   from the [`CachePolicy`] and are never outbox objects. A read tells
-//!   the policy which file it is for when its thread says so
-//!   ([`super::policy::reading_for`]).
+//!   from the [`CachePolicy`] and are never outbox objects. A read made
+//!   for a file ([`CachedBackend::get_range_for`], the volume's chunk
+//!   reads) tells the policy which one ([`CachePolicy::grouped`]).
 //! - `delete` of a pack waits for its upload in progress, drops it from the
 //!   outbox and the cache, then deletes it on the remote. `list` is the
 //!   remote's listing plus the outbox.
@@ -51,7 +58,7 @@
 use super::policy::{CachePolicy, Lru};
 use cairn_model::cache::extent::{self, FetchRules, Span};
 use crate::trace::{pack_id, CacheEvent, Event, TraceWriter};
-use cairn_backend::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
+use cairn_backend::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Payers, Result, Subsystem};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -361,7 +368,8 @@ struct Victim {
 }
 
 struct Inner {
-    remote: Arc<dyn Backend>,
+    /// The remote's handle for each payer.
+    remote: Payers,
     opts: DiskCacheOptions,
     outbox_dir: PathBuf,
     data_dir: PathBuf,
@@ -382,6 +390,20 @@ struct Inner {
 /// shutdown.
 pub struct CachedBackend {
     inner: Arc<Inner>,
+    /// Who the requests sent through this handle are billed to.
+    who: Subsystem,
+    /// The handle `open` returned (its drop shuts the cache down), not
+    /// one of [`Backend::paid_by`].
+    owner: bool,
+}
+
+/// Who a pack read is made for: the subsystem that pays for what it
+/// fetches, and the file (an inode) it reads for, if any
+/// ([`CachePolicy::grouped`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadFor {
+    pub who: Subsystem,
+    pub group: Option<u64>,
 }
 
 fn escape(name: &str) -> String {
@@ -542,9 +564,9 @@ impl Inner {
     }
 
     /// Records a pack read, with the file it was for.
-    fn trace_read(&self, event: CacheEvent, name: &str, size: u64, off: u64, len: u64) {
+    fn trace_read(&self, event: CacheEvent, name: &str, size: u64, off: u64, len: u64, group: Option<u64>) {
         if let Some(t) = self.trace.get() {
-            t.cache_read(event, pack_id(name), size, off, len, super::policy::current_group().unwrap_or(0));
+            t.cache_read(event, pack_id(name), size, off, len, group.unwrap_or(0));
         }
     }
 
@@ -650,11 +672,11 @@ impl Inner {
         o.dirty.map(|d| d.1).or(o.size)
     }
 
-    fn size_of(&self, name: &str) -> Result<u64> {
+    fn size_of(&self, name: &str, who: Subsystem) -> Result<u64> {
         if let Some(s) = Self::known_size(&self.lock(), name) {
             return Ok(s);
         }
-        let s = self.remote.size(name)?;
+        let s = self.remote.get(who).size(name)?;
         let mut st = self.lock();
         // Not while a put or delete is changing the object: what the remote
         // said may already be out of date.
@@ -669,7 +691,10 @@ impl Inner {
 
     // ---- reads ----
 
-    fn read_pack(&self, name: &str, off: u64, len: u64) -> Result<Vec<u8>> {
+    /// `[off, off + len)` of pack `name`, read for `r` (who pays, which
+    /// file).
+    fn read_pack(&self, name: &str, off: u64, len: u64, r: ReadFor) -> Result<Vec<u8>> {
+        let group = r.group;
         let rules = self.opts.rules();
         // Pieces of the request collected so far, by offset in the object
         // (they may overlap), and the object version they belong to.
@@ -678,7 +703,7 @@ impl Inner {
         let mut missed = false;
         let mut vanished = 0u32;
         loop {
-            let size = self.size_of(name)?;
+            let size = self.size_of(name, r.who)?;
             let end = off.checked_add(len).filter(|e| *e <= size).ok_or_else(|| {
                 Error::new(ErrorKind::OutOfRange, format!("object {name}: range {off}+{len} past its end ({size} bytes)")).with_object(name)
             })?;
@@ -701,7 +726,7 @@ impl Inner {
                     pieces.clear();
                     version = cur;
                 }
-                match self.plan(&mut st, name, off, end, size, rules, &pieces, &mut touch) {
+                match self.plan(&mut st, name, off, end, size, rules, &pieces, &mut touch, group) {
                     Some(p) => p,
                     None => {
                         // Another thread is fetching (or deleting) what we
@@ -723,7 +748,7 @@ impl Inner {
                 Plan::Done => {
                     let c = if missed { &self.n.misses } else { &self.n.hits };
                     c.fetch_add(1, Ordering::Relaxed);
-                    self.trace_read(if missed { CacheEvent::Miss } else { CacheEvent::Hit }, name, size, off, len);
+                    self.trace_read(if missed { CacheEvent::Miss } else { CacheEvent::Hit }, name, size, off, len, group);
                     return Ok(assemble(&pieces, off, end));
                 }
                 Plan::Whole { path, key } => match read_at(&path, off, len, size) {
@@ -735,7 +760,7 @@ impl Inner {
                             None => CacheEvent::Outbox,
                             Some(_) => CacheEvent::Hit,
                         };
-                        self.trace_read(event, name, size, off, len);
+                        self.trace_read(event, name, size, off, len, group);
                         return Ok(data);
                     }
                     Err(e) => {
@@ -776,7 +801,7 @@ impl Inner {
                     }
                     if !gets.is_empty() {
                         missed = true;
-                        self.fetch(name, &gets, off, end, &mut pieces)?;
+                        self.fetch(name, &gets, off, end, &mut pieces, r)?;
                     }
                 }
             }
@@ -790,12 +815,12 @@ impl Inner {
     /// `size` bytes), beyond the `pieces` already collected: the extents to
     /// read, and the gaps to fetch, which it claims; None: wait for the
     /// others. A cached entry it will read counts as accessed; those due a
-    /// touch of their mtime are added to `touch` as (slot, bytes).
+    /// touch of their mtime are added to `touch` as (slot, bytes). The
+    /// policy learns that the entries read are read for file `group`.
     #[allow(clippy::too_many_arguments)]
-    fn plan(&self, st: &mut State, name: &str, off: u64, end: u64, size: u64, rules: FetchRules, pieces: &BTreeMap<u64, Vec<u8>>, touch: &mut Vec<(u64, u64)>) -> Option<Plan> {
+    fn plan(&self, st: &mut State, name: &str, off: u64, end: u64, size: u64, rules: FetchRules, pieces: &BTreeMap<u64, Vec<u8>>, touch: &mut Vec<(u64, u64)>, group: Option<u64>) -> Option<Plan> {
         let State { objects, entries, policy, .. } = st;
         let o = objects.get_mut(name).expect("the caller found it");
-        let group = super::policy::current_group();
         let mut hit = |key: u64, slot: u64| {
             policy.accessed(key);
             if let Some(g) = group {
@@ -847,14 +872,16 @@ impl Inner {
     }
 
     /// Sends the GETs, keeps the request's pieces of what they bring,
-    /// caches each claimed extent, and releases the claims.
-    fn fetch(&self, name: &str, gets: &[extent::Get], off: u64, end: u64, pieces: &mut BTreeMap<u64, Vec<u8>>) -> Result<()> {
+    /// caches each claimed extent (admitted for file `r.group`), and
+    /// releases the claims. `r.who` pays for the GETs.
+    fn fetch(&self, name: &str, gets: &[extent::Get], off: u64, end: u64, pieces: &mut BTreeMap<u64, Vec<u8>>, r: ReadFor) -> Result<()> {
+        let (group, remote) = (r.group, self.remote.get(r.who));
         let mut written = Vec::new();
         let mut result = Ok(());
         for g in gets {
             let (start, stop) = g.range;
             self.n.remote_gets.fetch_add(1, Ordering::Relaxed);
-            let data = match self.remote.get_range(name, start, stop - start) {
+            let data = match remote.get_range(name, start, stop - start) {
                 Ok(d) if d.len() as u64 == stop - start => d,
                 Ok(d) => {
                     result = Err(Error::new(ErrorKind::Corrupt, format!("object {name}: asked for {} bytes at {start}, got {}", stop - start, d.len())).with_object(name));
@@ -879,7 +906,6 @@ impl Inner {
                 }
             }
         }
-        let group = super::policy::current_group();
         let mut st = self.lock();
         let now = Instant::now();
         for (s, bytes) in written {
@@ -913,7 +939,7 @@ impl Inner {
 
     /// Writes a pack to the outbox; `queue`: for upload now, else held
     /// ([`CachedBackend::put_held`]).
-    fn put_local(&self, name: &str, data: &[u8], queue: bool) -> Result<()> {
+    fn put_local(&self, name: &str, data: &[u8], queue: bool, who: Subsystem) -> Result<()> {
         let size = data.len() as u64;
         let bound = self.dirty_bound();
         let mut st = self.lock();
@@ -950,7 +976,7 @@ impl Inner {
             let version = st.bump();
             let o = st.obj(name);
             o.dirty = Some((seq, size));
-            o.payer = Some(cairn_backend::meter::current()).filter(|w| !matches!(w, cairn_backend::Subsystem::Other | cairn_backend::Subsystem::Write));
+            o.payer = Some(who).filter(|w| !matches!(w, Subsystem::Other | Subsystem::Write));
             o.size = Some(size);
             o.version = version;
             if queue {
@@ -969,14 +995,15 @@ impl Inner {
 
     /// A put (or create) that goes to the remote before it returns, then
     /// keeps a clean whole copy.
-    fn put_remote(&self, name: &str, data: &[u8], only_if_absent: bool) -> Result<()> {
+    fn put_remote(&self, name: &str, data: &[u8], only_if_absent: bool, who: Subsystem) -> Result<()> {
         let st = self.acquire(self.lock(), name);
         if only_if_absent && st.is_dirty(name) {
             self.release(st, name);
             return Err(Error::new(ErrorKind::AlreadyExists, format!("object {name} already exists (not yet uploaded)")).with_object(name));
         }
         drop(st);
-        let r = if only_if_absent { self.remote.put_if_absent(name, data) } else { self.remote.put(name, data) };
+        let remote = self.remote.get(who);
+        let r = if only_if_absent { remote.put_if_absent(name, data) } else { remote.put(name, data) };
         if matches!(&r, Err(e) if e.kind() == ErrorKind::AlreadyExists) {
             self.release(self.lock(), name);
             return r;
@@ -1014,7 +1041,7 @@ impl Inner {
         r
     }
 
-    fn delete_pack(&self, name: &str) -> Result<()> {
+    fn delete_pack(&self, name: &str, who: Subsystem) -> Result<()> {
         // Waits for an upload in progress: deleting under it could let the
         // upload land after the remote delete.
         let mut st = self.acquire(self.lock(), name);
@@ -1030,7 +1057,7 @@ impl Inner {
                 tracing::warn!("removing {}: {e}", p.display());
             }
         }
-        let r = self.remote.delete(name);
+        let r = self.remote.get(who).delete(name);
         let mut st = self.lock();
         st.objects.remove(name);
         drop(st);
@@ -1043,11 +1070,11 @@ impl Inner {
         queued.map(|n| ObjectInfo { name: n.clone(), size: st.objects[n].dirty.map_or(0, |d| d.1) }).collect()
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+    fn list(&self, prefix: &str, who: Subsystem) -> Result<Vec<ObjectInfo>> {
         // The outbox is looked at before the remote too: an object uploaded
         // while the remote lists is in one of the two looks.
         let before = Self::outbox_matching(&self.lock(), prefix);
-        let mut out = self.remote.list(prefix)?;
+        let mut out = self.remote.get(who).list(prefix)?;
         let st = self.lock();
         let mut at: HashMap<String, usize> = out.iter().enumerate().map(|(i, o)| (o.name.clone(), i)).collect();
         // Deleted meanwhile: no longer known to the index.
@@ -1087,8 +1114,6 @@ impl Inner {
             }
         }
         let mut me = Running { inner: &self, in_remote: false };
-        // The bill: uploads are the writes' requests.
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Write);
         let mut backoff = FIRST_BACKOFF;
         loop {
             // The oldest queued object nobody is working on.
@@ -1111,10 +1136,9 @@ impl Inner {
             drop(st);
             let path = self.outbox_path(&name);
             let r = match fs::read(&path) {
-                Ok(data) => {
-                    let _who = payer.map(cairn_backend::meter::tag);
-                    self.remote.put(&name, &data).map(|()| data)
-                }
+                // The bill: uploads are the writes' requests, unless
+                // someone else (gc) put the pack.
+                Ok(data) => self.remote.get(payer.unwrap_or(Subsystem::Write)).put(&name, &data).map(|()| data),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     // Someone removed the file behind our back: nothing is
                     // left to upload.
@@ -1411,7 +1435,7 @@ impl CachedBackend {
         let uploaders = opts.uploaders.max(1);
         st.alive = uploaders;
         let inner = Arc::new(Inner {
-            remote,
+            remote: Payers::new(remote),
             opts,
             outbox_dir,
             data_dir,
@@ -1429,12 +1453,12 @@ impl CachedBackend {
             let inner2 = inner.clone();
             let spawned = std::thread::Builder::new().name(format!("cairn-upload-{i}")).spawn(move || inner2.uploader());
             if let Err(e) = spawned {
-                let me = CachedBackend { inner };
+                let me = CachedBackend { inner, who: Subsystem::Other, owner: true };
                 me.inner.lock().alive -= uploaders - i;
                 return Err(Error::from_io("starting the upload threads", e));
             }
         }
-        Ok(Arc::new(CachedBackend { inner }))
+        Ok(Arc::new(CachedBackend { inner, who: Subsystem::Other, owner: true }))
     }
 
     /// Records this cache's events into `t` from now on, starting with
@@ -1530,7 +1554,7 @@ impl CachedBackend {
             return self.put(name, data);
         }
         validate_name(name)?;
-        self.inner.put_local(name, data, false)
+        self.inner.put_local(name, data, false, self.who)
     }
 
     /// `name` is held: in the outbox, not queued for upload.
@@ -1610,8 +1634,36 @@ impl CachedBackend {
     }
 }
 
+impl CachedBackend {
+    /// [`Backend::get_range`] made for `r`: `r.who` pays for what it
+    /// fetches, and the policy learns which file (`r.group`, an inode)
+    /// the entries read or fetched serve ([`CachePolicy::grouped`]).
+    pub fn get_range_for(&self, r: ReadFor, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if !is_pack(name) {
+            return self.inner.remote.get(r.who).get_range(name, offset, len);
+        }
+        validate_name(name)?;
+        self.inner.read_pack(name, offset, len, r)
+    }
+
+    /// [`Backend::get_ranges`] made for `r`: one read of their span, cut
+    /// up.
+    pub fn get_ranges_for(&self, r: ReadFor, name: &str, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        let (offset, len) = cairn_backend::span_of(ranges)?;
+        cairn_backend::split_span(self.get_range_for(r, name, offset, len)?, ranges)
+    }
+
+    /// The remote's handle for this handle's payer.
+    fn remote(&self) -> &Arc<dyn Backend> {
+        self.inner.remote.get(self.who)
+    }
+}
+
 impl Drop for CachedBackend {
     fn drop(&mut self) {
+        if !self.owner {
+            return;
+        }
         self.shutdown();
         self.inner.mark_clean();
     }
@@ -1620,80 +1672,83 @@ impl Drop for CachedBackend {
 impl Backend for CachedBackend {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         if !is_pack(name) {
-            return self.inner.remote.put(name, data);
+            return self.remote().put(name, data);
         }
         validate_name(name)?;
         match self.inner.opts.durability {
-            Durability::Local => self.inner.put_local(name, data, true),
-            Durability::Remote => self.inner.put_remote(name, data, false),
+            Durability::Local => self.inner.put_local(name, data, true, self.who),
+            Durability::Remote => self.inner.put_remote(name, data, false, self.who),
         }
     }
 
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {
         if !is_pack(name) {
-            return self.inner.remote.put_if_absent(name, data);
+            return self.remote().put_if_absent(name, data);
         }
         validate_name(name)?;
         // A conditional create decides against the remote's state, so it
         // is synchronous whatever the durability.
-        self.inner.put_remote(name, data, true)
+        self.inner.put_remote(name, data, true, self.who)
     }
 
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         if !is_pack(name) {
-            return self.inner.remote.get_range(name, offset, len);
+            return self.remote().get_range(name, offset, len);
         }
-        validate_name(name)?;
-        self.inner.read_pack(name, offset, len)
+        self.get_range_for(ReadFor { who: self.who, group: None }, name, offset, len)
     }
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         if !is_pack(name) {
-            return self.inner.remote.get(name);
+            return self.remote().get(name);
         }
         validate_name(name)?;
-        let size = self.inner.size_of(name)?;
-        self.inner.read_pack(name, 0, size)
+        let size = self.inner.size_of(name, self.who)?;
+        self.inner.read_pack(name, 0, size, ReadFor { who: self.who, group: None })
     }
 
     fn size(&self, name: &str) -> Result<u64> {
         if !is_pack(name) {
-            return self.inner.remote.size(name);
+            return self.remote().size(name);
         }
         validate_name(name)?;
-        self.inner.size_of(name)
+        self.inner.size_of(name, self.who)
     }
 
     fn delete(&self, name: &str) -> Result<()> {
         if !is_pack(name) {
-            return self.inner.remote.delete(name);
+            return self.remote().delete(name);
         }
         validate_name(name)?;
-        self.inner.delete_pack(name)
+        self.inner.delete_pack(name, self.who)
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.inner.list(prefix)
+        self.inner.list(prefix, self.who)
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.remote.capabilities()
+        self.remote().capabilities()
     }
 
     fn sync(&self) -> Result<()> {
-        self.inner.remote.sync()
+        self.remote().sync()
     }
 
     fn describe(&self) -> String {
-        format!("cache {} over {}", self.inner.opts.dir.display(), self.inner.remote.describe())
+        format!("cache {} over {}", self.inner.opts.dir.display(), self.remote().describe())
     }
 
     fn meter(&self) -> Option<Arc<cairn_backend::Meter>> {
-        self.inner.remote.meter()
+        self.remote().meter()
     }
 
     fn sequential(&self) -> Option<&dyn cairn_backend::Sequential> {
-        self.inner.remote.sequential()
+        self.remote().sequential()
+    }
+
+    fn paid_by(&self, who: Subsystem) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(CachedBackend { inner: self.inner.clone(), who, owner: false }))
     }
 }
 

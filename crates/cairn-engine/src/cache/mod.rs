@@ -8,7 +8,7 @@ pub mod disk;
 // The policies live in `cairn-model`, shared with the simulator.
 pub use cairn_model::cache::{extent, kd, policy};
 
-pub use disk::{CacheStats, CachedBackend, DiskCacheOptions, Durability};
+pub use disk::{CacheStats, CachedBackend, DiskCacheOptions, Durability, ReadFor};
 pub use kd::{IoWindows, KdPolicy};
 pub use policy::{CachePolicy, Lru};
 

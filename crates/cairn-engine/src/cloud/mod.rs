@@ -365,8 +365,11 @@ fn rebuild_into(layout: &Layout, remote: &dyn Backend, keys: &Keys, chain: &[ver
 
 /// The parts of an open cloud volume.
 pub struct Cloud {
-    /// The bucket, behind retries (config, versions, lease).
+    /// The bucket, behind retries (config, versions, lease), its
+    /// requests billed to `other`.
     pub remote: Arc<dyn Backend>,
+    /// `remote`'s handle for each payer ([`Cloud::paid`]).
+    paid: cairn_backend::Payers,
     /// Cache and outbox in front of it (the volume's backend).
     pub cache: Arc<CachedBackend>,
     pub opts: CloudOptions,
@@ -410,6 +413,12 @@ pub struct Cloud {
 }
 
 impl Cloud {
+    /// The bucket, its requests paid for by `who` (the bill by
+    /// subsystem; most of the cloud's own requests are `Metadata`'s).
+    pub(crate) fn paid(&self, who: cairn_backend::Subsystem) -> &Arc<dyn Backend> {
+        self.paid.get(who)
+    }
+
     /// Opens the cache in front of the bucket, with the policy `opts`
     /// choose (a KD one reads the volume's request counts from `io`).
     pub fn open_cache(layout: &Layout, remote: Arc<dyn Backend>, opts: &CloudOptions, io: Option<IoWindows>) -> Result<Arc<CachedBackend>> {
@@ -438,7 +447,9 @@ impl Cloud {
     /// no local database to bring up to date: no version is read.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(layout: &Layout, url: &str, remote: Arc<dyn Backend>, keys: &Keys, opts: &CloudOptions, read_only: bool, io: Option<IoWindows>, ships_metadata: bool) -> Result<Cloud> {
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
+        // The bill: taking the lease and reading versions is metadata's.
+        let paid = cairn_backend::Payers::new(remote.clone());
+        let md = paid.get(cairn_backend::Subsystem::Metadata);
         let dir = layout.dir.display().to_string();
         // A store only one process can open (a tape in its drive) is its
         // own lease: the open excluded every other mount already.
@@ -446,14 +457,14 @@ impl Cloud {
         // Nor does a volume whose metadata is in PostgreSQL take it: many
         // machines mount that one read-write at once, each with a session
         // in the database instead (opened by `crate::open`).
-        let lease = if read_only || caps.exclusive || !ships_metadata { None } else { Some(lease::Lease::acquire(remote.as_ref(), &dir, opts.force, url)?) };
+        let lease = if read_only || caps.exclusive || !ships_metadata { None } else { Some(lease::Lease::acquire(md.as_ref(), &dir, opts.force, url)?) };
         let release = |e: Error| {
             if let Some(l) = &lease {
-                let _ = l.release(remote.as_ref());
+                let _ = l.release(md.as_ref());
             }
             e
         };
-        let state = if ships_metadata { sync_down(layout, remote.as_ref(), keys, url, read_only).map_err(release)? } else { LocalState::fresh() };
+        let state = if ships_metadata { sync_down(layout, md.as_ref(), keys, url, read_only).map_err(release)? } else { LocalState::fresh() };
         let mut cloud_opts = opts.clone();
         if !ships_metadata {
             // PostgreSQL is the metadata's home, which every machine reads
@@ -480,6 +491,7 @@ impl Cloud {
             need_base: std::sync::atomic::AtomicBool::new(state.dirty),
             state: parking_lot::Mutex::new(state),
             remote,
+            paid,
             cache,
             opts: cloud_opts,
             lease,

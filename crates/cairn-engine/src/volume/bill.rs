@@ -127,8 +127,7 @@ impl Volume {
             }
         }
         let (bytes, rows) = out;
-        let _who = cairn_backend::meter::tag(Subsystem::Metadata);
-        match cloud.remote.put(&b.object(), &bytes) {
+        match cloud.paid(Subsystem::Metadata).put(&b.object(), &bytes) {
             Ok(()) => {
                 b.rows = rows;
                 b.own_put.add(Subsystem::Metadata, RequestKind::Put, 1, bytes.len() as u64);

@@ -7,14 +7,14 @@
 //! lives, and never changes a file.
 
 use super::{tails, workers};
-use crate::cache::ChunkCache;
+use crate::cache::{CachedBackend, ChunkCache, ReadFor};
 use crate::crypto::Keys;
 use crate::error::{Error, Result};
 use crate::meta::Meta;
 use crate::metrics::Metrics;
 use crate::pack::{self, BlobEntry};
 use crate::types::Ino;
-use cairn_backend::Backend;
+use cairn_backend::{Backend, Payers, Subsystem};
 use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
@@ -38,6 +38,12 @@ pub(crate) struct ChunkStore {
     pub(crate) keys: Keys,
     /// The store of packs (a cloud volume's: its cache).
     pub(crate) backend: Arc<dyn Backend>,
+    /// `backend`'s handle for each payer (the bill by subsystem): a
+    /// request goes through the one of the subsystem that pays for it.
+    paid: Payers,
+    /// A cloud volume's cache (the same object as `backend`), which the
+    /// chunk reads tell who pays and the file they are for.
+    disk: Option<Arc<CachedBackend>>,
     /// Decoded chunks.
     pub(crate) cache: ChunkCache,
     /// The last page of chunks stored or fetched, where a read costs a
@@ -69,11 +75,14 @@ pub(crate) struct ChunkStore {
 
 impl ChunkStore {
     /// A store of `backend`'s packs sealed with `keys`, with `cache_bytes`
-    /// of decoded chunks and `tail_bytes` of their last pages in memory.
-    pub(crate) fn new(keys: Keys, backend: Arc<dyn Backend>, cache_bytes: usize, tail_bytes: usize, trace: Option<Arc<crate::trace::TraceWriter>>) -> ChunkStore {
+    /// of decoded chunks and `tail_bytes` of their last pages in memory;
+    /// `disk`: `backend` itself, when it is a cloud volume's cache.
+    pub(crate) fn new(keys: Keys, backend: Arc<dyn Backend>, disk: Option<Arc<CachedBackend>>, cache_bytes: usize, tail_bytes: usize, trace: Option<Arc<crate::trace::TraceWriter>>) -> ChunkStore {
         ChunkStore {
             keys,
+            paid: Payers::new(backend.clone()),
             backend,
+            disk,
             cache: ChunkCache::new(cache_bytes),
             tails: tails::ChunkTails::new(tail_bytes),
             pack_names: DashMap::new(),
@@ -98,8 +107,11 @@ impl ChunkStore {
 
     /// A chunk's plaintext: from the cache, or fetched, decrypted,
     /// decompressed and verified. Corruption is an error naming the pack.
-    /// `meta` says where it lives; `metrics` counts the hit or miss.
-    pub(crate) fn chunk(&self, id: u64, meta: &Meta, metrics: &Metrics) -> Result<Arc<Vec<u8>>> {
+    /// `r`: who pays for a fetch (a read miss, or the gc or prefetch that
+    /// asked) and the file it is read for (the disk cache's policy learns
+    /// it), if any. `meta` says where it lives; `metrics` counts the hit
+    /// or miss.
+    pub(crate) fn chunk(&self, id: u64, r: ReadFor, meta: &Meta, metrics: &Metrics) -> Result<Arc<Vec<u8>>> {
         if let Some(c) = self.cache.get(id) {
             metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(c);
@@ -139,10 +151,8 @@ impl ChunkStore {
             }
         };
         metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
-        // The bill: a read miss, unless gc or prefetch asked.
-        let _who = cairn_backend::meter::tag_unless_set(cairn_backend::Subsystem::ReadMiss);
         let (mut name, mut entry) = self.chunk_location(meta, id)?;
-        let mut got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
+        let mut got = self.read(r, &name, entry.offset, entry.stored_len as u64);
         if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
             // The chunk moved and its old pack went: the cleaner of this
             // mount did it (a volume in a directory deletes at once,
@@ -155,7 +165,7 @@ impl ChunkStore {
             self.chunk_locs.remove(&id);
             self.pack_names.retain(|_, n| **n != *name);
             (name, entry) = self.chunk_location(meta, id)?;
-            got = self.backend.get_range(&name, entry.offset, entry.stored_len as u64);
+            got = self.read(r, &name, entry.offset, entry.stored_len as u64);
         }
         if let Some(t) = &self.trace {
             t.chunk_at(id, crate::trace::pack_id(&name), entry.offset, entry.stored_len as u64);
@@ -284,10 +294,8 @@ impl ChunkStore {
         for (name, run, _) in runs {
             let run = PrefetchRun { vol: Some(holder.clone()), name, run };
             let job = move || {
-                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
-                let _for = crate::cache::policy::reading_for(ino);
                 if let Some(vol) = &run.vol {
-                    (**vol).as_ref().prefetch_run(&run.name, &run.run);
+                    (**vol).as_ref().prefetch_run(&run.name, &run.run, ino);
                 }
             };
             if caps.cheap_ranged_reads {
@@ -321,8 +329,9 @@ impl ChunkStore {
     }
 
     /// Reads a run of adjacent blobs of pack `name` at once and caches the
-    /// chunks, each announced to its waiting readers as soon as it is in.
-    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry, Arc<InFlight>)]) {
+    /// chunks, each announced to its waiting readers as soon as it is in;
+    /// read for file `ino`, paid for by prefetch.
+    fn prefetch_run(&self, name: &str, run: &[(u64, BlobEntry, Arc<InFlight>)], ino: Ino) {
         if run.is_empty() {
             return;
         }
@@ -332,13 +341,30 @@ impl ChunkStore {
             }
         }
         let ranges: Vec<(u64, u64)> = run.iter().map(|(_, e, _)| (e.offset, e.stored_len as u64)).collect();
-        let Ok(blobs) = self.backend.get_ranges(name, &ranges) else { return };
+        let blobs = match &self.disk {
+            Some(d) => d.get_ranges_for(ReadFor { who: Subsystem::Prefetch, group: Some(ino) }, name, &ranges),
+            None => self.paid(Subsystem::Prefetch).get_ranges(name, &ranges),
+        };
+        let Ok(blobs) = blobs else { return };
         for ((id, e, flight), blob) in run.iter().zip(blobs) {
             if let Ok(data) = pack::decode_blob(&self.keys, e, blob, pack::Verify::Sealed) {
                 self.cache.insert(*id, Arc::new(data));
             }
             self.finish_prefetch(*id, flight);
         }
+    }
+
+    /// `len` bytes at `offset` of pack `name`, read for `r`.
+    fn read(&self, r: ReadFor, name: &str, offset: u64, len: u64) -> cairn_backend::Result<Vec<u8>> {
+        match &self.disk {
+            Some(d) => d.get_range_for(r, name, offset, len),
+            None => self.paid(r.who).get_range(name, offset, len),
+        }
+    }
+
+    /// The packs' store, its requests paid for by `who`.
+    pub(crate) fn paid(&self, who: Subsystem) -> &Arc<dyn Backend> {
+        self.paid.get(who)
     }
 
     /// Lets no prefetch run start from now on and waits for those under

@@ -1051,8 +1051,6 @@ impl Volume {
         if !ahead.is_empty() {
             self.prefetch(ino, ahead);
         }
-        // The pack cache learns which file its blocks are read for.
-        let _for = crate::cache::policy::reading_for(ino);
         if let [ReadPart::Chunk { id, off, len }] = parts[..] {
             if let Some(b) = self.kept_tail(id, off, len) {
                 if let Some(t) = &self.trace {
@@ -1060,7 +1058,7 @@ impl Volume {
                 }
                 return Ok(ReadBytes::Owned(b));
             }
-            let (c, r) = self.chunk_slice(id, off, len)?;
+            let (c, r) = self.chunk_slice(ino, id, off, len)?;
             if let Some(t) = &self.trace {
                 t.record(Event::Read { ino, offset, len });
             }
@@ -1081,7 +1079,7 @@ impl Volume {
                 ReadPart::Chunk { id, off, len } => match self.kept_tail(id, off, len) {
                     Some(b) => buf.extend_from_slice(&b),
                     None => {
-                        let (c, r) = self.chunk_slice(id, off, len)?;
+                        let (c, r) = self.chunk_slice(ino, id, off, len)?;
                         buf.extend_from_slice(&c[r]);
                     }
                 },
@@ -1105,10 +1103,12 @@ impl Volume {
         Some(b)
     }
 
-    /// The bytes `[off, off + len)` of chunk `id`; an extent past the
-    /// chunk's end is corruption.
-    fn chunk_slice(&self, id: u64, off: u64, len: u64) -> Result<(Arc<Vec<u8>>, std::ops::Range<usize>)> {
-        let c = self.chunk(id)?;
+    /// The bytes `[off, off + len)` of chunk `id`, read for file `ino`
+    /// (the pack cache learns which file its blocks are read for; a fetch
+    /// is a read miss); an
+    /// extent past the chunk's end is corruption.
+    fn chunk_slice(&self, ino: Ino, id: u64, off: u64, len: u64) -> Result<(Arc<Vec<u8>>, std::ops::Range<usize>)> {
+        let c = self.chunks.chunk(id, crate::cache::ReadFor { who: cairn_backend::Subsystem::ReadMiss, group: Some(ino) }, &self.meta, &self.metrics)?;
         let r = off as usize..(off + len) as usize;
         if r.end > c.len() {
             return Err(Error::corrupt(format!("extent past the end of chunk #{id}")));

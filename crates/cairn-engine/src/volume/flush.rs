@@ -279,7 +279,7 @@ impl<'a> Batch<'a> {
         if let Some(s) = vol.meta.shared() {
             s.begin_upload(&name)?;
         }
-        let backend = vol.chunks.backend.clone();
+        let backend = vol.chunks.paid(cairn_backend::Subsystem::Write).clone();
         let pool = vol.pack_buffers.clone();
         let pending = vol.uploader.submit(move || {
             let r = upload(backend.as_ref(), &name, built.bytes());
@@ -359,7 +359,7 @@ impl<'a> Batch<'a> {
     /// transaction lost a race and rolled back). A failure only leaves
     /// orphans that gc removes.
     pub(crate) fn discard(&self) {
-        discard_packs(self.vol, self.sealed.iter().map(|p| p.name.as_str()));
+        discard_packs(self.vol, cairn_backend::Subsystem::Other, self.sealed.iter().map(|p| p.name.as_str()));
     }
 
     /// Adds what this batch stored to the volume's metrics, once the
@@ -503,10 +503,10 @@ fn demote_patches_near_rechunks(patches: &mut Vec<(u64, u64)>, rest: &mut Vec<(u
     }
 }
 
-/// One pack upload. Retries are the backend's (`cairn_backend::Retrying`
+/// One pack upload, paid for by whoever `backend` is the handle of (the
+/// flush's: `write`). Retries are the backend's (`cairn_backend::Retrying`
 /// wraps every backend the engine opens), by error kind.
 fn upload(backend: &dyn cairn_backend::Backend, name: &str, bytes: &[u8]) -> Result<()> {
-    let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Write);
     backend.put(name, bytes).map_err(|e| Error::from(e).context(format!("uploading pack {name}")))
 }
 
@@ -1290,7 +1290,7 @@ impl Volume {
             }
         };
         if !discarded {
-            self.delete_objects([name.as_str()])?;
+            self.delete_objects(cairn_backend::Subsystem::Other, [name.as_str()])?;
         }
         Ok(())
     }
@@ -1429,10 +1429,10 @@ mod tests {
 /// Deletes uploaded packs that no metadata names (their transaction never
 /// committed), then their upload records. A failure only leaves orphans,
 /// which gc removes (the records go once this session is gone).
-pub(crate) fn discard_packs<'a>(vol: &Volume, names: impl IntoIterator<Item = &'a str>) {
+pub(crate) fn discard_packs<'a>(vol: &Volume, who: cairn_backend::Subsystem, names: impl IntoIterator<Item = &'a str>) {
     let names: Vec<&str> = names.into_iter().collect();
     for name in &names {
-        if let Err(e) = vol.chunks.backend.delete(name) {
+        if let Err(e) = vol.chunks.paid(who).delete(name) {
             tracing::warn!("removing the unused pack {name}: {e} (gc removes it later)");
         }
     }

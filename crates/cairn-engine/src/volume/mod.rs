@@ -383,7 +383,7 @@ impl Volume {
             layout,
             cfg,
             vid,
-            chunks: ChunkStore::new(keys, backend, opts.cache_bytes, tail_bytes, trace.clone()),
+            chunks: ChunkStore::new(keys, backend, cloud.as_ref().map(|c| c.cache.clone()), opts.cache_bytes, tail_bytes, trace.clone()),
             meta,
             journal,
             files: FileTable::default(),
@@ -901,9 +901,10 @@ impl Volume {
         })
     }
 
-    /// A chunk's plaintext (see [`ChunkStore::chunk`]).
+    /// A chunk's plaintext, read for no file in particular, a fetch paid
+    /// as a read miss (see [`ChunkStore::chunk`]).
     pub(crate) fn chunk(&self, id: u64) -> Result<Arc<Vec<u8>>> {
-        self.chunks.chunk(id, &self.meta, &self.metrics)
+        self.chunks.chunk(id, crate::cache::ReadFor { who: cairn_backend::Subsystem::ReadMiss, group: None }, &self.meta, &self.metrics)
     }
 
     /// What this mount holds in memory per chunk and per pack.

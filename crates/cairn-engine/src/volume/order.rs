@@ -29,7 +29,9 @@ impl Volume {
     /// Rule 3: deletes backend objects that no committed metadata refers
     /// to any more, after making those commits durable (a repack's moved
     /// chunks, an emptied pack's deleted rows). Returns how many went.
-    pub(crate) fn delete_objects<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<u64> {
+    /// `who` pays for the deletes (in a bucket they go to the trash, which
+    /// is metadata's).
+    pub(crate) fn delete_objects<'a>(&self, who: cairn_backend::Subsystem, names: impl IntoIterator<Item = &'a str>) -> Result<u64> {
         let mut names = names.into_iter().peekable();
         if names.peek().is_none() {
             return Ok(0);
@@ -42,7 +44,7 @@ impl Volume {
         }
         let mut n = 0;
         for name in names {
-            self.chunks.backend.delete(name)?;
+            self.chunks.paid(who).delete(name)?;
             n += 1;
         }
         Ok(n)

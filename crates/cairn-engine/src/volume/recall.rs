@@ -145,8 +145,6 @@ impl Volume {
         std::thread::scope(|s| {
             for _ in 0..readers.min(plan.len()) {
                 s.spawn(|| {
-                    // The bill: these reads are recall's (a prefetch).
-                    let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Prefetch);
                     loop {
                         if self.closed.load(Ordering::SeqCst) || failure.lock().is_some() {
                             return;
@@ -154,7 +152,8 @@ impl Volume {
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         let Some(r) = plan.get(i) else { return };
                         reads.fetch_add(1, Ordering::Relaxed);
-                        match self.chunks.backend.get_range(&r.pack, r.off, r.len) {
+                        // The bill: these reads are recall's (a prefetch).
+                        match self.chunks.paid(cairn_backend::Subsystem::Prefetch).get_range(&r.pack, r.off, r.len) {
                             Ok(_) => {
                                 done.fetch_add(r.len, Ordering::Relaxed);
                             }

@@ -9,6 +9,7 @@ use crate::cloud::{read_trash, trash_version, TRASH_NAMES_PER_OBJECT, TRASH_PREF
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease;
 use crate::versions::{self, Header, Kind};
+use cairn_backend::Subsystem;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -33,7 +34,6 @@ impl Volume {
     /// nowhere else.
     pub(crate) fn ship_metadata(&self, base: bool) -> Result<Option<u64>> {
         let Some(cloud) = self.cloud.as_ref() else { return Ok(None) };
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         let _g = cloud.ship_lock.lock();
         if cloud.lost.load(Ordering::SeqCst) {
             return Err(Error::new(ErrorKind::ReadOnly, cloud.lost_error().message().to_string()));
@@ -60,7 +60,7 @@ impl Volume {
         let st = cloud.state.lock().clone();
         // The version this one follows (before any change is taken out of
         // the session: a failure here loses nothing).
-        let prev = st.predecessor(cloud.remote.as_ref())?;
+        let prev = st.predecessor(cloud.paid(Subsystem::Metadata).as_ref())?;
         let base = base || cloud.need_base.load(Ordering::SeqCst);
         let (kind, payload) = if base {
             (Kind::Base, self.meta.snapshot()?)
@@ -87,10 +87,10 @@ impl Volume {
             // replaced (another machine may hold the volume now) publishes
             // nothing more (docs/cloud.md §4).
             let checked = match &cloud.lease {
-                Some(l) => l.check(cloud.remote.as_ref()),
+                Some(l) => l.check(cloud.paid(Subsystem::Metadata).as_ref()),
                 None => Ok(()),
             };
-            match checked.and_then(|()| versions::publish(cloud.remote.as_ref(), &self.chunks.keys, &h, &payload)) {
+            match checked.and_then(|()| versions::publish(cloud.paid(Subsystem::Metadata).as_ref(), &self.chunks.keys, &h, &payload)) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == ErrorKind::Busy => {
                     cloud.mark_lost(&e);
@@ -136,13 +136,13 @@ impl Volume {
     /// prune tries again).
     pub(crate) fn prune_versions(&self) {
         let Some(cloud) = self.cloud.as_ref() else { return };
-        let all = match versions::list(cloud.remote.as_ref()) {
+        let all = match versions::list(cloud.paid(Subsystem::Metadata).as_ref()) {
             Ok(a) => a,
             Err(e) => return tracing::warn!("listing metadata versions to prune: {e}"),
         };
         let old = versions::prunable(&all, KEEP_BASES);
         for v in &old {
-            if let Err(e) = cloud.remote.delete(&v.object()) {
+            if let Err(e) = cloud.paid(Subsystem::Metadata).delete(&v.object()) {
                 tracing::warn!("removing old metadata version {}: {e}", v.version);
                 return;
             }
@@ -202,7 +202,7 @@ impl Volume {
     /// never one the metadata names now, then the trash object.
     fn delete_trash(&self, due: impl Fn(u64) -> bool) {
         let Some(cloud) = self.cloud.as_ref() else { return };
-        let trash = match cloud.remote.list(TRASH_PREFIX) {
+        let trash = match cloud.paid(Subsystem::Metadata).list(TRASH_PREFIX) {
             Ok(t) => t,
             Err(e) => return tracing::warn!("listing trashed packs: {e}"),
         };
@@ -212,7 +212,7 @@ impl Volume {
                 continue;
             }
             let r = (|| -> Result<usize> {
-                let names = read_trash(cloud.remote.as_ref(), &t)?;
+                let names = read_trash(cloud.paid(Subsystem::Metadata).as_ref(), &t)?;
                 if let Some(bad) = names.iter().find(|n| !n.starts_with("packs/")) {
                     return Err(Error::corrupt(format!("{} lists {bad:?}, which is not a pack; deleting nothing", t.name)));
                 }
@@ -223,9 +223,9 @@ impl Volume {
                         tracing::error!("{} lists pack {n}, which the metadata names: keeping it", t.name);
                         continue;
                     }
-                    self.chunks.backend.delete(n)?;
+                    self.chunks.paid(Subsystem::Metadata).delete(n)?;
                 }
-                cloud.remote.delete(&t.name)?;
+                cloud.paid(Subsystem::Metadata).delete(&t.name)?;
                 Ok(names.len())
             })();
             match r {
@@ -244,8 +244,7 @@ impl Volume {
         self.ship_metadata(false)?;
         if let Some(cloud) = self.cloud.as_ref() {
             if cloud.remote.capabilities().deferred_durability {
-                let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
-                cloud.remote.sync()?;
+                cloud.paid(Subsystem::Metadata).sync()?;
             }
         }
         Ok(())
@@ -265,7 +264,6 @@ impl Volume {
         if names.is_empty() {
             return Ok(0);
         }
-        let _who = cairn_backend::meter::tag(cairn_backend::Subsystem::Metadata);
         // The newest version must be one without them.
         self.ship_metadata(false)?;
         // Bounded objects: a reader refuses one above MAX_TRASH_OBJECT.
@@ -280,7 +278,7 @@ impl Volume {
                 let at = self.meta.store().clock_secs()?.max(0) as u64;
                 format!("{}{at:016}-{}", TRASH_PREFIX, hex::encode(rand::random::<[u8; 8]>()))
             };
-            cloud.remote.put(&name, &serde_json::to_vec(part).expect("names serialise"))?;
+            cloud.paid(Subsystem::Metadata).put(&name, &serde_json::to_vec(part).expect("names serialise"))?;
         }
         Ok(names.len() as u64)
     }

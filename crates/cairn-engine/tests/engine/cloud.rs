@@ -858,3 +858,63 @@ fn a_missing_version_stops_a_read_write_mount_and_names_it() {
     assert!(rep.errors.is_empty(), "fsck: {:?}", rep.errors);
     v.close().unwrap();
 }
+
+/// Who pays, through a metered bucket (docs/design.md "Who pays and for
+/// which file"): on a machine whose cache is empty, gc's listings, its
+/// repack's reads of the live chunks and the new pack's upload (from the
+/// outbox, on an uploader thread) are gc's, none a read miss or a write;
+/// a third machine reading the kept file afterwards pays read misses (and
+/// read-ahead), nothing of it gc's.
+#[test]
+fn gc_pays_for_its_repack_and_a_later_read_is_a_read_miss() {
+    use cairn_backend::{Metered, RequestKind as K, Subsystem as S};
+    let a = tempfile::tempdir().unwrap();
+    let m = Metered::new(MemoryBackend::new());
+    let meter = m.meter().clone();
+    let bucket: Arc<dyn Backend> = Arc::new(m);
+    init_in(a.path(), &bucket, None);
+    let v = Volume::load(a.path(), opts(&bucket, Durability::Local)).unwrap();
+    let keep = random_bytes(51, 300_000);
+    mkfile(&v, ROOT_INO, "keep", &keep);
+    mkfile(&v, ROOT_INO, "gone", &random_bytes(52, 300_000));
+    v.close().unwrap();
+    drop(v);
+
+    let b = tempfile::tempdir().unwrap();
+    let v = open_in(b.path(), &bucket, Durability::Local);
+    v.unlink(ROOT_INO, b"gone").unwrap();
+    // Counted since (the volume's bill takes the meter's counts: its
+    // lifetime counts only grow).
+    let before = meter.lifetime();
+    let rep = maintenance::gc(&v, 0.9, &maintenance::NoProgress).unwrap();
+    assert!(rep.packs_repacked >= 1, "{rep:?}");
+    v.close().unwrap();
+    drop(v);
+    let n = since(&meter, &before);
+    assert!(n.get(S::Gc, K::List).requests >= 1, "gc's listing: {n:?}");
+    assert!(n.get(S::Gc, K::Get).requests >= 1, "the repack's reads: {n:?}");
+    assert!(n.get(S::Gc, K::Put).requests >= 1, "the new pack's upload: {n:?}");
+    for who in [S::ReadMiss, S::Prefetch, S::Write] {
+        assert_eq!(n.get(who, K::Get).requests + n.get(who, K::Put).requests, 0, "{who:?} paid for gc: {n:?}");
+    }
+
+    let c = tempfile::tempdir().unwrap();
+    let v = open_in(c.path(), &bucket, Durability::Local);
+    let ino = v.lookup(ROOT_INO, b"keep").unwrap().ino;
+    let before = meter.lifetime();
+    assert!(read_all(&v, ino) == keep);
+    let n = since(&meter, &before);
+    assert!(n.get(S::ReadMiss, K::Get).requests + n.get(S::Prefetch, K::Get).requests >= 1, "the read: {n:?}");
+    assert_eq!(n.get(S::Gc, K::Get).requests, 0, "{n:?}");
+    v.close().unwrap();
+}
+
+/// What `meter` counted since `before` (its lifetime counts then).
+fn since(meter: &cairn_backend::Meter, before: &cairn_backend::RequestCounts) -> cairn_backend::RequestCounts {
+    let mut n = cairn_backend::RequestCounts::default();
+    for (s, k, t) in meter.lifetime().iter() {
+        let b = before.get(s, k);
+        n.add(s, k, t.requests - b.requests, t.bytes - b.bytes);
+    }
+    n
+}

@@ -6,8 +6,8 @@
 
 use cairn_backend::{conformance, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result, RetryPolicy, Retrying};
 use cairn_engine::cache::disk::{CachedBackend, DiskCacheOptions, Durability};
-use cairn_engine::cache::policy::reading_for;
-use cairn_engine::cache::{IoWindows, PolicyChoice};
+use cairn_engine::cache::{IoWindows, PolicyChoice, ReadFor};
+use cairn_backend::{Metered, RequestKind, Subsystem};
 use cairn_testing::{FaultPlan, FaultyBackend, MemoryBackend};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -747,8 +747,7 @@ fn lru_and_kd_policies_serve_the_same_reads_within_the_bound() {
             if i % 7 == 0 {
                 io.note_write();
             }
-            let _for = reading_for(x % 5);
-            assert_eq!(c.get_range(name, off, len).unwrap(), range(data, off, len), "{policy:?}: read {i} of {name} at {off}+{len}");
+            assert_eq!(c.get_range_for(for_file(x % 5), name, off, len).unwrap(), range(data, off, len), "{policy:?}: read {i} of {name} at {off}+{len}");
             let s = c.stats();
             assert!(s.clean_bytes <= 8 * B, "{policy:?}: {s:?}");
         }
@@ -757,4 +756,99 @@ fn lru_and_kd_policies_serve_the_same_reads_within_the_bound() {
         assert!(s.evictions > 0 && s.hits > 0, "{policy:?}: {s:?}");
         println!("{policy:?}: {} hits, {} misses, {} bytes fetched", s.hits, s.misses, s.bytes_fetched);
     }
+}
+
+/// A read miss made for file `ino`.
+fn for_file(ino: u64) -> ReadFor {
+    ReadFor { who: Subsystem::ReadMiss, group: Some(ino) }
+}
+
+/// A policy that is LRU and writes down every `grouped` hint it gets.
+struct Noting {
+    lru: cairn_engine::cache::Lru,
+    seen: Arc<Mutex<Vec<(u64, u64)>>>,
+}
+
+impl cairn_engine::cache::CachePolicy for Noting {
+    fn name(&self) -> &'static str {
+        "noting"
+    }
+    fn admitted(&mut self, key: u64, size: u64) {
+        self.lru.admitted(key, size)
+    }
+    fn accessed(&mut self, key: u64) {
+        self.lru.accessed(key)
+    }
+    fn removed(&mut self, key: u64) {
+        self.lru.removed(key)
+    }
+    fn grouped(&mut self, key: u64, group: u64) {
+        self.seen.lock().unwrap().push((key, group));
+    }
+    fn victim(&mut self) -> Option<u64> {
+        self.lru.victim()
+    }
+    fn len(&self) -> usize {
+        self.lru.len()
+    }
+}
+
+/// The file a read is for is an argument: a read for file 7 tells the
+/// policy so on the fetch and on the hit, on this thread or another; a
+/// plain `get_range` (for no file) tells it nothing.
+#[test]
+fn a_read_for_a_file_groups_what_it_fetches_and_hits() {
+    const B: u64 = 16 * KIB;
+    let mem = Arc::new(MemoryBackend::new());
+    let data = bytes(3, 8 * B);
+    mem.put("packs/g", &data).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let d = tempfile::tempdir().unwrap();
+    let policy = Box::new(Noting { lru: cairn_engine::cache::Lru::new(), seen: seen.clone() });
+    let c = CachedBackend::with_policy(mem.clone(), opts(d.path(), 64 * B, B, Durability::Local), policy).unwrap();
+    assert_eq!(c.get_range("packs/g", 0, B).unwrap(), range(&data, 0, B));
+    assert_eq!(c.get_range("packs/g", 0, B).unwrap(), range(&data, 0, B));
+    assert!(seen.lock().unwrap().is_empty(), "reads for no file grouped: {:?}", seen.lock().unwrap());
+    std::thread::scope(|s| {
+        s.spawn(|| assert_eq!(c.get_range_for(for_file(7), "packs/g", 2 * B, B).unwrap(), range(&data, 2 * B, B)));
+    });
+    let fetched = seen.lock().unwrap().clone();
+    assert!(!fetched.is_empty() && fetched.iter().all(|&(_, g)| g == 7), "the fetch for file 7: {fetched:?}");
+    assert_eq!(c.get_range_for(for_file(7), "packs/g", 0, B).unwrap(), range(&data, 0, B));
+    let all = seen.lock().unwrap().clone();
+    assert!(all.len() > fetched.len() && all.iter().all(|&(_, g)| g == 7), "the hit for file 7: {all:?}");
+    assert_eq!(c.get_ranges_for(for_file(9), "packs/g", &[(0, 10), (10, 20)]).unwrap(), vec![range(&data, 0, 10).to_vec(), range(&data, 10, 20).to_vec()]);
+    assert!(seen.lock().unwrap().last().is_some_and(|&(_, g)| g == 9));
+}
+
+/// Who pays, through the cache: a read's fetches are billed to the payer
+/// the read names; a handle for gc (`paid_by`) puts a pack into the outbox
+/// and the uploader thread sends it as gc's, while a pack put through the
+/// cache itself goes up as a write; a listing through gc's handle is gc's.
+#[test]
+fn the_cache_sends_each_request_as_its_payers() {
+    const B: u64 = 16 * KIB;
+    let m = Metered::new(MemoryBackend::new());
+    let meter = m.meter().clone();
+    let remote = Arc::new(m);
+    let data = bytes(5, 4 * B);
+    remote.put("packs/r", &data).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let c = CachedBackend::open(remote.clone(), opts(d.path(), 64 * B, B, Durability::Local)).unwrap();
+    meter.take();
+    let r = ReadFor { who: Subsystem::Prefetch, group: None };
+    assert_eq!(c.get_range_for(r, "packs/r", 0, B).unwrap(), range(&data, 0, B));
+    let n = meter.take();
+    assert!(n.get(Subsystem::Prefetch, RequestKind::Get).requests >= 1 && n.iter().all(|(s, _, _)| s == Subsystem::Prefetch), "{n:?}");
+    let gc = c.paid_by(Subsystem::Gc).expect("the cache has a handle per payer");
+    gc.put("packs/g", b"moved").unwrap();
+    c.put("packs/w", b"written").unwrap();
+    c.drain(&mut |_, _| {});
+    assert!(gc.list("packs/").unwrap().len() >= 3);
+    let n = meter.take();
+    assert_eq!(n.get(Subsystem::Gc, RequestKind::Put), cairn_backend::meter::Tally { requests: 1, bytes: 5 }, "{n:?}");
+    assert_eq!(n.get(Subsystem::Write, RequestKind::Put), cairn_backend::meter::Tally { requests: 1, bytes: 7 }, "{n:?}");
+    assert_eq!(n.get(Subsystem::Gc, RequestKind::List).requests, 1, "{n:?}");
+    drop(gc);
+    assert_eq!(c.get_range("packs/w", 0, 7).unwrap(), b"written", "a handle's drop leaves the cache open");
 }

@@ -15,11 +15,11 @@
 //! - Each call costs at most O(log n) in the number of tracked keys
 //!   (amortized over the calls, for a policy that works in batches).
 //!
-//! Which file an access is for reaches the cache through a thread-local
-//! tag ([`reading_for`]) that the volume sets around its backend reads, so
-//! the backend seam does not change.
-
-use std::cell::Cell;
+//! Which file an access is for is an argument of the cache's reads (the
+//! engine's `CachedBackend::get_range_for`, given by the volume's chunk
+//! reads), which the cache hands on as [`CachePolicy::grouped`]: a reader
+//! of a call sees which file it is made for (docs/design.md, "Who pays and
+//! for which file").
 
 /// An eviction policy over `u64` keys (chunk or segment ids).
 pub trait CachePolicy: Send {
@@ -42,35 +42,6 @@ pub trait CachePolicy: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-thread_local! {
-    static GROUP: Cell<Option<u64>> = const { Cell::new(None) };
-}
-
-/// The file the calling thread is reading for, if it said (see
-/// [`reading_for`]).
-pub fn current_group() -> Option<u64> {
-    GROUP.with(|g| g.get())
-}
-
-/// Restores the thread's previous file when dropped.
-#[must_use = "the tag lasts as long as the guard"]
-pub struct GroupGuard {
-    prev: Option<u64>,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        GROUP.with(|g| g.set(self.prev));
-    }
-}
-
-/// Tags the calling thread's cache accesses as made for file `group` (an
-/// inode) until the guard drops; a cache passes it on as
-/// [`CachePolicy::grouped`].
-pub fn reading_for(group: u64) -> GroupGuard {
-    GroupGuard { prev: GROUP.with(|g| g.replace(Some(group))) }
 }
 
 /// Least recently used first.
