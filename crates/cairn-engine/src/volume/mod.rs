@@ -23,6 +23,7 @@ mod locks;
 mod tails;
 mod resume;
 mod chunks;
+mod medium;
 pub(crate) use chunks::ChunkStore;
 pub use chunks::MemoryHeld;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
