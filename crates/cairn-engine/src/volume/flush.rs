@@ -299,10 +299,10 @@ impl<'a> Batch<'a> {
     /// name it): it stays an ordinary pack.
     pub(crate) fn absorb_held(&mut self) -> Result<()> {
         let vol = self.vol;
-        let Some((name, id, _)) = vol.held_pack.lock().clone() else { return Ok(()) };
-        let Some(cloud) = vol.cloud() else { return Ok(()) };
-        if !cloud.cache.is_held(&name) {
-            *vol.held_pack.lock() = None;
+        let Some(held) = vol.medium.held() else { return Ok(()) };
+        let Some((name, id, _)) = held.pack.lock().clone() else { return Ok(()) };
+        if !held.cache.is_held(&name) {
+            *held.pack.lock() = None;
             return Ok(());
         }
         let rows = vol.meta.read(|c| Ok(c.chunks_in_pack(id)?))?;
@@ -330,9 +330,9 @@ impl<'a> Batch<'a> {
         self.builder = None;
         self.moved.clear();
         self.absorbed = None;
-        *self.vol.held_pack.lock() = None;
-        if let Some(c) = self.vol.cloud() {
-            c.cache.pending();
+        if let Some(held) = self.vol.medium.held() {
+            *held.pack.lock() = None;
+            held.cache.release_held();
         }
     }
 
@@ -341,13 +341,13 @@ impl<'a> Batch<'a> {
     /// ([`Batch::absorb_held`]); else as [`Batch::seal`].
     pub(crate) fn seal_round(&mut self, hold: bool) -> Result<()> {
         let vol = self.vol;
-        let cloud = vol.cloud().filter(|_| hold);
+        let held = vol.medium.held().filter(|_| hold);
         let short = self.builder.as_ref().is_some_and(|b| !b.is_empty() && (b.len() as u64) < vol.cfg.pack_target);
-        let (Some(cloud), true) = (cloud, short) else { return self.seal() };
+        let (Some(held), true) = (held, short) else { return self.seal() };
         let b = self.builder.take().expect("short");
         let (built, entries) = b.finish(&vol.chunks.keys, &vol.vid);
         let name = pack::fresh_name();
-        let r = cloud.cache.put_held(&name, built.bytes());
+        let r = held.cache.put_held(&name, built.bytes());
         let size = built.bytes().len() as u64;
         vol.pack_buffers.give(built.into_buffer());
         r?;
@@ -540,9 +540,7 @@ impl Volume {
         // Asked for: nothing stays held (what was is in this round's packs
         // or queued now).
         if only.is_none() {
-            if let Some(c) = self.cloud() {
-                c.cache.release_held();
-            }
+            self.medium.release_held();
         }
         r
     }
@@ -584,8 +582,7 @@ impl Volume {
     }
 
     fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>, may_hold: bool) -> Result<FlushReport> {
-        let sequential = !self.chunks.backend.capabilities().cheap_ranged_reads;
-        let (age, flush_bytes) = if sequential { self.run_policy() } else { (self.opts.flush_age, self.opts.flush_bytes) };
+        let (age, flush_bytes) = self.medium.due(self);
         // Past half the journal's limit, closed files go whatever their age,
         // before writers have to wait for room.
         let pressure = self.journal.bytes() > self.opts.journal_limit / 2;
@@ -595,7 +592,7 @@ impl Volume {
         // what was written meanwhile, not every flusher tick (500 ms) with
         // the few files that just crossed the age; and once the closed
         // files' dirty bytes fill a pack, a round takes them all.
-        let grouped = self.cloud.is_some() && !sequential && only.is_none();
+        let grouped = self.medium.groups_rounds() && only.is_none();
         // (not due, dirty since, dirty bytes, file)
         type Cand = (bool, Option<std::time::Instant>, u64, Arc<FileState>);
         let mut picked: Vec<Cand> = Vec::new();
@@ -650,47 +647,9 @@ impl Volume {
             picked.truncate(n);
         }
         let mut chosen: Vec<Arc<FileState>> = picked.into_iter().map(|c| c.3).collect();
-        let mut fed = 0;
-        if sequential && only.is_none() {
-            if !all && !pressure && self.feeding_an_open_file() {
-                let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-                chosen.retain(|st| st.ino == fed);
-            }
-            // Once per round: a walk of the files with state.
-            let first = if all { None } else { self.first_writer_key() };
-            if !pressure {
-                if let Some(first) = &first {
-                    let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-                    chosen.retain(|st| st.ino == fed || st.walk_key() <= *first);
-                }
-            }
-            if chosen.is_empty() && !all {
-                chosen.extend(self.file_to_feed(first.as_ref()));
-            }
-            // The file the drive was fed goes first in any round, with what
-            // it has: its run then goes on where it stopped on the tape,
-            // not after the runs of files that closed meanwhile.
-            fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-            if !chosen.is_empty() && !chosen.iter().any(|st| st.ino == fed) {
-                if let Some(st) = self.files.get(&fed).map(|e| e.value().clone()) {
-                    let g = st.inner.lock();
-                    if !g.evicted && g.is_dirty() {
-                        drop(g);
-                        chosen.push(st);
-                    }
-                }
-            }
-        }
-        // Files in inode order, so packs hold related files together (a
-        // directory's files, created together, have neighbouring numbers):
-        // one ranged GET of a pack then brings the files read next too
-        // (docs/frugal.md §3). On a tape, the order of a walk of the tree
-        // (names in order), which is the order a restore reads them.
-        if sequential {
-            chosen.sort_by_cached_key(|st| (st.ino != fed, st.walk_key()));
-        } else {
-            chosen.sort_unstable_by_key(|st| (st.ino != fed, st.ino));
-        }
+        // Which go, in what order: the medium's (on a tape, the drive's
+        // feeding and a walk of the tree; else inode order).
+        self.medium.order_round(self, &mut chosen, all, pressure, only);
         let mut report = FlushReport::default();
         if !chosen.is_empty() {
             // On a shared volume, recorded before this round looks a chunk
@@ -704,12 +663,10 @@ impl Volume {
                 }
             }
             let mut batch = Batch::new(self);
-            // With local durability and metadata that only this machine
-            // ships, a grouped round's last, short pack waits in the outbox
-            // for the next round to fill it (docs/frugal.md §7). Never on a
-            // shared volume: other machines read what this one commits at
-            // once, from the bucket.
-            let holds = grouped && self.cloud().is_some_and(|c| c.ships_metadata && c.opts.durability == crate::cache::Durability::Local);
+            // A grouped round's last, short pack may wait in the outbox for
+            // the next round to fill it where the medium holds packs
+            // (docs/frugal.md §7, `medium::choose`).
+            let holds = grouped && self.medium.held().is_some();
             if holds {
                 if let Err(e) = batch.absorb_held() {
                     tracing::warn!("copying the held pack into this round's: {e}; it is uploaded as it is");
@@ -1134,10 +1091,10 @@ impl Volume {
     /// version too, but a shipper stuck retrying through an outage must not
     /// keep data from even trying the bucket.
     pub(crate) fn release_old_held_pack(&self) {
-        let Some(cloud) = self.cloud() else { return };
-        let old = self.held_pack.lock().as_ref().is_some_and(|h| h.2.elapsed() >= cloud.opts.meta_interval);
+        let Some(held) = self.medium.held() else { return };
+        let old = held.pack.lock().as_ref().is_some_and(|h| h.2.elapsed() >= held.interval);
         if old {
-            cloud.cache.release_held();
+            held.cache.release_held();
         }
     }
 
@@ -1148,19 +1105,19 @@ impl Volume {
     /// held pack, if any, waits for the next round.
     fn settle_held(&self, batch: &Batch, pack_ids: &[u64]) -> Result<()> {
         self.chunks.forget_locations(batch.moved.iter().map(|&(id, ..)| id));
-        *self.held_pack.lock() = batch.sealed.iter().zip(pack_ids).find(|(p, _)| p.held).map(|(p, &id)| (p.name.clone(), id, Instant::now()));
+        let Some(held) = self.medium.held() else { return Ok(()) };
+        *held.pack.lock() = batch.sealed.iter().zip(pack_ids).find(|(p, _)| p.held).map(|(p, &id)| (p.name.clone(), id, Instant::now()));
         let Some((name, id)) = &batch.absorbed else { return Ok(()) };
         self.chunks.forget_pack_name(*id);
         self.meta.sync()?;
-        let cloud = self.cloud().expect("only a bucket's rounds hold packs");
         // A ship under way may have taken changes that name the held pack
         // and not yet queued it (rule 7): then it goes up and through the
         // trash like any uploaded pack. With the ship lock held, a later
         // ship takes this round's commit too, which no longer names it.
-        let discarded = match cloud.ship_lock.try_lock() {
-            Some(_ship) => cloud.cache.discard_held(name),
+        let discarded = match held.ship_lock.try_lock() {
+            Some(_ship) => held.cache.discard_held(name),
             None => {
-                cloud.cache.release_held();
+                held.cache.release_held();
                 false
             }
         };

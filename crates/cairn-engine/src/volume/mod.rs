@@ -24,6 +24,7 @@ mod tails;
 mod resume;
 mod chunks;
 mod medium;
+pub(crate) use medium::choose as choose_medium;
 pub(crate) use chunks::ChunkStore;
 pub use chunks::MemoryHeld;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
@@ -213,17 +214,10 @@ pub struct Volume {
     /// hold one, with a count of lock requests (locks.rs): a close of any
     /// other file releases nothing, so it asks the store nothing.
     pub(crate) locked: DashMap<Ino, u64>,
-    /// The file a sequential store's drive was last fed (0: none): fed
-    /// again first, its runs follow one another on the tape.
-    pub(crate) last_fed: std::sync::atomic::AtomicU64,
-    /// When the drive was last fed that file (a flush round took it to
-    /// keep the drive moving): while it is still being written, other
-    /// files wait so that its runs stay back to back (flush.rs).
-    pub(crate) last_fed_at: Mutex<Option<std::time::Instant>>,
-    /// The last flush round's partly filled pack, held in the outbox for
-    /// the next round to copy into a larger one (name, metadata id, when
-    /// written; docs/frugal.md §7). The cache says whether it is still held.
-    pub(crate) held_pack: parking_lot::Mutex<Option<(String, u64, std::time::Instant)>>,
+    /// Where the packs go (a directory, a bucket, a tape) and what that
+    /// asks of the flush, chosen at open (medium.rs); holds the tape's
+    /// feeding state and a bucket's held pack.
+    pub(crate) medium: Box<dyn medium::Medium>,
     /// Held (read side) by every [`flush::Batch`] for its life, since a batch
     /// may hold ids of dead chunks it found by hash; the cleaner deletes
     /// dead chunk rows only under the write side (docs/frugal.md §5).
@@ -280,6 +274,8 @@ pub(crate) struct Parts {
     /// The store of packs (a cloud volume's: its cache).
     pub backend: Arc<dyn Backend>,
     pub cloud: Option<crate::cloud::Cloud>,
+    /// Where the packs go, chosen by `crate::open` ([`medium::choose`]).
+    pub medium: Box<dyn medium::Medium>,
     pub trace: Option<Arc<crate::trace::TraceWriter>>,
     pub io: Option<crate::cache::IoWindows>,
     /// The volume lock, held for the volume's life.
@@ -324,7 +320,7 @@ impl Volume {
     /// the journal, replays it, and starts the flusher. The cloud's
     /// threads are started by the caller.
     pub(crate) fn assemble(p: Parts, opts: OpenOptions) -> Result<Arc<Volume>> {
-        let Parts { layout, cfg, keys, vid, backend, cloud, trace, io, lock } = p;
+        let Parts { layout, cfg, keys, vid, backend, cloud, medium, trace, io, lock } = p;
         let meta = open_meta(&layout, &cfg, &opts)?;
         // A volume from before the cleaner's accrual columns gets them.
         let altered = !opts.read_only && meta.write(|tx| Ok(tx.ensure_dead_accrual()?))?;
@@ -378,7 +374,7 @@ impl Volume {
         // Where a read costs a request (a bucket, a tape), the last page of
         // each chunk is kept for the kernel's read before an append.
         let caps = backend.capabilities();
-        let tail_bytes = if cloud.is_some() || caps.remote || !caps.cheap_ranged_reads { tails::DEFAULT_BYTES } else { 0 };
+        let tail_bytes = if medium.keeps_tails() || caps.remote { tails::DEFAULT_BYTES } else { 0 };
         let vol = Arc::new(Volume {
             changes,
             layout,
@@ -400,9 +396,7 @@ impl Volume {
             inode_count: Mutex::new(None),
             open_files: Default::default(),
             locked: DashMap::new(),
-            last_fed: std::sync::atomic::AtomicU64::new(0),
-            last_fed_at: Mutex::new(None),
-            held_pack: parking_lot::Mutex::new(None),
+            medium,
             chunk_guard: guard::ChunkGuard::default(),
             signal,
             flusher: Mutex::new(None),
@@ -517,9 +511,10 @@ impl Volume {
         Ok(())
     }
 
-    /// Whether fsync must reach the bucket (`--durability remote`).
+    /// Whether fsync must reach the bucket (`--durability remote`): the
+    /// medium's (medium.rs).
     pub(crate) fn durable_remotely(&self) -> bool {
-        self.cloud.as_ref().is_some_and(|c| c.opts.durability == crate::cache::disk::Durability::Remote)
+        self.medium.durable_remotely()
     }
 
     /// The cache and bucket of a cloud volume.
