@@ -24,6 +24,8 @@ mod tails;
 mod resume;
 mod chunks;
 mod medium;
+mod flusher;
+use flusher::FlushSignal;
 pub(crate) use medium::choose as choose_medium;
 pub(crate) use chunks::ChunkStore;
 pub use chunks::MemoryHeld;
@@ -133,24 +135,6 @@ impl Default for OpenOptions {
             meta_sync_commit: false,
             chunk_grace: None,
         }
-    }
-}
-
-/// Wakes the background flusher.
-pub(crate) struct FlushSignal {
-    state: Mutex<(bool, bool)>, // (poked, stopping)
-    cv: Condvar,
-    /// Bumped after every finished flush round; writers blocked on the
-    /// journal limit wait for it.
-    done: Mutex<u64>,
-    done_cv: Condvar,
-}
-
-impl FlushSignal {
-    pub(crate) fn poke(&self) {
-        let mut s = self.state.lock();
-        s.0 = true;
-        self.cv.notify_one();
     }
 }
 
@@ -520,45 +504,6 @@ impl Volume {
     /// The cache and bucket of a cloud volume.
     pub fn cloud(&self) -> Option<&crate::cloud::Cloud> {
         self.cloud.as_ref()
-    }
-
-    fn start_flusher(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        let sig = self.signal.clone();
-        let h = std::thread::Builder::new()
-            .name("cairn-flusher".into())
-            .spawn(move || loop {
-                {
-                    let mut s = sig.state.lock();
-                    if !s.0 && !s.1 {
-                        sig.cv.wait_for(&mut s, Duration::from_millis(500));
-                    }
-                    if s.1 {
-                        return;
-                    }
-                    s.0 = false;
-                }
-                let Some(vol) = weak.upgrade() else { return };
-                if vol.stall.flusher_paused.load(Ordering::SeqCst) {
-                    continue;
-                }
-                vol.release_old_held_pack();
-                // Under journal pressure nothing is held back: a held tail
-                // pins every later journal segment (a program writing an open
-                // file from the end backwards would otherwise fill the
-                // journal and block all writers for good).
-                let pressed = vol.journal.bytes() > vol.opts.journal_limit / 2;
-                match vol.flush_round_background(pressed) {
-                    Ok(_) => vol.problems.flush.ok(),
-                    Err(e) => {
-                        tracing::error!("background flush failed (will retry): {e}");
-                        vol.problems.flush.fail("flush", &e);
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
-                }
-            })
-            .expect("spawning the flusher thread");
-        *self.flusher.lock() = Some(h);
     }
 
     /// How the mount is doing: its health, and what it holds that the
