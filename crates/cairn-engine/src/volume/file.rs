@@ -690,15 +690,15 @@ impl Volume {
         }
         // Two rounds after the poke: the first may have chosen its files
         // before this one was due.
-        let seen = *self.signal.done.lock();
-        self.signal.poke();
+        let seen = *self.flusher.signal.done.lock();
+        self.flusher.signal.poke();
         let deadline = std::time::Instant::now() + CLOSE_GROUP_WAIT;
         let mut last = seen;
         while last < seen + 2 && std::time::Instant::now() < deadline {
             {
-                let mut d = self.signal.done.lock();
+                let mut d = self.flusher.signal.done.lock();
                 if *d == last {
-                    self.signal.done_cv.wait_until(&mut d, deadline);
+                    self.flusher.signal.done_cv.wait_until(&mut d, deadline);
                 }
                 last = *d;
             }
@@ -754,9 +754,9 @@ impl Volume {
 
     fn wait_for_journal_room(&self) {
         while self.journal.bytes() > self.opts.journal_limit {
-            self.signal.poke();
-            let mut d = self.signal.done.lock();
-            self.signal.done_cv.wait_for(&mut d, std::time::Duration::from_millis(100));
+            self.flusher.signal.poke();
+            let mut d = self.flusher.signal.done.lock();
+            self.flusher.signal.done_cv.wait_for(&mut d, std::time::Duration::from_millis(100));
         }
     }
 
@@ -806,7 +806,7 @@ impl Volume {
             Ok(g.dirty_bytes >= self.opts.flush_bytes)
         })?;
         if poke {
-            self.signal.poke();
+            self.flusher.signal.poke();
         }
         Ok(data.len() as u32)
     }

@@ -212,7 +212,7 @@ impl<'a> Batch<'a> {
         let target = vol.cfg.pack_target;
         let mut k = 0;
         while k < todo.len() {
-            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(target as usize + (8 << 20))));
+            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.flusher.pack_buffers.take(target as usize + (8 << 20))));
             // This pack's share: up to and including the blob that takes
             // it to its target, as when blobs were added one at a time.
             let mut len = b.len() as u64;
@@ -280,8 +280,8 @@ impl<'a> Batch<'a> {
             s.begin_upload(&name)?;
         }
         let backend = vol.chunks.backend.clone();
-        let pool = vol.pack_buffers.clone();
-        let pending = vol.uploader.submit(move || {
+        let pool = vol.flusher.pack_buffers.clone();
+        let pending = vol.flusher.uploader.submit(move || {
             let r = upload(backend.as_ref(), &name, built.bytes());
             pool.give(built.into_buffer());
             r
@@ -311,7 +311,7 @@ impl<'a> Batch<'a> {
         for c in &rows {
             let end = c.offset + c.stored_len as u64;
             let blob = data.get(c.offset as usize..end as usize).ok_or_else(|| Error::corrupt(format!("held pack {name}: chunk #{} ends past the pack ({end} > {})", c.id, data.len())))?;
-            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(target as usize + (8 << 20))));
+            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.flusher.pack_buffers.take(target as usize + (8 << 20))));
             // Blobs are position-independent: copied as stored.
             let e = b.add(c.hash, blob, c.raw_len, c.flags);
             self.moved.push((c.id, self.sealed.len(), e.offset, c.stored_len));
@@ -349,7 +349,7 @@ impl<'a> Batch<'a> {
         let name = pack::fresh_name();
         let r = held.cache.put_held(&name, built.bytes());
         let size = built.bytes().len() as u64;
-        vol.pack_buffers.give(built.into_buffer());
+        vol.flusher.pack_buffers.give(built.into_buffer());
         r?;
         self.sealed.push(SealedPack { name, size, blobs: entries.len() as u64, held: true });
         Ok(())
@@ -529,13 +529,13 @@ impl Volume {
     /// (docs/frugal.md §7). Rounds someone asked for (`sync`, a close that
     /// waits, an archive) leave nothing held.
     pub(crate) fn flush_round_background(&self, all: bool) -> Result<FlushReport> {
-        let _round = self.flush_mutex.lock();
+        let _round = self.flusher.mutex.lock();
         self.flush_round_retrying(all, None, true)
     }
 
     /// A flush round limited to one file (or, with `None`, the due files).
     pub(crate) fn flush_round_of(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
-        let _round = self.flush_mutex.lock();
+        let _round = self.flusher.mutex.lock();
         let r = self.flush_round_retrying(all, only, false);
         // Asked for: nothing stays held (what was is in this round's packs
         // or queued now).
@@ -546,7 +546,7 @@ impl Volume {
     }
 
     /// A round, prepared again after lost races; the caller holds
-    /// `flush_mutex`.
+    /// `flusher.mutex`.
     fn flush_round_retrying(&self, all: bool, only: Option<crate::types::Ino>, may_hold: bool) -> Result<FlushReport> {
         // Commits lost in a database crash or failover are redone from the
         // journal first (resume.rs).
@@ -570,14 +570,14 @@ impl Volume {
         // The round committed or gave up: the chunks it found no longer
         // need holding. Left recorded if this fails (collectors only wait
         // longer, until the next round's end or the session's cleanup).
-        if self.flush_marked.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        if self.flusher.marked.swap(false, std::sync::atomic::Ordering::SeqCst) {
             if let Err(e) = self.meta.need_shared().and_then(|s| s.flush_ended()) {
-                self.flush_marked.store(true, std::sync::atomic::Ordering::SeqCst);
+                self.flusher.marked.store(true, std::sync::atomic::Ordering::SeqCst);
                 tracing::debug!("recording the end of a flush round: {e}");
             }
         }
-        *self.signal.done.lock() += 1;
-        self.signal.done_cv.notify_all();
+        *self.flusher.signal.done.lock() += 1;
+        self.flusher.signal.done_cv.notify_all();
         r
     }
 
@@ -656,9 +656,9 @@ impl Volume {
             // up by hash: collectors on every machine leave the chunks
             // that die from now on alone until the round ends
             // (docs/shared-volume.md §7 "Chunk grace").
-            if self.is_shared() && !self.flush_marked.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            if self.is_shared() && !self.flusher.marked.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 if let Err(e) = self.meta.need_shared().and_then(|s| s.flush_started()) {
-                    self.flush_marked.store(false, std::sync::atomic::Ordering::SeqCst);
+                    self.flusher.marked.store(false, std::sync::atomic::Ordering::SeqCst);
                     return Err(e.into());
                 }
             }
@@ -920,7 +920,7 @@ impl Volume {
             return Ok(rest);
         }
         // All patches' bytes in one pooled buffer, one after the other.
-        let mut bytes = self.windows.take(patches.iter().map(|(a, b)| (b - a) as usize).sum());
+        let mut bytes = self.flusher.windows.take(patches.iter().map(|(a, b)| (b - a) as usize).sum());
         for &(a, b) in &patches {
             self.read_map_into(map, a, b, &[], &mut bytes)?;
         }
@@ -932,7 +932,7 @@ impl Volume {
         }).collect();
         let ids = batch.store(&slices)?;
         drop(slices);
-        self.windows.give(bytes);
+        self.flusher.windows.give(bytes);
         map.overwrite_many(patches.iter().zip(ids).map(|((a, b), id)| (*a, vec![Extent::chunk(id, 0, b - a)])).collect());
         batch.patches += patches.len() as u64;
         Ok(rest)
@@ -1026,7 +1026,7 @@ impl Volume {
                 held = Some(pos);
             }
             drop(slices);
-            self.windows.give(buf);
+            self.flusher.windows.give(buf);
             cur = next?;
         }
         let old: std::collections::HashSet<u64> = map.range(left, pos).into_iter().filter_map(|(_, e)| match e.src {
@@ -1052,7 +1052,7 @@ impl Volume {
     /// `windows.give`) and is filled by appending, extent after extent, so
     /// only holes and journal reads are zero-filled first.
     fn read_map(&self, map: &ExtentMap, start: u64, end: u64, mem: &[u8]) -> Result<Vec<u8>> {
-        let mut buf = self.windows.take((end - start) as usize);
+        let mut buf = self.flusher.windows.take((end - start) as usize);
         self.read_map_into(map, start, end, mem, &mut buf)?;
         Ok(buf)
     }
@@ -1205,14 +1205,14 @@ impl Volume {
     /// stay. Runs at the first round that finds the journal empty after the
     /// open (replay done), then at most every [`MARKS_TRIM_EVERY`] and only
     /// after flushes committed more marks; `force` (a clean close) skips the
-    /// wait. The caller holds `flush_mutex`, so no flush commits meanwhile.
+    /// wait. The caller holds `flusher.mutex`, so no flush commits meanwhile.
     /// A failure is logged only: the marks stay correct, just more of them.
     pub(crate) fn trim_marks(&self, force: bool) {
         if self.opts.read_only || !self.is_shared() {
             return;
         }
         let flushes = self.metrics.flushes.load(std::sync::atomic::Ordering::Relaxed);
-        if let Some((at, n)) = *self.marks_trimmed.lock() {
+        if let Some((at, n)) = *self.flusher.marks_trimmed.lock() {
             if n == flushes || (!force && at.elapsed() < MARKS_TRIM_EVERY) {
                 return;
             }
@@ -1224,7 +1224,7 @@ impl Volume {
         match self.meta.need_shared().and_then(|s| s.trim_journal_marks(upto)) {
             Ok(n) => {
                 tracing::debug!(marks = n, upto, "the journal is empty: its commit marks were deleted");
-                *self.marks_trimmed.lock() = Some((Instant::now(), flushes));
+                *self.flusher.marks_trimmed.lock() = Some((Instant::now(), flushes));
             }
             Err(e) => tracing::warn!("deleting the empty journal's commit marks (kept, harmless): {e}"),
         }

@@ -1,11 +1,57 @@
-//! The background flusher: the thread that runs a flush round when woken
-//! or every half second, and the signal that wakes it.
+//! The flusher, one part of a volume (docs/design.md "The volume's
+//! parts"): what flush rounds hold and nothing else does (their lock,
+//! their marks in a shared store, the chunking windows, the pack buffers,
+//! the upload threads), and the background thread that runs a round when
+//! woken or every half second, with the signal that wakes it. The rounds
+//! themselves are flush.rs.
 
-use super::Volume;
+use super::{buffers, workers, Volume};
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What flush rounds hold, held by the volume as `vol.flusher`.
+pub(crate) struct Flusher {
+    /// One round at a time (the flusher's, a sync's, a close's, an edit's).
+    pub(crate) mutex: Mutex<()>,
+    /// A flush round under way is recorded in the shared store
+    /// (`MetaStore::flush_started`; only under `mutex`).
+    pub(crate) marked: AtomicBool,
+    /// When this mount last deleted its journal's marks, and the flush
+    /// count then (None: not yet); see `Volume::trim_marks`.
+    pub(crate) marks_trimmed: Mutex<Option<(Instant, u64)>>,
+    /// Chunking windows of the flush, kept for reuse.
+    pub(crate) windows: buffers::BufferPool,
+    /// Pack builders' buffers, given back by the upload threads.
+    pub(crate) pack_buffers: Arc<buffers::BufferPool>,
+    /// The threads pack uploads run on (four: two uploads in flight per
+    /// round, with a second round, an fsync's or the cleaner's, beside the
+    /// flusher's).
+    pub(crate) uploader: workers::Workers,
+    /// Wakes the background thread; writers wait on its round count.
+    pub(crate) signal: Arc<FlushSignal>,
+    /// The background thread (None: not started, or stopped).
+    pub(super) thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Flusher {
+    pub(super) fn new() -> Flusher {
+        Flusher {
+            mutex: Mutex::new(()),
+            marked: AtomicBool::new(false),
+            marks_trimmed: Mutex::new(None),
+            // Two windows are live at once (one cut while the other is hashed).
+            windows: buffers::BufferPool::new(2),
+            // One building, two uploading.
+            pack_buffers: Arc::new(buffers::BufferPool::new(3)),
+            uploader: workers::Workers::new("cairn-upload", 4),
+            signal: Arc::new(FlushSignal { state: Mutex::new((false, false)), cv: Condvar::new(), done: Mutex::new(0), done_cv: Condvar::new() }),
+            thread: Mutex::new(None),
+        }
+    }
+}
 
 /// Wakes the background flusher.
 pub(crate) struct FlushSignal {
@@ -28,7 +74,7 @@ impl FlushSignal {
 impl Volume {
     pub(super) fn start_flusher(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
-        let sig = self.signal.clone();
+        let sig = self.flusher.signal.clone();
         let h = std::thread::Builder::new()
             .name("cairn-flusher".into())
             .spawn(move || loop {
@@ -62,6 +108,6 @@ impl Volume {
                 }
             })
             .expect("spawning the flusher thread");
-        *self.flusher.lock() = Some(h);
+        *self.flusher.thread.lock() = Some(h);
     }
 }

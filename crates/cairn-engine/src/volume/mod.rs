@@ -25,7 +25,6 @@ mod resume;
 mod chunks;
 mod medium;
 mod flusher;
-use flusher::FlushSignal;
 pub(crate) use medium::choose as choose_medium;
 pub(crate) use chunks::ChunkStore;
 pub use chunks::MemoryHeld;
@@ -50,11 +49,10 @@ use crate::meta::{self, Meta};
 use crate::types::{Ino, StatFs};
 use cairn_backend::Backend;
 use dashmap::DashMap;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
 use zeroize::Zeroizing;
 
@@ -171,23 +169,11 @@ pub struct Volume {
     pub(crate) files: FileTable,
     /// The chunks and packs: keys, backend, caches, locations, prefetch.
     pub(crate) chunks: ChunkStore,
-    /// Chunking windows of the flush, kept for reuse.
-    pub(crate) windows: buffers::BufferPool,
-    /// Pack builders' buffers, given back by the upload threads.
-    pub(crate) pack_buffers: Arc<buffers::BufferPool>,
-    /// The threads pack uploads run on (four: two uploads in flight per
-    /// round, with a second round, an fsync's or the cleaner's, beside the
-    /// flusher's).
-    pub(crate) uploader: workers::Workers,
+    /// Flush rounds: their lock, marks, buffers, upload threads, and the
+    /// background thread with its wake signal (flusher.rs).
+    pub(crate) flusher: flusher::Flusher,
     /// Inodes the kernel holds (a FUSE mount's lookup counts).
     pub(crate) kernel_refs: kernel_refs::KernelRefs,
-    pub(crate) flush_mutex: Mutex<()>,
-    /// A flush round under way is recorded in the shared store
-    /// (`MetaStore::flush_started`; only under `flush_mutex`).
-    pub(crate) flush_marked: std::sync::atomic::AtomicBool,
-    /// When this mount last deleted its journal's marks, and the flush
-    /// count then (None: not yet); see `Volume::trim_marks`.
-    pub(crate) marks_trimmed: Mutex<Option<(std::time::Instant, u64)>>,
     /// The inode count statfs last read and when: counting is O(inodes),
     /// and a `df` or a program that calls statfs before each write must
     /// not pay it every time (at most one count a second).
@@ -206,10 +192,8 @@ pub struct Volume {
     /// may hold ids of dead chunks it found by hash; the cleaner deletes
     /// dead chunk rows only under the write side (docs/frugal.md §5).
     pub(crate) chunk_guard: guard::ChunkGuard,
-    pub(crate) signal: Arc<FlushSignal>,
     /// A shared volume's position in its change log (volume/follow.rs).
     pub(crate) changes: Option<Mutex<follow::FollowState>>,
-    flusher: Mutex<Option<JoinHandle<()>>>,
     /// The cleaner's thread (docs/frugal.md §5, §8), on every kind of
     /// volume but a tape; stopped first at close.
     pub(crate) cleaner: OnceLock<crate::background::Background>,
@@ -346,12 +330,6 @@ impl Volume {
             }
         }
         journal.bump_seq(meta.read(|tx| Ok(tx.max_jseq()?))?);
-        let signal = Arc::new(FlushSignal {
-            state: Mutex::new((false, false)),
-            cv: Condvar::new(),
-            done: Mutex::new(0),
-            done_cv: Condvar::new(),
-        });
         // Other machines' changes are followed from here on (each open
         // reads the log first, `catch_up`).
         let changes = if cfg.meta == crate::config::MetaKind::Postgres { Some(follow::FollowState::at(meta.need_shared()?.change_cursor()?)) } else { None };
@@ -368,22 +346,13 @@ impl Volume {
             meta,
             journal,
             files: FileTable::default(),
-            // Two windows are live at once (one cut while the other is hashed).
-            windows: buffers::BufferPool::new(2),
-            // One building, two uploading.
-            pack_buffers: Arc::new(buffers::BufferPool::new(3)),
-            uploader: workers::Workers::new("cairn-upload", 4),
+            flusher: flusher::Flusher::new(),
             kernel_refs: Default::default(),
-            flush_mutex: Mutex::new(()),
-            flush_marked: std::sync::atomic::AtomicBool::new(false),
-            marks_trimmed: Mutex::new(None),
             inode_count: Mutex::new(None),
             open_files: Default::default(),
             locked: DashMap::new(),
             medium,
             chunk_guard: guard::ChunkGuard::default(),
-            signal,
-            flusher: Mutex::new(None),
             cleaner: OnceLock::new(),
             opts,
             closed: AtomicBool::new(false),
@@ -711,11 +680,11 @@ impl Volume {
         // with the process.
         self.meta.abandon();
         {
-            let mut s = self.signal.state.lock();
+            let mut s = self.flusher.signal.state.lock();
             s.1 = true;
-            self.signal.cv.notify_all();
+            self.flusher.signal.cv.notify_all();
         }
-        if let Some(h) = self.flusher.lock().take() {
+        if let Some(h) = self.flusher.thread.lock().take() {
             let _ = h.join();
         }
         self.chunks.stop_prefetching();
@@ -739,15 +708,15 @@ impl Volume {
         let r = freed.and_then(|()| self.sync());
         if r.is_ok() {
             // A clean unmount leaves no marks behind (its journal is empty).
-            let _round = self.flush_mutex.lock();
+            let _round = self.flusher.mutex.lock();
             self.trim_marks(true);
         }
         {
-            let mut s = self.signal.state.lock();
+            let mut s = self.flusher.signal.state.lock();
             s.1 = true;
-            self.signal.cv.notify_all();
+            self.flusher.signal.cv.notify_all();
         }
-        if let Some(h) = self.flusher.lock().take() {
+        if let Some(h) = self.flusher.thread.lock().take() {
             // The last handle may be dropped on the flusher thread itself.
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();

@@ -42,7 +42,7 @@ use std::sync::Arc;
 impl Volume {
     /// If the store lost commits, replays the journal on what it holds
     /// now and resumes (see the module comment). The caller holds
-    /// `flush_mutex`. Returns whether it did; an error (the server still
+    /// `flusher.mutex`. Returns whether it did; an error (the server still
     /// unreachable) leaves the loss in place for the next round to try.
     pub(crate) fn resume_after_loss(&self) -> Result<bool> {
         let store = self.meta.store().clone();
@@ -130,7 +130,7 @@ impl Volume {
             "metadata commits lost in a database crash or failover were redone from the journal in {:.1} s; the mount resumes",
             started.elapsed().as_secs_f64()
         );
-        self.signal.poke();
+        self.flusher.signal.poke();
         Ok(true)
     }
 }
