@@ -31,7 +31,7 @@
 //! So the records a held state had folded into its base were all in the
 //! journal before step 1 read it.
 
-use super::file::{apply_record, reapply_changes, FileState};
+use super::file::{apply_record, rebuild, FileState};
 use super::Volume;
 use crate::error::Result;
 use crate::journal::Record;
@@ -133,24 +133,4 @@ impl Volume {
         self.flusher.signal.poke();
         Ok(true)
     }
-}
-
-/// Rebuilds the state `g` of `ino` on the store's `row` and `base`: the
-/// records of `recs` after the row's position and at most `upto`, then
-/// `g`'s own changes since its base on top; the open count and flags are
-/// kept.
-fn rebuild(g: &mut super::file::FileInner, ino: Ino, row: &cairn_meta::InodeRow, base: crate::extent::ExtentMap, recs: &[Record], upto: u64) -> Result<()> {
-    let new = Volume::state_from_row(ino, row, base);
-    let mut n = new.inner.lock();
-    for r in recs.iter().filter(|r| r.seq > row.jseq && r.seq <= upto) {
-        apply_record(&mut n, r)?;
-    }
-    reapply_changes(&mut n, g);
-    n.open = g.open;
-    n.open_gen = g.open_gen;
-    n.unlinked = g.unlinked;
-    n.read_only = g.read_only;
-    n.dirty_since = g.dirty_since.or(n.dirty_since);
-    std::mem::swap(g, &mut *n);
-    Ok(())
 }
