@@ -79,7 +79,9 @@ impl Volume {
         } else {
             (backend, None)
         };
-        let vol = Volume::assemble(Parts { layout, cfg, keys, vid, backend, cloud, trace, io, lock }, opts)?;
+        // The medium, chosen once: a tape, a bucket or a local directory.
+        let medium = crate::volume::choose_medium(cloud.as_ref(), backend.as_ref());
+        let vol = Volume::assemble(Parts { layout, cfg, keys, vid, backend, cloud, medium, trace, io, lock }, opts)?;
         start_background(&vol)?;
         Ok(vol)
     }

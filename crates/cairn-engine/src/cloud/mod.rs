@@ -385,7 +385,7 @@ pub struct Cloud {
     pub ships_metadata: bool,
     pub state: parking_lot::Mutex<LocalState>,
     /// Serialises shipping (the background thread and fsyncs).
-    pub ship_lock: parking_lot::Mutex<()>,
+    pub ship_lock: Arc<parking_lot::Mutex<()>>,
     /// Set when the lease was lost: the volume refuses changes.
     pub lost: std::sync::atomic::AtomicBool,
     /// Why the lease was lost (the error that found it), for `cairn status`
@@ -497,7 +497,7 @@ impl Cloud {
             lease,
             session: std::sync::OnceLock::new(),
             ships_metadata,
-            ship_lock: parking_lot::Mutex::new(()),
+            ship_lock: Arc::new(parking_lot::Mutex::new(())),
             lost: std::sync::atomic::AtomicBool::new(false),
             lost_why: parking_lot::Mutex::new(None),
             shipper: std::sync::OnceLock::new(),

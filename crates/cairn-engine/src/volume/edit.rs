@@ -67,7 +67,7 @@ impl Volume {
                     self.flush_round_of(true, Some(ino))?;
                 }
             }
-            let round = self.flush_mutex.lock();
+            let round = self.flusher.mutex.lock();
             let states: Vec<Arc<FileState>> = inos.iter().map(|&i| self.file_state(i)).collect::<Result<_>>()?;
             let clean = states.iter().all(|st| {
                 let g = st.inner.lock();

@@ -126,6 +126,19 @@ impl FileTable {
     pub(crate) fn dirty_count(&self) -> u64 {
         self.map.iter().filter(|e| e.value().inner.lock().is_dirty()).count() as u64
     }
+
+    /// Drops the state of a file being freed (no names, no handles),
+    /// after a round flushing it ends (its flush lock): a holder of the
+    /// state sees it evicted, with nothing left to flush.
+    pub(crate) fn drop_freed(&self, ino: Ino) {
+        if let Some((_, st)) = self.map.remove(&ino) {
+            let _fl = st.flush_lock.lock();
+            let mut g = st.inner.lock();
+            g.evicted = true;
+            g.overlay.clear();
+            g.dirty_bytes = 0;
+        }
+    }
 }
 
 /// What a flush round committed of one file ([`FileState::apply_commit`]).
@@ -368,6 +381,21 @@ impl FileState {
         })
     }
 
+    /// Takes the times a setattr committed to the file's row (`mtime`
+    /// only if it set one): an open file's times in memory win over the
+    /// row, so they follow it, and the file's next commit writes them.
+    pub(crate) fn take_set_times(&self, mtime: Option<Timestamp>, ctime: Timestamp) {
+        let mut g = self.inner.lock();
+        if let Some(t) = mtime {
+            g.mtime = t;
+        }
+        g.ctime = ctime;
+        g.meta_dirty = true;
+        if g.dirty_since.is_none() {
+            g.dirty_since = Some(Instant::now());
+        }
+    }
+
     /// Applies a flush round's commit of this file (the caller holds its
     /// `flush_lock`): the committed map becomes the base, the overlay
     /// keeps only what the round did not commit (newer records, pieces
@@ -588,7 +616,9 @@ impl Volume {
     pub fn open_created(&self, ino: Ino) -> Result<()> {
         self.with_file(ino, |_, g| {
             if g.open == 0 {
-                self.register_open(ino, g)?;
+                if let Some(gen) = self.register_open(ino)? {
+                    g.open_gen = gen;
+                }
             }
             g.open += 1;
             Ok(())
@@ -601,7 +631,7 @@ impl Volume {
             g.open = g.open.saturating_sub(1);
             if g.open == 0 {
                 g.due |= self.close_makes_due();
-                self.register_close(ino, g);
+                self.register_close(ino, g.open_gen);
             }
             Ok(g.open == 0)
         })?;
@@ -690,15 +720,15 @@ impl Volume {
         }
         // Two rounds after the poke: the first may have chosen its files
         // before this one was due.
-        let seen = *self.signal.done.lock();
-        self.signal.poke();
+        let seen = *self.flusher.signal.done.lock();
+        self.flusher.signal.poke();
         let deadline = std::time::Instant::now() + CLOSE_GROUP_WAIT;
         let mut last = seen;
         while last < seen + 2 && std::time::Instant::now() < deadline {
             {
-                let mut d = self.signal.done.lock();
+                let mut d = self.flusher.signal.done.lock();
                 if *d == last {
-                    self.signal.done_cv.wait_until(&mut d, deadline);
+                    self.flusher.signal.done_cv.wait_until(&mut d, deadline);
                 }
                 last = *d;
             }
@@ -754,9 +784,9 @@ impl Volume {
 
     fn wait_for_journal_room(&self) {
         while self.journal.bytes() > self.opts.journal_limit {
-            self.signal.poke();
-            let mut d = self.signal.done.lock();
-            self.signal.done_cv.wait_for(&mut d, std::time::Duration::from_millis(100));
+            self.flusher.signal.poke();
+            let mut d = self.flusher.signal.done.lock();
+            self.flusher.signal.done_cv.wait_for(&mut d, std::time::Duration::from_millis(100));
         }
     }
 
@@ -806,7 +836,7 @@ impl Volume {
             Ok(g.dirty_bytes >= self.opts.flush_bytes)
         })?;
         if poke {
-            self.signal.poke();
+            self.flusher.signal.poke();
         }
         Ok(data.len() as u32)
     }
@@ -1238,6 +1268,26 @@ pub(crate) fn reapply_changes(g: &mut FileInner, old: &FileInner) {
     g.ctime = old.ctime;
     g.mark_dirty();
     g.due = true;
+}
+
+/// Rebuilds the state `g` of `ino` on the store's `row` and `base`: the
+/// records of `recs` after the row's position and at most `upto`, then
+/// `g`'s own changes since its base on top; the open count and flags are
+/// kept.
+pub(crate) fn rebuild(g: &mut FileInner, ino: Ino, row: &cairn_meta::InodeRow, base: crate::extent::ExtentMap, recs: &[crate::journal::Record], upto: u64) -> Result<()> {
+    let new = Volume::state_from_row(ino, row, base);
+    let mut n = new.inner.lock();
+    for r in recs.iter().filter(|r| r.seq > row.jseq && r.seq <= upto) {
+        apply_record(&mut n, r)?;
+    }
+    reapply_changes(&mut n, g);
+    n.open = g.open;
+    n.open_gen = g.open_gen;
+    n.unlinked = g.unlinked;
+    n.read_only = g.read_only;
+    n.dirty_since = g.dirty_since.or(n.dirty_since);
+    std::mem::swap(g, &mut *n);
+    Ok(())
 }
 
 /// The trace's PLACE records of a file's committed map (docs/trace.md).

@@ -9,7 +9,7 @@
 //! extents, the chunks and the reference counts in one transaction. The
 //! journal records folded in are then retired.
 
-use super::file::{CommittedRound, FileState, PieceSrc, WalkKey};
+use super::file::{CommittedRound, FileState, PieceSrc};
 use super::Volume;
 use crate::crypto::ChunkId;
 use crate::error::{Error, ErrorKind, Result};
@@ -212,7 +212,7 @@ impl<'a> Batch<'a> {
         let target = vol.cfg.pack_target;
         let mut k = 0;
         while k < todo.len() {
-            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(target as usize + (8 << 20))));
+            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.flusher.pack_buffers.take(target as usize + (8 << 20))));
             // This pack's share: up to and including the blob that takes
             // it to its target, as when blobs were added one at a time.
             let mut len = b.len() as u64;
@@ -280,8 +280,8 @@ impl<'a> Batch<'a> {
             s.begin_upload(&name)?;
         }
         let backend = vol.chunks.paid(cairn_backend::Subsystem::Write).clone();
-        let pool = vol.pack_buffers.clone();
-        let pending = vol.uploader.submit(move || {
+        let pool = vol.flusher.pack_buffers.clone();
+        let pending = vol.flusher.uploader.submit(move || {
             let r = upload(backend.as_ref(), &name, built.bytes());
             pool.give(built.into_buffer());
             r
@@ -299,10 +299,10 @@ impl<'a> Batch<'a> {
     /// name it): it stays an ordinary pack.
     pub(crate) fn absorb_held(&mut self) -> Result<()> {
         let vol = self.vol;
-        let Some((name, id, _)) = vol.held_pack.lock().clone() else { return Ok(()) };
-        let Some(cloud) = vol.cloud() else { return Ok(()) };
-        if !cloud.cache.is_held(&name) {
-            *vol.held_pack.lock() = None;
+        let Some(held) = vol.medium.held() else { return Ok(()) };
+        let Some((name, id, _)) = held.pack.lock().clone() else { return Ok(()) };
+        if !held.cache.is_held(&name) {
+            *held.pack.lock() = None;
             return Ok(());
         }
         let rows = vol.meta.read(|c| Ok(c.chunks_in_pack(id)?))?;
@@ -311,7 +311,7 @@ impl<'a> Batch<'a> {
         for c in &rows {
             let end = c.offset + c.stored_len as u64;
             let blob = data.get(c.offset as usize..end as usize).ok_or_else(|| Error::corrupt(format!("held pack {name}: chunk #{} ends past the pack ({end} > {})", c.id, data.len())))?;
-            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.pack_buffers.take(target as usize + (8 << 20))));
+            let b = self.builder.get_or_insert_with(|| PackBuilder::with_buffer(&vol.vid, vol.flusher.pack_buffers.take(target as usize + (8 << 20))));
             // Blobs are position-independent: copied as stored.
             let e = b.add(c.hash, blob, c.raw_len, c.flags);
             self.moved.push((c.id, self.sealed.len(), e.offset, c.stored_len));
@@ -330,9 +330,9 @@ impl<'a> Batch<'a> {
         self.builder = None;
         self.moved.clear();
         self.absorbed = None;
-        *self.vol.held_pack.lock() = None;
-        if let Some(c) = self.vol.cloud() {
-            c.cache.pending();
+        if let Some(held) = self.vol.medium.held() {
+            *held.pack.lock() = None;
+            held.cache.release_held();
         }
     }
 
@@ -341,15 +341,15 @@ impl<'a> Batch<'a> {
     /// ([`Batch::absorb_held`]); else as [`Batch::seal`].
     pub(crate) fn seal_round(&mut self, hold: bool) -> Result<()> {
         let vol = self.vol;
-        let cloud = vol.cloud().filter(|_| hold);
+        let held = vol.medium.held().filter(|_| hold);
         let short = self.builder.as_ref().is_some_and(|b| !b.is_empty() && (b.len() as u64) < vol.cfg.pack_target);
-        let (Some(cloud), true) = (cloud, short) else { return self.seal() };
+        let (Some(held), true) = (held, short) else { return self.seal() };
         let b = self.builder.take().expect("short");
         let (built, entries) = b.finish(&vol.chunks.keys, &vol.vid);
         let name = pack::fresh_name();
-        let r = cloud.cache.put_held(&name, built.bytes());
+        let r = held.cache.put_held(&name, built.bytes());
         let size = built.bytes().len() as u64;
-        vol.pack_buffers.give(built.into_buffer());
+        vol.flusher.pack_buffers.give(built.into_buffer());
         r?;
         self.sealed.push(SealedPack { name, size, blobs: entries.len() as u64, held: true });
         Ok(())
@@ -518,132 +518,7 @@ impl<'a> Drop for Batch<'a> {
     }
 }
 
-/// Bounds of a file's run on a store where positioning costs seconds.
-const RUN_MIN: u64 = 64 << 20;
-const RUN_MAX: u64 = 1 << 30;
-/// How long an open file's data may wait for its run to fill there.
-const RUN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
-/// How recently the drive must have been fed a file for other files to
-/// wait for it ([`Volume::feeding_an_open_file`]): a writer that has not
-/// gathered a minimal run for this long is too slow to keep the drive
-/// moving alone.
-const FEEDING: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Whether an open file is being written fast enough that files after it
-/// in a walk of the tree wait for it on a tape: written within
-/// [`FEEDING`], and either dirty for less than that or gathering at least
-/// a minimal run ([`RUN_MIN`]) per [`FEEDING`]. A log appended a line at a
-/// time holds nothing back for longer than that.
-fn writing_at_speed(g: &super::file::FileInner, now: crate::types::Timestamp) -> bool {
-    let feeding = FEEDING.as_nanos() as i64;
-    if now.0.saturating_sub(g.mtime.0) >= feeding {
-        return false;
-    }
-    let Some(since) = g.dirty_since else { return false };
-    let dirty_for = since.elapsed();
-    dirty_for < FEEDING || g.dirty_bytes as u128 * FEEDING.as_nanos() >= RUN_MIN as u128 * dirty_for.as_nanos()
-}
-
-/// The run size on a sequential store (docs/tape.md §2): the journal's
-/// room shared among the `writers` files with dirty data, half of it left
-/// for the next runs to fill while one drains.
-pub(crate) fn run_size(journal_limit: u64, writers: u64) -> u64 {
-    (journal_limit / (2 * writers.max(1))).clamp(RUN_MIN, RUN_MAX)
-}
-
 impl Volume {
-    /// When a dirty file is due on a store where reads must position the
-    /// medium (a tape): when closed or fsync'd, or when its dirty bytes
-    /// fill a run, so that one file's data lies in few long runs however
-    /// many files are written at once; age flushes only after
-    /// [`RUN_AGE`].
-    fn run_policy(&self) -> (std::time::Duration, u64) {
-        let writers = self.files.iter().filter(|e| e.value().inner.lock().is_dirty()).count() as u64;
-        (self.opts.flush_age.max(RUN_AGE), run_size(self.opts.journal_limit, writers))
-    }
-
-    /// On a store that writes in the background, the file to flush now so
-    /// a moving medium does not run dry: when the store is streaming and
-    /// holds less than two packs (one being written, the next ready), an open file with at least [`RUN_MIN`]
-    /// dirty bytes (a run shorter than that would cost more positioning
-    /// when read back than the stop it saves). The file fed last is fed
-    /// again while it has that much, so its runs follow one another on the
-    /// tape as one; otherwise the first of them in a walk of the tree.
-    ///
-    /// A standing drive waits for full runs (a file closed or its run
-    /// filled), unless one file alone is being written: its runs follow
-    /// one another whatever their size, so its first [`RUN_MIN`] starts
-    /// the drive. With several writers, starting on the oldest one's first
-    /// run was tried twice (docs/tape.md §2 and §9): the writers and the
-    /// flush share two cores, the drive ran dry and backhitched (3 s).
-    ///
-    /// `first` is the round's [`first_writer_key`](Self::first_writer_key).
-    fn file_to_feed(&self, first: Option<&WalkKey>) -> Option<Arc<FileState>> {
-        let b = self.chunks.backend.sequential()?.backlog();
-        if b.queued_bytes >= 2 * self.chunks.backend.capabilities().preferred_pack_size {
-            return None;
-        }
-        let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-        let dirty: Vec<(bool, u64, Arc<FileState>)> = self
-            .files
-            .iter()
-            .filter_map(|e| {
-                let g = e.value().inner.lock();
-                (!g.evicted && g.is_dirty()).then(|| (e.value().ino != fed, g.dirty_bytes, e.value().clone()))
-            })
-            .collect();
-        if !b.streaming && dirty.len() != 1 {
-            return None;
-        }
-        // The fed file while it has a run; else the first in a walk of the
-        // tree, so files written at once go down in the order a restore
-        // reads them (docs/tape.md §10). Not a file after one still being
-        // written at speed: that one's next run comes soon, and a file fed
-        // meanwhile would lie between its runs (docs/tape.md §11).
-        let (_, _, st) = dirty
-            .into_iter()
-            .filter(|(_, d, _)| *d >= RUN_MIN)
-            .map(|(other, _, st)| (other, st.walk_key(), st))
-            .filter(|(_, key, _)| first.is_none_or(|f| key <= f))
-            .min_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)))?;
-        self.last_fed.store(st.ino, std::sync::atomic::Ordering::Relaxed);
-        *self.last_fed_at.lock() = Some(std::time::Instant::now());
-        Some(st)
-    }
-
-    /// Whether the file the drive is being fed is still being written:
-    /// open, dirty, and fed within [`FEEDING`]. Files that close meanwhile
-    /// then wait for it (unless the journal is pressed), so its runs stay
-    /// back to back on the tape: a round that took a closed file between
-    /// two of them put the fed file's last part after it, a locate more to
-    /// read it back.
-    fn feeding_an_open_file(&self) -> bool {
-        if !self.last_fed_at.lock().is_some_and(|t| t.elapsed() < FEEDING) {
-            return false;
-        }
-        let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-        self.files.get(&fed).is_some_and(|e| {
-            let g = e.value().inner.lock();
-            !g.evicted && g.open > 0 && g.is_dirty()
-        })
-    }
-
-    /// Of the files being written at speed (see [`writing_at_speed`]),
-    /// the walk key of the first in a walk of the tree: files after it
-    /// that closed wait for it, so files written at once go down on a tape
-    /// in the order a restore reads them back (docs/tape.md §10).
-    fn first_writer_key(&self) -> Option<WalkKey> {
-        let now = crate::types::Timestamp::now();
-        self.files
-            .iter()
-            .filter(|e| {
-                let g = e.value().inner.lock();
-                !g.evicted && g.open > 0 && g.is_dirty() && writing_at_speed(&g, now)
-            })
-            .map(|e| e.value().walk_key())
-            .min()
-    }
-
     /// One flush round: every due file (or every dirty file if `all`).
     pub(crate) fn flush_round(&self, all: bool) -> Result<FlushReport> {
         self.flush_round_of(all, None)
@@ -654,26 +529,24 @@ impl Volume {
     /// (docs/frugal.md §7). Rounds someone asked for (`sync`, a close that
     /// waits, an archive) leave nothing held.
     pub(crate) fn flush_round_background(&self, all: bool) -> Result<FlushReport> {
-        let _round = self.flush_mutex.lock();
+        let _round = self.flusher.mutex.lock();
         self.flush_round_retrying(all, None, true)
     }
 
     /// A flush round limited to one file (or, with `None`, the due files).
     pub(crate) fn flush_round_of(&self, all: bool, only: Option<crate::types::Ino>) -> Result<FlushReport> {
-        let _round = self.flush_mutex.lock();
+        let _round = self.flusher.mutex.lock();
         let r = self.flush_round_retrying(all, only, false);
         // Asked for: nothing stays held (what was is in this round's packs
         // or queued now).
         if only.is_none() {
-            if let Some(c) = self.cloud() {
-                c.cache.release_held();
-            }
+            self.medium.release_held();
         }
         r
     }
 
     /// A round, prepared again after lost races; the caller holds
-    /// `flush_mutex`.
+    /// `flusher.mutex`.
     fn flush_round_retrying(&self, all: bool, only: Option<crate::types::Ino>, may_hold: bool) -> Result<FlushReport> {
         // Commits lost in a database crash or failover are redone from the
         // journal first (resume.rs).
@@ -697,20 +570,19 @@ impl Volume {
         // The round committed or gave up: the chunks it found no longer
         // need holding. Left recorded if this fails (collectors only wait
         // longer, until the next round's end or the session's cleanup).
-        if self.flush_marked.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        if self.flusher.marked.swap(false, std::sync::atomic::Ordering::SeqCst) {
             if let Err(e) = self.meta.need_shared().and_then(|s| s.flush_ended()) {
-                self.flush_marked.store(true, std::sync::atomic::Ordering::SeqCst);
+                self.flusher.marked.store(true, std::sync::atomic::Ordering::SeqCst);
                 tracing::debug!("recording the end of a flush round: {e}");
             }
         }
-        *self.signal.done.lock() += 1;
-        self.signal.done_cv.notify_all();
+        *self.flusher.signal.done.lock() += 1;
+        self.flusher.signal.done_cv.notify_all();
         r
     }
 
     fn flush_round_locked(&self, all: bool, only: Option<crate::types::Ino>, may_hold: bool) -> Result<FlushReport> {
-        let sequential = !self.chunks.backend.capabilities().cheap_ranged_reads;
-        let (age, flush_bytes) = if sequential { self.run_policy() } else { (self.opts.flush_age, self.opts.flush_bytes) };
+        let (age, flush_bytes) = self.medium.due(self);
         // Past half the journal's limit, closed files go whatever their age,
         // before writers have to wait for room.
         let pressure = self.journal.bytes() > self.opts.journal_limit / 2;
@@ -720,7 +592,7 @@ impl Volume {
         // what was written meanwhile, not every flusher tick (500 ms) with
         // the few files that just crossed the age; and once the closed
         // files' dirty bytes fill a pack, a round takes them all.
-        let grouped = self.cloud.is_some() && !sequential && only.is_none();
+        let grouped = self.medium.groups_rounds() && only.is_none();
         // (not due, dirty since, dirty bytes, file)
         type Cand = (bool, Option<std::time::Instant>, u64, Arc<FileState>);
         let mut picked: Vec<Cand> = Vec::new();
@@ -775,66 +647,26 @@ impl Volume {
             picked.truncate(n);
         }
         let mut chosen: Vec<Arc<FileState>> = picked.into_iter().map(|c| c.3).collect();
-        let mut fed = 0;
-        if sequential && only.is_none() {
-            if !all && !pressure && self.feeding_an_open_file() {
-                let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-                chosen.retain(|st| st.ino == fed);
-            }
-            // Once per round: a walk of the files with state.
-            let first = if all { None } else { self.first_writer_key() };
-            if !pressure {
-                if let Some(first) = &first {
-                    let fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-                    chosen.retain(|st| st.ino == fed || st.walk_key() <= *first);
-                }
-            }
-            if chosen.is_empty() && !all {
-                chosen.extend(self.file_to_feed(first.as_ref()));
-            }
-            // The file the drive was fed goes first in any round, with what
-            // it has: its run then goes on where it stopped on the tape,
-            // not after the runs of files that closed meanwhile.
-            fed = self.last_fed.load(std::sync::atomic::Ordering::Relaxed);
-            if !chosen.is_empty() && !chosen.iter().any(|st| st.ino == fed) {
-                if let Some(st) = self.files.get(&fed).map(|e| e.value().clone()) {
-                    let g = st.inner.lock();
-                    if !g.evicted && g.is_dirty() {
-                        drop(g);
-                        chosen.push(st);
-                    }
-                }
-            }
-        }
-        // Files in inode order, so packs hold related files together (a
-        // directory's files, created together, have neighbouring numbers):
-        // one ranged GET of a pack then brings the files read next too
-        // (docs/frugal.md §3). On a tape, the order of a walk of the tree
-        // (names in order), which is the order a restore reads them.
-        if sequential {
-            chosen.sort_by_cached_key(|st| (st.ino != fed, st.walk_key()));
-        } else {
-            chosen.sort_unstable_by_key(|st| (st.ino != fed, st.ino));
-        }
+        // Which go, in what order: the medium's (on a tape, the drive's
+        // feeding and a walk of the tree; else inode order).
+        self.medium.order_round(self, &mut chosen, all, pressure, only);
         let mut report = FlushReport::default();
         if !chosen.is_empty() {
             // On a shared volume, recorded before this round looks a chunk
             // up by hash: collectors on every machine leave the chunks
             // that die from now on alone until the round ends
             // (docs/shared-volume.md §7 "Chunk grace").
-            if self.is_shared() && !self.flush_marked.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            if self.is_shared() && !self.flusher.marked.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 if let Err(e) = self.meta.need_shared().and_then(|s| s.flush_started()) {
-                    self.flush_marked.store(false, std::sync::atomic::Ordering::SeqCst);
+                    self.flusher.marked.store(false, std::sync::atomic::Ordering::SeqCst);
                     return Err(e.into());
                 }
             }
             let mut batch = Batch::new(self);
-            // With local durability and metadata that only this machine
-            // ships, a grouped round's last, short pack waits in the outbox
-            // for the next round to fill it (docs/frugal.md §7). Never on a
-            // shared volume: other machines read what this one commits at
-            // once, from the bucket.
-            let holds = grouped && self.cloud().is_some_and(|c| c.ships_metadata && c.opts.durability == crate::cache::Durability::Local);
+            // A grouped round's last, short pack may wait in the outbox for
+            // the next round to fill it where the medium holds packs
+            // (docs/frugal.md §7, `medium::choose`).
+            let holds = grouped && self.medium.held().is_some();
             if holds {
                 if let Err(e) = batch.absorb_held() {
                     tracing::warn!("copying the held pack into this round's: {e}; it is uploaded as it is");
@@ -1088,7 +920,7 @@ impl Volume {
             return Ok(rest);
         }
         // All patches' bytes in one pooled buffer, one after the other.
-        let mut bytes = self.windows.take(patches.iter().map(|(a, b)| (b - a) as usize).sum());
+        let mut bytes = self.flusher.windows.take(patches.iter().map(|(a, b)| (b - a) as usize).sum());
         for &(a, b) in &patches {
             self.read_map_into(map, a, b, &[], &mut bytes)?;
         }
@@ -1100,7 +932,7 @@ impl Volume {
         }).collect();
         let ids = batch.store(&slices)?;
         drop(slices);
-        self.windows.give(bytes);
+        self.flusher.windows.give(bytes);
         map.overwrite_many(patches.iter().zip(ids).map(|((a, b), id)| (*a, vec![Extent::chunk(id, 0, b - a)])).collect());
         batch.patches += patches.len() as u64;
         Ok(rest)
@@ -1194,7 +1026,7 @@ impl Volume {
                 held = Some(pos);
             }
             drop(slices);
-            self.windows.give(buf);
+            self.flusher.windows.give(buf);
             cur = next?;
         }
         let old: std::collections::HashSet<u64> = map.range(left, pos).into_iter().filter_map(|(_, e)| match e.src {
@@ -1220,7 +1052,7 @@ impl Volume {
     /// `windows.give`) and is filled by appending, extent after extent, so
     /// only holes and journal reads are zero-filled first.
     fn read_map(&self, map: &ExtentMap, start: u64, end: u64, mem: &[u8]) -> Result<Vec<u8>> {
-        let mut buf = self.windows.take((end - start) as usize);
+        let mut buf = self.flusher.windows.take((end - start) as usize);
         self.read_map_into(map, start, end, mem, &mut buf)?;
         Ok(buf)
     }
@@ -1259,10 +1091,10 @@ impl Volume {
     /// version too, but a shipper stuck retrying through an outage must not
     /// keep data from even trying the bucket.
     pub(crate) fn release_old_held_pack(&self) {
-        let Some(cloud) = self.cloud() else { return };
-        let old = self.held_pack.lock().as_ref().is_some_and(|h| h.2.elapsed() >= cloud.opts.meta_interval);
+        let Some(held) = self.medium.held() else { return };
+        let old = held.pack.lock().as_ref().is_some_and(|h| h.2.elapsed() >= held.interval);
         if old {
-            cloud.cache.release_held();
+            held.cache.release_held();
         }
     }
 
@@ -1273,19 +1105,19 @@ impl Volume {
     /// held pack, if any, waits for the next round.
     fn settle_held(&self, batch: &Batch, pack_ids: &[u64]) -> Result<()> {
         self.chunks.forget_locations(batch.moved.iter().map(|&(id, ..)| id));
-        *self.held_pack.lock() = batch.sealed.iter().zip(pack_ids).find(|(p, _)| p.held).map(|(p, &id)| (p.name.clone(), id, Instant::now()));
+        let Some(held) = self.medium.held() else { return Ok(()) };
+        *held.pack.lock() = batch.sealed.iter().zip(pack_ids).find(|(p, _)| p.held).map(|(p, &id)| (p.name.clone(), id, Instant::now()));
         let Some((name, id)) = &batch.absorbed else { return Ok(()) };
         self.chunks.forget_pack_name(*id);
         self.meta.sync()?;
-        let cloud = self.cloud().expect("only a bucket's rounds hold packs");
         // A ship under way may have taken changes that name the held pack
         // and not yet queued it (rule 7): then it goes up and through the
         // trash like any uploaded pack. With the ship lock held, a later
         // ship takes this round's commit too, which no longer names it.
-        let discarded = match cloud.ship_lock.try_lock() {
-            Some(_ship) => cloud.cache.discard_held(name),
+        let discarded = match held.ship_lock.try_lock() {
+            Some(_ship) => held.cache.discard_held(name),
             None => {
-                cloud.cache.release_held();
+                held.cache.release_held();
                 false
             }
         };
@@ -1373,14 +1205,14 @@ impl Volume {
     /// stay. Runs at the first round that finds the journal empty after the
     /// open (replay done), then at most every [`MARKS_TRIM_EVERY`] and only
     /// after flushes committed more marks; `force` (a clean close) skips the
-    /// wait. The caller holds `flush_mutex`, so no flush commits meanwhile.
+    /// wait. The caller holds `flusher.mutex`, so no flush commits meanwhile.
     /// A failure is logged only: the marks stay correct, just more of them.
     pub(crate) fn trim_marks(&self, force: bool) {
         if self.opts.read_only || !self.is_shared() {
             return;
         }
         let flushes = self.metrics.flushes.load(std::sync::atomic::Ordering::Relaxed);
-        if let Some((at, n)) = *self.marks_trimmed.lock() {
+        if let Some((at, n)) = *self.flusher.marks_trimmed.lock() {
             if n == flushes || (!force && at.elapsed() < MARKS_TRIM_EVERY) {
                 return;
             }
@@ -1392,7 +1224,7 @@ impl Volume {
         match self.meta.need_shared().and_then(|s| s.trim_journal_marks(upto)) {
             Ok(n) => {
                 tracing::debug!(marks = n, upto, "the journal is empty: its commit marks were deleted");
-                *self.marks_trimmed.lock() = Some((Instant::now(), flushes));
+                *self.flusher.marks_trimmed.lock() = Some((Instant::now(), flushes));
             }
             Err(e) => tracing::warn!("deleting the empty journal's commit marks (kept, harmless): {e}"),
         }
@@ -1408,21 +1240,6 @@ impl Volume {
             }
         }
         Ok(n)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::run_size;
-
-    #[test]
-    fn runs_share_the_journal_among_writers_within_bounds() {
-        let j = 2u64 << 30;
-        assert_eq!(run_size(j, 0), 1 << 30);
-        assert_eq!(run_size(j, 1), 1 << 30);
-        assert_eq!(run_size(j, 4), 256 << 20);
-        assert_eq!(run_size(j, 1000), 64 << 20);
-        assert_eq!(run_size(8u64 << 30, 1), 1 << 30);
     }
 }
 

@@ -23,6 +23,9 @@ mod locks;
 mod tails;
 mod resume;
 mod chunks;
+mod medium;
+mod flusher;
+pub(crate) use medium::choose as choose_medium;
 pub(crate) use chunks::ChunkStore;
 pub use chunks::MemoryHeld;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
@@ -46,11 +49,10 @@ use crate::meta::{self, Meta};
 use crate::types::{Ino, StatFs};
 use cairn_backend::Backend;
 use dashmap::DashMap;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
 use zeroize::Zeroizing;
 
@@ -134,24 +136,6 @@ impl Default for OpenOptions {
     }
 }
 
-/// Wakes the background flusher.
-pub(crate) struct FlushSignal {
-    state: Mutex<(bool, bool)>, // (poked, stopping)
-    cv: Condvar,
-    /// Bumped after every finished flush round; writers blocked on the
-    /// journal limit wait for it.
-    done: Mutex<u64>,
-    done_cv: Condvar,
-}
-
-impl FlushSignal {
-    pub(crate) fn poke(&self) {
-        let mut s = self.state.lock();
-        s.0 = true;
-        self.cv.notify_one();
-    }
-}
-
 /// What the kernel may cache about a mounted volume. Changes made outside a
 /// kernel request (through the control socket) are reported here so the
 /// FUSE adapter can drop stale pages, attributes and names.
@@ -185,23 +169,11 @@ pub struct Volume {
     pub(crate) files: FileTable,
     /// The chunks and packs: keys, backend, caches, locations, prefetch.
     pub(crate) chunks: ChunkStore,
-    /// Chunking windows of the flush, kept for reuse.
-    pub(crate) windows: buffers::BufferPool,
-    /// Pack builders' buffers, given back by the upload threads.
-    pub(crate) pack_buffers: Arc<buffers::BufferPool>,
-    /// The threads pack uploads run on (four: two uploads in flight per
-    /// round, with a second round, an fsync's or the cleaner's, beside the
-    /// flusher's).
-    pub(crate) uploader: workers::Workers,
+    /// Flush rounds: their lock, marks, buffers, upload threads, and the
+    /// background thread with its wake signal (flusher.rs).
+    pub(crate) flusher: flusher::Flusher,
     /// Inodes the kernel holds (a FUSE mount's lookup counts).
     pub(crate) kernel_refs: kernel_refs::KernelRefs,
-    pub(crate) flush_mutex: Mutex<()>,
-    /// A flush round under way is recorded in the shared store
-    /// (`MetaStore::flush_started`; only under `flush_mutex`).
-    pub(crate) flush_marked: std::sync::atomic::AtomicBool,
-    /// When this mount last deleted its journal's marks, and the flush
-    /// count then (None: not yet); see `Volume::trim_marks`.
-    pub(crate) marks_trimmed: Mutex<Option<(std::time::Instant, u64)>>,
     /// The inode count statfs last read and when: counting is O(inodes),
     /// and a `df` or a program that calls statfs before each write must
     /// not pay it every time (at most one count a second).
@@ -212,25 +184,16 @@ pub struct Volume {
     /// hold one, with a count of lock requests (locks.rs): a close of any
     /// other file releases nothing, so it asks the store nothing.
     pub(crate) locked: DashMap<Ino, u64>,
-    /// The file a sequential store's drive was last fed (0: none): fed
-    /// again first, its runs follow one another on the tape.
-    pub(crate) last_fed: std::sync::atomic::AtomicU64,
-    /// When the drive was last fed that file (a flush round took it to
-    /// keep the drive moving): while it is still being written, other
-    /// files wait so that its runs stay back to back (flush.rs).
-    pub(crate) last_fed_at: Mutex<Option<std::time::Instant>>,
-    /// The last flush round's partly filled pack, held in the outbox for
-    /// the next round to copy into a larger one (name, metadata id, when
-    /// written; docs/frugal.md §7). The cache says whether it is still held.
-    pub(crate) held_pack: parking_lot::Mutex<Option<(String, u64, std::time::Instant)>>,
+    /// Where the packs go (a directory, a bucket, a tape) and what that
+    /// asks of the flush, chosen at open (medium.rs); holds the tape's
+    /// feeding state and a bucket's held pack.
+    pub(crate) medium: Box<dyn medium::Medium>,
     /// Held (read side) by every [`flush::Batch`] for its life, since a batch
     /// may hold ids of dead chunks it found by hash; the cleaner deletes
     /// dead chunk rows only under the write side (docs/frugal.md §5).
     pub(crate) chunk_guard: guard::ChunkGuard,
-    pub(crate) signal: Arc<FlushSignal>,
     /// A shared volume's position in its change log (volume/follow.rs).
     pub(crate) changes: Option<Mutex<follow::FollowState>>,
-    flusher: Mutex<Option<JoinHandle<()>>>,
     /// The cleaner's thread (docs/frugal.md §5, §8), on every kind of
     /// volume but a tape; stopped first at close.
     pub(crate) cleaner: OnceLock<crate::background::Background>,
@@ -279,6 +242,8 @@ pub(crate) struct Parts {
     /// The store of packs (a cloud volume's: its cache).
     pub backend: Arc<dyn Backend>,
     pub cloud: Option<crate::cloud::Cloud>,
+    /// Where the packs go, chosen by `crate::open` ([`medium::choose`]).
+    pub medium: Box<dyn medium::Medium>,
     pub trace: Option<Arc<crate::trace::TraceWriter>>,
     pub io: Option<crate::cache::IoWindows>,
     /// The volume lock, held for the volume's life.
@@ -323,7 +288,7 @@ impl Volume {
     /// the journal, replays it, and starts the flusher. The cloud's
     /// threads are started by the caller.
     pub(crate) fn assemble(p: Parts, opts: OpenOptions) -> Result<Arc<Volume>> {
-        let Parts { layout, cfg, keys, vid, backend, cloud, trace, io, lock } = p;
+        let Parts { layout, cfg, keys, vid, backend, cloud, medium, trace, io, lock } = p;
         let meta = open_meta(&layout, &cfg, &opts)?;
         // A volume from before the cleaner's accrual columns gets them.
         let altered = !opts.read_only && meta.write(|tx| Ok(tx.ensure_dead_accrual()?))?;
@@ -365,19 +330,13 @@ impl Volume {
             }
         }
         journal.bump_seq(meta.read(|tx| Ok(tx.max_jseq()?))?);
-        let signal = Arc::new(FlushSignal {
-            state: Mutex::new((false, false)),
-            cv: Condvar::new(),
-            done: Mutex::new(0),
-            done_cv: Condvar::new(),
-        });
         // Other machines' changes are followed from here on (each open
         // reads the log first, `catch_up`).
         let changes = if cfg.meta == crate::config::MetaKind::Postgres { Some(follow::FollowState::at(meta.need_shared()?.change_cursor()?)) } else { None };
         // Where a read costs a request (a bucket, a tape), the last page of
         // each chunk is kept for the kernel's read before an append.
         let caps = backend.capabilities();
-        let tail_bytes = if cloud.is_some() || caps.remote || !caps.cheap_ranged_reads { tails::DEFAULT_BYTES } else { 0 };
+        let tail_bytes = if medium.keeps_tails() || caps.remote { tails::DEFAULT_BYTES } else { 0 };
         let vol = Arc::new(Volume {
             changes,
             layout,
@@ -387,24 +346,13 @@ impl Volume {
             meta,
             journal,
             files: FileTable::default(),
-            // Two windows are live at once (one cut while the other is hashed).
-            windows: buffers::BufferPool::new(2),
-            // One building, two uploading.
-            pack_buffers: Arc::new(buffers::BufferPool::new(3)),
-            uploader: workers::Workers::new("cairn-upload", 4),
+            flusher: flusher::Flusher::new(),
             kernel_refs: Default::default(),
-            flush_mutex: Mutex::new(()),
-            flush_marked: std::sync::atomic::AtomicBool::new(false),
-            marks_trimmed: Mutex::new(None),
             inode_count: Mutex::new(None),
             open_files: Default::default(),
             locked: DashMap::new(),
-            last_fed: std::sync::atomic::AtomicU64::new(0),
-            last_fed_at: Mutex::new(None),
-            held_pack: parking_lot::Mutex::new(None),
+            medium,
             chunk_guard: guard::ChunkGuard::default(),
-            signal,
-            flusher: Mutex::new(None),
             cleaner: OnceLock::new(),
             opts,
             closed: AtomicBool::new(false),
@@ -516,53 +464,15 @@ impl Volume {
         Ok(())
     }
 
-    /// Whether fsync must reach the bucket (`--durability remote`).
+    /// Whether fsync must reach the bucket (`--durability remote`): the
+    /// medium's (medium.rs).
     pub(crate) fn durable_remotely(&self) -> bool {
-        self.cloud.as_ref().is_some_and(|c| c.opts.durability == crate::cache::disk::Durability::Remote)
+        self.medium.durable_remotely()
     }
 
     /// The cache and bucket of a cloud volume.
     pub fn cloud(&self) -> Option<&crate::cloud::Cloud> {
         self.cloud.as_ref()
-    }
-
-    fn start_flusher(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        let sig = self.signal.clone();
-        let h = std::thread::Builder::new()
-            .name("cairn-flusher".into())
-            .spawn(move || loop {
-                {
-                    let mut s = sig.state.lock();
-                    if !s.0 && !s.1 {
-                        sig.cv.wait_for(&mut s, Duration::from_millis(500));
-                    }
-                    if s.1 {
-                        return;
-                    }
-                    s.0 = false;
-                }
-                let Some(vol) = weak.upgrade() else { return };
-                if vol.stall.flusher_paused.load(Ordering::SeqCst) {
-                    continue;
-                }
-                vol.release_old_held_pack();
-                // Under journal pressure nothing is held back: a held tail
-                // pins every later journal segment (a program writing an open
-                // file from the end backwards would otherwise fill the
-                // journal and block all writers for good).
-                let pressed = vol.journal.bytes() > vol.opts.journal_limit / 2;
-                match vol.flush_round_background(pressed) {
-                    Ok(_) => vol.problems.flush.ok(),
-                    Err(e) => {
-                        tracing::error!("background flush failed (will retry): {e}");
-                        vol.problems.flush.fail("flush", &e);
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
-                }
-            })
-            .expect("spawning the flusher thread");
-        *self.flusher.lock() = Some(h);
     }
 
     /// How the mount is doing: its health, and what it holds that the
@@ -770,11 +680,11 @@ impl Volume {
         // with the process.
         self.meta.abandon();
         {
-            let mut s = self.signal.state.lock();
+            let mut s = self.flusher.signal.state.lock();
             s.1 = true;
-            self.signal.cv.notify_all();
+            self.flusher.signal.cv.notify_all();
         }
-        if let Some(h) = self.flusher.lock().take() {
+        if let Some(h) = self.flusher.thread.lock().take() {
             let _ = h.join();
         }
         self.chunks.stop_prefetching();
@@ -798,15 +708,15 @@ impl Volume {
         let r = freed.and_then(|()| self.sync());
         if r.is_ok() {
             // A clean unmount leaves no marks behind (its journal is empty).
-            let _round = self.flush_mutex.lock();
+            let _round = self.flusher.mutex.lock();
             self.trim_marks(true);
         }
         {
-            let mut s = self.signal.state.lock();
+            let mut s = self.flusher.signal.state.lock();
             s.1 = true;
-            self.signal.cv.notify_all();
+            self.flusher.signal.cv.notify_all();
         }
-        if let Some(h) = self.flusher.lock().take() {
+        if let Some(h) = self.flusher.thread.lock().take() {
             // The last handle may be dropped on the flusher thread itself.
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();

@@ -180,15 +180,7 @@ impl Volume {
             // An open file's in-memory times win over the row; keep them in step.
             if a.kind == FileKind::File {
                 if let Some(st) = self.files.get(&ino) {
-                    let mut g = st.inner.lock();
-                    if set.mtime.is_some() {
-                        g.mtime = a.mtime;
-                    }
-                    g.ctime = a.ctime;
-                    g.meta_dirty = true;
-                    if g.dirty_since.is_none() {
-                        g.dirty_since = Some(std::time::Instant::now());
-                    }
+                    st.take_set_times(set.mtime.map(|_| a.mtime), a.ctime);
                 }
             }
             if set.size.is_none() {
@@ -567,13 +559,7 @@ impl Volume {
     /// Frees an inode with no names and no open handles: its extents'
     /// chunk references are released and its rows deleted.
     pub(crate) fn free_inode(&self, ino: Ino) -> Result<()> {
-        if let Some((_, st)) = self.files.remove(&ino) {
-            let _fl = st.flush_lock.lock();
-            let mut g = st.inner.lock();
-            g.evicted = true;
-            g.overlay.clear();
-            g.dirty_bytes = 0;
-        }
+        self.files.drop_freed(ino);
         let freed = self.meta.write(|tx| {
             let Some(row) = tx.get_inode(ino)? else { return Ok(false) };
             if row.attr.nlink > 0 || self.open_elsewhere_on_free(tx, ino)? {

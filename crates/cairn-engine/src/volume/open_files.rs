@@ -20,7 +20,6 @@
 //! or it is queued in `closing`.
 
 use super::*;
-use super::file::FileInner;
 use crate::meta::MetaTx;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -65,27 +64,26 @@ impl Volume {
     }
 
     /// The first open of `ino` on this mount (its state lock held): takes
-    /// back a row queued for deletion, or writes one. NotFound if another
-    /// machine freed the file meanwhile.
-    pub(crate) fn register_open(&self, ino: Ino, g: &mut FileInner) -> Result<()> {
-        let Some(session) = self.session_id() else { return Ok(()) };
+    /// back a row queued for deletion, or writes one, and returns its
+    /// generation for the file's state (None: nothing registers open
+    /// files). NotFound if another machine freed the file meanwhile.
+    pub(crate) fn register_open(&self, ino: Ino) -> Result<Option<u64>> {
+        let Some(session) = self.session_id() else { return Ok(None) };
         if let Some(gen) = self.open_files.closing.lock().remove(&ino) {
-            g.open_gen = gen;
-            return Ok(());
+            return Ok(Some(gen));
         }
         let gen = self.open_files.next_gen();
         if !self.meta.write(|tx| Ok(tx.mark_open(session, ino, gen)?))? {
             return Err(Error::not_found(format!("inode {ino} was removed (by another machine)")));
         }
-        g.open_gen = gen;
-        Ok(())
+        Ok(Some(gen))
     }
 
-    /// The last close of `ino` on this mount (its state lock held): its
-    /// row is queued for the next round.
-    pub(crate) fn register_close(&self, ino: Ino, g: &FileInner) {
-        if self.session_id().is_some() && g.open_gen != 0 {
-            self.open_files.closing.lock().insert(ino, g.open_gen);
+    /// The last close of `ino` on this mount (its state lock held), whose
+    /// row has generation `open_gen`: the row is queued for the next round.
+    pub(crate) fn register_close(&self, ino: Ino, open_gen: u64) {
+        if self.session_id().is_some() && open_gen != 0 {
+            self.open_files.closing.lock().insert(ino, open_gen);
         }
     }
 

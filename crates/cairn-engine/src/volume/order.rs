@@ -32,21 +32,13 @@ impl Volume {
     /// `who` pays for the deletes (in a bucket they go to the trash, which
     /// is metadata's).
     pub(crate) fn delete_objects<'a>(&self, who: cairn_backend::Subsystem, names: impl IntoIterator<Item = &'a str>) -> Result<u64> {
-        let mut names = names.into_iter().peekable();
-        if names.peek().is_none() {
+        let names: Vec<&str> = names.into_iter().collect();
+        if names.is_empty() {
             return Ok(0);
         }
         self.meta.sync()?;
-        if self.cloud.is_some() {
-            // In a bucket, older metadata versions may still name them.
-            let names: Vec<String> = names.map(str::to_string).collect();
-            return self.trash_objects(&names);
-        }
-        let mut n = 0;
-        for name in names {
-            self.chunks.paid(who).delete(name)?;
-            n += 1;
-        }
-        Ok(n)
+        // Deleted, or in a bucket put in the trash (older metadata
+        // versions may still name them): the medium's (medium.rs).
+        self.medium.drop_packs(self, who, names)
     }
 }

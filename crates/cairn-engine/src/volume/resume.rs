@@ -31,7 +31,7 @@
 //! So the records a held state had folded into its base were all in the
 //! journal before step 1 read it.
 
-use super::file::{apply_record, reapply_changes, FileState};
+use super::file::{apply_record, rebuild, FileState};
 use super::Volume;
 use crate::error::Result;
 use crate::journal::Record;
@@ -42,7 +42,7 @@ use std::sync::Arc;
 impl Volume {
     /// If the store lost commits, replays the journal on what it holds
     /// now and resumes (see the module comment). The caller holds
-    /// `flush_mutex`. Returns whether it did; an error (the server still
+    /// `flusher.mutex`. Returns whether it did; an error (the server still
     /// unreachable) leaves the loss in place for the next round to try.
     pub(crate) fn resume_after_loss(&self) -> Result<bool> {
         let store = self.meta.store().clone();
@@ -130,27 +130,7 @@ impl Volume {
             "metadata commits lost in a database crash or failover were redone from the journal in {:.1} s; the mount resumes",
             started.elapsed().as_secs_f64()
         );
-        self.signal.poke();
+        self.flusher.signal.poke();
         Ok(true)
     }
-}
-
-/// Rebuilds the state `g` of `ino` on the store's `row` and `base`: the
-/// records of `recs` after the row's position and at most `upto`, then
-/// `g`'s own changes since its base on top; the open count and flags are
-/// kept.
-fn rebuild(g: &mut super::file::FileInner, ino: Ino, row: &cairn_meta::InodeRow, base: crate::extent::ExtentMap, recs: &[Record], upto: u64) -> Result<()> {
-    let new = Volume::state_from_row(ino, row, base);
-    let mut n = new.inner.lock();
-    for r in recs.iter().filter(|r| r.seq > row.jseq && r.seq <= upto) {
-        apply_record(&mut n, r)?;
-    }
-    reapply_changes(&mut n, g);
-    n.open = g.open;
-    n.open_gen = g.open_gen;
-    n.unlinked = g.unlinked;
-    n.read_only = g.read_only;
-    n.dirty_since = g.dirty_since.or(n.dirty_since);
-    std::mem::swap(g, &mut *n);
-    Ok(())
 }
