@@ -249,6 +249,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tier_sheets_in_price_files() {
+        // A file without tiers has none (the AWS sheet is used); one with
+        // a partial [tiers.X] keeps the other classes' AWS figures.
+        let base = toml::to_string(&Prices::aws()).unwrap();
+        assert_eq!(Prices::from_toml(&base).unwrap().tiers, None);
+        let t = format!("{base}\n[tiers.GLACIER]\nstorage_per_gb_month = 0.004\nmin_days = 90\nmin_object_bytes = 0\nobject_overhead_bytes = 0\nput_per_1000 = 0.03\nget_per_1000 = 0.0004\nretrieval_per_gb = 0.01\nrestore_per_1000 = 0.05\nrestore_hours = 5\n");
+        let p = Prices::from_toml(&t).unwrap();
+        let sheet = p.tier_sheet();
+        assert_eq!((sheet.glacier.storage_per_gb_month, sheet.glacier.restore_hours), (0.004, 5.0));
+        assert_eq!(sheet.deep_archive, crate::tiers::TierSheet::aws().deep_archive);
+        // Round trip, and bad figures refused with the class named.
+        assert_eq!(Prices::from_toml(&toml::to_string(&p).unwrap()).unwrap(), p);
+        let e = Prices::from_toml(&t.replace("restore_hours = 5", "restore_hours = -5")).unwrap_err();
+        assert_eq!(e.to_string(), "price table: tiers.GLACIER: prices, days and hours must be finite and not negative");
+        assert!(Prices::from_toml(&t.replace("[tiers.GLACIER]", "[tiers.GLACIAR]")).is_err());
+    }
+
+    #[test]
     fn puts_count_their_parts() {
         assert_eq!(put_requests(0), (1, 0));
         assert_eq!(put_requests(MULTIPART_MIN - 1), (1, 0));
