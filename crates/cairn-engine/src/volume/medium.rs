@@ -141,8 +141,9 @@ impl Medium for BucketHome {
         self.cache.release_held();
     }
 
-    fn drop_packs(&self, vol: &Volume, who: cairn_backend::Subsystem, names: Vec<&str>) -> Result<u64> {
-        // Older metadata versions may still name them.
+    fn drop_packs(&self, vol: &Volume, _who: cairn_backend::Subsystem, names: Vec<&str>) -> Result<u64> {
+        // Older metadata versions may still name them: to the trash, whose
+        // requests are metadata's whoever asked.
         let names: Vec<String> = names.into_iter().map(str::to_string).collect();
         vol.trash_objects(&names)
     }
