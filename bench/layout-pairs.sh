@@ -5,8 +5,10 @@
 # tree, a sequential write until durable (fio, end_fsync), and a cold
 # sequential read (unmount, drop the kernel's caches, mount, read). Each pair
 # runs both builds, the order alternating (before first in odd pairs); each
-# build gets a fresh volume. Prints one JSON row per build and pair, then the
-# median of the after/before ratios per phase (> 1: after is faster).
+# build gets a fresh volume. The write phase also counts the daemon's CPU
+# seconds, which a busy machine disturbs less than wall time. Prints one
+# JSON row per build and pair, then the median of the after/before ratios
+# per phase (> 1: after is faster).
 #
 # Usage (as root): bench/layout-pairs.sh BEFORE_CAIRN AFTER_CAIRN
 #   PAIRS (default 6), FILES (creates, default 4000), WRITE_MIB (default 1024).
@@ -38,6 +40,9 @@ mount_vol() { # BIN VOL MNT
 }
 now() { date +%s.%N; }
 secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.4f}')" "$1" "$2"; }
+# The daemon's CPU seconds (user + system, all threads): a figure a busy
+# machine disturbs much less than wall time.
+cpu_s() { awk -v t="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / t}' "/proc/$1/stat"; }
 fio_rate() { python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print("%.1f" % (j[sys.argv[1]]["bw_bytes"] / 2**20))' "$1"; }
 
 ROWS=$S/rows.jsonl
@@ -48,24 +53,29 @@ for run in $(seq "$PAIRS"); do
         VOL=$S/vol-$build$run; MNT=$S/mnt-$build$run; mkdir -p "$MNT"
         "$BIN" init "$VOL" > /dev/null
         mount_vol "$BIN" "$VOL" "$MNT"
+        PID=$(pgrep -f -- "$BIN mount $VOL" | head -1)
+        [[ -n $PID ]] || { echo "no cairn daemon found for $VOL" >&2; exit 1; }
         load=$(cut -d' ' -f1 /proc/loadavg)
         meta=$(python3 -S "$REPO/bench/shared.py" meta "$FILES" "$MNT/meta")
         sync; echo 3 > /proc/sys/vm/drop_caches
         t0=$(now); tar -xf "$S/sub.tar" -C "$MNT"; t1=$(now)
         untar=$(secs "$t0" "$t1")
+        c0=$(cpu_s "$PID")
         w=$(fio --name=w --filename="$MNT/seq" --rw=write --bs=1M --size=${WRITE_MIB}M --refill_buffers --end_fsync=1 --output-format=json | fio_rate write)
+        wcpu=$(python3 -c "print(round($(cpu_s "$PID") - $c0, 2))")
         "$BIN" umount "$MNT" > /dev/null
         sync; echo 3 > /proc/sys/vm/drop_caches
         mount_vol "$BIN" "$VOL" "$MNT"
         r=$(fio --name=r --filename="$MNT/seq" --rw=read --bs=1M --size=${WRITE_MIB}M --output-format=json | fio_rate read)
         "$BIN" umount "$MNT" > /dev/null; MNT=
         rm -rf "$VOL"
-        echo "{\"build\": \"$build\", \"pair\": $run, \"load\": $load, \"meta\": $meta, \"untar_s\": $untar, \"write_mib_s\": $w, \"cold_read_mib_s\": $r}" | tee -a "$ROWS"
+        echo "{\"build\": \"$build\", \"pair\": $run, \"load\": $load, \"meta\": $meta, \"untar_s\": $untar, \"write_mib_s\": $w, \"write_cpu_s\": $wcpu, \"cold_read_mib_s\": $r}" | tee -a "$ROWS"
     done
 done
 
-python3 - "$ROWS" <<'EOF'
+python3 - "$ROWS" "$WRITE_MIB" <<'EOF'
 import json, statistics, sys
+WRITE_MIB = int(sys.argv[2])
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {(r["build"], r["pair"]): r for r in rows}
 pairs = sorted({r["pair"] for r in rows})
@@ -77,6 +87,7 @@ figs = {
     "untar (1/s)": lambda r: 1 / r["untar_s"],
     "seq write MiB/s": lambda r: r["write_mib_s"],
     "cold read MiB/s": lambda r: r["cold_read_mib_s"],
+    "seq write MiB per daemon CPU-s": lambda r: WRITE_MIB / r["write_cpu_s"],
 }
 print("| figure | before (median) | after (median) | after/before per pair | median ratio |")
 print("|---|---|---|---|---|")
