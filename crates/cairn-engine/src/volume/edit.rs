@@ -22,13 +22,21 @@ use std::sync::Arc;
 /// Flush attempts before an edit gives up on a file that keeps failing to flush.
 const CLEAN_ATTEMPTS: usize = 8;
 
+/// Largest source range an edit reads into memory rather than splices,
+/// when the range is still in the journal (see `replace`).
+const INLINE_SOURCE_MAX: u64 = 64 << 20;
+
 /// The bytes that replace a range.
 #[derive(Clone, Copy, Debug)]
 pub enum NewBytes<'a> {
     /// From memory (re-chunked with the edges).
     Data(&'a [u8]),
     /// Zero-copy: `len` bytes of file `ino` from `offset` (its extents are
-    /// spliced in; only the two junctions are re-chunked).
+    /// spliced in; only the two junctions are re-chunked). A range of at
+    /// most 64 MiB still in the source's journal is read and handled as
+    /// `Data` instead: it must be chunked either way, and chunking it with
+    /// the junctions in one pass saves flushing the source first and then
+    /// reading its edge chunks back (what libcairn's scratch file is).
     Range { ino: Ino, offset: u64, len: u64 },
 }
 
@@ -155,6 +163,17 @@ impl Volume {
     /// is empty. `offset` may be the file's size (an append) but not past it.
     pub fn replace(&self, ino: Ino, offset: u64, mbyte: u64, new: NewBytes<'_>) -> Result<EditReport> {
         self.check_writable()?;
+        let journaled;
+        let new = match new {
+            NewBytes::Range { ino: src, offset: so, len } if src != ino => match self.journaled_source(src, so, len)? {
+                Some(bytes) => {
+                    journaled = bytes;
+                    NewBytes::Data(&journaled)
+                }
+                None => new,
+            },
+            _ => new,
+        };
         let inos: Vec<Ino> = match new {
             NewBytes::Data(_) => vec![ino],
             NewBytes::Range { ino: src, .. } => vec![ino, src],
@@ -208,6 +227,33 @@ impl Volume {
         }
         debug_assert_eq!(g.size, new_size);
         Ok(report)
+    }
+
+    /// The bytes of `[offset, offset + len)` of `src` (cut at its end) when
+    /// some of them are still in its journal and they are at most
+    /// [`INLINE_SOURCE_MAX`]; `None` when the range is better spliced.
+    fn journaled_source(&self, src: Ino, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
+        let n = self.with_file(src, |_, g| {
+            let end = offset.saturating_add(len).min(g.size);
+            if offset >= end || end - offset > INLINE_SOURCE_MAX {
+                return Ok(None);
+            }
+            // Overlay pieces are sorted and disjoint: the last one starting
+            // before `end` reaches furthest.
+            let pending = g.overlay.range(..end).next_back().is_some_and(|(&s, p)| s + p.len > offset);
+            Ok(pending.then_some(end - offset))
+        })?;
+        let Some(n) = n else { return Ok(None) };
+        let mut bytes = Vec::with_capacity(n as usize);
+        while (bytes.len() as u64) < n {
+            let want = (n - bytes.len() as u64).min(16 << 20) as u32;
+            let part = self.read_with(src, offset + bytes.len() as u64, want, false)?;
+            if part.is_empty() {
+                break; // the source shrank meanwhile: what was there is what is inserted
+            }
+            bytes.extend_from_slice(&part);
+        }
+        Ok(Some(bytes))
     }
 
     /// Uploads a batch's packs, commits the new map with them, and adds the

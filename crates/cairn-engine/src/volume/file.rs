@@ -563,7 +563,7 @@ impl Volume {
 
     /// Runs `f` on the file's locked state, retrying if the state was evicted
     /// between lookup and lock.
-    fn with_file<T>(&self, ino: Ino, mut f: impl FnMut(&FileState, &mut FileInner) -> Result<T>) -> Result<T> {
+    pub(super) fn with_file<T>(&self, ino: Ino, mut f: impl FnMut(&FileState, &mut FileInner) -> Result<T>) -> Result<T> {
         loop {
             let st = self.file_state(ino)?;
             let mut g = st.inner.lock();

@@ -982,34 +982,41 @@ impl Volume {
                 let t = pos + cuts[cuts.len() - 1].0 as u64;
                 m.range(t, hard_end).iter().all(|(_, e)| matches!(e.src, Source::Pending(_)))
             };
+            // With old data after the dirty range, stop at the first cut
+            // that lands on an old boundary at or after it: from there on
+            // the old cuts are the ones a fresh write would make. In any
+            // window, not only the last: new data longer than a window
+            // (an 8 MiB insert) must not drag 2 × max of old data along.
+            // A window's last cut is made by the window, not by content.
+            let content_cuts = if last_window { cuts.len() } else { cuts.len().saturating_sub(1) };
+            let hit = if soft {
+                cuts[..content_cuts].iter().position(|&(o, l)| {
+                    let e = pos + (o + l) as u64;
+                    e >= b && boundaries.binary_search(&e).is_ok()
+                })
+            } else {
+                None
+            };
             let slices: Vec<&[u8]> = if hold_here {
                 span(0..cuts.len() - 1)
+            } else if let Some(i) = hit {
+                span(0..i + 1)
             } else if !last_window {
                 // Keep the last chunk: it was cut by the window, not by content.
                 span(0..cuts.len().saturating_sub(1).max(1))
             } else if !soft {
                 span(0..cuts.len())
             } else {
-                // Stop at the first cut that lands on an old boundary at or
-                // after the dirty range; otherwise at the first old boundary.
-                let hit = cuts.iter().position(|&(o, l)| {
-                    let e = pos + (o + l) as u64;
-                    e >= b && boundaries.binary_search(&e).is_ok()
-                });
-                match hit {
-                    Some(i) => span(0..i + 1),
-                    None => {
-                        let e = *boundaries.iter().find(|&&x| x > pos).unwrap_or(&hard_end);
-                        let n = cuts.iter().take_while(|&&(o, l)| pos + ((o + l) as u64) < e).count();
-                        let from: usize = cuts[..n].iter().map(|&(_, l)| l).sum();
-                        let mut v = span(0..n);
-                        v.push(&buf[from..(e - pos) as usize]);
-                        v
-                    }
-                }
+                // No cut fell on an old boundary: stop at the first one.
+                let e = *boundaries.iter().find(|&&x| x > pos).unwrap_or(&hard_end);
+                let n = cuts.iter().take_while(|&&(o, l)| pos + ((o + l) as u64) < e).count();
+                let from: usize = cuts[..n].iter().map(|&(_, l)| l).sum();
+                let mut v = span(0..n);
+                v.push(&buf[from..(e - pos) as usize]);
+                v
             };
             let next_pos = pos + slices.iter().map(|s| s.len() as u64).sum::<u64>();
-            let more = !last_window;
+            let more = !last_window && hit.is_none();
             // The next window is cut while this one is stored; the last
             // window (a small file's only one) has nothing to overlap and
             // stays off rayon's pool (a join from outside it wakes a worker).

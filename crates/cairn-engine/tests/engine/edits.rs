@@ -312,6 +312,52 @@ fn snapshots_keep_their_content_and_are_read_only() {
 }
 
 #[test]
+fn an_insert_from_a_source_still_in_the_journal_is_chunked_once_with_its_junctions() {
+    // libcairn's rpwrite of a large insert writes the new bytes to a scratch
+    // file and inserts from it at once: they are still in the journal. They
+    // are chunked in the same pass as the two junctions, so only the old
+    // chunks at the insertion point are read back, never the scratch's own.
+    // Small chunks, and the default ones (4 MiB at most), where the new
+    // bytes and the junction after them span two re-chunk windows.
+    for (chunker, size) in [(small_chunks(), 16 << 20), (ChunkerParams::default(), 40 << 20)] {
+        journaled_insert(chunker, size);
+    }
+}
+
+fn journaled_insert(chunker: ChunkerParams, size: usize) {
+    let d = tempfile::tempdir().unwrap();
+    init(d.path(), &InitOptions { chunker, meta_url: meta_url(), ..Default::default() }).unwrap();
+    let v = open(d.path());
+    let mut model = random_bytes(23, size);
+    let ino = mkfile(&v, ROOT_INO, "big", &model);
+    v.flush_now().unwrap();
+    for (i, at) in [(24u64, 5u64 << 20), (25, 11 << 20), (26, 0)] {
+        let new = random_bytes(i, 8 << 20);
+        // Kept open, as libcairn keeps it, so that no flush round takes it
+        // early (a closed file is due at once).
+        let scratch = v.create(ROOT_INO, b"scratch", FileKind::File, 0o600, 0, root()).unwrap().ino;
+        v.open(scratch).unwrap();
+        v.write(scratch, 0, &new).unwrap();
+        let r = v.replace(ino, at, 0, NewBytes::Range { ino: scratch, offset: 0, len: u64::MAX }).unwrap();
+        v.release(scratch).unwrap();
+        model.splice(at as usize..at as usize, new.iter().copied());
+        // The chunk cut by the insert (counted once), and the one after it
+        // when the cut at its end falls within the minimum size of a new cut.
+        assert!(r.old_chunks_rechunked <= 2, "{chunker:?}, insert at {at}: {} old chunks re-chunked", r.old_chunks_rechunked);
+        assert!(r.rechunked_bytes >= 8 << 20, "the new bytes were not chunked by the edit ({} bytes)", r.rechunked_bytes);
+        assert_eq!(read_all(&v, ino), model);
+        v.unlink(ROOT_INO, b"scratch").unwrap();
+    }
+    v.flush_now().unwrap();
+    assert_eq!(read_all(&v, ino), model);
+    assert!(maintenance::fsck(&v, true, &NoProgress).unwrap().errors.is_empty());
+    v.close().unwrap();
+    drop(v);
+    let v = open(d.path());
+    assert_eq!(read_all(&v, ino), model);
+}
+
+#[test]
 fn a_large_zero_copy_insert_rechunks_only_its_two_junctions() {
     let d = tempfile::tempdir().unwrap();
     init_small(d.path());
