@@ -27,7 +27,10 @@
 //! ```
 
 pub mod background;
-pub mod cache;
+/// The caches (the disk cache of ranges of packs with its upload outbox,
+/// the memory cache of chunks, their policies) are the `cairn-cache`
+/// crate, re-exported whole at their old path.
+pub use cairn_cache as cache;
 pub mod cleaner;
 pub mod cleaner_rules;
 pub mod cloud;
