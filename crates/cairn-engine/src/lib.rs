@@ -1,14 +1,58 @@
-//! The Cairn volume engine.
-//!
-//! Everything below the FUSE adapter: namespace and file-content operations
-//! ([`Volume`]), the write-back journal, content-defined chunking with keyed
-//! BLAKE3 ids and global deduplication, packs of compressed and encrypted
-//! blobs, maintenance (fsck, stats, gc) and the cost-optimal cleaner, and
-//! the homes a volume can have: a directory, a bucket (`cloud`: lease,
-//! metadata versions, the pack cache) or a tape (`tape`, `mirror`). The
+//! The Cairn volume engine: everything below the FUSE adapter. The
 //! metadata lives in a `cairn_meta` store (SQLite in the volume directory,
 //! or PostgreSQL), opened with `cairn_meta::open` and used through its
-//! traits: the engine holds no SQL and names no store (`meta`).
+//! traits: the engine holds no SQL and names no store (`meta.rs`).
+//!
+//! # A map for a newcomer
+//!
+//! `open.rs` opens a volume ([`init`], `Volume::load`): the one module
+//! that knows every layer. A [`Volume`] (`volume/mod.rs`) is a front over
+//! a few parts, one field each, and its operations ask the parts. Each
+//! part below, with where to start reading (docs/design.md "The volume's
+//! parts" draws them):
+//!
+//! - **File table** (`volume/file.rs`, `FileTable`): the open files and
+//!   every change of an open file's state; [`Volume::write`] and
+//!   [`Volume::read`]. A flush hands a file its `CommittedRound` to
+//!   apply (`FileState::apply_commit`). Beside it: `open_files.rs` (the
+//!   store's registry of open files), `kernel_refs.rs` (the kernel's
+//!   lookup counts), `locks.rs` (file locks), `resume.rs` (redoing commits
+//!   a database lost).
+//! - **Journal** (`journal.rs`, [`journal::Journal`]): the write-back redo
+//!   log every write appends to first; it stays on the front, since the
+//!   flusher retires it.
+//! - **Flusher** (`volume/flusher.rs`, `Flusher`; its rounds in
+//!   `volume/flush.rs`): picks the files that are due, chunks, packs,
+//!   uploads and commits. Start at `Volume::flush_round` and
+//!   `flush_round_locked`; the order of writes is `volume/order.rs`.
+//!   Helpers: `buffers.rs`, `workers.rs` (upload threads), `guard.rs` (the
+//!   chunk guard against the cleaner).
+//! - **Medium** (`volume/medium.rs`, `trait Medium`, picked once by
+//!   `medium::choose`): what the place the packs go to asks of the flush:
+//!   `LocalHome`, `BucketHome` or `TapeHome`.
+//! - **Namespace** (`volume/namespace.rs`): lookup, create, link, unlink,
+//!   rename, attributes, extended attributes, each one metadata
+//!   transaction; `tree.rs` (clones, snapshots), `edit.rs` (range clones,
+//!   rpwrite), `archive.rs` (tar files), `follow.rs` (other machines'
+//!   changes to a shared volume). Still `impl Volume` blocks, not a part
+//!   with its own state.
+//! - **Chunk store** (`volume/chunks.rs`, `ChunkStore`; start at
+//!   `ChunkStore::chunk`): keys, the store of packs, the memory cache of
+//!   chunks, kept last pages (`tails.rs`), chunk locations, prefetch. The
+//!   formats under it: `pack.rs`, `crypto.rs`, `extent.rs`; the caches are
+//!   the `cairn-cache` crate, re-exported as [`cache`].
+//! - **Cloud part** (`cloud/mod.rs`, [`cloud::Cloud`], there when the
+//!   volume lives in a bucket or on tape: `vol.cloud`): the lease
+//!   (`lease.rs`), metadata versions (`versions.rs`) shipped by
+//!   `volume/ship.rs`, the bill (`volume/bill.rs`, `cost.rs`). Which store
+//!   a URL names: `location.rs`; a tape home: `tape.rs`, `mirror.rs`.
+//! - **Maintenance**, tools over an opened volume, not inside it:
+//!   `maintenance.rs` ([`maintenance::stats`], [`maintenance::fsck`],
+//!   [`maintenance::gc`]), the cleaner (`cleaner.rs`, [`cleaner::clean`];
+//!   its rules in `cleaner_rules.rs`) and `report.rs`.
+//! - **Around them**: `control.rs` (a mount's control socket),
+//!   `metrics.rs`, `health.rs` (`cairn status`), `config.rs` (the
+//!   directory layout, settings), `background.rs`, `types.rs`, `error.rs`.
 //!
 //! The modules stand in floors, each above what it imports, with no
 //! circle (docs/design.md "Layout"; `cairn-testing`'s
@@ -27,7 +71,10 @@
 //! ```
 
 pub mod background;
-pub mod cache;
+/// The caches (the disk cache of ranges of packs with its upload outbox,
+/// the memory cache of chunks, their policies) are the `cairn-cache`
+/// crate, re-exported whole at their old path.
+pub use cairn_cache as cache;
 pub mod cleaner;
 pub mod cleaner_rules;
 pub mod cloud;

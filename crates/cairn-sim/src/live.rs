@@ -1,5 +1,5 @@
 //! The live run's own cache, replayed: the trace's CACHE records through a
-//! model of the disk cache's bookkeeping (`cairn_engine::cache::disk`):
+//! model of the disk cache's bookkeeping (`cairn_cache::disk`):
 //! extents of packs fetched as the disk cache plans them (the same
 //! function, `cairn_model::cache::extent`, at the alignment and merge
 //! distance the trace's OPENED record gives), whole copies of packs

@@ -88,14 +88,15 @@ pub(crate) struct FileState {
 /// or holds changes of, by inode, and the files lost in a database crash
 /// or failover. Looking a state up reads the map (`Deref`); the changes
 /// a flush round makes to a state go through [`FileState::apply_commit`]
-/// and [`FileTable::forget_if`].
+/// and [`FileTable::forget_if`], a resume's drop of a file the store lost
+/// through [`FileTable::drop_lost`].
 #[derive(Default)]
 pub(crate) struct FileTable {
     map: DashMap<Ino, Arc<FileState>>,
     /// Files whose creation was in metadata commits lost in a database
-    /// crash or failover while this mount had them open (resume.rs): their
-    /// fsync fails with EIO.
-    pub lost: Mutex<HashSet<Ino>>,
+    /// crash or failover while this mount had them open or held changes
+    /// of them ([`FileTable::drop_lost`]): their fsync fails with EIO.
+    lost: Mutex<HashSet<Ino>>,
 }
 
 impl std::ops::Deref for FileTable {
@@ -125,6 +126,29 @@ impl FileTable {
     /// Files with changes not yet committed.
     pub(crate) fn dirty_count(&self) -> u64 {
         self.map.iter().filter(|e| e.value().inner.lock().is_dirty()).count() as u64
+    }
+
+    /// Drops the state `st` of a file whose row the store no longer has
+    /// after it lost commits in a crash or failover (resume.rs): its
+    /// create, or every commit of it, was among them. Nothing acknowledged
+    /// it, so a file that was open or held unflushed changes is counted
+    /// lost ([`FileTable::is_lost`]: its holder's fsync fails) instead of
+    /// being answered Ok later. A holder of the state sees it evicted. The
+    /// caller holds the file's flush lock; `g` is the state's lock, let go
+    /// before the table's (the order `forget_if` takes them in).
+    pub(crate) fn drop_lost(&self, st: &Arc<FileState>, mut g: parking_lot::MutexGuard<'_, FileInner>) {
+        if g.open > 0 || g.last_seq > g.flushed_seq {
+            self.lost.lock().insert(st.ino);
+        }
+        g.evicted = true;
+        drop(g);
+        self.map.remove_if(&st.ino, |_, s| Arc::ptr_eq(s, st));
+    }
+
+    /// Whether `ino` was dropped as lost with changes nothing acknowledged
+    /// ([`FileTable::drop_lost`]).
+    pub(crate) fn is_lost(&self, ino: Ino) -> bool {
+        self.lost.lock().contains(&ino)
     }
 
     /// Drops the state of a file being freed (no names, no handles),
@@ -752,7 +776,7 @@ impl Volume {
         if self.opts.read_only {
             return Ok(());
         }
-        if self.files.lost.lock().contains(&ino) {
+        if self.files.is_lost(ino) {
             return Err(Error::io(format!(
                 "inode {ino} was created in metadata commits that were lost in a database crash or failover before they were durable; its data is gone"
             )));
@@ -1339,4 +1363,39 @@ fn plan_holes(g: &FileInner, offset: u64) -> Vec<(u64, u64, bool)> {
         out.push((s, l, h));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(ino: Ino) -> Arc<FileState> {
+        let t = Timestamp::default();
+        let a = Attr { ino, kind: FileKind::File, perm: 0o644, nlink: 1, uid: 0, gid: 0, rdev: 0, size: 0, blocks: 0, atime: t, mtime: t, ctime: t, btime: t };
+        FileState::new(ino, ExtentMap::new(), 0, &a, 0, 0, false, false)
+    }
+
+    /// A file the store lost (resume.rs) leaves the table evicted; it is
+    /// counted lost (its fsync fails) only if this mount had it open or
+    /// held changes nothing acknowledged; and a newer state of the same
+    /// inode, loaded since, is not dropped with the old one.
+    #[test]
+    fn a_file_the_store_lost_leaves_the_table_and_is_lost_only_if_held() {
+        let t = FileTable::default();
+        let (open, written, idle) = (state(10), state(11), state(12));
+        open.inner.lock().open = 1;
+        written.inner.lock().last_seq = 7;
+        for st in [&open, &written, &idle] {
+            t.map.insert(st.ino, st.clone());
+            t.drop_lost(st, st.inner.lock());
+            assert!(st.inner.lock().evicted, "inode {}", st.ino);
+            assert!(!t.contains_key(&st.ino), "inode {} is still in the table", st.ino);
+        }
+        assert!(t.is_lost(10) && t.is_lost(11), "a held file whose create was lost must fail its fsync");
+        assert!(!t.is_lost(12), "a file with nothing unacknowledged is not lost");
+        let (old, newer) = (state(13), state(13));
+        t.map.insert(13, newer.clone());
+        t.drop_lost(&old, old.inner.lock());
+        assert!(t.get(&13).is_some_and(|s| Arc::ptr_eq(&s, &newer)), "the newer state of the inode was dropped");
+    }
 }

@@ -70,13 +70,8 @@ impl Volume {
             }
             let Some((row, base)) = fresh else {
                 // Created (or last committed) only in commits that are
-                // gone: nothing acknowledged it; a holder's fsync fails.
-                if g.open > 0 || g.last_seq > g.flushed_seq {
-                    self.files.lost.lock().insert(ino);
-                }
-                g.evicted = true;
-                drop(g);
-                self.files.remove_if(&ino, |_, s| Arc::ptr_eq(s, st));
+                // gone: the table drops it, a holder's fsync fails.
+                self.files.drop_lost(st, g);
                 gone += 1;
                 continue;
             };

@@ -19,7 +19,6 @@ mod model;
 mod patches;
 mod backends;
 mod cloud;
-mod disk_cache;
 mod trace;
 mod cleaner;
 mod sequential;

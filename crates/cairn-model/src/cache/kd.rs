@@ -26,7 +26,7 @@
 //!   not extend them (as in the paper).
 //! - Line 43, knn(key, dist): every entry within dist (squared Euclidean,
 //!   ties included), nearest first, queued as victims.
-//! - Algorithm 2 (fetch) is the cache's (the engine's `cache::disk`); it tells the
+//! - Algorithm 2 (fetch) is the cache's (`cairn_cache::disk`); it tells the
 //!   policy what it admits and reads.
 //!
 //! Cost: the tree is built once per batch, and a normal batch holds 1/64

@@ -16,7 +16,7 @@
 //!   (amortized over the calls, for a policy that works in batches).
 //!
 //! Which file an access is for is an argument of the cache's reads (the
-//! engine's `CachedBackend::get_range_for`, given by the volume's chunk
+//! disk cache's `CachedBackend::get_range_for`, given by the volume's chunk
 //! reads), which the cache hands on as [`CachePolicy::grouped`]: a reader
 //! of a call sees which file it is made for (docs/design.md, "Who pays and
 //! for which file").

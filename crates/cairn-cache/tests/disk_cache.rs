@@ -1,12 +1,12 @@
-//! The disk cache and upload outbox (`cache::disk::CachedBackend`) over the
+//! The disk cache and upload outbox (`cairn_cache::disk::CachedBackend`) over the
 //! test doubles: the backend contract through it, read-through in coalesced
 //! blocks, the outbox through an outage, writers blocked by a full outbox,
 //! reopen, eviction (LRU and the kd-tree policy), a flaky store, and one
 //! GET for concurrent misses.
 
 use cairn_backend::{conformance, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result, RetryPolicy, Retrying};
-use cairn_engine::cache::disk::{CachedBackend, DiskCacheOptions, Durability};
-use cairn_engine::cache::{IoWindows, PolicyChoice, ReadFor};
+use cairn_cache::disk::{CachedBackend, DiskCacheOptions, Durability};
+use cairn_cache::{IoWindows, PolicyChoice, ReadFor};
 use cairn_backend::{Metered, RequestKind, Subsystem};
 use cairn_testing::{FaultPlan, FaultyBackend, MemoryBackend};
 use std::path::Path;
@@ -153,7 +153,7 @@ fn bytes(seed: u64, len: u64) -> Vec<u8> {
 /// A cache fetching blocks of `block` (0: exact ranges), never merging
 /// two gaps of a read into one GET nor reading ahead.
 fn opts(dir: &Path, capacity: u64, block: u64, durability: Durability) -> DiskCacheOptions {
-    DiskCacheOptions { dir: dir.to_path_buf(), capacity, block, merge_below: 0, ahead: 0, durability, uploaders: 2, keep_piece: cairn_engine::cache::disk::KEEP_PIECE }
+    DiskCacheOptions { dir: dir.to_path_buf(), capacity, block, merge_below: 0, ahead: 0, durability, uploaders: 2, keep_piece: cairn_cache::disk::KEEP_PIECE }
 }
 
 fn eventually(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
@@ -765,11 +765,11 @@ fn for_file(ino: u64) -> ReadFor {
 
 /// A policy that is LRU and writes down every `grouped` hint it gets.
 struct Noting {
-    lru: cairn_engine::cache::Lru,
+    lru: cairn_cache::Lru,
     seen: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
-impl cairn_engine::cache::CachePolicy for Noting {
+impl cairn_cache::CachePolicy for Noting {
     fn name(&self) -> &'static str {
         "noting"
     }
@@ -804,7 +804,7 @@ fn a_read_for_a_file_groups_what_it_fetches_and_hits() {
     mem.put("packs/g", &data).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let d = tempfile::tempdir().unwrap();
-    let policy = Box::new(Noting { lru: cairn_engine::cache::Lru::new(), seen: seen.clone() });
+    let policy = Box::new(Noting { lru: cairn_cache::Lru::new(), seen: seen.clone() });
     let c = CachedBackend::with_policy(mem.clone(), opts(d.path(), 64 * B, B, Durability::Local), policy).unwrap();
     assert_eq!(c.get_range("packs/g", 0, B).unwrap(), range(&data, 0, B));
     assert_eq!(c.get_range("packs/g", 0, B).unwrap(), range(&data, 0, B));

@@ -1,12 +1,35 @@
-//! An in-memory cache of verified plaintext chunks, bounded in bytes.
+//! Cairn's caches, below the volume engine.
 //!
-//! Sharded by chunk id so that concurrent readers of different chunks do not
-//! contend on one lock. Which entry goes when a shard is full is its
-//! [`CachePolicy`]'s decision (LRU by default).
+//! - [`disk`]: [`CachedBackend`], the persistent local cache of ranges of
+//!   packs and the upload outbox in front of a remote store (docs/cloud.md
+//!   §5). It is itself a [`cairn_backend::Backend`], so a volume in a bucket
+//!   or on tape uses it as its store. Start at the contract in its module
+//!   comment, then `CachedBackend::with_policy` (open, reopen) and
+//!   `read_pack` (a read: outbox, cached extents, gaps fetched once).
+//! - [`ChunkCache`] (below): the memory cache of verified plaintext chunks
+//!   that a volume's chunk store keeps, bounded in bytes and sharded by chunk
+//!   id.
+//! - The eviction policies both use: the [`CachePolicy`] seam with its
+//!   conformance suite, [`Lru`] and Coral's kd-tree policy ([`KdPolicy`]),
+//!   and the extent rules of a fetch ([`extent`]), live whole in
+//!   `cairn-model`, shared with the simulator, and are re-exported here.
+//!   [`PolicyChoice`] picks one at mount.
+//! - [`health`]: the last failure of a part that retries in the
+//!   background ([`health::Slot`]): the uploaders keep one, the engine's
+//!   flusher, shipper and lease theirs, and `cairn status` reads them all.
+//! - [`fsutil`]: the modes of private files and directories, shared with
+//!   the engine.
+//!
+//! This crate depends on `cairn-backend` and `cairn-model` only; the engine
+//! re-exports it whole as `cairn_engine::cache`.
 
 pub mod disk;
+pub mod fsutil;
+pub mod health;
 // The policies live in `cairn-model`, shared with the simulator.
 pub use cairn_model::cache::{extent, kd, policy};
+// The trace format (docs/trace.md) the disk cache records its events in.
+use cairn_model::trace;
 
 pub use disk::{CacheStats, CachedBackend, DiskCacheOptions, Durability, ReadFor};
 pub use kd::{IoWindows, KdPolicy};
@@ -47,7 +70,11 @@ struct Shard {
     bytes: usize,
 }
 
-/// The chunk cache.
+/// The memory cache of verified plaintext chunks, bounded in bytes.
+///
+/// Sharded by chunk id so that concurrent readers of different chunks do
+/// not contend on one lock. Which entry goes when a shard is full is its
+/// [`CachePolicy`]'s decision (LRU by default).
 pub struct ChunkCache {
     shards: Vec<Mutex<Shard>>,
     per_shard: usize,
