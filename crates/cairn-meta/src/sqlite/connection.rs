@@ -126,7 +126,8 @@ impl SqliteMeta {
         match v {
             Some(SCHEMA_VERSION) => {}
             Some(1) if exclusive => migrate_v1(&w)?,
-            Some(1) => return Err(Error::config("metadata schema version 1 must be upgraded: open the volume read-write once (mount or fsck)")),
+            Some(2) if exclusive => migrate_v2(&w)?,
+            Some(v @ (1 | 2)) => return Err(Error::config(format!("metadata schema version {v} must be upgraded: open the volume read-write once (mount or fsck)"))),
             Some(v) => return Err(Error::config(format!("metadata schema version {v} is not supported (this build reads {SCHEMA_VERSION})"))),
             None => return Err(Error::config("metadata database has no schema version")),
         }
