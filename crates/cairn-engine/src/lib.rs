@@ -68,3 +68,4 @@ pub use volume::CLOSE_ERROR;
 pub use volume::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 pub use open::{init, init_cloud, read_config};
 pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, ChangeBatch, ChangeFollower, CloneOptions, FOLLOW_POLL, EditReport, FlushReport, KernelCache, MemoryHeld, NewBytes, OpenOptions, Opened, ReadBytes, RecallReport, SnapshotInfo, Volume, ChunkInfo, FileInfo, Place, TreeStats, SNAPSHOT_DIR};
+pub use volume::{tier_name, RestoreInfo, TierBytes, TierPin, TierStatus};

@@ -15,6 +15,7 @@ mod namespace;
 mod order;
 mod recall;
 mod inspect;
+mod pins;
 mod tree;
 mod ship;
 mod open_files;
@@ -32,6 +33,7 @@ pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions}
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
 pub use inspect::{ChunkInfo, FileInfo, Place, TreeStats};
+pub use pins::{tier_name, RestoreInfo, TierBytes, TierPin, TierStatus};
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
 pub(crate) use file::FileTable;
