@@ -53,6 +53,8 @@ pub mod tape;
 /// Access traces (docs/trace.md): the format lives in `cairn-model`,
 /// shared with the simulator.
 pub use cairn_model::trace;
+/// Storage classes and their price sheet (docs/tiers.md §1, §4).
+pub use cairn_model::tiers;
 mod types;
 pub mod versions;
 mod volume;
