@@ -728,6 +728,12 @@ pub trait MetaStore: Send + Sync {
     fn resume_after_loss(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether this open upgraded the store's schema (tables or columns
+    /// added): a store whose changes ship as row patchsets must ship a
+    /// whole base next, as they hold rows, not schema.
+    fn schema_upgraded(&self) -> bool {
+        false
+    }
     /// Folds logs back on a clean shutdown; a no-op where nothing to fold.
     fn checkpoint(&self) -> Result<()> {
         self.commit()

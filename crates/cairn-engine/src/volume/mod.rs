@@ -297,8 +297,9 @@ impl Volume {
         if let Some(c) = cloud.as_ref().filter(|_| !opts.read_only) {
             // A volume from before the bill gets its table. New tables and
             // columns are not in the versions shipped so far (a session
-            // records rows, not schema), so the next version is a base.
-            if meta.write(|tx| Ok(tx.ensure_bill_table()?))? || altered {
+            // records rows, not schema), so the next version is a base;
+            // so after a schema upgrade at this open.
+            if meta.write(|tx| Ok(tx.ensure_bill_table()?))? || altered || meta.schema_upgraded() {
                 c.need_base.store(true, Ordering::SeqCst);
             }
             if c.ships_metadata {

@@ -256,3 +256,40 @@ fn a_volume_of_the_previous_schema_opens_and_reads() {
     assert_eq!(v.tier_pin(empty(&v, dir, "new")).unwrap(), (TierPin::Cold, true));
     v.close().unwrap();
 }
+
+/// A volume in a bucket whose database is of schema 2 (before tiers) is
+/// upgraded at its read-write open and ships a base next (a session's
+/// patchset holds rows, not columns or tables), so that another machine
+/// starting from the bucket has the new schema and the pins set after.
+#[test]
+fn a_bucket_volume_upgraded_from_schema_2_ships_a_base() {
+    use crate::cloud::{init_in, open_in, opts};
+    use cairn_backend::Backend;
+    use cairn_engine::cache::disk::Durability;
+    use cairn_engine::cloud::versions;
+    use std::sync::Arc;
+    let a = tempfile::tempdir().unwrap();
+    let bucket: Arc<dyn Backend> = Arc::new(cairn_testing::MemoryBackend::new());
+    init_in(a.path(), &bucket, None);
+    {
+        let c = rusqlite::Connection::open(a.path().join("meta.sqlite")).unwrap();
+        c.execute_batch(
+            "ALTER TABLE packs DROP COLUMN tier_since; ALTER TABLE packs DROP COLUMN tier; ALTER TABLE inodes DROP COLUMN tier_pin; DROP TABLE restores;
+             UPDATE info SET value = 2 WHERE key = 'schema'",
+        )
+        .unwrap();
+    }
+    let mut o = opts(&bucket, Durability::Local);
+    o.cloud.meta_interval = std::time::Duration::from_secs(3600);
+    let v = Volume::load(a.path(), o).unwrap();
+    let dir = mkdir(&v, ROOT_INO, "d");
+    v.set_tier_pin(dir, TierPin::Cold, false).unwrap();
+    v.close().unwrap();
+    drop(v);
+    let all = versions::list(bucket.as_ref()).unwrap();
+    assert_eq!(all.last().unwrap().kind, versions::Kind::Base, "{all:?}");
+    let b = tempfile::tempdir().unwrap();
+    let v = open_in(b.path(), &bucket, Durability::Local);
+    assert_eq!(v.tier_pin(v.lookup(ROOT_INO, b"d").unwrap().ino).unwrap(), (TierPin::Cold, false));
+    v.close().unwrap();
+}

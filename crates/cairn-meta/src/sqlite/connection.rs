@@ -123,6 +123,7 @@ impl SqliteMeta {
         }
         let v: Option<i64> = w.query_row("SELECT value FROM info WHERE key='schema'", [], |r| r.get(0)).optional()
             .map_err(|e| Error::config(format!("{} is not a Cairn metadata database: {e}", path.display())))?;
+        let upgraded = v != Some(SCHEMA_VERSION);
         match v {
             Some(SCHEMA_VERSION) => {}
             Some(1) if exclusive => migrate_v1(&w)?,
@@ -134,6 +135,7 @@ impl SqliteMeta {
         let next_chunk = max_chunk_id(&w)? + 1;
         let m = SqliteMeta::from_conn(path, w, if exclusive { group_window } else { std::time::Duration::ZERO }, codec);
         m.next_chunk.store(next_chunk, Ordering::SeqCst);
+        m.upgraded.store(upgraded, Ordering::SeqCst);
         Ok(m)
     }
 
@@ -153,6 +155,7 @@ impl SqliteMeta {
         });
         SqliteMeta {
             path: path.to_path_buf(),
+            upgraded: std::sync::atomic::AtomicBool::new(false),
             shared,
             durable: AtomicU64::new(0),
             syncing: parking_lot::Mutex::new(()),

@@ -98,6 +98,8 @@ struct Shared {
 /// The SQLite metadata store.
 pub struct SqliteMeta {
     path: PathBuf,
+    /// This open upgraded the schema ([`MetaStore::schema_upgraded`]).
+    upgraded: std::sync::atomic::AtomicBool,
     shared: std::sync::Arc<Shared>,
     /// Every commit up to this number is known durable (its WAL frames were
     /// fsync'd). Starts below `commits`, so the first sync always runs.
