@@ -72,6 +72,7 @@ enum Cmd {
     Sim(cmd::sim::SimArgs),
     Meta(cmd::meta::MetaArgs),
     Tape(cmd::tape::TapeArgs),
+    Tier(cmd::tier::TierArgs),
     /// Write man pages or shell completions generated from these
     /// definitions (for packaging).
     #[command(hide = true)]
@@ -122,6 +123,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Sim(a) => cmd::sim::run(a, v),
         Cmd::Meta(a) => cmd::meta::run(a, v),
         Cmd::Tape(a) => cmd::tape::run(a, v),
+        Cmd::Tier(a) => cmd::tier::run(a, v),
         Cmd::Generate { what } => cmd::generate::run(<Cli as clap::CommandFactory>::command(), what),
     }
 }

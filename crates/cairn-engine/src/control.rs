@@ -18,6 +18,9 @@
 //!                              <- {"ok":false,"error":"message","errno":N}
 //! -> {"op":"info","path":[..bytes..]}   <- {"ok":true,"result":{FileInfo}}   (a file's chunks and where they are)
 //! -> {"op":"tree_stats","path":[..bytes..]}   <- {"ok":true,"result":{TreeStats}}   (after a sync)
+//! -> {"op":"tier_set","path":[..bytes..],"pin":"cold","recursive":false}
+//!                              <- {"ok":true,"result":{"pinned":N}}   (owner or root only, as chmod: EPERM)
+//! -> {"op":"tier_status","path":[..bytes..]}   <- {"ok":true,"result":{TierStatus}}   (after a sync)
 //! -> {"op":"recall","paths":[[..bytes..]..]}   files or trees into the local cache
 //!                              (a volume in a local directory: into the OS page cache; `cairn warmup`)
 //!                              <- {"progress":{"done":N,"total":M}}   (any number, every 100 ms or so)
@@ -87,6 +90,13 @@ pub enum Request {
     Info { path: Vec<u8> },
     /// A summary of the tree at `path` ([`crate::TreeStats`]), after a sync.
     TreeStats { path: Vec<u8> },
+    /// Pin the file or tree at `path` to a tier ([`Volume::set_tier_pin_as`]:
+    /// the caller must own each inode or be root). The pin is recorded;
+    /// packs move when the tier planner runs.
+    TierSet { path: Vec<u8>, pin: crate::TierPin, #[serde(default)] recursive: bool },
+    /// The pin and the bytes by tier of the file or tree at `path`
+    /// ([`crate::TierStatus`]), after a sync.
+    TierStatus { path: Vec<u8> },
 }
 
 /// A progress line sent before the reply of a long request.
@@ -225,7 +235,7 @@ fn peer_caller(conn: &UnixStream) -> Caller {
 }
 
 fn execute(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json::Value> {
-    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Metrics | Request::Cost { .. } | Request::GcPlan { .. } | Request::Recall { .. } | Request::Info { .. } | Request::TreeStats { .. });
+    let changes = !matches!(req, Request::SnapshotList | Request::Stats | Request::Sync | Request::Status | Request::Metrics | Request::Cost { .. } | Request::GcPlan { .. } | Request::Recall { .. } | Request::Info { .. } | Request::TreeStats { .. } | Request::TierStatus { .. });
     let v = execute_one(vol, req, caller)?;
     // A command that reports success has made its change durable (one WAL
     // fsync): `cairn clone` or `cairn snapshot create` followed by a power
@@ -290,6 +300,11 @@ fn execute_one(vol: &Volume, req: Request, caller: Caller) -> Result<serde_json:
         }
         Request::Info { path } => Ok(serde_json::to_value(vol.info(&path, caller)?).expect("the info serialises")),
         Request::TreeStats { path } => Ok(serde_json::to_value(vol.tree_stats(&path, caller)?).expect("the stats serialise")),
+        Request::TierSet { path, pin, recursive } => {
+            let n = vol.set_tier_pin_as(&path, pin, recursive, caller)?;
+            Ok(serde_json::json!({ "pinned": n }))
+        }
+        Request::TierStatus { path } => Ok(serde_json::to_value(vol.tier_status(&path, Some(caller))?).expect("the status serialises")),
     }
 }
 

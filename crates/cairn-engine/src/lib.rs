@@ -100,6 +100,8 @@ pub mod tape;
 /// Access traces (docs/trace.md): the format lives in `cairn-model`,
 /// shared with the simulator.
 pub use cairn_model::trace;
+/// Storage classes and their price sheet (docs/tiers.md §1, §4).
+pub use cairn_model::tiers;
 mod types;
 pub mod versions;
 mod volume;
@@ -115,3 +117,4 @@ pub use volume::CLOSE_ERROR;
 pub use volume::{lock_conflict, LockKind, LockOutcome, LockOwner, LockRequest, LockRow, LockStyle, LOCK_EOF};
 pub use open::{init, init_cloud, read_config};
 pub use volume::{ArchiveOptions, ArchiveReport, ArchiveSource, ChangeBatch, ChangeFollower, CloneOptions, FOLLOW_POLL, EditReport, FlushReport, KernelCache, MemoryHeld, NewBytes, OpenOptions, Opened, ReadBytes, RecallReport, SnapshotInfo, Volume, ChunkInfo, FileInfo, Place, TreeStats, SNAPSHOT_DIR};
+pub use volume::{tier_name, RestoreInfo, TierBytes, TierPin, TierStatus};

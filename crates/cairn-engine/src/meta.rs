@@ -152,6 +152,12 @@ impl Meta {
     }
 
     /// See `cairn_meta::ShipChanges`.
+    /// Whether this open upgraded the store's schema
+    /// ([`MetaStore::schema_upgraded`]).
+    pub fn schema_upgraded(&self) -> bool {
+        self.store.schema_upgraded()
+    }
+
     pub fn capture_changes(&self) -> Result<()> {
         Ok(self.ship()?.capture_changes()?)
     }

@@ -45,6 +45,9 @@ pub const CHECKS: &[&str] = &[
     "read_your_writes_and_sync",
     "ids_never_repeat",
     "journal_positions",
+    "pack_tiers",
+    "tier_pins_are_inherited",
+    "restores",
 ];
 
 /// The checks of [`SharedVolume`] (and of what offering it promises of
@@ -79,6 +82,9 @@ pub fn run_one(name: &str, make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
         "read_your_writes_and_sync" => read_your_writes_and_sync(&*make(true)),
         "ids_never_repeat" => ids_never_repeat(make),
         "journal_positions" => journal_positions(&*make(true)),
+        "pack_tiers" => pack_tiers(&*make(true)),
+        "tier_pins_are_inherited" => tier_pins_are_inherited(&*make(true)),
+        "restores" => restores(&*make(true)),
         "sessions" => sessions(&*make(true)),
         "expired_sessions_stay_lost" => expired_sessions_stay_lost(&*make(true)),
         "maintenance_lock" => maintenance_lock(&*make(true)),
@@ -229,7 +235,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $maker;
             namespace entry_removal_checks_the_inode xattrs pages_and_reference_counts
             a_hash_is_claimed_once a_chunk_moves_only_from_its_pack bad_reference_counts_fail_whole rollback_leaves_nothing
-            locking_writes shared_clock read_your_writes_and_sync ids_never_repeat journal_positions);
+            locking_writes shared_clock read_your_writes_and_sync ids_never_repeat journal_positions
+            pack_tiers tier_pins_are_inherited restores);
 
         #[test]
         fn every_check_is_a_test() {
@@ -237,6 +244,7 @@ macro_rules! conformance_tests {
                 "namespace", "entry_removal_checks_the_inode", "xattrs", "pages_and_reference_counts",
                 "a_hash_is_claimed_once", "a_chunk_moves_only_from_its_pack", "bad_reference_counts_fail_whole", "rollback_leaves_nothing",
                 "locking_writes", "shared_clock", "read_your_writes_and_sync", "ids_never_repeat", "journal_positions",
+                "pack_tiers", "tier_pins_are_inherited", "restores",
             ];
             let shared: &[&str] = &[
                 "sessions", "expired_sessions_stay_lost", "maintenance_lock", "change_log", "open_files", "file_locks",
@@ -340,6 +348,94 @@ fn journal_marks(make: &dyn Fn(bool) -> Box<dyn MetaStore>) {
     })
     .unwrap();
     assert_eq!((max(&*a), max(&*b)), (0, 0), "marks outlived their inode");
+}
+
+/// A new pack is in the home tier since it was inserted (docs/tiers.md
+/// §2); a move records its tier and date; a missing pack has none.
+fn pack_tiers(s: &dyn MetaStore) {
+    let before = Timestamp::now().0;
+    let p = s.write_with(|tx| tx.insert_pack("packs/t1", 100, 1, 0)).unwrap();
+    let after = Timestamp::now().0;
+    let t = s.read_with(|r| r.pack_tier(p)).unwrap().expect("a new pack has a tier");
+    assert_eq!(t.tier, TIER_HOME, "a new pack lives in the home tier");
+    assert!(before <= t.since && t.since <= after, "tier_since {} is not the insert's time ({before}..{after})", t.since);
+    assert!(s.write_with(|tx| tx.set_pack_tier(p, TIER_GLACIER, 12345)).unwrap());
+    assert_eq!(s.read_with(|r| r.pack_tier(p)).unwrap(), Some(PackTier { tier: TIER_GLACIER, since: 12345 }));
+    assert!(!s.write_with(|tx| tx.set_pack_tier(p + 1000, TIER_GLACIER, 1)).unwrap(), "a missing pack's tier was set");
+    assert_eq!(s.read_with(|r| r.pack_tier(p + 1000)).unwrap(), None);
+}
+
+/// A new inode made by `create_node` in `parent`.
+fn create(s: &dyn MetaStore, parent: Ino, name: &[u8], kind: FileKind) -> Ino {
+    s.write_with(|tx| -> Result<Ino> {
+        let ino = tx.alloc_ino()?;
+        let mut a = attr(ino, kind);
+        if kind == FileKind::Dir {
+            a.nlink = 2;
+        }
+        tx.create_node(&NewNode { attr: &a, parent, name, target: None, jseq: 0, now: Timestamp(5), open: None })?;
+        Ok(ino)
+    })
+    .expect("create_node")
+}
+
+/// Pins (docs/tiers.md §5): `set_tier_pin` reads back; a file or
+/// directory made by `create_node` under a pinned directory takes the
+/// pin, marked inherited, at any depth; under an unpinned one, none.
+fn tier_pins_are_inherited(s: &dyn MetaStore) {
+    if let Some(v) = s.shared() {
+        v.set_journal(0x5eed, false).unwrap();
+    }
+    let pin = |ino| s.read_with(|r| r.tier_pin(ino)).unwrap();
+    assert_eq!(pin(ROOT_INO), Some(PIN_AUTO));
+    let plain = create(s, ROOT_INO, b"plain", FileKind::Dir);
+    let cold = create(s, ROOT_INO, b"cold", FileKind::Dir);
+    assert_eq!((pin(plain), pin(cold)), (Some(PIN_AUTO), Some(PIN_AUTO)));
+    assert!(s.write_with(|tx| tx.set_tier_pin(cold, PIN_COLD)).unwrap());
+    assert_eq!(pin(cold), Some(PIN_COLD));
+    let f = create(s, cold, b"f", FileKind::File);
+    let sub = create(s, cold, b"sub", FileKind::Dir);
+    let deep = create(s, sub, b"deep", FileKind::File);
+    let deeper = create(s, sub, b"deeper", FileKind::Dir);
+    let deepest = create(s, deeper, b"x", FileKind::File);
+    for (ino, what) in [(f, "a file"), (sub, "a directory"), (deep, "a file two levels down"), (deeper, "a directory two levels down"), (deepest, "a file three levels down")] {
+        assert_eq!(pin(ino), Some(PIN_COLD | PIN_INHERITED), "{what} under a cold-pinned directory");
+    }
+    assert_eq!(pin(create(s, plain, b"g", FileKind::File)), Some(PIN_AUTO), "a file under an unpinned directory");
+    // A pin set on an inherited one replaces it (no longer inherited).
+    assert!(s.write_with(|tx| tx.set_tier_pin(sub, PIN_HOT)).unwrap());
+    assert_eq!(pin(create(s, sub, b"h", FileKind::File)), Some(PIN_HOT | PIN_INHERITED));
+    assert_eq!(pin(deep), Some(PIN_COLD | PIN_INHERITED), "a pin changes existing files only when set on them");
+    assert!(!s.write_with(|tx| tx.set_tier_pin(9_999_999, PIN_HOT)).unwrap(), "a missing inode's pin was set");
+    assert_eq!(pin(9_999_999), None);
+    // The row reads the same through get_inode (nothing else moved).
+    assert_eq!(s.read_with(|r| r.get_inode(f)).unwrap().unwrap().attr.kind, FileKind::File);
+}
+
+/// Restore rows (docs/tiers.md §6): one per pack; a second insert keeps
+/// the first; listed by pack; deleted once.
+fn restores(s: &dyn MetaStore) {
+    let r1 = RestoreRow { pack: 7, class: TIER_GLACIER, requested_ns: 1_000, ready_estimate_ns: 5_000, expires_ns: None };
+    let r2 = RestoreRow { pack: 3, class: TIER_DEEP_ARCHIVE, requested_ns: 2_000, ready_estimate_ns: 9_000, expires_ns: Some(99_000) };
+    assert_eq!(s.read_with(|r| r.get_restore(7)).unwrap(), None);
+    assert!(s.write_with(|tx| tx.insert_restore(&r1)).unwrap());
+    assert!(s.write_with(|tx| tx.insert_restore(&r2)).unwrap());
+    let again = RestoreRow { requested_ns: 50_000, ..r1.clone() };
+    assert!(!s.write_with(|tx| tx.insert_restore(&again)).unwrap(), "a second restore of one pack was recorded");
+    assert_eq!(s.read_with(|r| r.get_restore(7)).unwrap(), Some(r1.clone()), "the first restore's row changed");
+    assert_eq!(s.read_with(|r| r.get_restore(3)).unwrap(), Some(r2.clone()));
+    assert_eq!(s.read_with(|r| r.list_restores()).unwrap(), vec![r2.clone(), r1.clone()], "listed by pack");
+    // A rolled-back insert leaves nothing.
+    let r3 = RestoreRow { pack: 11, class: TIER_TAPE, requested_ns: 1, ready_estimate_ns: 2, expires_ns: None };
+    let e = s.write_with(|tx| -> Result<()> {
+        tx.insert_restore(&r3)?;
+        Err(Error::invalid("roll back"))
+    });
+    assert!(e.is_err());
+    assert_eq!(s.read_with(|r| r.get_restore(11)).unwrap(), None, "a rolled-back restore row stayed");
+    assert!(s.write_with(|tx| tx.delete_restore(7)).unwrap());
+    assert!(!s.write_with(|tx| tx.delete_restore(7)).unwrap(), "a restore row was deleted twice");
+    assert_eq!(s.read_with(|r| r.list_restores()).unwrap(), vec![r2]);
 }
 
 fn attr(ino: Ino, kind: FileKind) -> Attr {

@@ -77,6 +77,58 @@ pub struct PackRow {
     pub dead_bytes: u64,
 }
 
+/// Where a pack lives (`packs.tier`, docs/tiers.md §2, docs/format.md
+/// "Metadata"): 0 is the volume's home (its directory, its bucket's
+/// default class or its tape); the others are storage classes by their
+/// stable numbers [`TIER_STANDARD`] .. [`TIER_TAPE`].
+pub type TierCode = u8;
+/// `packs.tier`: the volume's home, whatever its class (every pack before
+/// schema 3 / 8, and every pack the flusher writes).
+pub const TIER_HOME: TierCode = 0;
+pub const TIER_STANDARD: TierCode = 1;
+pub const TIER_STANDARD_IA: TierCode = 2;
+pub const TIER_GLACIER_IR: TierCode = 3;
+pub const TIER_GLACIER: TierCode = 4;
+pub const TIER_DEEP_ARCHIVE: TierCode = 5;
+pub const TIER_TAPE: TierCode = 6;
+
+/// `inodes.tier_pin` (docs/tiers.md §5): the low four bits are the pin
+/// ([`PIN_AUTO`], [`PIN_HOT`], [`PIN_WARM`], [`PIN_COLD`]); [`PIN_INHERITED`]
+/// is set on a pin a create copied from the parent directory (not set on
+/// this inode by `cairn tier set`).
+pub const PIN_AUTO: u8 = 0;
+pub const PIN_HOT: u8 = 1;
+pub const PIN_WARM: u8 = 2;
+pub const PIN_COLD: u8 = 3;
+/// The pin's bits in `inodes.tier_pin`.
+pub const PIN_MASK: u8 = 15;
+/// The pin came from the parent at create.
+pub const PIN_INHERITED: u8 = 16;
+
+/// A pack's tier and since when it is there (ns since the epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackTier {
+    pub tier: TierCode,
+    pub since: i64,
+}
+
+/// A restore of a pack in flight, or a restored copy still readable
+/// (`restores`, docs/tiers.md §6): one row per pack, so that every reader
+/// on every machine waits on one restore.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreRow {
+    pub pack: u64,
+    /// The pack's tier when the restore was asked ([`TierCode`]).
+    pub class: TierCode,
+    /// When it was asked (ns since the epoch).
+    pub requested_ns: i64,
+    /// When the copy should be readable (ns), the class's restore time.
+    pub ready_estimate_ns: i64,
+    /// When the restored copy expires (ns): None until it is known
+    /// (ready).
+    pub expires_ns: Option<i64>,
+}
+
 /// A full inode row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InodeRow {
@@ -406,6 +458,15 @@ pub trait MetaRead {
     fn max_jseq(&self) -> Result<u64>;
     fn inode_totals(&self) -> Result<InodeTotals>;
     fn chunk_totals(&self) -> Result<ChunkTotals>;
+    /// Where pack `id` lives and since when; None if there is no such pack.
+    fn pack_tier(&self, id: u64) -> Result<Option<PackTier>>;
+    /// The inode's `tier_pin` (pin bits and [`PIN_INHERITED`]); None if
+    /// there is no such inode.
+    fn tier_pin(&self, ino: Ino) -> Result<Option<u8>>;
+    /// Pack `pack`'s restore row, if any.
+    fn get_restore(&self, pack: u64) -> Result<Option<RestoreRow>>;
+    /// Every restore row, by pack.
+    fn list_restores(&self) -> Result<Vec<RestoreRow>>;
 }
 
 /// The changes of a metadata store, inside one transaction (`write`).
@@ -466,11 +527,16 @@ pub trait MetaTx: MetaRead {
     /// symlink makes them: `insert_inode`, `insert_dentry` (Exists if the
     /// name is taken), `touch_dir` of the parent (a directory adds a link
     /// to it), and with `open` = (session, generation) the new file's
-    /// `mark_open` (SessionLost if the session is gone). A store may do it
-    /// all in one statement.
+    /// `mark_open` (SessionLost if the session is gone). The new inode
+    /// takes the parent's tier pin, marked [`PIN_INHERITED`] (docs/tiers.md
+    /// §5). A store may do it all in one statement.
     fn create_node(&self, n: &NewNode) -> Result<()> {
         let dir = n.attr.kind == FileKind::Dir;
         self.insert_inode(n.attr, dir.then_some(n.parent), n.target, n.jseq)?;
+        let pin = self.tier_pin(n.parent)?.unwrap_or(0) & PIN_MASK;
+        if pin != PIN_AUTO {
+            self.set_tier_pin(n.attr.ino, pin | PIN_INHERITED)?;
+        }
         self.insert_dentry(n.parent, n.name, n.attr.ino, n.attr.kind)?;
         self.touch_dir(n.parent, n.now, dir as i64)?;
         if let Some((session, gen)) = n.open {
@@ -533,7 +599,23 @@ pub trait MetaTx: MetaRead {
     fn relocate_chunk(&self, id: u64, from: u64, to: u64, offset: u64) -> Result<()>;
     /// A new pack; returns its id. `dead_bytes`: bytes of its blobs no page
     /// references yet.
+    /// The pack is in the home tier ([`TIER_HOME`]) since now
+    /// (`tier_since`, ns, equal to `created`).
     fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64>;
+    /// Records that pack `pack` now lives in `tier`, since `since` (ns);
+    /// false if there is no such pack.
+    fn set_pack_tier(&self, pack: u64, tier: TierCode, since: i64) -> Result<bool>;
+    /// Sets the inode's `tier_pin` (pin bits, and [`PIN_INHERITED`] as
+    /// given); false if there is no such inode. A create copies its
+    /// parent directory's pin (marked inherited) in the statement that
+    /// makes the inode ([`MetaTx::create_node`]).
+    fn set_tier_pin(&self, ino: Ino, pin: u8) -> Result<bool>;
+    /// Records a restore of `r.pack`, unless the pack has one: true if
+    /// this row was inserted, false if another was there (kept as it
+    /// was: the restore already asked is the one to wait on).
+    fn insert_restore(&self, r: &RestoreRow) -> Result<bool>;
+    /// Deletes pack `pack`'s restore row; true if there was one.
+    fn delete_restore(&self, pack: u64) -> Result<bool>;
     /// Deletes a pack with its unreferenced chunks (Corrupt if live chunks
     /// remain); returns the chunks deleted.
     fn delete_pack(&self, pack: u64) -> Result<u64>;
@@ -645,6 +727,12 @@ pub trait MetaStore: Send + Sync {
     /// old one, and accepts changes and syncs again.
     fn resume_after_loss(&self) -> Result<()> {
         Ok(())
+    }
+    /// Whether this open upgraded the store's schema (tables or columns
+    /// added): a store whose changes ship as row patchsets must ship a
+    /// whole base next, as they hold rows, not schema.
+    fn schema_upgraded(&self) -> bool {
+        false
     }
     /// Folds logs back on a clean shutdown; a no-op where nothing to fold.
     fn checkpoint(&self) -> Result<()> {

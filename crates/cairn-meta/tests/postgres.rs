@@ -873,6 +873,41 @@ fn a_version_4_schema_gets_zero_dates() {
     assert_eq!((c.refs, c.zero_since), (0, None));
 }
 
+/// A version 7 schema (before pack tiers, pins and restores) gets them at
+/// open: its files and packs kept, each pack in the home tier since it
+/// was made, no pins; creates then inherit pins.
+#[test]
+fn a_version_7_schema_gets_tiers_and_pins() {
+    let pg = &*pg();
+    let url = fresh(pg, "old7");
+    let s = open(&url, "old7");
+    let d = s_mkdir(&s, b"d");
+    let p = s.write_with(|tx| tx.insert_pack("packs/old", 100, 1, 0)).unwrap();
+    drop(s);
+    pg.psql(
+        "cairn",
+        "ALTER TABLE cairn_old7.packs DROP COLUMN tier; ALTER TABLE cairn_old7.packs DROP COLUMN tier_since; ALTER TABLE cairn_old7.inodes DROP COLUMN tier_pin;
+         DROP TABLE cairn_old7.restores; UPDATE cairn_old7.packs SET created = 777000; UPDATE cairn_old7.info SET value = 7 WHERE key = 'schema'",
+    )
+    .unwrap();
+    let s = open(&url, "old7");
+    described(&s);
+    assert_eq!(s.read_with(|r| r.get_info("schema")).unwrap(), Some(cairn_meta::postgres::PG_SCHEMA_VERSION));
+    assert_eq!(s.read_with(|r| r.lookup(ROOT_INO, b"d")).unwrap(), Some((d, FileKind::Dir)));
+    assert_eq!(s.read_with(|r| r.pack_tier(p)).unwrap(), Some(PackTier { tier: TIER_HOME, since: 777000 }));
+    assert_eq!(s.read_with(|r| r.tier_pin(d)).unwrap(), Some(PIN_AUTO));
+    assert!(s.read_with(|r| r.list_restores()).unwrap().is_empty());
+    assert!(s.write_with(|tx| tx.set_tier_pin(d, PIN_WARM)).unwrap());
+    let f = s
+        .write_with(|tx| -> Result<Ino> {
+            let ino = tx.alloc_ino()?;
+            tx.create_node(&NewNode { attr: &attr(ino, FileKind::File), parent: d, name: b"f", target: None, jseq: 0, now: Timestamp(5), open: None })?;
+            Ok(ino)
+        })
+        .unwrap();
+    assert_eq!(s.read_with(|r| r.tier_pin(f)).unwrap(), Some(PIN_WARM | PIN_INHERITED));
+}
+
 /// The cycle the up-front entry locks close (docs/shared-volume.md §4):
 /// directory D (the lower inode number) inside P; one machine keeps trying
 /// to remove D (never empty: it fails with NotEmpty) while another moves a

@@ -16,5 +16,6 @@ pub mod snapshot;
 pub mod stats;
 pub mod status;
 pub mod tape;
+pub mod tier;
 pub mod top;
 pub mod umount;

@@ -15,6 +15,7 @@ mod namespace;
 mod order;
 mod recall;
 mod inspect;
+mod pins;
 mod tree;
 mod ship;
 mod open_files;
@@ -32,6 +33,7 @@ pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions}
 pub use edit::{EditReport, NewBytes};
 pub use recall::RecallReport;
 pub use inspect::{ChunkInfo, FileInfo, Place, TreeStats};
+pub use pins::{tier_name, RestoreInfo, TierBytes, TierPin, TierStatus};
 pub use tree::{CloneOptions, SnapshotInfo, SNAPSHOT_DIR};
 
 pub(crate) use file::FileTable;
@@ -295,8 +297,9 @@ impl Volume {
         if let Some(c) = cloud.as_ref().filter(|_| !opts.read_only) {
             // A volume from before the bill gets its table. New tables and
             // columns are not in the versions shipped so far (a session
-            // records rows, not schema), so the next version is a base.
-            if meta.write(|tx| Ok(tx.ensure_bill_table()?))? || altered {
+            // records rows, not schema), so the next version is a base;
+            // so after a schema upgrade at this open.
+            if meta.write(|tx| Ok(tx.ensure_bill_table()?))? || altered || meta.schema_upgraded() {
                 c.need_base.store(true, Ordering::SeqCst);
             }
             if c.ships_metadata {

@@ -24,6 +24,7 @@ mod cleaner;
 mod sequential;
 mod tape;
 mod inspect;
+mod pins;
 mod sim_live;
 mod appends;
 mod rounds;

@@ -140,9 +140,10 @@ impl PgMeta {
             // (from 1 or 2), the open-file registry and locks (from 1 to
             // 3), the chunks' zero dates (from 1 to 4), the content
             // versions (from 1 to 5), the flushes under way (from 1 to
-            // 6); the table lock makes a second
-            // machine upgrading at once wait, then find them.
-            Some(1..=6) => c
+            // 6), the chunks' tiers, pins and restores (from 1 to 7); the
+            // table lock makes a second machine upgrading at once wait,
+            // then find them.
+            Some(1..=7) => c
                 .batch_execute(&format!(
                     "BEGIN; LOCK TABLE info IN SHARE ROW EXCLUSIVE MODE; {V2_DDL}
                      {V3_DDL}
@@ -150,6 +151,7 @@ impl PgMeta {
                      {V5_DDL}
                      {V6_DDL}
                      {V7_DDL}
+                     {V8_DDL}
                      {}
                      UPDATE info SET value = {PG_SCHEMA_VERSION} WHERE key = 'schema' AND value < {PG_SCHEMA_VERSION}; COMMIT;",
                     fence_ddl(&schema)

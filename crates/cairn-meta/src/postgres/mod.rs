@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema version of a volume's PostgreSQL schema (`info.schema`).
-pub const PG_SCHEMA_VERSION: i64 = 7;
+pub const PG_SCHEMA_VERSION: i64 = 8;
 
 /// Numbers one `nextval` of `ino_seq` or `chunk_seq` reserves.
 pub const ID_BLOCK: u64 = 1024;

@@ -38,6 +38,7 @@ CREATE SEQUENCE chunk_seq INCREMENT {ID_BLOCK} START 1;
 {V5_DDL}
 {V6_DDL}
 {V7_DDL}
+{V8_DDL}
 {}
 INSERT INTO info(key, value) VALUES('schema', {PG_SCHEMA_VERSION});",
         fence_ddl(schema)
@@ -109,6 +110,18 @@ CREATE INDEX IF NOT EXISTS uploads_session ON uploads(session);";
 /// grace"), instead of every chunk that died in the last 15 minutes. Run
 /// as is on an older schema at open.
 pub(super) const V7_DDL: &str = "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS flush_since BIGINT;";
+
+/// What schema version 8 added (docs/tiers.md §2): where each pack lives
+/// (`tier`, 0 = the home; `tier_since`, ns: a pack from before is in the
+/// home since it was made), each inode's tier pin (§5), and the restores
+/// in flight (§6). Run as is on an older schema at open (the UPDATE only
+/// touches rows the ADD COLUMN just made 0).
+pub(super) const V8_DDL: &str = "ALTER TABLE packs ADD COLUMN IF NOT EXISTS tier SMALLINT NOT NULL DEFAULT 0;
+ALTER TABLE packs ADD COLUMN IF NOT EXISTS tier_since BIGINT NOT NULL DEFAULT 0;
+UPDATE packs SET tier_since = created WHERE tier_since = 0;
+ALTER TABLE inodes ADD COLUMN IF NOT EXISTS tier_pin SMALLINT NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS restores(pack BIGINT PRIMARY KEY, class SMALLINT NOT NULL, requested_ns BIGINT NOT NULL,
+  ready_estimate_ns BIGINT NOT NULL, expires_ns BIGINT);";
 
 /// SQLSTATE of a write fenced off: its session's row is gone.
 pub(super) const FENCED: &str = "ZF001";

@@ -368,6 +368,16 @@ pub(super) fn big(r: &Row, i: usize) -> Result<u64> {
     Ok(s.parse::<u128>().map(|v| u64::try_from(v).unwrap_or(u64::MAX)).unwrap_or(u64::MAX))
 }
 
+fn restore_of(r: &Row) -> Result<RestoreRow> {
+    Ok(RestoreRow {
+        pack: col::<i64>(r, 0)? as u64,
+        class: col::<i16>(r, 1)? as TierCode,
+        requested_ns: col(r, 2)?,
+        ready_estimate_ns: col(r, 3)?,
+        expires_ns: col(r, 4)?,
+    })
+}
+
 impl MetaRead for PgTx<'_> {
     fn get_inode(&self, ino: Ino) -> Result<Option<InodeRow>> {
         if let Some(r) = self.pre.borrow().as_ref().and_then(|p| p.inodes.get(&ino)) {
@@ -480,6 +490,27 @@ impl MetaRead for PgTx<'_> {
     }
     fn pack_exists(&self, name: &str) -> Result<bool> {
         Ok(self.opt("SELECT 1 FROM packs WHERE name = $1", &[&name])?.is_some())
+    }
+    fn pack_tier(&self, id: u64) -> Result<Option<PackTier>> {
+        match self.opt("SELECT tier, tier_since FROM packs WHERE id = $1", &[&(id as i64)])? {
+            Some(r) => Ok(Some(PackTier { tier: col::<i16>(&r, 0)? as TierCode, since: col(&r, 1)? })),
+            None => Ok(None),
+        }
+    }
+    fn tier_pin(&self, ino: Ino) -> Result<Option<u8>> {
+        match self.opt("SELECT tier_pin FROM inodes WHERE ino = $1", &[&(ino as i64)])? {
+            Some(r) => Ok(Some(col::<i16>(&r, 0)? as u8)),
+            None => Ok(None),
+        }
+    }
+    fn get_restore(&self, pack: u64) -> Result<Option<RestoreRow>> {
+        match self.opt("SELECT pack, class, requested_ns, ready_estimate_ns, expires_ns FROM restores WHERE pack = $1", &[&(pack as i64)])? {
+            Some(r) => Ok(Some(restore_of(&r)?)),
+            None => Ok(None),
+        }
+    }
+    fn list_restores(&self) -> Result<Vec<RestoreRow>> {
+        self.query("SELECT pack, class, requested_ns, ready_estimate_ns, expires_ns FROM restores ORDER BY pack", &[])?.iter().map(restore_of).collect()
     }
     fn all_packs(&self) -> Result<Vec<PackRow>> {
         self.query("SELECT id, name, size, blobs, dead_bytes FROM packs ORDER BY id", &[])?
@@ -667,9 +698,10 @@ impl MetaTx for PgTx<'_> {
         let (session, gen) = n.open.unwrap_or((0, 0));
         let r = self.one(
             "WITH d AS (INSERT INTO dentries(parent, name, ino, kind) VALUES($14, $15, $1, $2) ON CONFLICT (parent, name) DO NOTHING RETURNING 1),
-                  i AS (INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags)
+                  i AS (INSERT INTO inodes(ino, kind, perm, uid, gid, rdev, nlink, size, data_bytes, atime, mtime, ctime, btime, parent, target, jseq, flags, tier_pin)
                         SELECT $1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint, 0, $9::bigint, $10::bigint,
-                               $11::bigint, $12::bigint, $13::bigint, $16::bytea, 0, 0
+                               $11::bigint, $12::bigint, $13::bigint, $16::bytea, 0, 0,
+                               COALESCE((SELECT CASE WHEN p.tier_pin & 15 = 0 THEN 0 ELSE (p.tier_pin & 15) | 16 END FROM inodes p WHERE p.ino = $14), 0)
                         WHERE EXISTS (SELECT 1 FROM d) RETURNING ino),
                   t AS (UPDATE inodes SET mtime = $17::bigint, ctime = $17::bigint, nlink = nlink + $18::bigint
                         WHERE ino = $14 AND EXISTS (SELECT 1 FROM d) RETURNING 1),
@@ -996,12 +1028,27 @@ impl MetaTx for PgTx<'_> {
         }
         Ok(())
     }
+    fn set_pack_tier(&self, pack: u64, tier: TierCode, since: i64) -> Result<bool> {
+        Ok(self.exec("UPDATE packs SET tier = $2, tier_since = $3 WHERE id = $1", &[&(pack as i64), &(tier as i16), &since])? > 0)
+    }
+    fn set_tier_pin(&self, ino: Ino, pin: u8) -> Result<bool> {
+        Ok(self.exec("UPDATE inodes SET tier_pin = $2 WHERE ino = $1", &[&(ino as i64), &(pin as i16)])? > 0)
+    }
+    fn insert_restore(&self, r: &RestoreRow) -> Result<bool> {
+        Ok(self.exec(
+            "INSERT INTO restores(pack, class, requested_ns, ready_estimate_ns, expires_ns) VALUES($1, $2, $3, $4, $5) ON CONFLICT (pack) DO NOTHING",
+            &[&(r.pack as i64), &(r.class as i16), &r.requested_ns, &r.ready_estimate_ns, &r.expires_ns],
+        )? > 0)
+    }
+    fn delete_restore(&self, pack: u64) -> Result<bool> {
+        Ok(self.exec("DELETE FROM restores WHERE pack = $1", &[&(pack as i64)])? > 0)
+    }
     fn insert_pack(&self, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
         let now = Timestamp::now().0;
         Ok(self.int(
             "WITH u AS (DELETE FROM uploads WHERE name = $1)
-             INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark)
-             VALUES($1, $2, $3, $4::bigint, CASE WHEN $4::bigint > 0 THEN $5::bigint END, $5::bigint, $5::bigint) RETURNING id",
+             INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark, tier, tier_since)
+             VALUES($1, $2, $3, $4::bigint, CASE WHEN $4::bigint > 0 THEN $5::bigint END, $5::bigint, $5::bigint, 0, $5::bigint) RETURNING id",
             &[&name, &(size as i64), &(blobs as i64), &(dead_bytes as i64), &now],
         )? as u64)
     }

@@ -123,16 +123,19 @@ impl SqliteMeta {
         }
         let v: Option<i64> = w.query_row("SELECT value FROM info WHERE key='schema'", [], |r| r.get(0)).optional()
             .map_err(|e| Error::config(format!("{} is not a Cairn metadata database: {e}", path.display())))?;
+        let upgraded = v != Some(SCHEMA_VERSION);
         match v {
             Some(SCHEMA_VERSION) => {}
             Some(1) if exclusive => migrate_v1(&w)?,
-            Some(1) => return Err(Error::config("metadata schema version 1 must be upgraded: open the volume read-write once (mount or fsck)")),
+            Some(2) if exclusive => migrate_v2(&w)?,
+            Some(v @ (1 | 2)) => return Err(Error::config(format!("metadata schema version {v} must be upgraded: open the volume read-write once (mount or fsck)"))),
             Some(v) => return Err(Error::config(format!("metadata schema version {v} is not supported (this build reads {SCHEMA_VERSION})"))),
             None => return Err(Error::config("metadata database has no schema version")),
         }
         let next_chunk = max_chunk_id(&w)? + 1;
         let m = SqliteMeta::from_conn(path, w, if exclusive { group_window } else { std::time::Duration::ZERO }, codec);
         m.next_chunk.store(next_chunk, Ordering::SeqCst);
+        m.upgraded.store(upgraded, Ordering::SeqCst);
         Ok(m)
     }
 
@@ -152,6 +155,7 @@ impl SqliteMeta {
         });
         SqliteMeta {
             path: path.to_path_buf(),
+            upgraded: std::sync::atomic::AtomicBool::new(false),
             shared,
             durable: AtomicU64::new(0),
             syncing: parking_lot::Mutex::new(()),

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a write transaction may stay open to take more changes (group
 /// commit), and how many changes it may take.
@@ -98,6 +98,8 @@ struct Shared {
 /// The SQLite metadata store.
 pub struct SqliteMeta {
     path: PathBuf,
+    /// This open upgraded the schema ([`MetaStore::schema_upgraded`]).
+    upgraded: std::sync::atomic::AtomicBool,
     shared: std::sync::Arc<Shared>,
     /// Every commit up to this number is known durable (its WAL frames were
     /// fsync'd). Starts below `commits`, so the first sync always runs.
@@ -411,9 +413,78 @@ mod tests {
         let m = SqliteMeta::open(&path, true, std::time::Duration::ZERO, codec()).unwrap();
         assert!(m.write_with(|tx| tx.ensure_bill_table()).unwrap());
         described(&m);
-        m.conn_read(|c| Ok(c.execute_batch("ALTER TABLE packs DROP COLUMN dead_mark; ALTER TABLE packs DROP COLUMN dead_acc")?)).unwrap();
+        // The accrual columns come before schema 3's: drop those too, as
+        // a schema 2 database from before the accrual has neither.
+        m.conn_read(|c| {
+            Ok(c.execute_batch("ALTER TABLE packs DROP COLUMN tier_since; ALTER TABLE packs DROP COLUMN tier; ALTER TABLE packs DROP COLUMN dead_mark; ALTER TABLE packs DROP COLUMN dead_acc")?)
+        })
+        .unwrap();
         assert!(!crate::schema::differences(&m.catalog().unwrap(), crate::schema::Dialect::Sqlite).is_empty(), "the columns did not go");
         assert!(m.write_with(|tx| tx.ensure_dead_accrual()).unwrap());
+        m.conn_read(|c| Ok(c.execute_batch("ALTER TABLE packs ADD COLUMN tier INTEGER NOT NULL DEFAULT 0; ALTER TABLE packs ADD COLUMN tier_since INTEGER NOT NULL DEFAULT 0")?)).unwrap();
+        described(&m);
+    }
+
+    /// The schema 2 DDL, as builds before pack tiers created it (with the
+    /// dead-byte accrual columns a read-write open of such a build adds).
+    const V2_SCHEMA: &str = "
+CREATE TABLE info(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE inodes(
+  ino INTEGER PRIMARY KEY,
+  kind INTEGER NOT NULL, perm INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+  rdev INTEGER NOT NULL DEFAULT 0, nlink INTEGER NOT NULL,
+  size INTEGER NOT NULL DEFAULT 0, data_bytes INTEGER NOT NULL DEFAULT 0,
+  atime INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, btime INTEGER NOT NULL,
+  parent INTEGER, target BLOB, jseq INTEGER NOT NULL DEFAULT 0, flags INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE dentries(parent INTEGER NOT NULL, name BLOB NOT NULL, ino INTEGER NOT NULL,
+  kind INTEGER NOT NULL, PRIMARY KEY(parent, name)) WITHOUT ROWID;
+CREATE TABLE xattrs(ino INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL,
+  PRIMARY KEY(ino, name)) WITHOUT ROWID;
+CREATE TABLE pages(id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE file_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL, page INTEGER NOT NULL,
+  PRIMARY KEY(ino, key)) WITHOUT ROWID;
+CREATE TABLE packs(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, size INTEGER NOT NULL,
+  blobs INTEGER NOT NULL, dead_bytes INTEGER NOT NULL DEFAULT 0, dead_since INTEGER, created INTEGER NOT NULL,
+  dead_acc REAL NOT NULL DEFAULT 0, dead_mark INTEGER);
+CREATE TABLE chunks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, pack INTEGER NOT NULL,
+  offset INTEGER NOT NULL, stored_len INTEGER NOT NULL, raw_len INTEGER NOT NULL, flags INTEGER NOT NULL,
+  refs INTEGER NOT NULL);
+CREATE INDEX chunks_pack ON chunks(pack);
+INSERT INTO info(key, value) VALUES('schema', 2);
+INSERT INTO inodes(ino, kind, perm, uid, gid, nlink, atime, mtime, ctime, btime, parent) VALUES(1, 2, 493, 0, 0, 2, 1, 1, 1, 1, 1);
+INSERT INTO inodes(ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, btime) VALUES(2, 1, 420, 5, 5, 1, 100, 1, 1, 1, 1);
+INSERT INTO dentries(parent, name, ino, kind) VALUES(1, CAST('kept' AS BLOB), 2, 1);
+INSERT INTO packs(id, name, size, blobs, created, dead_mark) VALUES(1, 'packs/old', 100, 1, 777000, 777000);
+INSERT INTO chunks(id, hash, pack, offset, stored_len, raw_len, flags, refs) VALUES(1, zeroblob(32), 1, 0, 100, 100, 0, 1);
+";
+
+    /// A database of schema 2 (made by the DDL of the builds before pack
+    /// tiers) opens read-write as schema 3: the described schema, its
+    /// rows kept, its pack in the home tier since it was made, no pins,
+    /// no restores; a read-only open of it is refused with what to do.
+    #[test]
+    fn a_schema_2_database_is_upgraded() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("meta.sqlite");
+        Connection::open(&path).unwrap().execute_batch(V2_SCHEMA).unwrap();
+        let e = SqliteMeta::open(&path, false, std::time::Duration::ZERO, codec()).err().expect("a read-only open of schema 2 went on");
+        assert!(e.to_string().contains("open the volume read-write once"), "{e}");
+        let m = SqliteMeta::open(&path, true, std::time::Duration::ZERO, codec()).unwrap();
+        assert!(m.write_with(|tx| tx.ensure_bill_table()).unwrap());
+        described(&m);
+        assert_eq!(info(&m, "schema"), Some(SCHEMA_VERSION));
+        assert_eq!(m.read_with(|r| r.lookup(1, b"kept")).unwrap(), Some((2, FileKind::File)));
+        assert_eq!(m.read_with(|r| r.get_inode(2)).unwrap().unwrap().attr.size, 100);
+        assert_eq!(m.read_with(|r| r.chunk_by_id(1)).unwrap().unwrap().pack, 1);
+        assert_eq!(m.read_with(|r| r.pack_tier(1)).unwrap(), Some(PackTier { tier: TIER_HOME, since: 777000 }));
+        assert_eq!(m.read_with(|r| r.tier_pin(2)).unwrap(), Some(PIN_AUTO));
+        assert!(m.read_with(|r| r.list_restores()).unwrap().is_empty());
+        // The new columns work, and a second open finds schema 3 as is.
+        assert!(m.write_with(|tx| tx.set_tier_pin(1, PIN_COLD)).unwrap());
+        m.sync().unwrap();
+        drop(m);
+        let m = SqliteMeta::open(&path, true, std::time::Duration::ZERO, codec()).unwrap();
+        assert_eq!(m.read_with(|r| r.tier_pin(1)).unwrap(), Some(PIN_COLD));
         described(&m);
     }
 

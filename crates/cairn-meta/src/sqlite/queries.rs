@@ -421,10 +421,69 @@ pub(super) fn max_jseq(c: &Connection) -> Result<u64> {
 pub(super) fn insert_pack(c: &Connection, name: &str, size: u64, blobs: u64, dead_bytes: u64) -> Result<u64> {
     let now = Timestamp::now().0;
     c.prepare_cached(
-        "INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark) VALUES(?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN ?5 END, ?5, ?5)",
+        "INSERT INTO packs(name, size, blobs, dead_bytes, dead_since, created, dead_mark, tier, tier_since) VALUES(?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN ?5 END, ?5, ?5, 0, ?5)",
     )?
         .execute(params![name, size as i64, blobs as i64, dead_bytes as i64, now])?;
     Ok(c.last_insert_rowid() as u64)
+}
+
+pub(super) fn pack_tier(c: &Connection, id: u64) -> Result<Option<PackTier>> {
+    Ok(c.prepare_cached("SELECT tier, tier_since FROM packs WHERE id=?1")?
+        .query_row([id as i64], |r| Ok(PackTier { tier: r.get::<_, i64>(0)? as TierCode, since: r.get(1)? }))
+        .optional()?)
+}
+
+pub(super) fn set_pack_tier(c: &Connection, id: u64, tier: TierCode, since: i64) -> Result<bool> {
+    Ok(c.prepare_cached("UPDATE packs SET tier=?2, tier_since=?3 WHERE id=?1")?.execute(params![id as i64, tier as i64, since])? > 0)
+}
+
+pub(super) fn tier_pin(c: &Connection, ino: Ino) -> Result<Option<u8>> {
+    Ok(c.prepare_cached("SELECT tier_pin FROM inodes WHERE ino=?1")?.query_row([ino as i64], |r| Ok(r.get::<_, i64>(0)? as u8)).optional()?)
+}
+
+pub(super) fn set_tier_pin(c: &Connection, ino: Ino, pin: u8) -> Result<bool> {
+    Ok(c.prepare_cached("UPDATE inodes SET tier_pin=?2 WHERE ino=?1")?.execute(params![ino as i64, pin as i64])? > 0)
+}
+
+/// The pin a new inode under `parent` takes: the parent's, marked
+/// inherited (0 if the parent has none).
+pub(super) fn inherit_pin(c: &Connection, new: Ino, parent: Ino) -> Result<()> {
+    c.prepare_cached(
+        "UPDATE inodes SET tier_pin = (SELECT CASE WHEN p.tier_pin & 15 = 0 THEN 0 ELSE (p.tier_pin & 15) | 16 END FROM inodes p WHERE p.ino=?2)
+         WHERE ino=?1 AND EXISTS (SELECT 1 FROM inodes p WHERE p.ino=?2 AND p.tier_pin & 15 <> 0)",
+    )?
+    .execute(params![new as i64, parent as i64])?;
+    Ok(())
+}
+
+fn restore_of(r: &rusqlite::Row) -> rusqlite::Result<RestoreRow> {
+    Ok(RestoreRow {
+        pack: r.get::<_, i64>(0)? as u64,
+        class: r.get::<_, i64>(1)? as TierCode,
+        requested_ns: r.get(2)?,
+        ready_estimate_ns: r.get(3)?,
+        expires_ns: r.get(4)?,
+    })
+}
+
+pub(super) fn get_restore(c: &Connection, pack: u64) -> Result<Option<RestoreRow>> {
+    Ok(c.prepare_cached("SELECT pack, class, requested_ns, ready_estimate_ns, expires_ns FROM restores WHERE pack=?1")?.query_row([pack as i64], restore_of).optional()?)
+}
+
+pub(super) fn list_restores(c: &Connection) -> Result<Vec<RestoreRow>> {
+    let mut st = c.prepare_cached("SELECT pack, class, requested_ns, ready_estimate_ns, expires_ns FROM restores ORDER BY pack")?;
+    let rows = st.query_map([], restore_of)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn insert_restore(c: &Connection, r: &RestoreRow) -> Result<bool> {
+    Ok(c.prepare_cached("INSERT INTO restores(pack, class, requested_ns, ready_estimate_ns, expires_ns) VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(pack) DO NOTHING")?
+        .execute(params![r.pack as i64, r.class as i64, r.requested_ns, r.ready_estimate_ns, r.expires_ns])?
+        > 0)
+}
+
+pub(super) fn delete_restore(c: &Connection, pack: u64) -> Result<bool> {
+    Ok(c.prepare_cached("DELETE FROM restores WHERE pack=?1")?.execute([pack as i64])? > 0)
 }
 
 pub(super) fn all_packs(c: &Connection) -> Result<Vec<PackRow>> {

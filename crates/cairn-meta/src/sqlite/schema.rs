@@ -11,7 +11,8 @@ CREATE TABLE IF NOT EXISTS inodes(
   rdev INTEGER NOT NULL DEFAULT 0, nlink INTEGER NOT NULL,
   size INTEGER NOT NULL DEFAULT 0, data_bytes INTEGER NOT NULL DEFAULT 0,
   atime INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, btime INTEGER NOT NULL,
-  parent INTEGER, target BLOB, jseq INTEGER NOT NULL DEFAULT 0, flags INTEGER NOT NULL DEFAULT 0);
+  parent INTEGER, target BLOB, jseq INTEGER NOT NULL DEFAULT 0, flags INTEGER NOT NULL DEFAULT 0,
+  tier_pin INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS dentries(parent INTEGER NOT NULL, name BLOB NOT NULL, ino INTEGER NOT NULL,
   kind INTEGER NOT NULL, PRIMARY KEY(parent, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS xattrs(ino INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL,
@@ -21,11 +22,13 @@ CREATE TABLE IF NOT EXISTS file_pages(ino INTEGER NOT NULL, key INTEGER NOT NULL
   PRIMARY KEY(ino, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS packs(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, size INTEGER NOT NULL,
   blobs INTEGER NOT NULL, dead_bytes INTEGER NOT NULL DEFAULT 0, dead_since INTEGER, created INTEGER NOT NULL,
-  dead_acc REAL NOT NULL DEFAULT 0, dead_mark INTEGER);
+  dead_acc REAL NOT NULL DEFAULT 0, dead_mark INTEGER, tier INTEGER NOT NULL DEFAULT 0, tier_since INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, pack INTEGER NOT NULL,
   offset INTEGER NOT NULL, stored_len INTEGER NOT NULL, raw_len INTEGER NOT NULL, flags INTEGER NOT NULL,
   refs INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS chunks_pack ON chunks(pack);
+CREATE TABLE IF NOT EXISTS restores(pack INTEGER PRIMARY KEY, class INTEGER NOT NULL, requested_ns INTEGER NOT NULL,
+  ready_estimate_ns INTEGER NOT NULL, expires_ns INTEGER);
 ";
 
 /// The bill of a cloud volume (docs/format.md "Metadata"): requests and
@@ -52,6 +55,42 @@ pub(super) fn migrate_v1(c: &Connection) -> Result<()> {
     )
     .map_err(|e| Error::config(format!("upgrading the metadata from schema 1 to 2: {e}")))?;
     tracing::info!("metadata upgraded from schema 1 to 2 (shared extent pages)");
+    migrate_v2(c)
+}
+
+/// What schema 3 adds (docs/tiers.md §2): where each pack lives
+/// (`packs.tier`, 0 = the home, and `tier_since`, ns: a pack from before
+/// is in the home since it was made), each inode's tier pin, and the
+/// restores in flight.
+pub(super) const V3_DDL: &str = "ALTER TABLE packs ADD COLUMN tier INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE packs ADD COLUMN tier_since INTEGER NOT NULL DEFAULT 0;
+UPDATE packs SET tier_since = created;
+ALTER TABLE inodes ADD COLUMN tier_pin INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS restores(pack INTEGER PRIMARY KEY, class INTEGER NOT NULL, requested_ns INTEGER NOT NULL,
+  ready_estimate_ns INTEGER NOT NULL, expires_ns INTEGER);";
+
+/// Schema v2 -> v3: [`V3_DDL`], in one transaction. The dead-byte accrual
+/// columns (added lazily to schema 2, `ensure_dead_accrual`) come first,
+/// so that the columns are in the order of a new database.
+pub(super) fn migrate_v2(c: &Connection) -> Result<()> {
+    let step = || -> Result<()> {
+        c.execute_batch("BEGIN IMMEDIATE;")?;
+        let r = (|| -> Result<()> {
+            ensure_dead_accrual(c)?;
+            c.execute_batch(V3_DDL)?;
+            c.execute_batch("UPDATE info SET value=3 WHERE key='schema';")?;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => Ok(c.execute_batch("COMMIT;")?),
+            Err(e) => {
+                let _ = c.execute_batch("ROLLBACK;");
+                Err(e)
+            }
+        }
+    };
+    step().map_err(|e| Error::config(format!("upgrading the metadata from schema 2 to 3: {e}")))?;
+    tracing::info!("metadata upgraded from schema 2 to 3 (pack tiers, tier pins, restores)");
     Ok(())
 }
 

@@ -3,6 +3,9 @@
 use super::*;
 
 impl MetaStore for SqliteMeta {
+    fn schema_upgraded(&self) -> bool {
+        self.upgraded.load(std::sync::atomic::Ordering::SeqCst)
+    }
     /// `f` sees one consistent state (the connection is this process's only
     /// one, held for the call), including changes not yet committed.
     fn read(&self, f: &mut dyn FnMut(&dyn MetaRead) -> Result<()>) -> Result<()> {

@@ -153,6 +153,18 @@ impl MetaRead for SqlTx<'_> {
             dead_bytes: db as u64,
         })
     }
+    fn pack_tier(&self, id: u64) -> Result<Option<PackTier>> {
+        pack_tier(self.c, id)
+    }
+    fn tier_pin(&self, ino: Ino) -> Result<Option<u8>> {
+        tier_pin(self.c, ino)
+    }
+    fn get_restore(&self, pack: u64) -> Result<Option<RestoreRow>> {
+        get_restore(self.c, pack)
+    }
+    fn list_restores(&self) -> Result<Vec<RestoreRow>> {
+        list_restores(self.c)
+    }
 }
 
 impl SqlTx<'_> {
@@ -184,6 +196,33 @@ impl MetaTx for SqlTx<'_> {
     }
     fn insert_inode_full(&self, a: &Attr, data_bytes: u64, parent: Option<Ino>, target: Option<&[u8]>, jseq: u64, flags: i64) -> Result<()> {
         insert_inode_full(self.c, a, data_bytes, parent, target, jseq, flags)
+    }
+    /// The default steps, with the parent's pin copied by one in-process
+    /// statement that changes a row only under a pinned directory.
+    fn create_node(&self, n: &NewNode) -> Result<()> {
+        let dir = n.attr.kind == FileKind::Dir;
+        insert_inode_full(self.c, n.attr, 0, dir.then_some(n.parent), n.target, n.jseq, 0)?;
+        inherit_pin(self.c, n.attr.ino, n.parent)?;
+        self.insert_dentry(n.parent, n.name, n.attr.ino, n.attr.kind)?;
+        self.touch_dir(n.parent, n.now, dir as i64)?;
+        if let Some((session, gen)) = n.open {
+            if !self.mark_open(session, n.attr.ino, gen)? {
+                return Err(Error::corrupt(format!("inode {} vanished in the transaction that made it", n.attr.ino)));
+            }
+        }
+        Ok(())
+    }
+    fn set_pack_tier(&self, pack: u64, tier: TierCode, since: i64) -> Result<bool> {
+        set_pack_tier(self.c, pack, tier, since)
+    }
+    fn set_tier_pin(&self, ino: Ino, pin: u8) -> Result<bool> {
+        set_tier_pin(self.c, ino, pin)
+    }
+    fn insert_restore(&self, r: &RestoreRow) -> Result<bool> {
+        insert_restore(self.c, r)
+    }
+    fn delete_restore(&self, pack: u64) -> Result<bool> {
+        delete_restore(self.c, pack)
     }
     fn update_attr(&self, a: &Attr) -> Result<()> {
         update_attr(self.c, a)
