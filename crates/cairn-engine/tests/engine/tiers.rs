@@ -109,3 +109,38 @@ fn a_restore_still_under_way_after_recall_wait_is_eagain_then_the_read_succeeds(
     assert!(read_all(&v, ino) == data, "the file read after the restore differs");
     v.close().unwrap();
 }
+
+/// `cairn warmup` of a file whose packs are archived sends their restores
+/// at once, one per pack, without waiting, and says so; a second warmup
+/// while they are under way sends none; once they complete, a warmup
+/// fills the cache and the file reads back byte-exact.
+#[test]
+fn warmup_requests_the_restores_of_archived_packs_at_once() {
+    let (a, m) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, b) = bucket("warmup");
+    let (data, mut packs) = archived_volume(a.path(), &url, &b);
+    b.set_held(true);
+    let v = elsewhere(&m.path().join("m"), &url, &b, Duration::from_secs(1));
+    let ino = v.resolve(b"cold").unwrap();
+    let roots = [(ino, b"cold".to_vec())];
+    let rep = v.warmup(&roots, None, &mut |_, _| {}).unwrap();
+    let mut sent: Vec<String> = rep.restores_requested.iter().map(|(p, _)| p.clone()).collect();
+    sent.sort();
+    packs.sort();
+    assert_eq!(sent, packs, "one restore per archived pack: {rep:?}");
+    assert!(rep.restores_requested.iter().all(|(_, what)| what.contains("restore requested at") && what.contains("expected ready about")), "{rep:?}");
+    assert!(rep.restores_ongoing.is_empty());
+    assert_eq!(b.restores(), packs.len() as u64, "restores sent");
+    assert_eq!(rep.fetched_bytes, 0, "nothing of an archived pack is read");
+    assert!(rep.archived_bytes >= data.len() as u64 / 2, "{rep:?}");
+    let again = v.warmup(&roots, None, &mut |_, _| {}).unwrap();
+    assert!(again.restores_requested.is_empty(), "{again:?}");
+    assert_eq!(again.restores_ongoing.len(), packs.len());
+    assert_eq!(b.restores(), packs.len() as u64, "no restore sent twice");
+    b.set_held(false);
+    let done = v.warmup(&roots, None, &mut |_, _| {}).unwrap();
+    assert!(done.restores_requested.is_empty() && done.restores_ongoing.is_empty(), "{done:?}");
+    assert!(done.fetched_bytes > 0, "{done:?}");
+    assert!(read_all(&v, ino) == data);
+    v.close().unwrap();
+}
