@@ -1,7 +1,7 @@
 //! The contract checks every backend must pass. Each backend's tests call
 //! [`run_all`] so that a new backend is proven the same way as the old ones.
 
-use crate::{Backend, ErrorKind};
+use crate::{Backend, ErrorKind, ObjectState, RestoreSpeed, RestoreState, StorageClass};
 
 /// Runs every check; panics with a message on the first failure.
 pub fn run_all(b: &dyn Backend) {
@@ -14,6 +14,59 @@ pub fn run_all(b: &dyn Backend) {
     errors_name_their_object(b);
     listing(b);
     invalid_names(b);
+    storage_classes(b);
+}
+
+/// The storage-class part of the contract (docs/tiers.md §6): a store
+/// without classes refuses another class and a restore with
+/// `Unsupported` and stores nothing; a store with them refuses a GET of an
+/// archived object with `Archived` until a restore, then serves the same
+/// bytes.
+fn storage_classes(b: &dyn Backend) {
+    b.put_in_class("conf/class-std", b"standard", StorageClass::Standard).expect("put in the standard class");
+    assert_eq!(b.get("conf/class-std").unwrap(), b"standard");
+    assert_eq!(b.restore_state("conf/class-std").unwrap(), ObjectState::STANDARD);
+    assert_eq!(b.restore_state("conf/class-nope").unwrap_err().kind(), ErrorKind::NotFound);
+    b.delete("conf/class-cold").unwrap();
+    let data: Vec<u8> = (0..5_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    match b.put_in_class("conf/class-cold", &data, StorageClass::Glacier) {
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "a store without classes must say so: {e}");
+            assert_eq!(b.get("conf/class-cold").unwrap_err().kind(), ErrorKind::NotFound, "a refused class stored the object");
+            assert_eq!(b.restore("conf/class-std", 1, RestoreSpeed::Standard).unwrap_err().kind(), ErrorKind::Unsupported);
+        }
+        Ok(()) => {
+            let st = b.restore_state("conf/class-cold").expect("restore_state");
+            assert_eq!(st, ObjectState { class: StorageClass::Glacier, restore: RestoreState::None });
+            assert!(!st.readable());
+            for e in [b.get("conf/class-cold").unwrap_err(), b.get_range("conf/class-cold", 10, 100).unwrap_err(), b.get_ranges("conf/class-cold", &[(0, 5), (5, 5)]).unwrap_err()] {
+                assert_eq!(e.kind(), ErrorKind::Archived, "a GET of an archived object: {e}");
+                assert_eq!(e.object(), Some("conf/class-cold"));
+            }
+            assert_eq!(b.size("conf/class-cold").unwrap(), data.len() as u64, "a HEAD of an archived object works");
+            b.restore("conf/class-cold", 1, RestoreSpeed::Standard).expect("restore");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            loop {
+                let st = b.restore_state("conf/class-cold").unwrap();
+                assert_eq!(st.class, StorageClass::Glacier, "a restore keeps the class");
+                if st.readable() {
+                    assert!(matches!(st.restore, RestoreState::Ready { .. }), "{st:?}");
+                    break;
+                }
+                assert_eq!(st.restore, RestoreState::Ongoing);
+                assert!(std::time::Instant::now() < deadline, "the restore did not complete in 120 s");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            b.restore("conf/class-cold", 1, RestoreSpeed::Standard).expect("a second restore of a restored object succeeds");
+            assert_eq!(b.get("conf/class-cold").unwrap(), data, "restored bytes");
+            assert_eq!(b.get_range("conf/class-cold", 10, 100).unwrap(), &data[10..110]);
+            // A standard object has nothing to restore.
+            assert!(b.restore("conf/class-std", 1, RestoreSpeed::Standard).is_err());
+            // Put back in the standard class, it reads at once.
+            b.put_in_class("conf/class-cold", &data, StorageClass::Standard).unwrap();
+            assert!(b.restore_state("conf/class-cold").unwrap().readable());
+        }
+    }
 }
 
 fn put_get_roundtrip(b: &dyn Backend) {

@@ -29,6 +29,15 @@ pub enum ErrorKind {
     /// The medium is full (a tape at its end): nothing more can be stored
     /// on it, though everything stored before stays readable.
     NoSpace,
+    /// The object lives in an archive storage class (S3 `GLACIER`,
+    /// `DEEP_ARCHIVE`) and has no restored copy: a GET is refused (S3's 403
+    /// `InvalidObjectState`) until [`crate::Backend::restore`] brings one
+    /// back. Not transient: retrying the same GET fails the same way until
+    /// the restore completes, hours later.
+    Archived,
+    /// The store does not do this (a storage class or a restore on a
+    /// store without classes: a directory, a tape).
+    Unsupported,
 }
 
 impl ErrorKind {

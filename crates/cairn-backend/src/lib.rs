@@ -59,6 +59,19 @@ pub use s3::{put_requests, S3Backend, S3Location, NO_CREDENTIALS};
 /// - `delete` of a missing object succeeds (idempotent).
 /// - `list` returns every object whose name starts with `prefix`, with sizes,
 ///   in no particular order.
+/// - Storage classes (docs/tiers.md §1, §6): `put_in_class(name, data,
+///   StorageClass::Standard)` is `put`; another class is stored only by a
+///   store that has classes (S3), else it fails with
+///   [`ErrorKind::Unsupported`] and stores nothing. A GET (`get`,
+///   `get_range`, `get_ranges`, `get_tagged`) of an object in an archive
+///   class ([`StorageClass::needs_restore`]) without a restored copy fails
+///   with [`ErrorKind::Archived`], never a generic error; `restore(name,
+///   days, speed)` asks for a readable copy for `days` days (a second
+///   request while one is under way, or for an object already restored,
+///   succeeds), and `restore_state` says where the object stands
+///   ([`ObjectState`]). A store without classes answers `Unsupported` to
+///   `restore` and [`ObjectState::STANDARD`] to `restore_state` (NotFound
+///   for a missing object, as `size`).
 /// - Errors say what kind they are ([`ErrorKind`]): only
 ///   [`ErrorKind::Transient`] ones may succeed when retried ([`Retrying`]
 ///   does that), and errors about one object name it ([`Error::object`]).
@@ -110,6 +123,25 @@ pub trait Backend: Send + Sync {
     }
     /// A short description for messages, e.g. `local:/srv/vol/store`.
     fn describe(&self) -> String;
+    /// Stores `data` under `name` in storage class `class` (see the
+    /// contract: only a store with classes takes another than `Standard`).
+    fn put_in_class(&self, name: &str, data: &[u8], class: StorageClass) -> Result<()> {
+        if class == StorageClass::Standard {
+            return self.put(name, data);
+        }
+        Err(Error::new(ErrorKind::Unsupported, format!("{} has no storage class {}", self.describe(), class.name())).with_object(name))
+    }
+    /// Asks for a readable copy of archived object `name` for `days` days
+    /// (S3 `RestoreObject`); returns when the request is accepted, not
+    /// when the copy is ready ([`Backend::restore_state`] says that).
+    fn restore(&self, name: &str, _days: u32, _speed: RestoreSpeed) -> Result<()> {
+        Err(Error::new(ErrorKind::Unsupported, format!("{} has no archive classes to restore from", self.describe())).with_object(name))
+    }
+    /// Where object `name` stands: its class and its restore (a HEAD).
+    fn restore_state(&self, name: &str) -> Result<ObjectState> {
+        self.size(name)?;
+        Ok(ObjectState::STANDARD)
+    }
     /// Where the requests this backend sends are counted, for the bill
     /// (remote stores; wrappers pass their inner backend's on). None: they
     /// are not counted (a local directory costs no requests).
@@ -201,6 +233,125 @@ impl Capabilities {
     pub const LOCAL: Capabilities = Capabilities { remote: false, cheap_ranged_reads: true, frees_on_delete: true, preferred_pack_size: 32 << 20, exclusive: false, deferred_durability: false };
 }
 
+/// An S3 storage class (docs/tiers.md §1). The class is an attribute of
+/// the object, not of its bytes: `x-amz-storage-class` on the PUT (and on
+/// the creation of a multipart upload), reported by HEAD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StorageClass {
+    /// `STANDARD` (also what a store without classes holds).
+    Standard,
+    /// `STANDARD_IA`.
+    StandardIa,
+    /// `GLACIER_IR` (Instant Retrieval: read at once).
+    GlacierIr,
+    /// `GLACIER` (Flexible Retrieval: restore first).
+    Glacier,
+    /// `DEEP_ARCHIVE` (restore first).
+    DeepArchive,
+}
+
+impl StorageClass {
+    /// Every class.
+    pub const ALL: [StorageClass; 5] = [StorageClass::Standard, StorageClass::StandardIa, StorageClass::GlacierIr, StorageClass::Glacier, StorageClass::DeepArchive];
+
+    /// S3's name (`STANDARD`, `GLACIER`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            StorageClass::Standard => "STANDARD",
+            StorageClass::StandardIa => "STANDARD_IA",
+            StorageClass::GlacierIr => "GLACIER_IR",
+            StorageClass::Glacier => "GLACIER",
+            StorageClass::DeepArchive => "DEEP_ARCHIVE",
+        }
+    }
+
+    /// The class of an S3 name; None for a class Cairn does not use
+    /// (`INTELLIGENT_TIERING`, `ONEZONE_IA`, ...).
+    pub fn from_name(s: &str) -> Option<StorageClass> {
+        Self::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// Whether a GET needs a restore first.
+    pub fn needs_restore(self) -> bool {
+        matches!(self, StorageClass::Glacier | StorageClass::DeepArchive)
+    }
+}
+
+/// How fast a restore should be (S3's retrieval tiers; the price grows
+/// with the speed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreSpeed {
+    /// `Expedited`: minutes (GLACIER only).
+    Expedited,
+    /// `Standard`: hours.
+    Standard,
+    /// `Bulk`: the cheapest, the slowest.
+    Bulk,
+}
+
+impl RestoreSpeed {
+    /// S3's name of the tier.
+    pub fn name(self) -> &'static str {
+        match self {
+            RestoreSpeed::Expedited => "Expedited",
+            RestoreSpeed::Standard => "Standard",
+            RestoreSpeed::Bulk => "Bulk",
+        }
+    }
+}
+
+/// What [`Backend::restore_state`] answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectState {
+    /// The object's class.
+    pub class: StorageClass,
+    /// Its restore.
+    pub restore: RestoreState,
+}
+
+impl ObjectState {
+    /// A readable object of the standard class.
+    pub const STANDARD: ObjectState = ObjectState { class: StorageClass::Standard, restore: RestoreState::None };
+
+    /// Whether a GET of the object succeeds now.
+    pub fn readable(&self) -> bool {
+        !self.class.needs_restore() || matches!(self.restore, RestoreState::Ready { .. })
+    }
+}
+
+/// Where the restore of an object stands (S3's `x-amz-restore` header).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreState {
+    /// None asked for (or its copy expired).
+    None,
+    /// Under way (`ongoing-request="true"`).
+    Ongoing,
+    /// Done: a copy is readable until `expiry` (S3's HTTP date, as given).
+    Ready {
+        /// `expiry-date`, when the store gave one.
+        expiry: Option<String>,
+    },
+}
+
+impl RestoreState {
+    /// Parses S3's `x-amz-restore` header (`ongoing-request="true"` or
+    /// `ongoing-request="false", expiry-date="Fri, 21 Dec 2012 00:00:00 GMT"`);
+    /// None if it is not one.
+    pub fn parse_header(h: &str) -> Option<RestoreState> {
+        let h = h.trim();
+        let field = |key: &str| -> Option<&str> {
+            let at = h.find(key)? + key.len();
+            let rest = h[at..].trim_start().strip_prefix('=')?.trim_start().strip_prefix('"')?;
+            Some(&rest[..rest.find('"')?])
+        };
+        match field("ongoing-request")? {
+            "true" => Some(RestoreState::Ongoing),
+            "false" => Some(RestoreState::Ready { expiry: field("expiry-date").map(str::to_string) }),
+            _ => None,
+        }
+    }
+}
+
 impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         (**self).put(name, data)
@@ -243,6 +394,15 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn put_in_class(&self, name: &str, data: &[u8], class: StorageClass) -> Result<()> {
+        (**self).put_in_class(name, data, class)
+    }
+    fn restore(&self, name: &str, days: u32, speed: RestoreSpeed) -> Result<()> {
+        (**self).restore(name, days, speed)
+    }
+    fn restore_state(&self, name: &str) -> Result<ObjectState> {
+        (**self).restore_state(name)
     }
     fn meter(&self) -> Option<std::sync::Arc<Meter>> {
         (**self).meter()
@@ -304,4 +464,24 @@ pub fn split_span(span: Vec<u8>, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> 
             span.get(at..at + len as usize).map(<[u8]>::to_vec).ok_or_else(|| Error::new(ErrorKind::OutOfRange, "get_ranges: short read"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod class_tests {
+    use super::*;
+
+    #[test]
+    fn restore_headers_parse() {
+        assert_eq!(RestoreState::parse_header("ongoing-request=\"true\""), Some(RestoreState::Ongoing));
+        assert_eq!(
+            RestoreState::parse_header("ongoing-request=\"false\", expiry-date=\"Fri, 21 Dec 2012 00:00:00 GMT\""),
+            Some(RestoreState::Ready { expiry: Some("Fri, 21 Dec 2012 00:00:00 GMT".into()) })
+        );
+        assert_eq!(RestoreState::parse_header("ongoing-request=\"maybe\""), None);
+        assert_eq!(RestoreState::parse_header(""), None);
+        for c in StorageClass::ALL {
+            assert_eq!(StorageClass::from_name(c.name()), Some(c));
+        }
+        assert!(StorageClass::Glacier.needs_restore() && StorageClass::DeepArchive.needs_restore() && !StorageClass::GlacierIr.needs_restore());
+    }
 }

@@ -390,6 +390,19 @@ impl<B: Backend + 'static> Backend for Metered<B> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn put_in_class(&self, name: &str, data: &[u8], class: crate::StorageClass) -> Result<()> {
+        self.meter.record(self.who, RequestKind::Put, data.len() as u64);
+        self.inner.put_in_class(name, data, class)
+    }
+    fn restore(&self, name: &str, days: u32, speed: crate::RestoreSpeed) -> Result<()> {
+        // Its own priced request, not a POST (cairn_model's prices).
+        self.meter.record(self.who, RequestKind::Restore, 0);
+        self.inner.restore(name, days, speed)
+    }
+    fn restore_state(&self, name: &str) -> Result<crate::ObjectState> {
+        self.meter.record(self.who, RequestKind::Head, 0);
+        self.inner.restore_state(name)
+    }
     fn meter(&self) -> Option<Arc<Meter>> {
         Some(self.meter.clone())
     }

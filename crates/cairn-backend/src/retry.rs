@@ -205,6 +205,18 @@ impl<B: Backend + 'static> Backend for Retrying<B> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn put_in_class(&self, name: &str, data: &[u8], class: crate::StorageClass) -> Result<()> {
+        self.run("put", name, self.policy.write_deadline, || self.inner.put_in_class(name, data, class))
+    }
+    fn restore(&self, name: &str, days: u32, speed: crate::RestoreSpeed) -> Result<()> {
+        // A restore sent twice is one restore (S3 answers the second with
+        // 409 RestoreAlreadyInProgress or 200, both success): retried as a
+        // read is. `Archived` and `Unsupported` are not transient.
+        self.run("restore", name, Some(self.policy.read_deadline), || self.inner.restore(name, days, speed))
+    }
+    fn restore_state(&self, name: &str) -> Result<crate::ObjectState> {
+        self.run("head", name, Some(self.policy.read_deadline), || self.inner.restore_state(name))
+    }
     fn meter(&self) -> Option<std::sync::Arc<crate::Meter>> {
         self.inner.meter()
     }

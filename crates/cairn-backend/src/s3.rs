@@ -15,12 +15,13 @@
 //! bulk `POST ?delete`).
 
 use crate::meter::{self, Meter, RequestKind, Subsystem};
-use crate::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, Result};
+use crate::{validate_name, Backend, Capabilities, Error, ErrorKind, ObjectInfo, ObjectState, RestoreSpeed, RestoreState, Result, StorageClass};
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::path::Path as ObjPath;
-use object_store::{ClientOptions, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
+use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::{Attribute, AttributeValue, Attributes, ClientOptions, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, RetryConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,7 +173,13 @@ pub struct S3Backend {
 /// What every handle on one bucket shares.
 struct S3Core {
     loc: S3Location,
+    /// The region requests are signed for.
+    region: String,
     store: AmazonS3,
+    /// For the requests object_store does not send (RestoreObject, a HEAD
+    /// that reads `x-amz-storage-class` and `x-amz-restore`), signed with
+    /// object_store's own signer and credentials.
+    http: HttpClient,
     rt: tokio::runtime::Runtime,
     meter: Arc<Meter>,
 }
@@ -188,11 +195,11 @@ impl S3Backend {
             .unwrap_or_else(|| "us-east-1".to_string());
         let mut b = AmazonS3Builder::from_env()
             .with_bucket_name(&loc.bucket)
-            .with_region(region)
+            .with_region(region.clone())
             // No retries inside object_store: every attempt must be counted.
             .with_retry(RetryConfig { max_retries: 0, retry_timeout: Duration::from_secs(15), ..Default::default() })
             .with_disable_bulk_delete(true)
-            .with_client_options(ClientOptions::new().with_timeout(Duration::from_secs(60)).with_connect_timeout(Duration::from_secs(5)));
+            .with_client_options(client_options());
         if let Some(ep) = &loc.endpoint {
             b = b.with_endpoint(ep).with_allow_http(ep.starts_with("http://")).with_virtual_hosted_style_request(false);
         }
@@ -212,8 +219,11 @@ impl S3Backend {
             .enable_all()
             .build()
             .map_err(|e| Error::from_io("starting the S3 client's runtime", e))?;
+        // Plain http only where the endpoint says so (as object_store's own).
+        let http_opts = client_options().with_allow_http(loc.endpoint.as_deref().is_some_and(|ep| ep.starts_with("http://")));
+        let http = ReqwestConnector::default().connect(&http_opts).map_err(|e| Error::new(ErrorKind::Permanent, format!("configuring S3 access to bucket {}", loc.bucket)).with_source(e))?;
         let meter = meter::shared(&format!("s3|{}|{}|{}", loc.endpoint.as_deref().unwrap_or("aws"), loc.bucket, loc.prefix));
-        Ok(S3Backend { core: Arc::new(S3Core { loc, store, rt, meter }), who: Subsystem::Other })
+        Ok(S3Backend { core: Arc::new(S3Core { loc, region, store, http, rt, meter }), who: Subsystem::Other })
     }
 
     /// Where this backend's requests are counted: one meter for every
@@ -225,9 +235,9 @@ impl S3Backend {
     /// A multipart upload: POST (create), PUT per part, POST (complete);
     /// DELETE (abort) when a part or the completion fails, so no parts are
     /// left behind. Each request is counted when it is started.
-    async fn put_parts(&self, key: &ObjPath, data: &[u8], who: Subsystem) -> object_store::Result<()> {
+    async fn put_parts(&self, key: &ObjPath, data: &[u8], who: Subsystem, attributes: Attributes) -> object_store::Result<()> {
         self.core.meter.record_as(who, RequestKind::Post, 1, 0);
-        let mut upload = self.core.store.put_multipart(key).await?;
+        let mut upload = self.core.store.put_multipart_opts(key, PutMultipartOptions { attributes, ..Default::default() }).await?;
         let parts = {
             let meter = &self.core.meter;
             let upload = &mut upload;
@@ -260,6 +270,77 @@ impl S3Backend {
         done
     }
 
+    /// A put (in parts past [`MULTIPART_MIN`]) with `attributes` (a
+    /// storage class) on the PUT or on the creation of the upload.
+    fn put_with(&self, name: &str, data: &[u8], attributes: Attributes) -> Result<()> {
+        let key = self.key(name)?;
+        let who = self.who;
+        self.core.rt
+            .block_on(async {
+                if data.len() < MULTIPART_MIN {
+                    self.core.meter.record_as(who, RequestKind::Put, 1, data.len() as u64);
+                    let opts = PutOptions { attributes, ..Default::default() };
+                    self.core.store.put_opts(&key, PutPayload::from(data.to_vec()), opts).await.map(|_| ())
+                } else {
+                    self.put_parts(&key, data, who, attributes).await
+                }
+            })
+            .map_err(|e| self.fail("put", name, e))
+    }
+
+    /// The URL of `key` for a request of our own: path style at a custom
+    /// endpoint (as object_store is configured there), virtual-hosted at AWS.
+    fn url_of(&self, key: &ObjPath) -> String {
+        // Keys hold only letters, digits, '-', '_', '.' and '/' (the naming
+        // contract), none of which needs escaping in a path.
+        match &self.core.loc.endpoint {
+            Some(ep) => format!("{}/{}/{key}", ep.trim_end_matches('/'), self.core.loc.bucket),
+            None => format!("https://{}.s3.{}.amazonaws.com/{key}", self.core.loc.bucket, self.core.region),
+        }
+    }
+
+    /// Sends one request object_store has no call for, signed (SigV4) by
+    /// object_store's [`AwsAuthorizer`](object_store::aws::AwsAuthorizer)
+    /// with the store's own credentials; `query`: a sub-resource
+    /// (`restore`) or "". Returns the status, the headers and the body.
+    fn signed(&self, method: http::Method, key: &ObjPath, query: &str, body: Vec<u8>) -> std::result::Result<(http::StatusCode, http::HeaderMap, String), String> {
+        let url = if query.is_empty() { self.url_of(key) } else { format!("{}?{query}", self.url_of(key)) };
+        self.core.rt.block_on(async {
+            let cred = self.core.store.credentials().get_credential().await.map_err(|e| format!("getting the AWS credentials: {e}"))?;
+            let mut req = http::Request::builder().method(method).uri(&url);
+            if !body.is_empty() {
+                req = req.header("content-type", "application/xml");
+            }
+            let mut req = req.body(HttpRequestBody::from(body)).map_err(|e| format!("building the request to {url}: {e}"))?;
+            object_store::aws::AwsAuthorizer::new(&cred, "s3", &self.core.region).try_authorize(&mut req, None).map_err(|e| format!("signing the request to {url}: {e}"))?;
+            let resp = tokio::time::timeout(Duration::from_secs(60), self.core.http.execute(req)).await.map_err(|_| format!("{url}: timed out"))?.map_err(|e| format!("{url}: {e}"))?;
+            let (parts, body) = resp.into_parts();
+            let text = body.bytes().await.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+            Ok((parts.status, parts.headers, text))
+        })
+    }
+
+    /// A request of ours that got no answer: transient (`Retrying` retries).
+    fn fail_signed(&self, kind: RequestKind, op: &str, name: &str, e: String) -> Error {
+        self.core.meter.record_error(kind);
+        Error::new(ErrorKind::Transient, format!("{op} {name} in {}: {e}", self.describe())).with_object(name)
+    }
+
+    /// A request of ours answered with an error status, classified as
+    /// object_store classifies its own.
+    fn status_error(&self, kind: RequestKind, op: &str, name: &str, status: http::StatusCode, text: &str) -> Error {
+        let k = match status.as_u16() {
+            404 => ErrorKind::NotFound,
+            408 | 429 | 500..=599 => ErrorKind::Transient,
+            _ => ErrorKind::Permanent,
+        };
+        if k != ErrorKind::NotFound {
+            self.core.meter.record_error(kind);
+        }
+        let text: String = text.chars().take(300).collect();
+        Error::new(k, format!("{op} {name} in {}: {status} {text}", self.describe())).with_object(name)
+    }
+
     fn key(&self, name: &str) -> Result<ObjPath> {
         validate_name(name)?;
         let k = if self.core.loc.prefix.is_empty() { name.to_string() } else { format!("{}/{name}", self.core.loc.prefix) };
@@ -286,6 +367,10 @@ impl S3Backend {
             // Network errors, timeouts, 5xx and 429: `Retrying` retries.
             _ => ErrorKind::Transient,
         };
+        // A GET of an archived object without a restored copy: S3's 403
+        // InvalidObjectState (object_store reports any 403 as
+        // PermissionDenied, with the response body in its message).
+        let kind = if kind == ErrorKind::Permanent && matches!(&e, E::PermissionDenied { .. }) && error_text(&e).contains("InvalidObjectState") { ErrorKind::Archived } else { kind };
         // An answer that the object is missing or already there is no
         // failure of the request.
         if !matches!(kind, ErrorKind::NotFound | ErrorKind::AlreadyExists) {
@@ -298,24 +383,82 @@ impl S3Backend {
             };
             self.core.meter.record_error(rk);
         }
+        if kind == ErrorKind::Archived {
+            return Error::new(kind, format!("{op} {name} in {}: the object is archived (its storage class needs a restore before a GET)", self.describe())).with_object(name).with_source(e);
+        }
         Error::new(kind, format!("{op} {name} in {}", self.describe())).with_object(name).with_source(e)
     }
 }
 
+/// An error and its causes, one line.
+fn error_text(e: &dyn std::error::Error) -> String {
+    let mut t = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        t.push_str(": ");
+        t.push_str(&s.to_string());
+        src = s.source();
+    }
+    t
+}
+
+/// The HTTP client settings of both object_store's client and ours.
+fn client_options() -> ClientOptions {
+    ClientOptions::new().with_timeout(Duration::from_secs(60)).with_connect_timeout(Duration::from_secs(5))
+}
+
 impl Backend for S3Backend {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.put_with(name, data, Attributes::new())
+    }
+
+    fn put_in_class(&self, name: &str, data: &[u8], class: StorageClass) -> Result<()> {
+        // Also the standard class explicitly: the object is replaced and
+        // takes the class it is given, whatever it had.
+        let attrs = Attributes::from_iter([(Attribute::StorageClass, AttributeValue::from(class.name()))]);
+        self.put_with(name, data, attrs)
+    }
+
+    fn restore(&self, name: &str, days: u32, speed: RestoreSpeed) -> Result<()> {
         let key = self.key(name)?;
-        let who = self.who;
-        self.core.rt
-            .block_on(async {
-                if data.len() < MULTIPART_MIN {
-                    self.core.meter.record_as(who, RequestKind::Put, 1, data.len() as u64);
-                    self.core.store.put(&key, PutPayload::from(data.to_vec())).await.map(|_| ())
-                } else {
-                    self.put_parts(&key, data, who).await
-                }
-            })
-            .map_err(|e| self.fail("put", name, e))
+        let body = format!(
+            "<RestoreRequest xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Days>{}</Days><GlacierJobParameters><Tier>{}</Tier></GlacierJobParameters></RestoreRequest>",
+            days.max(1),
+            speed.name()
+        );
+        self.core.meter.record(self.who, RequestKind::Restore, 0);
+        let (status, _, text) = self.signed(http::Method::POST, &key, "restore", body.into_bytes()).map_err(|e| self.fail_signed(RequestKind::Restore, "restore", name, e))?;
+        match status.as_u16() {
+            // Accepted (202); already restored, the expiry extended (200).
+            200 | 202 => Ok(()),
+            // A restore of this object is under way already: the same one.
+            409 if text.contains("RestoreAlreadyInProgress") => Ok(()),
+            403 if text.contains("InvalidObjectState") => {
+                self.core.meter.record_error(RequestKind::Restore);
+                Err(Error::new(ErrorKind::Permanent, format!("restore {name} in {}: not in an archive class (nothing to restore)", self.describe())).with_object(name))
+            }
+            _ => Err(self.status_error(RequestKind::Restore, "restore", name, status, &text)),
+        }
+    }
+
+    fn restore_state(&self, name: &str) -> Result<ObjectState> {
+        let key = self.key(name)?;
+        self.core.meter.record(self.who, RequestKind::Head, 0);
+        let (status, headers, text) = self.signed(http::Method::HEAD, &key, "", Vec::new()).map_err(|e| self.fail_signed(RequestKind::Head, "head", name, e))?;
+        if !status.is_success() {
+            return Err(self.status_error(RequestKind::Head, "head", name, status, &text));
+        }
+        let header = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
+        // No header: STANDARD (S3 leaves it out for that class).
+        let class = match header("x-amz-storage-class") {
+            None => StorageClass::Standard,
+            Some(c) => StorageClass::from_name(c).ok_or_else(|| Error::new(ErrorKind::Permanent, format!("head {name} in {}: storage class {c:?} is not one Cairn uses", self.describe())).with_object(name))?,
+        };
+        let restore = match header("x-amz-restore") {
+            None => RestoreState::None,
+            Some(h) => RestoreState::parse_header(h).ok_or_else(|| Error::new(ErrorKind::Permanent, format!("head {name} in {}: unreadable x-amz-restore {h:?}", self.describe())).with_object(name))?,
+        };
+        Ok(ObjectState { class, restore })
     }
 
     fn put_if_absent(&self, name: &str, data: &[u8]) -> Result<()> {

@@ -137,3 +137,37 @@ fn every_request_is_counted_as_sent() {
 fn pattern(len: u64) -> Vec<u8> {
     (0..len as u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect()
 }
+
+/// Storage classes on the server (moto implements them, InvalidObjectState
+/// on a GET of a GLACIER object, RestoreObject and x-amz-restore; its
+/// restores complete at once): a put in GLACIER reads back as `Archived`
+/// (never a generic error, and `Retrying` does not retry it), a restore
+/// makes it readable byte-exact, and each request is billed as its kind.
+#[test]
+fn archived_objects_refuse_a_get_until_restored() {
+    use cairn_backend::{meter::Subsystem, RequestKind, RestoreSpeed, RestoreState, StorageClass};
+    let b = backend("classes");
+    let data = pattern(70_000u64);
+    b.put_in_class("packs/00/cold", &data, StorageClass::Glacier).unwrap();
+    let st = b.restore_state("packs/00/cold").unwrap();
+    assert_eq!((st.class, st.restore.clone()), (StorageClass::Glacier, RestoreState::None));
+    let meter = b.meter().clone();
+    let before = meter.lifetime();
+    let r = Retrying::new(b, RetryPolicy::quick());
+    let e = r.get_range("packs/00/cold", 100, 1000).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Archived, "{e}");
+    assert!(e.to_string().contains("archived"), "{e}");
+    let gets = meter.lifetime().total(RequestKind::Get).requests - before.total(RequestKind::Get).requests;
+    assert_eq!(gets, 1, "an archived GET is not retried");
+    r.restore("packs/00/cold", 1, RestoreSpeed::Standard).unwrap();
+    assert!(r.restore_state("packs/00/cold").unwrap().readable());
+    assert!(r.get("packs/00/cold").unwrap() == data);
+    assert_eq!(r.get_range("packs/00/cold", 100, 1000).unwrap(), &data[100..1100]);
+    let n = meter.lifetime();
+    assert_eq!(n.get(Subsystem::Other, RequestKind::Restore).requests - before.get(Subsystem::Other, RequestKind::Restore).requests, 1);
+    // A multipart upload takes the class too.
+    let big = pattern(MULTIPART_MIN + 1000);
+    r.inner().put_in_class("packs/00/big-cold", &big, StorageClass::DeepArchive).unwrap();
+    assert_eq!(r.restore_state("packs/00/big-cold").unwrap().class, StorageClass::DeepArchive);
+    assert_eq!(r.get_range("packs/00/big-cold", 0, 10).unwrap_err().kind(), ErrorKind::Archived);
+}

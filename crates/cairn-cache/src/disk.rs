@@ -1747,6 +1747,15 @@ impl Backend for CachedBackend {
         self.remote().sequential()
     }
 
+    // Restores are the bucket's business (docs/tiers.md §6).
+    fn restore(&self, name: &str, days: u32, speed: cairn_backend::RestoreSpeed) -> Result<()> {
+        self.remote().restore(name, days, speed)
+    }
+
+    fn restore_state(&self, name: &str) -> Result<cairn_backend::ObjectState> {
+        self.remote().restore_state(name)
+    }
+
     fn paid_by(&self, who: Subsystem) -> Option<Arc<dyn Backend>> {
         Some(Arc::new(CachedBackend { inner: self.inner.clone(), who, owner: false }))
     }

@@ -127,6 +127,22 @@ pub fn warmup(paths: &[PathBuf], json: bool, what: &str) -> Result<i32> {
     if r.overflow {
         println!("warning: more than the cache holds ({}): the first data read may have been evicted again; raise --cache-dir-size or {what} less at once", h(r.cache_capacity));
     }
+    if !r.restores_requested.is_empty() || !r.restores_ongoing.is_empty() {
+        // Packs in an archive class: restores sent (one per pack), not waited for.
+        println!(
+            "{} of it is archived in {} packs: {} restores requested now, {} under way already; {what} again once they are ready",
+            h(r.archived_bytes),
+            r.restores_requested.len() + r.restores_ongoing.len(),
+            r.restores_requested.len(),
+            r.restores_ongoing.len()
+        );
+        for (pack, what) in &r.restores_requested {
+            println!("  pack {pack}: {what}");
+        }
+        for pack in &r.restores_ongoing {
+            println!("  pack {pack}: restore under way");
+        }
+    }
     Ok(0)
 }
 

@@ -71,6 +71,7 @@ impl Error {
             ErrorKind::Busy => libc::EBUSY,
             ErrorKind::NotSupported => libc::EOPNOTSUPP,
             ErrorKind::NoSpace => libc::ENOSPC,
+            ErrorKind::Again => libc::EAGAIN,
             _ => libc::EIO,
         }
     }
@@ -140,6 +141,10 @@ impl From<cairn_backend::Error> for Error {
             B::Permanent => (ErrorKind::Io, "backend refused the request"),
             B::NoSpace => (ErrorKind::NoSpace, "the backend's medium is full"),
             B::Changed => (ErrorKind::Busy, "changed in the backend by someone else"),
+            // The chunk reads restore it and wait (volume/chunks.rs); what
+            // reaches here is a read elsewhere (fsck, an export).
+            B::Archived => (ErrorKind::Io, "archived in the backend (restore it first: cairn warmup)"),
+            B::Unsupported => (ErrorKind::NotSupported, "not supported by the backend"),
             _ => (ErrorKind::Io, "backend error"),
         };
         Error::new(kind, format!("{what}: {e}"))

@@ -41,6 +41,9 @@ pub enum ErrorKind {
     /// chunk, or stores the collected one anew). Never retried inside the
     /// store: running the same closure again would fail the same way.
     Raced,
+    /// Try again later: the data is fine but not readable yet (an archived
+    /// pack whose restore is under way, docs/tiers.md §6). EAGAIN.
+    Again,
 }
 
 impl ErrorKind {
@@ -62,6 +65,7 @@ impl ErrorKind {
             libc::EBUSY => ErrorKind::Busy,
             libc::EOPNOTSUPP => ErrorKind::NotSupported,
             libc::ENOSPC => ErrorKind::NoSpace,
+            libc::EAGAIN => ErrorKind::Again,
             _ => ErrorKind::Io,
         }
     }

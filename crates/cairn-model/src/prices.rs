@@ -58,13 +58,18 @@ pub enum RequestKind {
     List,
     /// DELETE of an object, or abort of a multipart upload.
     Delete,
+    /// `POST ?restore` (S3 RestoreObject) of an archived object: priced on
+    /// its own (docs/tiers.md §1: $0.05 per 1,000 for GLACIER's standard
+    /// retrieval), not as a POST.
+    Restore,
 }
 
 impl RequestKind {
     /// Every kind, in order.
-    pub const ALL: [RequestKind; 6] = [RequestKind::Get, RequestKind::Head, RequestKind::Put, RequestKind::Post, RequestKind::List, RequestKind::Delete];
+    pub const ALL: [RequestKind; 7] = [RequestKind::Get, RequestKind::Head, RequestKind::Put, RequestKind::Post, RequestKind::List, RequestKind::Delete, RequestKind::Restore];
 
-    /// The HTTP name (`GET`, `HEAD`, `PUT`, `POST`, `LIST`, `DELETE`).
+    /// The HTTP name (`GET`, `HEAD`, `PUT`, `POST`, `LIST`, `DELETE`;
+    /// `RESTORE` for a RestoreObject).
     pub fn name(self) -> &'static str {
         match self {
             RequestKind::Get => "GET",
@@ -73,6 +78,7 @@ impl RequestKind {
             RequestKind::Post => "POST",
             RequestKind::List => "LIST",
             RequestKind::Delete => "DELETE",
+            RequestKind::Restore => "RESTORE",
         }
     }
 
@@ -103,6 +109,18 @@ pub struct RequestPrices {
     pub list: f64,
     #[serde(rename = "DELETE")]
     pub delete: f64,
+    /// A restore request (a price file without it: GLACIER's standard
+    /// retrieval, [`RESTORE_PER_1000`]).
+    #[serde(rename = "RESTORE", default = "default_restore")]
+    pub restore: f64,
+}
+
+/// The price of 1,000 restore requests when a price file names none: AWS
+/// GLACIER's standard retrieval (docs/tiers.md §1).
+pub const RESTORE_PER_1000: f64 = 0.05;
+
+fn default_restore() -> f64 {
+    RESTORE_PER_1000
 }
 
 impl RequestPrices {
@@ -115,6 +133,7 @@ impl RequestPrices {
             RequestKind::Post => self.post,
             RequestKind::List => self.list,
             RequestKind::Delete => self.delete,
+            RequestKind::Restore => self.restore,
         }
     }
 }
@@ -161,7 +180,7 @@ impl Prices {
             storage_per_gb_month: 0.023,
             transfer_up_per_gb: 0.0,
             transfer_down_per_gb: 0.09,
-            per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0 },
+            per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0, restore: RESTORE_PER_1000 },
             tiers: None,
         }
     }
@@ -177,7 +196,7 @@ impl Prices {
             transfer_up_per_gb: 0.0,
             transfer_down_per_gb: 0.12,
             // $4e-7 and $5e-6 a request.
-            per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0 },
+            per_1000_requests: RequestPrices { get: 0.0004, head: 0.0004, put: 0.005, post: 0.005, list: 0.005, delete: 0.0, restore: RESTORE_PER_1000 },
             tiers: None,
         }
     }
@@ -201,7 +220,7 @@ impl Prices {
             storage_per_gb_month: 0.08,
             transfer_up_per_gb: 0.0001,
             transfer_down_per_gb: 0.0001,
-            per_1000_requests: RequestPrices { get: 0.000001, head: 0.000001, put: 0.000001, post: 0.000001, list: 0.000001, delete: 0.0 },
+            per_1000_requests: RequestPrices { get: 0.000001, head: 0.000001, put: 0.000001, post: 0.000001, list: 0.000001, delete: 0.0, restore: 0.0 },
             tiers: None,
         }
     }

@@ -212,6 +212,15 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn describe(&self) -> String {
         format!("faulty:{}", self.inner.describe())
     }
+    fn put_in_class(&self, name: &str, data: &[u8], class: cairn_backend::StorageClass) -> Result<()> {
+        self.call("put", name, true, || self.inner.put_in_class(name, data, class))
+    }
+    fn restore(&self, name: &str, days: u32, speed: cairn_backend::RestoreSpeed) -> Result<()> {
+        self.call("restore", name, true, || self.inner.restore(name, days, speed))
+    }
+    fn restore_state(&self, name: &str) -> Result<cairn_backend::ObjectState> {
+        self.call("head", name, false, || self.inner.restore_state(name))
+    }
     fn meter(&self) -> Option<std::sync::Arc<cairn_backend::Meter>> {
         self.inner.meter()
     }

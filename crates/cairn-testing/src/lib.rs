@@ -11,6 +11,10 @@
 //! Both pass the backend conformance suite (`cairn_backend::conformance`);
 //! a `FaultyBackend` does only behind `Retrying`, which is the point.
 //!
+//! - [`RestoreHold`]: wraps a store with archive classes (moto) and holds
+//!   its restores "ongoing" until released: an archived object stays
+//!   unreadable and its HEAD says `ongoing-request="true"`, as a real
+//!   GLACIER restore does for hours (docs/tiers.md §6).
 //! - [`postgres::PgServer`]: not a double but the real thing, a throwaway
 //!   PostgreSQL cluster on a loopback port, for the metadata store's tests
 //!   (it can be stopped, killed and started again under load).
@@ -22,6 +26,7 @@
 //!   missing fails and says which, rather than passing unrun.
 
 mod faulty;
+mod restore_hold;
 mod memory;
 pub mod patroni;
 pub mod postgres;
@@ -30,5 +35,6 @@ mod tools;
 
 pub use faulty::{FaultPlan, FaultStats, FaultyBackend};
 pub use memory::MemoryBackend;
+pub use restore_hold::RestoreHold;
 pub use tar::ustar_header;
 pub use tools::{missing_tool, require_fuse, require_tool};

@@ -114,7 +114,9 @@ fn print_bill(b: &cairn_engine::cost::Bill) {
     }
     println!("{:<18} {:>22} {:>24} {:>14}", "total", "", "", money(b.total));
     println!();
-    let kinds = ["GET", "HEAD", "PUT", "POST", "LIST", "DELETE"];
+    // RESTORE (an archived pack's RestoreObject) only when there were any.
+    let restores = b.subsystems.iter().any(|s| s.requests.get("RESTORE").is_some_and(|n| *n > 0));
+    let kinds: &[&str] = if restores { &["GET", "HEAD", "PUT", "POST", "LIST", "DELETE", "RESTORE"] } else { &["GET", "HEAD", "PUT", "POST", "LIST", "DELETE"] };
     print!("{:<10}", "subsystem");
     for k in kinds {
         print!(" {k:>8}");
@@ -123,10 +125,10 @@ fn print_bill(b: &cairn_engine::cost::Bill) {
     for s in &b.subsystems {
         print!("{:<10}", s.subsystem);
         for k in kinds {
-            print!(" {:>8}", s.requests.get(k).copied().unwrap_or(0));
+            print!(" {:>8}", s.requests.get(*k).copied().unwrap_or(0));
         }
         println!(" {:>12} {:>12} {:>12}", size::human(s.bytes_up), size::human(s.bytes_down), money(s.cost));
     }
-    println!("{:<10} {:>92}", "storage", money(b.storage_cost()));
+    println!("{:<10} {:>w$}", "storage", money(b.storage_cost()), w = 92 + 9 * (kinds.len() - 6));
 }
 

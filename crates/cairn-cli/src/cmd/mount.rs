@@ -267,6 +267,14 @@ pub struct StoreArgs {
     /// disk's space against rewrite work) in a directory.
     #[arg(long, value_name = "aws|coral|local|FILE")]
     pub gc_prices: Option<String>,
+    /// Volume in a bucket: seconds a read of a pack in an archive class
+    /// (GLACIER, DEEP_ARCHIVE) waits for the restore it starts before it
+    /// fails with EAGAIN ("try again"; the log says when the restore was
+    /// requested and when it should be ready, hours for GLACIER). The
+    /// restore goes on; a read after it completes succeeds. `cairn warmup`
+    /// starts restores ahead. 0: fail at once (the restore is still sent).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub recall_wait: u64,
 }
 
 impl StoreArgs {
@@ -297,6 +305,7 @@ impl StoreArgs {
             gc_interval: (self.gc_interval > 0).then(|| std::time::Duration::from_secs(self.gc_interval)),
             gc_prices: self.gc_prices.as_deref().map(cairn_engine::cost::Prices::load).transpose()?,
             gc_bound: cairn_engine::cleaner::DeadBound { ratio: self.gc_dead_ratio, floor: self.gc_dead_floor },
+            recall_wait: std::time::Duration::from_secs(self.recall_wait),
             ..Default::default()
         })
     }

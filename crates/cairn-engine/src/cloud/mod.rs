@@ -103,6 +103,9 @@ pub struct CloudOptions {
     pub gc_bound: crate::cleaner_rules::DeadBound,
     /// What the pack cache evicts first.
     pub cache_policy: crate::cache::PolicyChoice,
+    /// How long a read of an archived pack waits for its restore
+    /// (`--recall-wait`) before it fails with EAGAIN (docs/tiers.md §6).
+    pub recall_wait: Duration,
 }
 
 impl CloudOptions {
@@ -119,7 +122,7 @@ impl CloudOptions {
 
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::meta::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default() }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::meta::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default(), recall_wait: crate::volume::RECALL_WAIT }
     }
 }
 

@@ -71,6 +71,13 @@ pub(crate) struct ChunkStore {
     tape_fetchers: workers::Workers,
     /// Where the access trace goes, when one is recorded.
     trace: Option<Arc<crate::trace::TraceWriter>>,
+    /// Restores of archived packs this mount requested, by pack name
+    /// (docs/tiers.md §6): every reader of the pack waits on the one
+    /// restore (single flight). In memory only, until the metadata's
+    /// `restores` table holds them.
+    recalls: Mutex<std::collections::HashMap<Arc<str>, Arc<Recall>>>,
+    /// How long a read waits for a restore before EAGAIN (`--recall-wait`).
+    recall_wait: std::time::Duration,
 }
 
 impl ChunkStore {
@@ -92,7 +99,83 @@ impl ChunkStore {
             fetchers: workers::Workers::new("cairn-fetch", PREFETCH_THREADS),
             tape_fetchers: workers::Workers::new("cairn-tape-fetch", TAPE_FETCH_THREADS),
             trace,
+            recalls: Mutex::new(Default::default()),
+            recall_wait: RECALL_WAIT,
         }
+    }
+
+    /// Sets how long a read of an archived pack waits for its restore.
+    pub(crate) fn with_recall_wait(mut self, wait: std::time::Duration) -> ChunkStore {
+        self.recall_wait = wait;
+        self
+    }
+
+    /// Makes archived pack `name` readable (docs/tiers.md §6): asks the
+    /// store where it stands, sends one restore for it unless one is under
+    /// way (this mount's, single flight, or another machine's), then polls
+    /// with backoff (1 s, doubling, at most [`RECALL_POLL_MAX`]) until the
+    /// restored copy is readable. Past `--recall-wait` the read fails with
+    /// [`ErrorKind::Again`](crate::ErrorKind::Again) (EAGAIN) and a message
+    /// with the restore's expected time; the restore goes on, and a later
+    /// read finds it (or its copy).
+    pub(crate) fn recall(&self, who: Subsystem, name: &Arc<str>) -> Result<()> {
+        let start = std::time::Instant::now();
+        let store = self.paid(who);
+        let mut backoff = RECALL_POLL_FIRST;
+        loop {
+            let rec = self.recall_of(name);
+            let state = store.restore_state(name).map_err(|e| Error::from(e).context(format!("pack {name}: asking where its restore stands")))?;
+            if state.readable() {
+                self.recalls.lock().remove(name);
+                return Ok(());
+            }
+            if state.restore == cairn_backend::RestoreState::None {
+                // None asked for (or its copy expired): this mount asks,
+                // once for all its readers.
+                rec.send(store.as_ref(), name, state.class)?;
+            }
+            let waited = start.elapsed();
+            if waited >= self.recall_wait {
+                return Err(Error::new(
+                    crate::ErrorKind::Again,
+                    format!("pack {name}: {}; not ready after waiting {:.0} s (--recall-wait): try again later", rec.describe(), waited.as_secs_f64()),
+                ));
+            }
+            std::thread::sleep(backoff.min(self.recall_wait - waited));
+            backoff = (backoff * 2).min(RECALL_POLL_MAX);
+        }
+    }
+
+    /// This mount's restore of pack `name`, made if there is none.
+    fn recall_of(&self, name: &Arc<str>) -> Arc<Recall> {
+        self.recalls.lock().entry(name.clone()).or_insert_with(|| Arc::new(Recall::default())).clone()
+    }
+
+    /// Sends the restores of the archived packs among `names`, one request
+    /// per pack, without waiting (`cairn warmup`): what was sent, and the
+    /// packs that needed none.
+    pub(crate) fn request_restores(&self, who: Subsystem, names: &[Arc<str>]) -> Result<Vec<(Arc<str>, RecallState)>> {
+        let store = self.paid(who);
+        let mut out = Vec::new();
+        for name in names {
+            let state = match store.restore_state(name) {
+                Ok(s) => s,
+                // A store without classes: nothing is ever archived.
+                Err(e) if e.kind() == cairn_backend::ErrorKind::Unsupported => return Ok(Vec::new()),
+                Err(e) => return Err(Error::from(e).context(format!("pack {name}: asking where its restore stands"))),
+            };
+            let st = if state.readable() {
+                continue;
+            } else if state.restore == cairn_backend::RestoreState::None {
+                let rec = self.recall_of(name);
+                rec.send(store.as_ref(), name, state.class)?;
+                RecallState::Requested(rec.describe())
+            } else {
+                RecallState::Ongoing
+            };
+            out.push((name.clone(), st));
+        }
+        Ok(out)
     }
 
     /// The name of pack `pack`, asked of `meta` once.
@@ -153,6 +236,12 @@ impl ChunkStore {
         metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
         let (mut name, mut entry) = self.chunk_location(meta, id)?;
         let mut got = self.read(r, &name, entry.offset, entry.stored_len as u64);
+        if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::Archived) {
+            // The pack is in an archive class: restore it and wait
+            // (bounded by --recall-wait, then EAGAIN), then read again.
+            self.recall(r.who, &name)?;
+            got = self.read(r, &name, entry.offset, entry.stored_len as u64);
+        }
         if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
             // The chunk moved and its old pack went: the cleaner of this
             // mount did it (a volume in a directory deletes at once,
@@ -483,6 +572,74 @@ impl InFlight {
     }
 }
 
+/// A restore of an archived pack requested by this mount.
+#[derive(Default)]
+pub(crate) struct Recall {
+    /// When the request was accepted and when the copy is expected, once
+    /// sent; the lock is held while sending, so concurrent readers send one.
+    sent: Mutex<Option<(std::time::SystemTime, std::time::Duration)>>,
+}
+
+impl Recall {
+    /// Sends the restore unless this mount sent it already (and it has
+    /// not lapsed: a copy that expired is asked for again, by the caller
+    /// seeing no restore under way).
+    fn send(&self, store: &dyn Backend, name: &str, class: cairn_backend::StorageClass) -> Result<()> {
+        let mut sent = self.sent.lock();
+        if let Some((at, eta)) = *sent {
+            // Sent, and still within its expected time: the store's answer
+            // of "none" is a store that has not caught up yet.
+            if at.elapsed().unwrap_or_default() < eta {
+                return Ok(());
+            }
+        }
+        store.restore(name, RECALL_DAYS, cairn_backend::RestoreSpeed::Standard).map_err(|e| Error::from(e).context(format!("pack {name}: requesting its restore")))?;
+        let eta = expected_restore(class);
+        let now = std::time::SystemTime::now();
+        *sent = Some((now, eta));
+        tracing::warn!("pack {name}: restore requested at {}, expected ready about {} ({}, standard retrieval)", fmt_time(now), fmt_time(now + eta), class.name());
+        Ok(())
+    }
+
+    /// `restore requested at T, expected ready about T+Δ`, or that it was
+    /// asked for elsewhere.
+    fn describe(&self) -> String {
+        match *self.sent.lock() {
+            Some((at, eta)) => format!("restore requested at {}, expected ready about {}", fmt_time(at), fmt_time(at + eta)),
+            None => "restore under way (requested by another client)".to_string(),
+        }
+    }
+}
+
+/// What `cairn warmup` did for an archived pack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecallState {
+    /// A restore was requested now (with its expected time).
+    Requested(String),
+    /// One was under way already.
+    Ongoing,
+}
+
+/// How long a read waits for a restore by default (`--recall-wait`).
+pub const RECALL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The first wait between two polls of a restore; it doubles up to
+/// [`RECALL_POLL_MAX`].
+const RECALL_POLL_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const RECALL_POLL_MAX: std::time::Duration = std::time::Duration::from_secs(300);
+/// Days a restored copy stays readable.
+const RECALL_DAYS: u32 = 1;
+
+/// How long a standard restore of `class` takes, from the AWS sheet
+/// (docs/tiers.md §1: GLACIER about 4 h, DEEP_ARCHIVE about 12 h).
+fn expected_restore(class: cairn_backend::StorageClass) -> std::time::Duration {
+    use cairn_model::tiers::{Class, TierSheet};
+    let c = match class {
+        cairn_backend::StorageClass::DeepArchive => Class::DeepArchive,
+        _ => Class::Glacier,
+    };
+    std::time::Duration::from_secs_f64(TierSheet::aws().of(c).restore_hours * 3600.0)
+}
+
 /// The longest a reader waits for a chunk a prefetch is fetching.
 const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -505,3 +662,8 @@ const PREFETCH_THREADS: usize = 4;
 /// workers a tape mount has by default, so every reader's run can join
 /// the store's batch.
 const TAPE_FETCH_THREADS: usize = 32;
+
+/// A time as `YYYY-MM-DD HH:MM:SS UTC`.
+fn fmt_time(t: std::time::SystemTime) -> String {
+    crate::types::format_utc(t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs())
+}

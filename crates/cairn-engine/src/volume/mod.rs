@@ -28,6 +28,7 @@ mod medium;
 mod flusher;
 pub(crate) use medium::choose as choose_medium;
 pub(crate) use chunks::ChunkStore;
+pub use chunks::RECALL_WAIT;
 pub use chunks::MemoryHeld;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
@@ -345,7 +346,7 @@ impl Volume {
             layout,
             cfg,
             vid,
-            chunks: ChunkStore::new(keys, backend, cloud.as_ref().map(|c| c.cache.clone()), opts.cache_bytes, tail_bytes, trace.clone()),
+            chunks: ChunkStore::new(keys, backend, cloud.as_ref().map(|c| c.cache.clone()), opts.cache_bytes, tail_bytes, trace.clone()).with_recall_wait(opts.cloud.recall_wait),
             meta,
             journal,
             files: FileTable::default(),

@@ -55,6 +55,18 @@ pub struct RecallReport {
     /// More was recalled than the cache holds: the first ranges read may
     /// have been evicted again.
     pub overflow: bool,
+    /// Packs in an archive class (GLACIER, DEEP_ARCHIVE) whose restore
+    /// this warmup requested, one request each, with `restore requested at
+    /// T, expected ready about T+Δ` (docs/tiers.md §6.1); their ranges
+    /// were not read (run the warmup again once they are ready).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restores_requested: Vec<(String, String)>,
+    /// Archived packs whose restore was already under way (none sent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restores_ongoing: Vec<String>,
+    /// Stored bytes of the chunks in those packs, not read.
+    #[serde(default)]
+    pub archived_bytes: u64,
 }
 
 /// One planned read.
@@ -141,6 +153,8 @@ impl Volume {
         let done = AtomicU64::new(0);
         let reads = AtomicU64::new(0);
         let failure: parking_lot::Mutex<Option<Error>> = parking_lot::Mutex::new(None);
+        // Packs a GET found archived: their other ranges are not asked for.
+        let archived: parking_lot::Mutex<std::collections::BTreeSet<Arc<str>>> = Default::default();
         let readers = if caps.cheap_ranged_reads { BUCKET_READERS } else { TAPE_READERS };
         std::thread::scope(|s| {
             for _ in 0..readers.min(plan.len()) {
@@ -151,10 +165,18 @@ impl Volume {
                         }
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         let Some(r) = plan.get(i) else { return };
+                        if archived.lock().contains(&r.pack) {
+                            done.fetch_add(r.len, Ordering::Relaxed);
+                            continue;
+                        }
                         reads.fetch_add(1, Ordering::Relaxed);
                         // The bill: these reads are recall's (a prefetch).
                         match self.chunks.paid(cairn_backend::Subsystem::Prefetch).get_range(&r.pack, r.off, r.len) {
                             Ok(_) => {
+                                done.fetch_add(r.len, Ordering::Relaxed);
+                            }
+                            Err(e) if e.kind() == cairn_backend::ErrorKind::Archived => {
+                                archived.lock().insert(r.pack.clone());
                                 done.fetch_add(r.len, Ordering::Relaxed);
                             }
                             Err(e) => {
@@ -182,8 +204,20 @@ impl Volume {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::new(ErrorKind::Io, "the volume was unmounted during the recall"));
         }
-        rep.fetched_bytes = done.into_inner();
-        progress(rep.fetched_bytes, total);
+        // The restores of the archived packs, at once, one per pack.
+        let archived: Vec<Arc<str>> = archived.into_inner().into_iter().collect();
+        if !archived.is_empty() {
+            rep.archived_bytes = plan.iter().filter(|r| archived.contains(&r.pack)).map(|r| r.needed).sum();
+            for (pack, st) in self.chunks.request_restores(cairn_backend::Subsystem::Prefetch, &archived)? {
+                match st {
+                    super::chunks::RecallState::Requested(what) => rep.restores_requested.push((pack.to_string(), what)),
+                    super::chunks::RecallState::Ongoing => rep.restores_ongoing.push(pack.to_string()),
+                }
+            }
+        }
+        let fetched = done.into_inner();
+        rep.fetched_bytes = fetched - plan.iter().filter(|r| archived.contains(&r.pack)).map(|r| r.len).sum::<u64>();
+        progress(fetched, total);
         rep.reads = reads.into_inner();
         rep.seconds = t0.elapsed().as_secs_f64();
         Ok(rep)

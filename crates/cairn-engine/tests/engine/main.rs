@@ -30,6 +30,7 @@ mod appends;
 mod rounds;
 mod postgres;
 mod pg_bucket;
+mod tiers;
 mod shared_writers;
 mod pg_failures;
 mod pg_failover;
