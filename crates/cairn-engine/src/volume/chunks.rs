@@ -51,6 +51,8 @@ pub(crate) struct ChunkStore {
     /// append is answered without one.
     pub(crate) tails: tails::ChunkTails,
     pack_names: DashMap<u64, Arc<str>>,
+    /// The reverse of `pack_names`: the id a `restores` row names.
+    pack_ids: DashMap<Arc<str>, u64>,
     /// Where chunks live. Locations change only in gc: offline, or the
     /// cleaner inside a mount, which drops the entries of what it moved
     /// (the old packs stay readable meanwhile, docs/frugal.md §5).
@@ -73,9 +75,13 @@ pub(crate) struct ChunkStore {
     trace: Option<Arc<crate::trace::TraceWriter>>,
     /// Restores of archived packs this mount requested, by pack name
     /// (docs/tiers.md §6): every reader of the pack waits on the one
-    /// restore (single flight). In memory only, until the metadata's
-    /// `restores` table holds them.
+    /// restore (single flight). Each one sent is also recorded in the
+    /// metadata's `restores` table (`cairn tier status` shows it on every
+    /// machine) and deleted there once the copy is readable.
     recalls: Mutex<std::collections::HashMap<Arc<str>, Arc<Recall>>>,
+    /// `recalls` is not empty: a read miss looks there only then (no lock
+    /// on the read path of a volume with nothing archived).
+    any_recalls: std::sync::atomic::AtomicBool,
     /// How long a read waits for a restore before EAGAIN (`--recall-wait`).
     recall_wait: std::time::Duration,
 }
@@ -93,6 +99,7 @@ impl ChunkStore {
             cache: ChunkCache::new(cache_bytes),
             tails: tails::ChunkTails::new(tail_bytes),
             pack_names: DashMap::new(),
+            pack_ids: DashMap::new(),
             chunk_locs: DashMap::new(),
             prefetching: DashMap::new(),
             prefetch_runs: Arc::default(),
@@ -100,6 +107,7 @@ impl ChunkStore {
             tape_fetchers: workers::Workers::new("cairn-tape-fetch", TAPE_FETCH_THREADS),
             trace,
             recalls: Mutex::new(Default::default()),
+            any_recalls: Default::default(),
             recall_wait: RECALL_WAIT,
         }
     }
@@ -118,7 +126,7 @@ impl ChunkStore {
     /// [`ErrorKind::Again`](crate::ErrorKind::Again) (EAGAIN) and a message
     /// with the restore's expected time; the restore goes on, and a later
     /// read finds it (or its copy).
-    pub(crate) fn recall(&self, who: Subsystem, name: &Arc<str>) -> Result<()> {
+    pub(crate) fn recall(&self, who: Subsystem, meta: &Meta, name: &Arc<str>) -> Result<()> {
         let start = std::time::Instant::now();
         let store = self.paid(who);
         let mut backoff = RECALL_POLL_FIRST;
@@ -126,13 +134,15 @@ impl ChunkStore {
             let rec = self.recall_of(name);
             let state = store.restore_state(name).map_err(|e| Error::from(e).context(format!("pack {name}: asking where its restore stands")))?;
             if state.readable() {
-                self.recalls.lock().remove(name);
+                self.recall_done(meta, name);
                 return Ok(());
             }
             if state.restore == cairn_backend::RestoreState::None {
                 // None asked for (or its copy expired): this mount asks,
                 // once for all its readers.
-                rec.send(store.as_ref(), name, state.class)?;
+                if let Some(sent) = rec.send(store.as_ref(), name, state.class)? {
+                    self.record_restore(meta, name, state.class, sent);
+                }
             }
             let waited = start.elapsed();
             if waited >= self.recall_wait {
@@ -148,13 +158,28 @@ impl ChunkStore {
 
     /// This mount's restore of pack `name`, made if there is none.
     fn recall_of(&self, name: &Arc<str>) -> Arc<Recall> {
-        self.recalls.lock().entry(name.clone()).or_insert_with(|| Arc::new(Recall::default())).clone()
+        let mut recalls = self.recalls.lock();
+        self.any_recalls.store(true, Ordering::Relaxed);
+        recalls.entry(name.clone()).or_insert_with(|| Arc::new(Recall::default())).clone()
+    }
+
+    /// Pack `name` was read: a restore this mount sent for it is over.
+    fn recall_done(&self, meta: &Meta, name: &Arc<str>) {
+        let ended = {
+            let mut recalls = self.recalls.lock();
+            let ended = recalls.remove(name).is_some();
+            self.any_recalls.store(!recalls.is_empty(), Ordering::Relaxed);
+            ended
+        };
+        if ended {
+            self.forget_restore(meta, name);
+        }
     }
 
     /// Sends the restores of the archived packs among `names`, one request
     /// per pack, without waiting (`cairn warmup`): what was sent, and the
     /// packs that needed none.
-    pub(crate) fn request_restores(&self, who: Subsystem, names: &[Arc<str>]) -> Result<Vec<(Arc<str>, RecallState)>> {
+    pub(crate) fn request_restores(&self, who: Subsystem, meta: &Meta, names: &[Arc<str>]) -> Result<Vec<(Arc<str>, RecallState)>> {
         let store = self.paid(who);
         let mut out = Vec::new();
         for name in names {
@@ -168,7 +193,9 @@ impl ChunkStore {
                 continue;
             } else if state.restore == cairn_backend::RestoreState::None {
                 let rec = self.recall_of(name);
-                rec.send(store.as_ref(), name, state.class)?;
+                if let Some(sent) = rec.send(store.as_ref(), name, state.class)? {
+                    self.record_restore(meta, name, state.class, sent);
+                }
                 RecallState::Requested(rec.describe())
             } else {
                 RecallState::Ongoing
@@ -178,6 +205,47 @@ impl ChunkStore {
         Ok(out)
     }
 
+    /// Records a restore this mount just sent in the `restores` table. A
+    /// failure is logged, not returned: the restore itself was sent, and
+    /// the reader waits on the store's answer, not on the row.
+    fn record_restore(&self, meta: &Meta, name: &str, class: cairn_backend::StorageClass, (at, eta): (std::time::SystemTime, std::time::Duration)) {
+        let Some(pack) = self.pack_ids.get(name).map(|p| *p) else { return };
+        let ns = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+        let row = cairn_meta::RestoreRow { pack, class: tier_code(class), requested_ns: ns(at), ready_estimate_ns: ns(at + eta), expires_ns: None };
+        if let Err(e) = meta.write(|tx| Ok(tx.insert_restore(&row)?)) {
+            tracing::warn!("pack {name}: the restore was sent but not recorded in the metadata: {e}");
+        }
+    }
+
+    /// Deletes the `restores` row of pack `name`, now readable.
+    fn forget_restore(&self, meta: &Meta, name: &str) {
+        let Some(pack) = self.pack_ids.get(name).map(|p| *p) else { return };
+        let had = meta.read(|c| Ok(c.get_restore(pack)?.is_some())).unwrap_or(false);
+        if had {
+            if let Err(e) = meta.write(|tx| Ok(tx.delete_restore(pack)?)) {
+                tracing::warn!("pack {name}: its restore is done but its row stays: {e}");
+            }
+        }
+    }
+
+    /// Deletes the `restores` rows of the packs among `read` (packs just
+    /// read whole or in part: their copies are readable). One query for
+    /// the table; nothing more when it is empty, as it almost always is.
+    pub(crate) fn forget_read_restores<'a>(&self, meta: &Meta, read: impl Iterator<Item = &'a Arc<str>>) {
+        let rows = match meta.read(|c| Ok(c.list_restores()?)) {
+            Ok(rows) if !rows.is_empty() => rows,
+            _ => return,
+        };
+        let read: std::collections::HashSet<&str> = read.map(|p| &**p).collect();
+        for row in rows {
+            if self.pack_name(meta, row.pack).is_ok_and(|n| read.contains(&*n)) {
+                if let Err(e) = meta.write(|tx| Ok(tx.delete_restore(row.pack)?)) {
+                    tracing::warn!("pack #{}: its restore is done but its row stays: {e}", row.pack);
+                }
+            }
+        }
+    }
+
     /// The name of pack `pack`, asked of `meta` once.
     pub(crate) fn pack_name(&self, meta: &Meta, pack: u64) -> Result<Arc<str>> {
         if let Some(n) = self.pack_names.get(&pack) {
@@ -185,6 +253,7 @@ impl ChunkStore {
         }
         let n: Arc<str> = meta.read(|c| Ok(c.pack_name(pack)?))?.into();
         self.pack_names.insert(pack, n.clone());
+        self.pack_ids.insert(n.clone(), pack);
         Ok(n)
     }
 
@@ -239,7 +308,7 @@ impl ChunkStore {
         if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::Archived) {
             // The pack is in an archive class: restore it and wait
             // (bounded by --recall-wait, then EAGAIN), then read again.
-            self.recall(r.who, &name)?;
+            self.recall(r.who, meta, &name)?;
             got = self.read(r, &name, entry.offset, entry.stored_len as u64);
         }
         if matches!(&got, Err(e) if e.kind() == cairn_backend::ErrorKind::NotFound) {
@@ -253,8 +322,14 @@ impl ChunkStore {
             // again, once.
             self.chunk_locs.remove(&id);
             self.pack_names.retain(|_, n| **n != *name);
+            self.pack_ids.remove(&name);
             (name, entry) = self.chunk_location(meta, id)?;
             got = self.read(r, &name, entry.offset, entry.stored_len as u64);
+        }
+        if got.is_ok() && self.any_recalls.load(Ordering::Relaxed) {
+            // A pack this mount asked to restore read fine: its copy is
+            // ready, whether or not a reader saw it become so.
+            self.recall_done(meta, &name);
         }
         if let Some(t) = &self.trace {
             t.chunk_at(id, crate::trace::pack_id(&name), entry.offset, entry.stored_len as u64);
@@ -584,13 +659,15 @@ impl Recall {
     /// Sends the restore unless this mount sent it already (and it has
     /// not lapsed: a copy that expired is asked for again, by the caller
     /// seeing no restore under way).
-    fn send(&self, store: &dyn Backend, name: &str, class: cairn_backend::StorageClass) -> Result<()> {
+    /// Returns when it was sent and how long it should take, if it was
+    /// sent now.
+    fn send(&self, store: &dyn Backend, name: &str, class: cairn_backend::StorageClass) -> Result<Option<(std::time::SystemTime, std::time::Duration)>> {
         let mut sent = self.sent.lock();
         if let Some((at, eta)) = *sent {
             // Sent, and still within its expected time: the store's answer
             // of "none" is a store that has not caught up yet.
             if at.elapsed().unwrap_or_default() < eta {
-                return Ok(());
+                return Ok(None);
             }
         }
         store.restore(name, RECALL_DAYS, cairn_backend::RestoreSpeed::Standard).map_err(|e| Error::from(e).context(format!("pack {name}: requesting its restore")))?;
@@ -598,7 +675,7 @@ impl Recall {
         let now = std::time::SystemTime::now();
         *sent = Some((now, eta));
         tracing::warn!("pack {name}: restore requested at {}, expected ready about {} ({}, standard retrieval)", fmt_time(now), fmt_time(now + eta), class.name());
-        Ok(())
+        Ok(Some((now, eta)))
     }
 
     /// `restore requested at T, expected ready about T+Δ`, or that it was
@@ -628,6 +705,18 @@ const RECALL_POLL_FIRST: std::time::Duration = std::time::Duration::from_secs(1)
 const RECALL_POLL_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 /// Days a restored copy stays readable.
 const RECALL_DAYS: u32 = 1;
+
+/// The `packs.tier` code of a storage class (docs/format.md "Tiers").
+fn tier_code(class: cairn_backend::StorageClass) -> cairn_meta::TierCode {
+    use cairn_backend::StorageClass as S;
+    match class {
+        S::Standard => cairn_meta::TIER_STANDARD,
+        S::StandardIa => cairn_meta::TIER_STANDARD_IA,
+        S::GlacierIr => cairn_meta::TIER_GLACIER_IR,
+        S::Glacier => cairn_meta::TIER_GLACIER,
+        S::DeepArchive => cairn_meta::TIER_DEEP_ARCHIVE,
+    }
+}
 
 /// How long a standard restore of `class` takes, from the AWS sheet
 /// (docs/tiers.md §1: GLACIER about 4 h, DEEP_ARCHIVE about 12 h).

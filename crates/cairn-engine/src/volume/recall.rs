@@ -208,13 +208,16 @@ impl Volume {
         let archived: Vec<Arc<str>> = archived.into_inner().into_iter().collect();
         if !archived.is_empty() {
             rep.archived_bytes = plan.iter().filter(|r| archived.contains(&r.pack)).map(|r| r.needed).sum();
-            for (pack, st) in self.chunks.request_restores(cairn_backend::Subsystem::Prefetch, &archived)? {
+            for (pack, st) in self.chunks.request_restores(cairn_backend::Subsystem::Prefetch, &self.meta, &archived)? {
                 match st {
                     super::chunks::RecallState::Requested(what) => rep.restores_requested.push((pack.to_string(), what)),
                     super::chunks::RecallState::Ongoing => rep.restores_ongoing.push(pack.to_string()),
                 }
             }
         }
+        // Packs of recorded restores that this warmup read: their copies
+        // are readable, so their rows go (one query for the table).
+        self.chunks.forget_read_restores(&self.meta, plan.iter().map(|r| &r.pack).filter(|p| !archived.contains(p)));
         let fetched = done.into_inner();
         rep.fetched_bytes = fetched - plan.iter().filter(|r| archived.contains(&r.pack)).map(|r| r.len).sum::<u64>();
         progress(fetched, total);

@@ -105,8 +105,14 @@ fn a_restore_still_under_way_after_recall_wait_is_eagain_then_the_read_succeeds(
         assert!(msg.contains("restore requested at") && msg.contains("expected ready about") && msg.contains("--recall-wait"), "{msg}");
     }
     assert_eq!(b.restores(), 1, "three readers of one pack: one restore ({} sent)", b.restores());
+    // The restore is in the metadata, where `cairn tier status` (on any
+    // machine) shows it with its expected time, until the copy is read.
+    let st = v.tier_status(b"cold", None).unwrap();
+    assert_eq!(st.restores.len(), 1, "the restore in flight is recorded: {st:?}");
     b.set_held(false);
     assert!(read_all(&v, ino) == data, "the file read after the restore differs");
+    let st = v.tier_status(b"cold", None).unwrap();
+    assert!(st.restores.is_empty(), "a restore whose copy was read stays recorded: {st:?}");
     v.close().unwrap();
 }
 
@@ -131,6 +137,7 @@ fn warmup_requests_the_restores_of_archived_packs_at_once() {
     assert!(rep.restores_requested.iter().all(|(_, what)| what.contains("restore requested at") && what.contains("expected ready about")), "{rep:?}");
     assert!(rep.restores_ongoing.is_empty());
     assert_eq!(b.restores(), packs.len() as u64, "restores sent");
+    assert_eq!(v.tier_status(b"cold", None).unwrap().restores.len(), packs.len(), "each restore sent is recorded");
     assert_eq!(rep.fetched_bytes, 0, "nothing of an archived pack is read");
     assert!(rep.archived_bytes >= data.len() as u64 / 2, "{rep:?}");
     let again = v.warmup(&roots, None, &mut |_, _| {}).unwrap();
@@ -141,6 +148,7 @@ fn warmup_requests_the_restores_of_archived_packs_at_once() {
     let done = v.warmup(&roots, None, &mut |_, _| {}).unwrap();
     assert!(done.restores_requested.is_empty() && done.restores_ongoing.is_empty(), "{done:?}");
     assert!(done.fetched_bytes > 0, "{done:?}");
+    assert!(v.tier_status(b"cold", None).unwrap().restores.is_empty(), "the restores whose packs the warmup read stay recorded");
     assert!(read_all(&v, ino) == data);
     v.close().unwrap();
 }
