@@ -120,9 +120,14 @@ impl CloudOptions {
     }
 }
 
+/// How long a read of an archived pack waits for its restore by default
+/// (`--recall-wait`; docs/tiers.md §6). Here, with the option, so that the
+/// volume imports it and not the other way round.
+pub const RECALL_WAIT: Duration = Duration::from_secs(60);
+
 impl Default for CloudOptions {
     fn default() -> Self {
-        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::meta::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default(), recall_wait: crate::volume::RECALL_WAIT }
+        CloudOptions { cache_bytes: 10 << 30, cache_block: crate::cache::disk::DEFAULT_BLOCK, cache_ahead: crate::cache::disk::DEFAULT_AHEAD, durability: Durability::Local, meta_interval: Duration::from_secs(5), force: false, lease_renew: lease::RENEW, session_ttl: crate::meta::SESSION_TTL, gc_interval: Some(Duration::from_secs(60)), gc_prices: None, gc_bound: Default::default(), cache_policy: Default::default(), recall_wait: RECALL_WAIT }
     }
 }
 

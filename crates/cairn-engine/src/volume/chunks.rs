@@ -108,7 +108,7 @@ impl ChunkStore {
             trace,
             recalls: Mutex::new(Default::default()),
             any_recalls: Default::default(),
-            recall_wait: RECALL_WAIT,
+            recall_wait: crate::cloud::RECALL_WAIT,
         }
     }
 
@@ -697,8 +697,6 @@ pub enum RecallState {
     Ongoing,
 }
 
-/// How long a read waits for a restore by default (`--recall-wait`).
-pub const RECALL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// The first wait between two polls of a restore; it doubles up to
 /// [`RECALL_POLL_MAX`].
 const RECALL_POLL_FIRST: std::time::Duration = std::time::Duration::from_secs(1);

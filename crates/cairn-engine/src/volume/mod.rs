@@ -28,7 +28,6 @@ mod medium;
 mod flusher;
 pub(crate) use medium::choose as choose_medium;
 pub(crate) use chunks::ChunkStore;
-pub use chunks::RECALL_WAIT;
 pub use chunks::MemoryHeld;
 pub use archive::{ArchiveReport, ArchiveSource, CreateOptions as ArchiveOptions};
 pub use edit::{EditReport, NewBytes};
